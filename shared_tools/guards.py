@@ -1,0 +1,114 @@
+"""The texts and small pure checks behind every loop guard, shared so both agents say the same thing.
+
+Nothing here knows about the bookstore or about either loop: the hand-written loop calls these
+functions inline, the LangGraph version calls them from its nodes. Keeping the wording in one place
+is what lets the tests assert that both implementations feed the model *identical* error results.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langchain_core.tools import BaseTool, ToolException
+from pydantic import ValidationError
+
+
+def call_key(name: str, args: Mapping[str, Any]) -> str:
+    """Canonical JSON of a call, so `{"a":1,"b":2}` and `{"b":2,"a":1}` count as the same call."""
+    return name + ":" + json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def repeat_error(name: str, times: int) -> str:
+    return (
+        f"You already called {name} with these arguments {times} times. "
+        "Use the earlier result or try something else."
+    )
+
+
+def unknown_tool_error(name: str, available: Sequence[str]) -> str:
+    return f"Unknown tool '{name}'. Available: {', '.join(available)}."
+
+
+def invalid_args_error(tool: BaseTool, args: Any) -> str | None:
+    """Validate `args` against the tool's model-facing schema; an error text naming the bad fields, or None."""
+    if not isinstance(args, Mapping):
+        return f"Invalid arguments for {tool.name}: expected a JSON object, got {type(args).__name__}."
+    schema = tool.tool_call_schema
+    if not (isinstance(schema, type) and hasattr(schema, "model_validate")):
+        return None
+    try:
+        schema.model_validate(dict(args))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(arguments)'}: {err['msg']}" for err in exc.errors()
+        )
+        return f"Invalid arguments for {tool.name}: {problems}. Fix the arguments and call it again."
+    return None
+
+
+def tool_failure_text(name: str, exc: Exception, *, detailed: bool) -> str:
+    """What the model reads when a tool raised.
+
+    A `ToolException` is the tool's own message, written to be safe to show. Anything else is a bug
+    or an outage whose text may hold internals (a connection string, a host name), so the model gets a
+    generic line unless the caller opted in to details, as FunctionInvokingChatClient does.
+    """
+    if isinstance(exc, ToolException):
+        return str(exc) or f"{name} failed."
+    if detailed:
+        return f"{name} failed: {type(exc).__name__}: {exc}"
+    return f"{name} failed."
+
+
+def truncate(text: str, max_chars: int | None) -> str:
+    """Cut a tool result to `max_chars` and say how much was cut, so the model knows it is partial."""
+    if max_chars is None or len(text) <= max_chars:
+        return text
+    cut = len(text) - max_chars
+    return f"{text[:max_chars]}... [truncated {cut} characters]"
+
+
+_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+_STREET = re.compile(
+    r"\b\d{1,5}\s+(?:[A-Z][a-z]+\s+){1,3}"
+    r"(?:Street|St|Avenue|Ave|Road|Rd|Lane|Ln|Boulevard|Blvd|Drive|Dr|Court|Ct|Way|Place|Pl)\b\.?"
+)
+
+
+def mask_pii(text: str) -> str:
+    """Mask e-mail addresses and street addresses before a line reaches a trace or a log."""
+    return _STREET.sub("<address>", _EMAIL.sub("<email>", text))
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def tool_detail(args: Mapping[str, Any] | Any, result: str) -> str:
+    """A tool trace line's detail, in the seed's `args -> result` form, personal data masked."""
+    return mask_pii(f"{compact_json(args)} -> {result}")
+
+
+def plan_of(message: AIMessage) -> str | None:
+    """The model's one-line plan, where reasoning models (ChatOllama with reasoning=True) put it."""
+    reasoning = message.additional_kwargs.get("reasoning_content")
+    if not isinstance(reasoning, str) or not reasoning.strip():
+        return None
+    return " ".join(reasoning.split())
+
+
+def model_detail(message: AIMessage) -> str:
+    """A model trace line's detail: how many tool calls, and the plan when the model gave one."""
+    detail = f"{len(message.tool_calls)} tool call(s)"
+    plan = plan_of(message)
+    return f"{detail}; plan: {mask_pii(plan)}" if plan else detail
+
+
+def usage_tokens(message: AIMessage) -> int:
+    """Total tokens a reply reports; 0 where a model reports none."""
+    usage = message.usage_metadata
+    return int(usage.get("total_tokens", 0)) if usage else 0
