@@ -1,0 +1,84 @@
+"""Small test-only chat models: a fixed script of replies that fails loudly when it runs out.
+
+The embedded `ScriptedChatModel` decides from the history; these doubles are for tests that need an
+exact, hand-picked sequence of replies (a silent model, a model that sends bad arguments, one that
+asks for three tools at once). Each reply reports usage so token sums can be asserted exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic import PrivateAttr
+
+Reply = AIMessage | Callable[[list[BaseMessage]], AIMessage]
+
+
+class ScriptExhaustedError(AssertionError):
+    """The test model was called more often than its script allows."""
+
+
+def call(name: str, call_id: str | None = None, **args: Any) -> dict[str, Any]:
+    """One tool call entry for `ai(...)`."""
+    return {"name": name, "args": args, "id": call_id or f"{name}-{sorted(args.items())}", "type": "tool_call"}
+
+
+def ai(text: str = "", *calls: dict[str, Any], tokens: int = 10) -> AIMessage:
+    """An AIMessage with the given text, tool calls and a fixed usage of `tokens` (input 8/10 of it)."""
+    inp = tokens * 8 // 10
+    return AIMessage(
+        content=text,
+        tool_calls=list(calls),
+        usage_metadata={"input_tokens": inp, "output_tokens": tokens - inp, "total_tokens": tokens},
+    )
+
+
+class ScriptModel(BaseChatModel):
+    """Returns its replies in order; a callable reply is given the history. Raises when exhausted."""
+
+    replies: Sequence[Reply]
+    _index: int = PrivateAttr(default=0)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _seen: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "test-script"
+
+    @property
+    def calls(self) -> int:
+        return self._index
+
+    @property
+    def prompts(self) -> list[list[BaseMessage]]:
+        """Every history this model was called with, in order."""
+        return self._seen
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        with self._lock:
+            if self._index >= len(self.replies):
+                raise ScriptExhaustedError(
+                    f"ScriptModel has {len(self.replies)} replies and was called a {self._index + 1}th time"
+                )
+            reply = self.replies[self._index]
+            self._index += 1
+            self._seen.append(list(messages))
+        message = reply(list(messages)) if callable(reply) else reply
+        # A copy, so one scripted reply object never ends up shared between two histories.
+        return ChatResult(generations=[ChatGeneration(message=message.model_copy(deep=True))])
