@@ -1,0 +1,231 @@
+"""The five bookstore tools the model can call, as LangChain `StructuredTool`s over one `BookStore`.
+
+`make_tools` builds search_books, check_stock, get_order_status, add_to_cart and view_cart for one customer.
+Each tool returns compact JSON text in the shape fixed in notes/common.md, money as JSON numbers with exactly two
+decimals. A refusal meant for the model (unknown book, not enough stock) is raised as a `ToolException` with
+the store's safe message; the tools never set ``handle_tool_error``, because deciding what the model sees is
+the loops' job. add_to_cart receives the tool-call id through `InjectedToolCallId` (hidden from the model) and
+passes it to the store as the request id, so a retried call or a re-run graph node adds once. Every tool has a
+sync ``func`` and an async ``coroutine``; optional `Faults` make them slow or failing for experiments.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Annotated, Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, ToolException
+from pydantic import BaseModel, Field
+
+from shared_tools.faults import FaultInjector, Faults
+from shared_tools.store import MAX_QUANTITY, MIN_QUANTITY, Book, BookStore, StoreError, money
+
+log = logging.getLogger(__name__)
+
+TOOL_NAMES: tuple[str, ...] = ("search_books", "check_stock", "get_order_status", "add_to_cart", "view_cart")
+MAX_SEARCH_RESULTS = 50
+
+
+# --- JSON in and out ---------------------------------------------------------------------------------------
+
+
+def to_json(value: Any) -> str:
+    """Compact JSON in which every `Decimal` is a number with two decimals (16.50, never 16.5 or 16.499999)."""
+    if isinstance(value, Decimal):
+        return money(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(str(k))}:{to_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(to_json(v) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def read_result(result: str | ToolMessage) -> Any:
+    """Parse a tool's JSON result (text or the ToolMessage holding it); numbers with decimals become `Decimal`."""
+    text = result.content if isinstance(result, ToolMessage) else result
+    if not isinstance(text, str):
+        raise TypeError(f"expected JSON text, got {type(text).__name__}")
+    return json.loads(text, parse_float=Decimal)
+
+
+def _book_json(book: Book) -> dict[str, Any]:
+    return {
+        "id": book.id,
+        "title": book.title,
+        "author": book.author,
+        "genre": book.genre,
+        "price": book.price,
+        "description": book.description,
+    }
+
+
+# --- argument schemas (what the model sees) ----------------------------------------------------------------
+
+
+def _search_args(default_max_results: int) -> type[BaseModel]:
+    # Built per tool set because the default of max_results is an experiment knob (the seed's "raise it to 50").
+    class SearchBooksArgs(BaseModel):
+        query: str = Field(
+            min_length=1,
+            description="Words from a title, an author's name, a genre or a topic, e.g. 'The Last Lighthouse'.",
+        )
+        max_results: int = Field(
+            default=default_max_results,
+            ge=1,
+            le=MAX_SEARCH_RESULTS,
+            description="How many books to return at most.",
+        )
+
+    return SearchBooksArgs
+
+
+class CheckStockArgs(BaseModel):
+    book_id: int = Field(description="The book's id, as returned by search_books.")
+
+
+class GetOrderStatusArgs(BaseModel):
+    order_id: int = Field(description="The order number the customer gave, e.g. 4512.")
+
+
+class AddToCartArgs(BaseModel):
+    book_id: int = Field(description="The book's id, as returned by search_books.")
+    quantity: int = Field(
+        default=1, ge=MIN_QUANTITY, le=MAX_QUANTITY, description="How many copies to add (1 to 10)."
+    )
+    # Filled in by LangChain from the ToolCall's id and left out of tool_call_schema, so the model never sees it.
+    tool_call_id: Annotated[str | None, InjectedToolCallId] = None
+
+
+class ViewCartArgs(BaseModel):
+    pass
+
+
+# --- the tools ---------------------------------------------------------------------------------------------
+
+_DESCRIPTIONS = {
+    "search_books": (
+        "Search the bookstore catalog by title, author, genre or topic. Returns a JSON list of books, best match "
+        "first, each with id, title, author, genre, price and description. When the query is a book's exact "
+        "title, that author's other books come right after it. Use it to find a book id. It does not tell "
+        "whether a book is in stock."
+    ),
+    "check_stock": (
+        'Check how many copies of one book are in stock. Returns JSON {"id", "title", "inStock"}. '
+        "Call before adding to the cart: a book with inStock 0 cannot be added."
+    ),
+    "get_order_status": (
+        'Look up an existing order by its number. Returns JSON {"orderId", "status", "tracking"}; '
+        'status is "not found" when there is no such order.'
+    ),
+    "add_to_cart": (
+        "Add copies of one book to the customer's cart. Returns JSON "
+        '{"added": title, "quantity", "cartTotal"}. Use a book id from search_books and check its stock first; '
+        "it fails when the book does not exist or there are not enough copies."
+    ),
+    "view_cart": (
+        'Show the customer\'s cart as it is right now. Returns JSON {"items": [{"id", "title", "quantity", '
+        '"price", "lineTotal"}], "cartTotal"}. Call it whenever you need the cart\'s contents or total: '
+        "the cart can change outside this conversation."
+    ),
+}
+
+
+def _structured(
+    name: str, args_schema: type[BaseModel], body: Callable[..., str], injector: FaultInjector
+) -> StructuredTool:
+    """One tool with a sync and an async entry point that share `body`; store refusals become ToolException."""
+
+    def run_body(**kwargs: Any) -> str:
+        try:
+            return body(**kwargs)
+        except StoreError as exc:
+            raise ToolException(str(exc)) from exc
+
+    def func(**kwargs: Any) -> str:
+        injector.before_call(name)
+        return run_body(**kwargs)
+
+    async def coroutine(**kwargs: Any) -> str:
+        # The store call itself is a short local SQLite transaction, so it runs inline; only the injected
+        # latency is awaited, which is what lets parallel calls overlap and a cancellation land mid-tool.
+        await injector.abefore_call(name)
+        return run_body(**kwargs)
+
+    return StructuredTool.from_function(
+        func=func,
+        coroutine=coroutine,
+        name=name,
+        description=_DESCRIPTIONS[name],
+        args_schema=args_schema,
+    )
+
+
+def make_tools(
+    store: BookStore,
+    customer_id: str = "c1",
+    faults: Faults | None = None,
+    *,
+    search_max_results: int = 5,
+) -> list[BaseTool]:
+    """The five bookstore tools for one customer, in `TOOL_NAMES` order.
+
+    `faults` switches on experiment faults (their counters start fresh for every call of this function);
+    `search_max_results` is the default of search_books' max_results (1..50).
+    """
+    if not 1 <= search_max_results <= MAX_SEARCH_RESULTS:
+        raise ValueError(f"search_max_results must be 1..{MAX_SEARCH_RESULTS}, got {search_max_results}")
+    if faults is not None and faults.failing_tool is not None and faults.failing_tool not in TOOL_NAMES:
+        raise ValueError(f"Faults.failing_tool {faults.failing_tool!r} is not one of {', '.join(TOOL_NAMES)}")
+    injector = FaultInjector(faults)
+
+    # LangChain passes only the arguments the model sent, so each body carries the schema's defaults itself.
+    def search_books(query: str, max_results: int = search_max_results) -> str:
+        return to_json([_book_json(book) for book in store.search(query, max_results)])
+
+    def check_stock(book_id: int) -> str:
+        book = store.get_book(book_id)
+        return to_json({"id": book.id, "title": book.title, "inStock": store.stock(book_id)})
+
+    def get_order_status(order_id: int) -> str:
+        order = store.order_status(order_id)
+        if order is None:
+            return to_json({"orderId": order_id, "status": "not found"})
+        result: dict[str, Any] = {"orderId": order.order_id, "status": order.status}
+        if order.tracking is not None:
+            result["tracking"] = order.tracking
+        return to_json(result)
+
+    def add_to_cart(book_id: int, quantity: int = 1, tool_call_id: str | None = None) -> str:
+        added = store.add_to_cart(customer_id, book_id, quantity, request_id=tool_call_id)
+        return to_json({"added": added.book.title, "quantity": added.quantity, "cartTotal": added.cart_total})
+
+    def view_cart() -> str:
+        cart = store.cart(customer_id)
+        items = [
+            {
+                "id": line.book.id,
+                "title": line.book.title,
+                "quantity": line.quantity,
+                "price": line.book.price,
+                "lineTotal": line.line_total,
+            }
+            for line in cart.lines
+        ]
+        return to_json({"items": items, "cartTotal": cart.total})
+
+    return [
+        _structured("search_books", _search_args(search_max_results), search_books, injector),
+        _structured("check_stock", CheckStockArgs, check_stock, injector),
+        _structured("get_order_status", GetOrderStatusArgs, get_order_status, injector),
+        _structured("add_to_cart", AddToCartArgs, add_to_cart, injector),
+        _structured("view_cart", ViewCartArgs, view_cart, injector),
+    ]
+
+
+def tools_by_name(tools: list[BaseTool]) -> dict[str, BaseTool]:
+    """Index a tool list by name, as both loops need when a tool call arrives."""
+    return {tool.name: tool for tool in tools}
