@@ -1,0 +1,569 @@
+"""The scripted model's brains: how each persona decides its next reply from the message history.
+
+`ScriptedChatModel` (in `models.py`) is only the LangChain plumbing; the decisions live here as plain
+functions, one per persona, each taking a `Context` and returning a `Decision` (a one-line plan plus
+either tool calls or a final text). Nothing here keeps state between calls: every decision is derived
+again from the history, the way a real model re-reads the whole prompt on every call. So the same
+script drives both agents even though they feed back different error texts and tool-call ids, and a
+multi-turn session works because only the tool results *after the latest goal* (the last human
+message) count as this turn's facts. The model never touches the store: all it knows is what the
+ToolMessages (JSON text, per the tool contract) told it. A goal no script understands raises
+`ScriptExhausted`; there is no wrap-around and no generic fallback answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from shared_tools.guards import call_key
+
+FRESH_CART_PHRASES: tuple[str, ...] = ("can change", "always call view_cart")
+"""If the system instructions contain one of these (case-insensitive), cart answers need a fresh view_cart."""
+
+FRESH_CART_INSTRUCTION = (
+    "Cart data can change between turns, so always call view_cart before you answer a question about the cart."
+)
+"""A sentence to append to the instructions so the scripted model (and, one hopes, a real one) re-reads the cart."""
+
+REPEAT_REFUSED_MARKER = "You already called"
+"""The start of the shared repeat-guard text (`guards.repeat_error`)."""
+
+
+class ScriptExhausted(RuntimeError):
+    """The scripted model was asked something no script covers. A test double must fail loudly, not improvise."""
+
+
+class ToolNotBound(RuntimeError):
+    """A script needs a tool that was not passed to `bind_tools`; a wiring bug in the caller, not a model mistake."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Decisions
+
+
+@dataclass(frozen=True)
+class PlannedCall:
+    name: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the model replies: a one-line plan (reasoning text) and either tool calls or a final text."""
+
+    plan: str
+    text: str = ""
+    calls: tuple[PlannedCall, ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Goals: the customer requests the scripts understand, parsed from the last human message
+
+
+@dataclass(frozen=True)
+class AddBook:
+    title: str
+    quantity: int
+    fallback_same_author: bool
+    """The goal said "If it is not available, add another novel by the same author."."""
+
+
+@dataclass(frozen=True)
+class OrderStatus:
+    order_id: int
+
+
+@dataclass(frozen=True)
+class CartTotal:
+    pass
+
+
+@dataclass(frozen=True)
+class CheckStock:
+    book_ids: tuple[int, ...]
+
+
+Goal = AddBook | OrderStatus | CartTotal | CheckStock
+
+_FLAGS = re.IGNORECASE | re.DOTALL
+_ADD = re.compile(
+    r"add\s+(?:(?P<qty>\d+)\s+cop(?:y|ies)\s+of\s+)?(?P<title>.+?)\s+to\s+my\s+cart\s*\.?"
+    r"\s*(?P<fallback>if\s+it\s+is\s+not\s+available,?\s+add\s+another\s+novel\s+by\s+the\s+same\s+author\s*\.?)?",
+    _FLAGS,
+)
+_ORDER = re.compile(r"where\s+is\s+my\s+order\s+(?:#|number\s+)?(?P<id>\d+)\s*\??", _FLAGS)
+_CART = re.compile(r"what\s+is\s+my\s+cart\s+total(?:\s+now)?\s*\??", _FLAGS)
+_STOCK = re.compile(r"check\s+the\s+stock\s+of\s+books?\s+(?P<ids>\d+(?:\s*(?:,|and|&)\s*\d+)*)\s*\.?", _FLAGS)
+
+KNOWN_GOALS: tuple[str, ...] = (
+    "Add <title> to my cart. [If it is not available, add another novel by the same author.]",
+    "Add <n> copies of <title> to my cart.",
+    "Where is my order <n>?",
+    "What is my cart total now?",
+    "Check the stock of books <id> and <id>",
+)
+
+
+def parse_goal(text: str) -> Goal | None:
+    """The goal a script understands, or None. The whole message must match: unknown extras are not ignored."""
+    text = text.strip()
+    if m := _ADD.fullmatch(text):
+        title = m["title"].strip().strip("\"'“”")
+        return AddBook(title=title, quantity=int(m["qty"] or 1), fallback_same_author=m["fallback"] is not None)
+    if m := _ORDER.fullmatch(text):
+        return OrderStatus(order_id=int(m["id"]))
+    if _CART.fullmatch(text):
+        return CartTotal()
+    if m := _STOCK.fullmatch(text):
+        return CheckStock(book_ids=tuple(int(i) for i in re.findall(r"\d+", m["ids"])))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Facts: what the tool results in a stretch of history say
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """One tool result, joined with the call it answers (matched by tool_call_id)."""
+
+    name: str
+    args: dict[str, Any]
+    ok: bool
+    text: str
+    data: Any = None
+    """The parsed JSON of a successful result."""
+
+    @property
+    def key(self) -> str:
+        return call_key(self.name, self.args)
+
+
+@dataclass
+class Facts:
+    """Everything the tool results in some messages established, newest value winning."""
+
+    outcomes: list[ToolOutcome] = field(default_factory=list)
+    last_round: list[ToolOutcome] = field(default_factory=list)
+    """Results answering the most recent AI message that asked for tools."""
+    answered: bool = False
+    """An AI message without tool calls (a final answer) is among the messages."""
+    searches: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    stock: dict[int, int] = field(default_factory=dict)
+    orders: dict[int, dict[str, Any]] = field(default_factory=dict)
+    added: list[dict[str, Any]] = field(default_factory=list)
+    cart_total: Decimal | None = None
+    cart_items: list[dict[str, Any]] | None = None
+    """Items of the latest view_cart result (None if the cart was never viewed)."""
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    """Error texts by `call_key`, in order."""
+    repeat_refused: str | None = None
+
+    @property
+    def books(self) -> dict[int, dict[str, Any]]:
+        return {book["id"]: book for results in self.searches.values() for book in results}
+
+    def title_of(self, book_id: int) -> str | None:
+        book = self.books.get(book_id)
+        return book["title"] if book else None
+
+
+def _content_text(message: BaseMessage) -> str:
+    return message.content if isinstance(message.content, str) else message.text
+
+
+def _parse_json(text: str) -> Any:
+    """Parse a result; money stays Decimal so 16.50 prints as 16.50. A truncated list keeps its whole objects."""
+    try:
+        return json.loads(text, parse_float=Decimal)
+    except json.JSONDecodeError:
+        if text.lstrip().startswith("["):
+            # A result cut by `guards.truncate` still holds some complete objects; a model would read those.
+            whole = []
+            for chunk in re.findall(r"\{[^{}]*\}", text):
+                try:
+                    whole.append(json.loads(chunk, parse_float=Decimal))
+                except json.JSONDecodeError:
+                    continue
+            return whole
+        return None
+
+
+def _outcome(name: str, args: dict[str, Any], message: ToolMessage) -> ToolOutcome:
+    text = _content_text(message)
+    data = _parse_json(text)
+    # The seed's loop returns {"error": "..."} objects; LangChain loops mark the ToolMessage instead. Accept both.
+    seed_style_error = isinstance(data, dict) and set(data) == {"error"}
+    if message.status == "error" or seed_style_error:
+        return ToolOutcome(name, args, ok=False, text=str(data["error"]) if seed_style_error else text)
+    if data is None:
+        return ToolOutcome(name, args, ok=False, text=f"unreadable result: {text[:80]}")
+    return ToolOutcome(name, args, ok=True, text=text, data=data)
+
+
+def _record(facts: Facts, o: ToolOutcome) -> None:
+    facts.outcomes.append(o)
+    facts.last_round.append(o)
+    if not o.ok:
+        facts.errors.setdefault(o.key, []).append(o.text)
+        if REPEAT_REFUSED_MARKER in o.text:
+            facts.repeat_refused = o.text
+        return
+    data = o.data
+    if o.name == "search_books" and isinstance(data, list):
+        facts.searches[str(o.args.get("query", ""))] = [b for b in data if isinstance(b, dict) and "id" in b]
+    elif o.name == "check_stock" and isinstance(data, dict) and "inStock" in data:
+        facts.stock[int(data.get("id", o.args.get("book_id", -1)))] = int(data["inStock"])
+    elif o.name == "get_order_status" and isinstance(data, dict):
+        facts.orders[int(data.get("orderId", o.args.get("order_id", -1)))] = data
+    elif o.name == "add_to_cart" and isinstance(data, dict):
+        facts.added.append(data)
+        facts.cart_total = Decimal(str(data["cartTotal"])) if "cartTotal" in data else facts.cart_total
+    elif o.name == "view_cart" and isinstance(data, dict):
+        facts.cart_items = list(data.get("items", []))
+        facts.cart_total = Decimal(str(data.get("cartTotal", "0")))
+
+
+def read_facts(messages: Sequence[BaseMessage]) -> Facts:
+    """Join every ToolMessage to the call it answers and collect what the results say."""
+    facts = Facts()
+    calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    for message in messages:
+        if isinstance(message, AIMessage):
+            if message.tool_calls:
+                facts.last_round = []
+                calls.update({tc["id"]: (tc["name"], dict(tc["args"])) for tc in message.tool_calls if tc["id"]})
+            else:
+                facts.answered = True
+        elif isinstance(message, ToolMessage):
+            name, args = calls.get(message.tool_call_id, (message.name or "?", {}))
+            _record(facts, _outcome(name, args, message))
+    return facts
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Context: the prompt, as a persona sees it
+
+
+@dataclass(frozen=True)
+class Context:
+    persona: str
+    goal_text: str | None
+    """Text of the last human message (None if there is none)."""
+    instructions: str
+    turn: Facts
+    """Facts from the messages after the goal: this turn's tool results."""
+    conversation: Facts
+    """Facts from the whole history, earlier turns included."""
+    tool_names: tuple[str, ...]
+
+    @classmethod
+    def from_messages(cls, messages: Sequence[BaseMessage], tool_names: Sequence[str], persona: str) -> Context:
+        last_human = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=None)
+        instructions = "\n".join(_content_text(m) for m in messages if isinstance(m, SystemMessage))
+        return cls(
+            persona=persona,
+            goal_text=None if last_human is None else _content_text(messages[last_human]),
+            instructions=instructions,
+            turn=read_facts(messages[last_human + 1 :] if last_human is not None else messages),
+            conversation=read_facts(messages),
+            tool_names=tuple(tool_names),
+        )
+
+    @property
+    def wants_fresh_cart(self) -> bool:
+        lowered = self.instructions.casefold()
+        return any(phrase.casefold() in lowered for phrase in FRESH_CART_PHRASES)
+
+    def goal(self) -> Goal:
+        """The parsed goal; raises `ScriptExhausted` for anything a script does not cover."""
+        if self.goal_text is None:
+            raise ScriptExhausted(f"Scripted model (persona {self.persona!r}) got no human message, so it has no goal.")
+        goal = parse_goal(self.goal_text)
+        if goal is None:
+            raise ScriptExhausted(
+                f"Scripted model (persona {self.persona!r}) has no script for the goal {self.goal_text!r}. "
+                f"Known goals: {' | '.join(KNOWN_GOALS)}"
+            )
+        if self.turn.answered:
+            raise ScriptExhausted(
+                f"Scripted model (persona {self.persona!r}) already answered the goal {self.goal_text!r}; "
+                "it has no script for another reply in the same turn."
+            )
+        return goal
+
+    def call(self, name: str, **args: Any) -> PlannedCall:
+        """A call to a bound tool; a missing tool is the caller's wiring bug, so it raises."""
+        if name not in self.tool_names:
+            raise ToolNotBound(
+                f"Scripted model (persona {self.persona!r}) needs the tool {name!r}, but only "
+                f"{list(self.tool_names)} were bound with bind_tools."
+            )
+        return PlannedCall(name, args)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Wording helpers
+
+
+def money(value: Decimal) -> str:
+    return f"${value:.2f}"
+
+
+def copies(n: int) -> str:
+    return f"{n} cop{'y' if n == 1 else 'ies'}"
+
+
+def _quote(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe_call(o: ToolOutcome) -> str:
+    args = ", ".join(f"{k}={v}" for k, v in o.args.items())
+    return f"{o.name}({args})"
+
+
+def known_so_far(facts: Facts) -> str:
+    """A sentence with what the results established, for honest partial answers."""
+    parts = [f"{facts.title_of(i) or f'book {i}'}: {n} in stock" for i, n in facts.stock.items()]
+    parts += [f"added {copies(int(a.get('quantity', 1)))} of {a.get('added')}" for a in facts.added]
+    parts += [f"order {i} is {o.get('status')}" for i, o in facts.orders.items()]
+    if facts.cart_total is not None:
+        parts.append(f"cart total {money(facts.cart_total)}")
+    return f"What I know so far: {'; '.join(parts)}." if parts else "I have no results to report yet."
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Error handling, shared by the personas that behave sensibly
+
+
+def handle_errors(ctx: Context) -> Decision | None:
+    """Retry a failed call once, give up honestly after the second failure; None when the last round went fine.
+
+    An error from a tool that was never bound (the hallucinator's invented name, answered with "Unknown
+    tool ... Available: ...") is not retried: the model simply continues with a listed tool.
+    """
+    if ctx.turn.repeat_refused is not None:
+        return Decision(
+            plan="The loop refused a repeated call; stop calling and answer with what I have.",
+            text=f"I stopped because I was repeating the same request. {known_so_far(ctx.turn)}",
+        )
+    failed = [o for o in ctx.turn.last_round if not o.ok and o.name in ctx.tool_names]
+    if not failed:
+        return None
+    for o in failed:
+        if len(ctx.turn.errors[o.key]) >= 2:
+            return Decision(
+                plan=f"{_describe_call(o)} failed twice; tell the customer honestly.",
+                text=f"Sorry, I couldn't complete that: {_describe_call(o)} failed twice "
+                f'("{_quote(o.text)}"). {known_so_far(ctx.turn)}',
+            )
+    retries = tuple(ctx.call(o.name, **o.args) for o in failed)
+    return Decision(plan=f"{', '.join(_describe_call(o) for o in failed)} failed; retry once.", calls=retries)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Goal policies
+
+
+def _same_author_novels(results: list[dict[str, Any]], target: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        b
+        for b in results
+        if b["id"] != target["id"] and b.get("author") == target.get("author") and b.get("genre") == "novel"
+    ]
+
+
+def _added_answer(goal: AddBook, target: dict[str, Any], added: dict[str, Any], facts: Facts) -> Decision:
+    title = str(added.get("added"))
+    author = next((b.get("author") for b in facts.books.values() if b["title"] == title), target.get("author"))
+    count = copies(int(added.get("quantity", goal.quantity)))
+    total = money(Decimal(str(added["cartTotal"])))
+    if title == target["title"]:
+        text = f'I added "{title}" by {author} ({count}) to your cart. Your cart total is {total}.'
+    else:
+        why = _shortage(target, facts)
+        text = f'{target["title"]} {why}, so I added "{title}" by {author} ({count}). Your cart total is {total}.'
+    return Decision(plan=f"{title} is in the cart; tell the customer.", text=text)
+
+
+def add_book(ctx: Context, goal: AddBook, *, parallel: bool = False) -> Decision:
+    """Search, check stock (one at a time, or all candidates at once when `parallel`), add, answer."""
+    facts = ctx.turn
+    results = facts.searches.get(goal.title)
+    if results is None:
+        return Decision(
+            plan=f"Find {goal.title} in the catalog first.", calls=(ctx.call("search_books", query=goal.title),)
+        )
+    target = next((b for b in results if str(b.get("title", "")).casefold() == goal.title.casefold()), None)
+    if target is None:
+        return Decision(
+            plan=f"The search shows no book titled {goal.title}; say so.",
+            text=f'I couldn\'t find a book called "{goal.title}" in the catalog, so I did not add anything.',
+        )
+    if facts.added:
+        return _added_answer(goal, target, facts.added[-1], facts)
+
+    options = [target] + (_same_author_novels(results, target) if goal.fallback_same_author else [])
+    unknown = [b for b in options if b["id"] not in facts.stock]
+    if parallel and unknown:
+        return Decision(
+            plan=f"Check the stock of {goal.title} and every other novel by {target.get('author')} at once.",
+            calls=tuple(ctx.call("check_stock", book_id=b["id"]) for b in unknown),
+        )
+    for book in options:
+        if book["id"] not in facts.stock:
+            return Decision(plan=_check_plan(book, target, facts), calls=(ctx.call("check_stock", book_id=book["id"]),))
+        if facts.stock[book["id"]] >= goal.quantity:
+            return Decision(
+                plan=f"{book['title']} has {facts.stock[book['id']]} in stock; add {copies(goal.quantity)}.",
+                calls=(ctx.call("add_to_cart", book_id=book["id"], quantity=goal.quantity),),
+            )
+
+    why = _shortage(target, facts)
+    if goal.fallback_same_author:
+        text = (
+            f"{target['title']} {why}, and no other novel by {target.get('author')} has enough copies, "
+            "so I did not add anything to your cart."
+        )
+    else:
+        text = f"{target['title']} {why}, so I did not add anything to your cart."
+    return Decision(plan="Nothing fits the request; say so honestly.", text=text)
+
+
+def _shortage(target: dict[str, Any], facts: Facts) -> str:
+    have = facts.stock.get(target["id"], 0)
+    return "is out of stock" if have == 0 else f"has only {have} in stock"
+
+
+def _check_plan(book: dict[str, Any], target: dict[str, Any], facts: Facts) -> str:
+    if book is target:
+        return f"Found {book['title']} (id {book['id']}); check its stock."
+    return (
+        f"{target['title']} has no stock; check the other {target.get('author')} novel, {book['title']}."
+        if facts.stock.get(target["id"]) == 0
+        else f"{target['title']} has too few copies; check {book['title']} by {target.get('author')}."
+    )
+
+
+def order_status(ctx: Context, goal: OrderStatus) -> Decision:
+    order = ctx.turn.orders.get(goal.order_id)
+    if order is None:
+        return Decision(
+            plan=f"Look up order {goal.order_id}.", calls=(ctx.call("get_order_status", order_id=goal.order_id),)
+        )
+    status = str(order.get("status", "unknown"))
+    if status == "not found":
+        text = f"I couldn't find order {goal.order_id}; please check the number."
+    elif order.get("tracking"):
+        text = f"Your order {goal.order_id} has {status}; the tracking number is {order['tracking']}."
+    else:
+        text = f"Your order {goal.order_id} is {status}."
+    return Decision(plan=f"Order {goal.order_id} is {status}; tell the customer.", text=text)
+
+
+def cart_total(ctx: Context, goal: CartTotal) -> Decision:
+    """Answer from this turn's view_cart; else from the conversation, unless told the cart can change."""
+    if ctx.turn.cart_items is not None and ctx.turn.cart_total is not None:
+        items = ", ".join(f"{i.get('title')} x{i.get('quantity')}" for i in ctx.turn.cart_items) or "empty"
+        return Decision(
+            plan="view_cart answered; report the total.",
+            text=f"Your cart total is {money(ctx.turn.cart_total)} ({items}).",
+        )
+    seen = ctx.conversation.cart_total
+    if seen is not None and not ctx.wants_fresh_cart:
+        return Decision(
+            plan=f"An earlier cart result in this conversation says {money(seen)}; no tool needed.",
+            text=f"Your cart total is {money(seen)} (as of my last cart update).",
+        )
+    why = "The instructions say the cart can change" if seen is not None else "I have not seen the cart yet"
+    return Decision(plan=f"{why}; call view_cart.", calls=(ctx.call("view_cart"),))
+
+
+def check_stock(ctx: Context, goal: CheckStock) -> Decision:
+    """All unknown ids in one turn (several tool calls in one reply), then one summary answer."""
+    unknown = [i for i in goal.book_ids if i not in ctx.turn.stock]
+    if unknown:
+        return Decision(
+            plan=f"Check the stock of books {', '.join(map(str, unknown))} in one go.",
+            calls=tuple(ctx.call("check_stock", book_id=i) for i in unknown),
+        )
+    parts = [f"{ctx.turn.title_of(i) or f'Book {i}'} (id {i}): {ctx.turn.stock[i]} in stock" for i in goal.book_ids]
+    return Decision(plan="All stock levels are known; summarise.", text="; ".join(parts) + ".")
+
+
+def _pursue(ctx: Context, goal: Goal, *, parallel: bool = False) -> Decision:
+    match goal:
+        case AddBook():
+            return add_book(ctx, goal, parallel=parallel)
+        case OrderStatus():
+            return order_status(ctx, goal)
+        case CartTotal():
+            return cart_total(ctx, goal)
+        case CheckStock():
+            return check_stock(ctx, goal)
+    raise AssertionError(f"unhandled goal {goal!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Personas
+
+
+def shopper(ctx: Context) -> Decision:
+    goal = ctx.goal()
+    return handle_errors(ctx) or _pursue(ctx, goal)
+
+
+def parallel(ctx: Context) -> Decision:
+    goal = ctx.goal()
+    return handle_errors(ctx) or _pursue(ctx, goal, parallel=True)
+
+
+def hallucinator(ctx: Context) -> Decision:
+    goal = ctx.goal()
+    if not ctx.turn.outcomes:
+        subject = goal.title if isinstance(goal, AddBook) else (ctx.goal_text or "")
+        # Deliberately not ctx.call(): the point is a tool that was never bound.
+        return Decision(
+            plan=f"Look up {subject} with find_book.", calls=(PlannedCall("find_book", {"title": subject}),)
+        )
+    return shopper(ctx)
+
+
+def looper(ctx: Context) -> Decision:
+    return Decision(plan="Check the stock of book 2 again.", calls=(ctx.call("check_stock", book_id=2),))
+
+
+def silent(ctx: Context) -> Decision:
+    return Decision(plan="I am not sure what to say, so I return nothing.")
+
+
+PERSONAS: dict[str, str] = {
+    "shopper": "the seed's sensible path: search, check stock, fall back to the same author's novel, add, answer",
+    "parallel": "like shopper, but asks for several tool calls in one reply (all stock checks at once)",
+    "hallucinator": "first calls a tool that does not exist (find_book), then behaves like shopper",
+    "looper": "calls check_stock(book_id=2) on every turn, whatever the results, and never answers",
+    "silent": "returns an empty reply: no text, no tool calls",
+}
+"""Persona name -> one-line description (for --list output)."""
+
+POLICIES: dict[str, Callable[[Context], Decision]] = {
+    "shopper": shopper,
+    "parallel": parallel,
+    "hallucinator": hallucinator,
+    "looper": looper,
+    "silent": silent,
+}
+
+
+def decide(messages: Sequence[BaseMessage], tool_names: Sequence[str], persona: str) -> Decision:
+    """The persona's next reply to `messages`, given the names of the bound tools."""
+    return POLICIES[persona](Context.from_messages(messages, tool_names, persona))
