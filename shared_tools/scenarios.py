@@ -1,0 +1,309 @@
+"""The ten experiments `compare.py` runs, as plain data: what to set up, what to ask, and what it teaches.
+
+A `Scenario` names one lesson from the seed article (the token column, the step limit, a flaky warehouse, a
+looping model, a stale session answer, ...) and holds everything needed to repeat it: the goal or turns, the
+instructions, the limits, the faults, the scripted persona, which contenders take part, and `Variant`s that
+change one knob (error details off/on, truncation off/on, sequential/parallel tools). Nothing here runs an
+agent; `compare.py` reads these definitions, gives every contender the same setup and renders the results.
+The closing tables of the seed ("who owns what" and the guard list) are data here too, so the terminal and
+the HTML report say the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from shared_tools.faults import Faults
+from shared_tools.personas import FRESH_CART_INSTRUCTION
+from shared_tools.results import AgentLimits
+
+CONTENDERS: dict[str, str] = {
+    "handwritten": "the from-scratch loop (handwritten.AgentLoop): every guard is code you can read",
+    "langgraph": "the same agent as a LangGraph StateGraph, with our guards built as graph state and nodes",
+    "langgraph-defaults": "the same graph with only LangGraph's defaults (recursion limit from max_steps)",
+    "create-agent": "langchain.agents.create_agent with its built-in call-limit middleware",
+}
+"""Contender name -> one line saying what it is, in the order the tables show them."""
+
+SESSION_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph")
+"""The contenders with a multi-turn session API (`Session` and `GraphSession`)."""
+
+INSTRUCTIONS = (
+    "You are the assistant of an online bookstore. Use the tools to look up books, stock, orders and the "
+    "customer's cart; never guess a book id, a price or a stock level. Add books to the cart only when the "
+    "customer asks. When you are done, answer briefly in English and say what you did."
+)
+"""The system message every contender gets (the seed's `Instructions`)."""
+
+SEED_GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
+CART_QUESTION = "What is my cart total now?"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One setting of a scenario's knobs; a scenario with one default variant has no knob to turn."""
+
+    name: str = "default"
+    """Short id used in the JSON records and on the command line's output ("details-off", "truncated")."""
+    label: str = ""
+    """What differs, in words, for the tables ("detailed_errors=True")."""
+    detailed_errors: bool = False
+    parallel_tools: bool = False
+    max_tool_result_chars: int | None = None
+    search_max_results: int = 5
+    fresh_cart_instruction: bool = False
+    """Append `FRESH_CART_INSTRUCTION` to the instructions, so the model re-reads the cart with view_cart."""
+    persistent: bool = False
+    """Session scenarios: keep the conversation in a file (JSON for the hand-written session, SQLite for the
+    graph) and reopen it, instead of keeping it in memory."""
+    limits: AgentLimits | None = None
+    """Limits that replace the scenario's for this variant."""
+    faults: Faults | None = None
+    """Faults that replace the scenario's for this variant."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One experiment: the same goal(s), limits, faults and model for every contender."""
+
+    name: str
+    description: str
+    """One line, for --list and --help."""
+    lesson: str
+    """The seed's point, in a paragraph; `compare.py` adds what to notice in the measured numbers."""
+    goals: tuple[str, ...]
+    multi_turn: bool = False
+    """True: the goals are turns of one conversation (a session). False: each goal is a separate run."""
+    persona: str = "shopper"
+    """The scripted model's persona (ignored for a real model, which behaves as it does)."""
+    instructions: str = INSTRUCTIONS
+    limits: AgentLimits = field(default_factory=AgentLimits)
+    faults: Faults = field(default_factory=Faults)
+    contenders: tuple[str, ...] = tuple(CONTENDERS)
+    variants: tuple[Variant, ...] = (Variant(),)
+    change_between_turns: int | None = None
+    """Session scenarios: the id of a book that "another channel" (a web shop tab) removes from the cart
+    between turn 1 and turn 2, behind the agent's back."""
+
+    def instructions_for(self, variant: Variant) -> str:
+        if variant.fresh_cart_instruction:
+            return f"{self.instructions} {FRESH_CART_INSTRUCTION}"
+        return self.instructions
+
+    def limits_for(self, variant: Variant) -> AgentLimits:
+        return variant.limits or self.limits
+
+    def faults_for(self, variant: Variant) -> Faults:
+        return variant.faults or self.faults
+
+    def with_max_steps(self, max_steps: int) -> Scenario:
+        """The same scenario with every variant's step limit replaced (the --max-steps option)."""
+        return replace(
+            self,
+            limits=replace(self.limits, max_steps=max_steps),
+            variants=tuple(
+                replace(v, limits=replace(v.limits, max_steps=max_steps)) if v.limits else v for v in self.variants
+            ),
+        )
+
+
+TRUNCATE_AT = 2_000
+TOOL_LATENCY_S = 0.3
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        name="bookstore",
+        description="the seed goal: search, check stock, fall back to the same author's novel, add to cart",
+        lesson=(
+            "How many model calls does one customer request take, and does the prompt stay the same size? "
+            "The loop is four parts: the model plans, asks for a tool, the code runs it and appends the result "
+            "(the observation), and a stop condition ends it. Every model call re-sends the whole history: "
+            "system message, goal, tool definitions and every call and result so far."
+        ),
+        goals=(SEED_GOAL,),
+    ),
+    Scenario(
+        name="orders",
+        description="'Where is my order 4512?' and '... 9999?': a normal answer even for an order that does not exist",
+        lesson=(
+            "An unknown order is a normal tool result ({\"status\": \"not found\"}), not an error, so the "
+            "model answers both questions cleanly in two model calls each: one tool call, one answer."
+        ),
+        goals=("Where is my order 4512?", "Where is my order 9999?"),
+    ),
+    Scenario(
+        name="max-steps",
+        description="the seed goal with max_steps 2, a small token budget and a time budget: stopped halfway",
+        lesson=(
+            "'Done' and 'max steps reached' are not the same thing: one finished the job, the other gave up "
+            "halfway, and the caller must know which. A loop needs several stop conditions besides the answer: "
+            "steps, tokens (with a cloud provider that is money) and wall time (shorter than the gateway "
+            "timeout). When a run stops early, tell the user honestly instead of showing a half-finished text."
+        ),
+        goals=(SEED_GOAL,),
+        variants=(
+            Variant(name="max-steps-2", label="max_steps=2", limits=AgentLimits(max_steps=2)),
+            Variant(name="token-budget", label="max_tokens=2,500", limits=AgentLimits(max_tokens=2_500)),
+            Variant(
+                name="time-budget",
+                label=f"max_duration=0.2 s, tools take {TOOL_LATENCY_S} s",
+                limits=AgentLimits(max_duration=0.2),
+                faults=Faults(latency_s=TOOL_LATENCY_S),
+            ),
+        ),
+    ),
+    Scenario(
+        name="flaky-warehouse",
+        description="the first check_stock times out: does the model see the error, and retry?",
+        lesson=(
+            "A tool exception must go back to the model as a readable error result; swallow it and the model "
+            "assumes success. Whether the exception text is shown is a choice: FunctionInvokingChatClient "
+            "hides it by default (IncludeDetailedErrors=false) because an exception message can carry "
+            "internals. LangGraph's ToolNode re-raises tool exceptions by default unless you opt in."
+        ),
+        goals=(SEED_GOAL,),
+        faults=Faults(check_stock_timeouts=1),
+        variants=(
+            Variant(name="details-off", label="detailed_errors=False", detailed_errors=False),
+            Variant(name="details-on", label="detailed_errors=True", detailed_errors=True),
+        ),
+    ),
+    Scenario(
+        name="big-results",
+        description="search_books returns up to 50 books: tokens with and without truncation at 2,000 chars",
+        lesson=(
+            "A step limit alone is not enough: a tool that returns a large result is re-sent on every later "
+            "call, so the token bill grows with it. Cutting a result at 2,000 characters (and saying how much "
+            "was cut, so the model knows it is partial) keeps every later step cheaper."
+        ),
+        goals=(SEED_GOAL,),
+        variants=(
+            Variant(name="full", label="max_results=50, no truncation", search_max_results=50),
+            Variant(
+                name="truncated",
+                label=f"max_results=50, cut at {TRUNCATE_AT:,} chars",
+                search_max_results=50,
+                max_tool_result_chars=TRUNCATE_AT,
+            ),
+        ),
+    ),
+    Scenario(
+        name="looping-model",
+        description="a model that repeats one identical call forever: who stops it, and at what cost",
+        persona="looper",
+        lesson=(
+            "Repeating the same call with the same arguments is the most common infinite loop of small "
+            "models: the result does not change and the model keeps asking. A counter of identical calls "
+            "(canonical JSON of the arguments) blocks the third one with an explanation. No framework "
+            "ships this check; their step limits stop the loop only after paying for every call."
+        ),
+        goals=(SEED_GOAL,),
+    ),
+    Scenario(
+        name="hallucinated-tool",
+        description="the model calls a tool that does not exist: the error text each contender gives back",
+        persona="hallucinator",
+        lesson=(
+            "Small models sometimes invent a tool name. An unknown tool is an error result, not a crash, and "
+            "listing the tools that do exist is enough for the model to correct itself."
+        ),
+        goals=(SEED_GOAL,),
+    ),
+    Scenario(
+        name="session",
+        description="two turns in one conversation; turn 2 'What is my cart total now?' answered from memory",
+        lesson=(
+            "A session keeps the previous turns, tool results included, and sends them again on the next "
+            "turn, so the model can answer 'What is my cart total now?' without a tool call. The hand-written "
+            "session is a list of messages you can save as JSON; LangGraph keeps the same list as checkpoints "
+            "of a thread (one per superstep), in memory or in SQLite, where it survives a restart."
+        ),
+        goals=(SEED_GOAL, CART_QUESTION),
+        multi_turn=True,
+        contenders=SESSION_CONTENDERS,
+        variants=(
+            Variant(name="memory", label="in memory"),
+            Variant(name="persisted", label="JSON file / SQLite, reopened after the run", persistent=True),
+        ),
+    ),
+    Scenario(
+        name="stale-cart",
+        description="the cart changes through another channel between turns: the remembered total is stale",
+        lesson=(
+            "Memory is convenient but it is a copy: the model read the old tool result in the history, not the "
+            "cart as it is now. If data can change, the instructions must say so, so the model reads it with a "
+            "tool. No framework guards against stale reads from history: no expiry, no re-validation."
+        ),
+        goals=(SEED_GOAL, CART_QUESTION),
+        multi_turn=True,
+        contenders=SESSION_CONTENDERS,
+        change_between_turns=7,
+        variants=(
+            Variant(name="default-instructions", label="default instructions"),
+            Variant(name="fresh-cart", label="instructions say the cart can change", fresh_cart_instruction=True),
+        ),
+    ),
+    Scenario(
+        name="parallel-tools",
+        description=f"two stock checks in one model reply with {TOOL_LATENCY_S} s tool latency: sequential vs parallel",
+        persona="parallel",
+        lesson=(
+            "A model may ask for several tools in one reply; each result is matched to its call by the call id, "
+            "so they can run at the same time. FunctionInvokingChatClient runs them one after another by "
+            "default; LangGraph's ToolNode always runs them concurrently."
+        ),
+        goals=("Check the stock of books 2 and 7",),
+        faults=Faults(latency_s=TOOL_LATENCY_S),
+        variants=(
+            Variant(name="sequential", label="parallel_tools=False", parallel_tools=False),
+            Variant(name="parallel", label="parallel_tools=True", parallel_tools=True),
+        ),
+    ),
+)
+
+SCENARIOS_BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
+
+
+# --- the closing comparison --------------------------------------------------------------------------------
+
+GUARDS: dict[str, str] = {
+    "step limit": "max-steps",
+    "token budget": "max-steps",
+    "time budget": "max-steps",
+    "repeat check": "looping-model",
+    "unknown tool": "hallucinated-tool",
+    "error hiding": "flaky-warehouse",
+    "truncation": "big-results",
+    "stale read": "stale-cart",
+}
+"""Each guard of the matrix -> the scenario whose runs show whether it fired."""
+
+OWNERS: tuple[str, ...] = ("hand-written loop", "LangGraph StateGraph", "create_agent + middleware")
+
+WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
+    ("loop", "you: a for loop over steps", "framework: model node -> tools node edges", "framework (prebuilt graph)"),
+    ("tool invocation", "you: look up the tool, invoke it", "framework: ToolNode", "framework: ToolNode"),
+    (
+        "error handling",
+        "you: every failure becomes an error result",
+        "ToolNode re-raises tool exceptions unless you opt in",
+        "re-raises unless you add ToolErrorMiddleware",
+    ),
+    (
+        "step limit",
+        "you: max_steps",
+        "recursion_limit counts supersteps (default 10007); RemainingSteps to end cleanly",
+        "ModelCallLimitMiddleware (none by default; recursion_limit 9,999)",
+    ),
+    ("token budget", "you", "you (a node reading usage)", "nobody (you write middleware)"),
+    ("time budget", "you", "you (per-node timeouts only)", "nobody (you write middleware)"),
+    ("repeat check", "you", "you", "nobody (ToolCallLimitMiddleware caps counts, not repeats)"),
+    ("session memory", "you: keep the message list", "checkpointer per thread_id", "checkpointer per thread_id"),
+    ("persistence", "you: save/load JSON", "SqliteSaver / Postgres saver", "the same checkpointers"),
+    ("stale reads", "you (instructions, re-read tools)", "you", "you"),
+)
+"""The seed's closing comparison: row -> who owns it in each of `OWNERS`."""
+
+
+def scenario_names() -> list[str]:
+    return [s.name for s in SCENARIOS]
