@@ -145,7 +145,10 @@ def _words(text: str) -> list[str]:
 
 
 def _hits(word: str, field_words: list[str]) -> bool:
-    # Prefix match, so "lighthouse" also finds "lighthouses" and "novel" finds "novels".
+    # Prefix match, so "lighthouse" also finds "lighthouses" and "novel" finds "novels"; short words must match
+    # whole, or "no" would find "north" and "sea" would find "season".
+    if len(word) < 4:
+        return word in field_words
     return any(w.startswith(word) for w in field_words)
 
 
