@@ -226,9 +226,9 @@ def _spec_error(spec: str) -> ModelSpecError:
 
 def make_model(spec: str, *, timeout_s: float | None = 120.0) -> BaseChatModel:
     """Build the model named by `spec`: "scripted", "scripted:<persona>" or "ollama:<model>"."""
-    kind, _, rest = spec.strip().partition(":")
+    kind, colon, rest = spec.strip().partition(":")
     if kind == "scripted":
-        persona = rest or "shopper"
+        persona = rest if colon else "shopper"
         if persona not in PERSONAS:
             raise _spec_error(spec)
         return ScriptedChatModel(persona=persona)

@@ -157,6 +157,8 @@ class Facts:
     """An AI message without tool calls (a final answer) is among the messages."""
     searches: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     stock: dict[int, int] = field(default_factory=dict)
+    titles: dict[int, str] = field(default_factory=dict)
+    """Book titles by id, from search and check_stock results."""
     orders: dict[int, dict[str, Any]] = field(default_factory=dict)
     added: list[dict[str, Any]] = field(default_factory=list)
     cart_total: Decimal | None = None
@@ -171,8 +173,7 @@ class Facts:
         return {book["id"]: book for results in self.searches.values() for book in results}
 
     def title_of(self, book_id: int) -> str | None:
-        book = self.books.get(book_id)
-        return book["title"] if book else None
+        return self.titles.get(book_id)
 
 
 def _content_text(message: BaseMessage) -> str:
@@ -218,9 +219,14 @@ def _record(facts: Facts, o: ToolOutcome) -> None:
         return
     data = o.data
     if o.name == "search_books" and isinstance(data, list):
-        facts.searches[str(o.args.get("query", ""))] = [b for b in data if isinstance(b, dict) and "id" in b]
+        books = [b for b in data if isinstance(b, dict) and "id" in b]
+        facts.searches[str(o.args.get("query", ""))] = books
+        facts.titles.update({int(b["id"]): str(b.get("title")) for b in books})
     elif o.name == "check_stock" and isinstance(data, dict) and "inStock" in data:
-        facts.stock[int(data.get("id", o.args.get("book_id", -1)))] = int(data["inStock"])
+        book_id = int(data.get("id", o.args.get("book_id", -1)))
+        facts.stock[book_id] = int(data["inStock"])
+        if "title" in data:
+            facts.titles[book_id] = str(data["title"])
     elif o.name == "get_order_status" and isinstance(data, dict):
         facts.orders[int(data.get("orderId", o.args.get("order_id", -1)))] = data
     elif o.name == "add_to_cart" and isinstance(data, dict):
