@@ -1,0 +1,419 @@
+"""The agent as two LangGraph graphs: the guarded port and the plain "LangGraph defaults" loop.
+
+`build_guarded_graph` is the mirror image of `handwritten`'s loop: a `model` node (one model call,
+the seed's "step"), a `tools` node (one tool round) and a `check` node (the budgets the seed checks
+after each round), wired by two small routers. The framework gives us the state machine, message
+merging (`add_messages`), checkpoints, live streaming and `RemainingSteps`; the guards themselves
+(repeat rule, unknown tool, invalid arguments, hidden error details, truncation, token and time
+budgets, error rounds) are ours, written with the same `shared_tools.guards` texts as the
+hand-written loop.
+
+Why the guarded tools node is our own function and not the prebuilt `ToolNode`: `ToolNode` lets a
+`wrap_tool_call` hook see every call (unknown tools too, with ``request.tool is None``) and could
+produce our texts, but it runs the hooks of one turn concurrently and without their position in
+the turn, so "the third identical call is blocked" would depend on thread timing; a hook can only
+return a message or a `Command` per call, so the repeat counts and the tool-call counter would need
+custom reducers; and it has no switch for running a turn's calls one after another. A
+forty-line node that screens the calls in order and then runs them (in parallel or not) reads like
+`handwritten`'s `run_tools` and stays deterministic. `build_defaults_graph` shows the prebuilt
+`ToolNode` and `tools_condition` exactly as LangGraph ships them, so the difference is visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
+from langchain_core.runnables import Runnable, RunnableLambda
+from langchain_core.runnables.config import ContextThreadPoolExecutor
+from langchain_core.tools import BaseTool, ToolException
+from langgraph.config import get_stream_writer
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.runtime import get_runtime
+from langgraph.types import Command
+
+from langgraph_version.state import AgentState, RunContext, stopped
+from shared_tools import guards
+from shared_tools.results import AgentLimits, StopReason, TraceEvent
+
+logger = logging.getLogger(__name__)
+
+MODEL = "model"
+TOOLS = "tools"  # also the name `tools_condition` returns, so both graphs can share it
+CHECK = "check"
+
+SUPERSTEPS_PER_ROUND = 3
+"""model + tools + check: one round of the guarded graph, as counted against the recursion limit."""
+
+BoundModel = Runnable[LanguageModelInput, BaseMessage]
+
+
+class RunCancelled(Exception):
+    """Raised by the defaults graph's model node: that graph has no state field to stop through."""
+
+
+def classify_reply(reply: AIMessage) -> StopReason | None:
+    """None while the model asks for tools; DONE for a text answer; INVALID_RESPONSE for nothing usable."""
+    if reply.tool_calls:
+        return None
+    if reply.invalid_tool_calls or not reply.text.strip():
+        return StopReason.INVALID_RESPONSE
+    return StopReason.DONE
+
+
+def calls_this_run(messages: Sequence[AnyMessage]) -> int:
+    """Model replies since the last user message: the step number in a history that spans several turns."""
+    count = 0
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            break
+        count += isinstance(message, AIMessage)
+    return count
+
+
+def emit(event: TraceEvent) -> None:
+    """Send a trace line to the caller live, through LangGraph's "custom" stream."""
+    get_stream_writer()(event)
+
+
+def _model_event(step: int, reply: AIMessage, duration_s: float) -> TraceEvent:
+    return TraceEvent(step, "model", duration_s, guards.model_detail(reply), guards.usage_tokens(reply))
+
+
+# ---------------------------------------------------------------------------------------------
+# The guarded graph
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GuardOptions:
+    """How the guarded graph treats tools; the budgets live in `AgentLimits`."""
+
+    limits: AgentLimits
+    detailed_errors: bool = False
+    parallel_tools: bool = True
+    max_tool_result_chars: int | None = None
+
+
+class _Outcome(NamedTuple):
+    text: str
+    is_error: bool
+    duration_s: float
+
+
+class GuardedNodes:
+    """The guarded graph's nodes. Each returns only the state keys it changes."""
+
+    def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], options: GuardOptions) -> None:
+        self.bound: BoundModel = model.bind_tools(tools)
+        self.tools = {tool.name: tool for tool in tools}
+        self.options = options
+        self.limits = options.limits
+
+    # -- model node ---------------------------------------------------------------------------
+
+    def call_model(self, state: AgentState) -> dict[str, Any]:
+        if (early := self._before_model(state)) is not None:
+            return early
+        started = time.perf_counter()
+        try:
+            reply = self._invoke_model(state["messages"], self._time_left(state))
+        except TimeoutError:
+            return stopped(StopReason.TIME_BUDGET)
+        return self._after_model(state, reply, time.perf_counter() - started)
+
+    async def acall_model(self, state: AgentState) -> dict[str, Any]:
+        if (early := self._before_model(state)) is not None:
+            return early
+        started = time.perf_counter()
+        try:
+            reply = await asyncio.wait_for(self.bound.ainvoke(state["messages"]), self._time_left(state))
+        except TimeoutError:
+            return stopped(StopReason.TIME_BUDGET)
+        return self._after_model(state, reply, time.perf_counter() - started)
+
+    def _before_model(self, state: AgentState) -> dict[str, Any] | None:
+        """The reasons not to call the model at all; None means go ahead."""
+        if get_runtime(RunContext).context.cancelled:
+            return stopped(StopReason.CANCELLED)
+        # A round needs this superstep plus tools and check; without room LangGraph would raise
+        # GraphRecursionError. recursion_limit_for() leaves room for max_steps rounds, so this only
+        # ends runs without a step limit (or a caller's own smaller recursion_limit).
+        if state["remaining_steps"] < SUPERSTEPS_PER_ROUND:
+            return stopped(StopReason.MAX_STEPS)
+        time_left = self._time_left(state)
+        if time_left is not None and time_left <= 0:
+            return stopped(StopReason.TIME_BUDGET)
+        return None
+
+    def _invoke_model(self, messages: list[AnyMessage], timeout: float | None) -> BaseMessage:
+        if timeout is None:
+            return self.bound.invoke(messages)
+        executor = ContextThreadPoolExecutor(max_workers=1)
+        try:
+            return executor.submit(self.bound.invoke, messages).result(timeout=timeout)
+        finally:
+            # A blocking call cannot be interrupted: after a timeout it finishes in the background
+            # and its reply is dropped.
+            executor.shutdown(wait=False)
+
+    def _after_model(self, state: AgentState, reply: BaseMessage, duration_s: float) -> dict[str, Any]:
+        if not isinstance(reply, AIMessage):
+            raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
+        step = state["model_calls"] + 1
+        emit(_model_event(step, reply, duration_s))
+        update: dict[str, Any] = {
+            "messages": [reply],
+            "model_calls": step,
+            "tokens": state["tokens"] + guards.usage_tokens(reply),
+        }
+        if (reason := classify_reply(reply)) is not None:
+            update |= stopped(reason)
+        return update
+
+    def _time_left(self, state: AgentState) -> float | None:
+        if self.limits.max_duration is None:
+            return None
+        return self.limits.max_duration - (time.monotonic() - state["started_at"])
+
+    # -- tools node ---------------------------------------------------------------------------
+
+    def run_tools(self, state: AgentState) -> dict[str, Any]:
+        if get_runtime(RunContext).context.cancelled:
+            return stopped(StopReason.CANCELLED)
+        calls, refusals, seen = self._screen(state)
+        if self.options.parallel_tools and len(calls) > 1:
+            with ContextThreadPoolExecutor(max_workers=len(calls)) as executor:
+                outcomes = list(executor.map(self._attempt, calls, refusals))
+        else:
+            outcomes = [self._attempt(call, refusal) for call, refusal in zip(calls, refusals, strict=True)]
+        return self._round_update(state, calls, outcomes, seen)
+
+    async def arun_tools(self, state: AgentState) -> dict[str, Any]:
+        if get_runtime(RunContext).context.cancelled:
+            return stopped(StopReason.CANCELLED)
+        calls, refusals, seen = self._screen(state)
+        if self.options.parallel_tools:
+            outcomes = list(await asyncio.gather(*map(self._aattempt, calls, refusals)))
+        else:
+            outcomes = [await self._aattempt(call, refusal) for call, refusal in zip(calls, refusals, strict=True)]
+        return self._round_update(state, calls, outcomes, seen)
+
+    def _screen(self, state: AgentState) -> tuple[list[ToolCall], list[str | None], dict[str, int]]:
+        """Decide, in call order, which calls may run; a refusal is the error text the model gets instead."""
+        reply = state["messages"][-1]
+        assert isinstance(reply, AIMessage), "the tools node runs only after a reply with tool calls"
+        seen = dict(state["seen_calls"])
+        calls = list(reply.tool_calls)
+        return calls, [self._refusal(call, seen) for call in calls], seen
+
+    def _refusal(self, call: ToolCall, seen: dict[str, int]) -> str | None:
+        name, args = call["name"], call["args"]
+        tool = self.tools.get(name)
+        if tool is None:
+            return guards.unknown_tool_error(name, list(self.tools))
+        key = guards.call_key(name, args)
+        count = seen[key] = seen.get(key, 0) + 1
+        if self.limits.repeat_blocked(count - 1):
+            return guards.repeat_error(name, count - 1)
+        return guards.invalid_args_error(tool, args)
+
+    def _attempt(self, call: ToolCall, refusal: str | None) -> _Outcome:
+        started = time.perf_counter()
+        if refusal is not None:
+            return _Outcome(refusal, True, time.perf_counter() - started)
+        try:
+            output = self.tools[call["name"]].invoke(call["args"])
+        except Exception as exc:  # a tool failure is a result for the model; BaseException (cancel) is not
+            return self._failure(call, exc, started)
+        return _Outcome(self._result_text(output), False, time.perf_counter() - started)
+
+    async def _aattempt(self, call: ToolCall, refusal: str | None) -> _Outcome:
+        started = time.perf_counter()
+        if refusal is not None:
+            return _Outcome(refusal, True, time.perf_counter() - started)
+        try:
+            output = await self.tools[call["name"]].ainvoke(call["args"])
+        except Exception as exc:
+            return self._failure(call, exc, started)
+        return _Outcome(self._result_text(output), False, time.perf_counter() - started)
+
+    def _failure(self, call: ToolCall, exc: Exception, started: float) -> _Outcome:
+        # A ToolException is the tool talking to the model; anything else is a bug or an outage.
+        level = logging.INFO if isinstance(exc, ToolException) else logging.WARNING
+        logger.log(level, "tool %s failed: %s: %s", call["name"], type(exc).__name__, exc)
+        text = guards.tool_failure_text(call["name"], exc, detailed=self.options.detailed_errors)
+        return _Outcome(text, True, time.perf_counter() - started)
+
+    def _result_text(self, output: Any) -> str:
+        text = output if isinstance(output, str) else guards.compact_json(output)
+        return guards.truncate(text, self.options.max_tool_result_chars)
+
+    def _round_update(
+        self, state: AgentState, calls: list[ToolCall], outcomes: list[_Outcome], seen: dict[str, int]
+    ) -> dict[str, Any]:
+        """One ToolMessage per call, in call order, and one trace line per call in the same order."""
+        step = state["model_calls"]
+        messages: list[ToolMessage] = []
+        for call, outcome in zip(calls, outcomes, strict=True):
+            emit(
+                TraceEvent(
+                    step,
+                    call["name"],
+                    outcome.duration_s,
+                    guards.tool_detail(call["args"], outcome.text),
+                    is_error=outcome.is_error,
+                )
+            )
+            messages.append(
+                ToolMessage(
+                    outcome.text,
+                    name=call["name"],
+                    tool_call_id=call["id"],
+                    status="error" if outcome.is_error else "success",
+                )
+            )
+        return {"messages": messages, "tool_calls": state["tool_calls"] + len(calls), "seen_calls": seen}
+
+    # -- check node ---------------------------------------------------------------------------
+
+    def check_budgets(self, state: AgentState) -> dict[str, Any]:
+        """After a tool round, in the hand-written loop's order: error rounds, tokens, time, steps."""
+        if state["stop_reason"] is not None:  # the tools node saw a cancel
+            return {}
+        round_had_error = any(m.status == "error" for m in _last_round(state["messages"]))
+        error_rounds = state["consecutive_error_rounds"] + 1 if round_had_error else 0
+        update: dict[str, Any] = {"consecutive_error_rounds": error_rounds}
+        elapsed = time.monotonic() - state["started_at"]
+        max_steps = self.limits.max_steps
+        if self.limits.exceeded_errors(error_rounds):
+            update |= stopped(StopReason.TOO_MANY_ERRORS)
+        elif self.limits.exceeded_tokens(state["tokens"]):
+            update |= stopped(StopReason.TOKEN_BUDGET)
+        elif self.limits.exceeded_duration(elapsed):
+            update |= stopped(StopReason.TIME_BUDGET)
+        elif max_steps is not None and state["model_calls"] >= max_steps:
+            update |= stopped(StopReason.MAX_STEPS)
+        return update
+
+
+def _last_round(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
+    """The ToolMessages after the last model reply."""
+    round_: list[ToolMessage] = []
+    for message in reversed(messages):
+        if not isinstance(message, ToolMessage):
+            break
+        round_.append(message)
+    return round_
+
+
+def route_after_model(state: AgentState) -> Literal["tools", "__end__"]:
+    """Run the requested tools unless the model node decided to stop."""
+    return END if state["stop_reason"] is not None else TOOLS
+
+
+def route_after_check(state: AgentState) -> Literal["model", "__end__"]:
+    """Ask the model again unless a budget (or a cancel) ended the run."""
+    return END if state["stop_reason"] is not None else MODEL
+
+
+def build_guarded_graph(model: BaseChatModel, tools: Sequence[BaseTool], options: GuardOptions) -> StateGraph:
+    """model -> tools -> check -> model ..., every exit decided by a state field."""
+    nodes = GuardedNodes(model, tools, options)
+    graph = StateGraph(AgentState, context_schema=RunContext)
+    # RunnableLambda pairs each node's sync and async version, so one graph serves run() and arun().
+    graph.add_node(MODEL, RunnableLambda(nodes.call_model, afunc=nodes.acall_model, name=MODEL))
+    graph.add_node(TOOLS, RunnableLambda(nodes.run_tools, afunc=nodes.arun_tools, name=TOOLS))
+    graph.add_node(CHECK, nodes.check_budgets)
+    graph.add_edge(START, MODEL)
+    graph.add_conditional_edges(MODEL, route_after_model, {TOOLS: TOOLS, END: END})
+    graph.add_edge(TOOLS, CHECK)
+    graph.add_conditional_edges(CHECK, route_after_check, {MODEL: MODEL, END: END})
+    return graph
+
+
+# ---------------------------------------------------------------------------------------------
+# The defaults graph: what LangGraph gives you out of the box
+# ---------------------------------------------------------------------------------------------
+
+
+def build_defaults_graph(model: BaseChatModel, tools: Sequence[BaseTool]) -> StateGraph:
+    """The textbook loop: a model node, the prebuilt `ToolNode` with its default error handling,
+    `tools_condition`. Only the recursion limit (set per run) bounds it.
+
+    The `ToolNode` gets a timing hook that re-raises whatever the tool raised, so its default
+    behaviour is unchanged: tool exceptions propagate, unknown tools and bad arguments get
+    LangGraph's own texts. The model node honours a cancel event by raising `RunCancelled`,
+    because this graph's state holds nothing but messages.
+    """
+    bound: BoundModel = model.bind_tools(tools)
+
+    def call_model(state: MessagesState) -> dict[str, Any]:
+        _raise_if_cancelled()
+        started = time.perf_counter()
+        reply = bound.invoke(state["messages"])
+        return _defaults_reply(state, reply, time.perf_counter() - started)
+
+    async def acall_model(state: MessagesState) -> dict[str, Any]:
+        _raise_if_cancelled()
+        started = time.perf_counter()
+        reply = await bound.ainvoke(state["messages"])
+        return _defaults_reply(state, reply, time.perf_counter() - started)
+
+    graph = StateGraph(MessagesState, context_schema=RunContext)
+    graph.add_node(MODEL, RunnableLambda(call_model, afunc=acall_model, name=MODEL))
+    graph.add_node(TOOLS, ToolNode(tools, wrap_tool_call=_timed_tool_call, awrap_tool_call=_atimed_tool_call))
+    graph.add_edge(START, MODEL)
+    graph.add_conditional_edges(MODEL, tools_condition, {TOOLS: TOOLS, END: END})
+    graph.add_edge(TOOLS, MODEL)
+    return graph
+
+
+def _raise_if_cancelled() -> None:
+    if get_runtime(RunContext).context.cancelled:
+        raise RunCancelled
+
+
+def _defaults_reply(state: MessagesState, reply: BaseMessage, duration_s: float) -> dict[str, Any]:
+    if not isinstance(reply, AIMessage):
+        raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
+    emit(_model_event(calls_this_run(state["messages"]) + 1, reply, duration_s))
+    return {"messages": [reply]}
+
+
+ToolResult = ToolMessage | Command
+
+
+def _timed_tool_call(request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
+    started = time.perf_counter()
+    result = execute(request)  # exceptions propagate exactly as without the hook
+    _emit_tool_event(request, result, time.perf_counter() - started)
+    return result
+
+
+async def _atimed_tool_call(
+    request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolResult]]
+) -> ToolResult:
+    started = time.perf_counter()
+    result = await execute(request)
+    _emit_tool_event(request, result, time.perf_counter() - started)
+    return result
+
+
+def _emit_tool_event(request: ToolCallRequest, result: ToolResult, duration_s: float) -> None:
+    call = request.tool_call
+    text = result.text if isinstance(result, ToolMessage) else repr(result)
+    is_error = isinstance(result, ToolMessage) and result.status == "error"
+    step = calls_this_run(request.state["messages"])
+    # ToolNode runs a turn's calls in worker threads; the runtime's writer is the one that reaches the caller.
+    request.runtime.stream_writer(
+        TraceEvent(step, call["name"], duration_s, guards.tool_detail(call["args"], text), is_error=is_error)
+    )
