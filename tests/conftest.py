@@ -1,0 +1,62 @@
+"""Fixtures shared by the test files: a fresh bookstore, its tools, and both agent implementations.
+
+`agent_kind` parametrizes a test over the hand-written loop and the LangGraph port, so each behaviour
+is written once and must hold for both (the style of mini-swe-agent's `model_factory` fixture).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.tools import BaseTool
+
+from shared_tools.results import AgentLimits, AgentResult
+from shared_tools.store import BookStore
+
+IMPLEMENTATIONS = ("handwritten", "langgraph")
+
+
+def build_agent(kind: str, model: BaseChatModel, tools: list[BaseTool], **options: Any) -> Any:
+    """One of the two guarded implementations, with identical options."""
+    if kind == "handwritten":
+        from handwritten import AgentLoop
+
+        return AgentLoop(model, tools, **options)
+    from langgraph_version import GraphAgent
+
+    # The graph's own default is parallel; the behaviour tests compare like with like.
+    options.setdefault("parallel_tools", False)
+    return GraphAgent(model, tools, guards=True, **options)
+
+
+@pytest.fixture
+def store() -> BookStore:
+    return BookStore()
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def agent_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+AgentFactory = Callable[..., Any]
+
+
+@pytest.fixture
+def make_agent(agent_kind: str) -> AgentFactory:
+    """`make_agent(model, tools, limits=..., **options)` for the implementation under test."""
+
+    def factory(model: BaseChatModel, tools: list[BaseTool], limits: AgentLimits | None = None, **options: Any) -> Any:
+        return build_agent(agent_kind, model, tools, limits=limits or AgentLimits(), **options)
+
+    return factory
+
+
+def tool_calls_in_order(result: AgentResult) -> list[tuple[str, dict[str, Any]]]:
+    """Every tool call the model asked for, in order, as (name, args)."""
+    from langchain_core.messages import AIMessage
+
+    return [(c["name"], dict(c["args"])) for m in result.messages if isinstance(m, AIMessage) for c in m.tool_calls]

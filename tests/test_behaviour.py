@@ -1,0 +1,319 @@
+"""Every loop behaviour, written once and run against both implementations (hand-written and LangGraph).
+
+The `make_agent` fixture is parametrized over `handwritten.AgentLoop` and `langgraph_version.GraphAgent`
+(guards on), so a rule that holds for one and not the other fails here. The facts asserted are the seed's:
+stop reasons, step and call counts, the exact texts the model reads, the cart, and rising tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, ToolMessage
+
+from shared_tools import guards
+from shared_tools.faults import FAKE_SECRET, Faults
+from shared_tools.models import make_model
+from shared_tools.results import AgentLimits, StopReason, TraceEvent
+from shared_tools.store import BookStore, UnknownBook
+from shared_tools.tools import make_tools
+from tests.conftest import IMPLEMENTATIONS, build_agent, tool_calls_in_order
+from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
+
+INSTRUCTIONS = "You are the assistant of an online bookstore. Use the tools; answer briefly."
+SEED_GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
+SEED_CALLS = [
+    ("search_books", {"query": "The Last Lighthouse"}),
+    ("check_stock", {"book_id": 2}),
+    ("check_stock", {"book_id": 7}),
+    ("add_to_cart", {"book_id": 7, "quantity": 1}),
+]
+
+
+def tool_messages(result: Any) -> list[ToolMessage]:
+    return [m for m in result.messages if isinstance(m, ToolMessage)]
+
+
+def assert_every_call_answered_once(result: Any) -> None:
+    asked = [c["id"] for m in result.messages if isinstance(m, AIMessage) for c in m.tool_calls]
+    answered = [m.tool_call_id for m in tool_messages(result)]
+    assert sorted(asked) == sorted(answered), "each tool call id needs exactly one ToolMessage"
+
+
+def cart_lines(store: BookStore) -> list[tuple[str, int]]:
+    return [(line.book.title, line.quantity) for line in store.cart("c1").lines]
+
+
+# --- the seed's run ------------------------------------------------------------------------------------------
+
+
+def test_seed_bookstore_run(make_agent: Any, store: BookStore) -> None:
+    result = make_agent(make_model("scripted"), make_tools(store)).run(INSTRUCTIONS, SEED_GOAL)
+
+    assert result.stop_reason is StopReason.DONE
+    assert (result.model_calls, result.steps, result.tool_calls) == (5, 5, 4)
+    assert tool_calls_in_order(result) == SEED_CALLS
+    assert cart_lines(store) == [("The Quiet Orchard", 1)]
+    assert store.cart("c1").total == Decimal("16.50")
+    assert result.answer and "The Quiet Orchard" in result.answer
+    per_step = result.tokens_per_step
+    assert len(per_step) == 5
+    assert all(later > earlier for earlier, later in itertools.pairwise(per_step)), per_step
+    assert result.tokens == sum(per_step)
+    assert [e.name for e in result.trace] == [
+        "model", "search_books", "model", "check_stock", "model", "check_stock", "model", "add_to_cart", "model",
+    ]
+    assert [e.step for e in result.trace] == [1, 1, 2, 2, 3, 3, 4, 4, 5]
+    assert_every_call_answered_once(result)
+
+
+def test_both_implementations_feed_the_model_the_same_history() -> None:
+    """Same model, same tools: identical tool results, trace details and tokens per step in both."""
+    runs = {}
+    for kind in IMPLEMENTATIONS:
+        store = BookStore()
+        runs[kind] = build_agent(kind, make_model("scripted"), make_tools(store)).run(INSTRUCTIONS, SEED_GOAL)
+        runs[kind].cart = cart_lines(store)
+    hand, graph = runs["handwritten"], runs["langgraph"]
+    assert [m.content for m in tool_messages(hand)] == [m.content for m in tool_messages(graph)]
+    assert [(e.step, e.name, e.detail) for e in hand.trace] == [(e.step, e.name, e.detail) for e in graph.trace]
+    assert hand.tokens_per_step == graph.tokens_per_step
+    assert hand.cart == graph.cart == [("The Quiet Orchard", 1)]
+
+
+@pytest.mark.parametrize(
+    ("goal", "expected"),
+    [("Where is my order 4512?", "TRK-88"), ("Where is my order 9999?", "9999")],
+)
+def test_order_questions_end_cleanly(make_agent: Any, store: BookStore, goal: str, expected: str) -> None:
+    result = make_agent(make_model("scripted"), make_tools(store)).run(INSTRUCTIONS, goal)
+    assert result.stop_reason is StopReason.DONE
+    assert (result.model_calls, result.tool_calls) == (2, 1)
+    assert result.answer and expected in result.answer
+    assert tool_messages(result)[0].status == "success"
+
+
+# --- stop reasons --------------------------------------------------------------------------------------------
+
+
+def test_max_steps_stops_after_running_the_last_steps_tools(make_agent: Any, store: BookStore) -> None:
+    agent = make_agent(make_model("scripted"), make_tools(store), AgentLimits(max_steps=2))
+    result = agent.run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.MAX_STEPS
+    assert result.answer is None
+    assert (result.steps, result.tool_calls) == (2, 2)
+    assert tool_calls_in_order(result) == SEED_CALLS[:2]
+    assert cart_lines(store) == []  # gave up before adding anything
+    assert "couldn't finish" in result.user_message()
+    assert_every_call_answered_once(result)
+
+
+def test_silent_model_is_an_invalid_response(make_agent: Any, store: BookStore) -> None:
+    result = make_agent(make_model("scripted:silent"), make_tools(store)).run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.INVALID_RESPONSE
+    assert (result.answer, result.steps, result.tool_calls) == (None, 1, 0)
+
+
+def test_token_budget_stops_after_the_round_that_crossed_it(make_agent: Any, store: BookStore) -> None:
+    full = build_agent("handwritten", make_model("scripted"), make_tools(BookStore())).run(INSTRUCTIONS, SEED_GOAL)
+    budget = sum(full.tokens_per_step[:2])  # crossed during step 3
+    agent = make_agent(make_model("scripted"), make_tools(store), AgentLimits(max_tokens=budget))
+    result = agent.run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.TOKEN_BUDGET
+    assert result.answer is None
+    assert result.steps == 3
+    assert result.tokens == sum(full.tokens_per_step[:3]) > budget
+
+
+def test_time_budget_stops_after_a_slow_tool_round(make_agent: Any, store: BookStore) -> None:
+    tools = make_tools(store, faults=Faults(latency_s=0.2))
+    result = make_agent(make_model("scripted"), tools, AgentLimits(max_duration=0.1)).run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.TIME_BUDGET
+    assert (result.steps, result.tool_calls) == (1, 1)
+    assert_every_call_answered_once(result)
+
+
+def test_cooperative_cancel_keeps_the_partial_run(make_agent: Any, store: BookStore) -> None:
+    cancel = threading.Event()
+
+    def on_event(event: TraceEvent) -> None:
+        if event.name == "check_stock":
+            cancel.set()
+
+    agent = make_agent(make_model("scripted"), make_tools(store), on_event=on_event)
+    result = agent.run(INSTRUCTIONS, SEED_GOAL, cancel=cancel)
+    assert result.stop_reason is StopReason.CANCELLED
+    assert result.answer is None
+    assert tool_calls_in_order(result) == SEED_CALLS[:2]
+    assert [e.name for e in result.trace] == ["model", "search_books", "model", "check_stock"]
+    assert cart_lines(store) == []
+    assert store.check_invariants() == []
+    assert_every_call_answered_once(result)
+
+
+def test_a_model_error_propagates_instead_of_becoming_a_result(make_agent: Any, store: BookStore) -> None:
+    model = ScriptModel(replies=[ai("", call("check_stock", "c1", book_id=7))])
+    with pytest.raises(ScriptExhaustedError):
+        make_agent(model, make_tools(store)).run(INSTRUCTIONS, "stock of 7?")
+
+
+# --- tool-call guards ----------------------------------------------------------------------------------------
+
+
+def test_repeat_rule_blocks_the_third_identical_call(make_agent: Any, store: BookStore) -> None:
+    limits = AgentLimits(max_steps=5, max_consecutive_errors=None)
+    result = make_agent(make_model("scripted:looper"), make_tools(store), limits).run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.MAX_STEPS
+    assert (result.steps, result.tool_calls) == (5, 5)
+    results = tool_messages(result)
+    assert [m.status for m in results] == ["success", "success", "error", "error", "error"]
+    name, _args = tool_calls_in_order(result)[0]
+    assert len(set(map(str, tool_calls_in_order(result)))) == 1, "the looper asks the same thing every time"
+    assert [m.content for m in results[2:]] == [guards.repeat_error(name, n) for n in (2, 3, 4)]
+
+
+def test_consecutive_error_rounds_stop_the_run(make_agent: Any, store: BookStore) -> None:
+    result = make_agent(make_model("scripted:looper"), make_tools(store), AgentLimits(max_steps=10)).run(
+        INSTRUCTIONS, SEED_GOAL
+    )
+    # Rounds 3, 4, 5 and 6 are blocked repeats: the fourth error round in a row is one more than 3.
+    assert result.stop_reason is StopReason.TOO_MANY_ERRORS
+    assert result.steps == 6
+    assert result.answer is None
+
+
+def test_a_clean_round_resets_the_error_count(make_agent: Any, store: BookStore) -> None:
+    bad, good = call("nope", "x"), call("check_stock", "ok", book_id=7)
+    replies = [ai("", {**bad, "id": f"bad{i}"}) for i in range(3)] + [ai("", good)]
+    replies += [ai("", {**bad, "id": f"bad{i}"}) for i in range(3, 6)] + [ai("done")]
+    limits = AgentLimits(max_steps=None, max_consecutive_errors=3)
+    result = make_agent(ScriptModel(replies=replies), make_tools(store), limits).run(INSTRUCTIONS, "go")
+    assert result.stop_reason is StopReason.DONE
+    assert result.steps == 8
+
+
+def test_unknown_tool_gets_the_list_and_the_model_recovers(make_agent: Any, store: BookStore) -> None:
+    tools = make_tools(store)
+    result = make_agent(make_model("scripted:hallucinator"), tools).run(INSTRUCTIONS, SEED_GOAL)
+    first = tool_messages(result)[0]
+    invented = tool_calls_in_order(result)[0][0]
+    assert invented not in {t.name for t in tools}
+    assert first.status == "error"
+    assert first.content == guards.unknown_tool_error(invented, [t.name for t in tools])
+    assert result.stop_reason is StopReason.DONE
+    assert tool_calls_in_order(result)[1:] == SEED_CALLS
+    assert cart_lines(store) == [("The Quiet Orchard", 1)]
+
+
+def test_invalid_arguments_name_the_field_and_run_nothing(make_agent: Any, store: BookStore) -> None:
+    model = ScriptModel(
+        replies=[
+            ai("", call("check_stock", "a", book_id="seven")),
+            ai("", call("add_to_cart", "b", book_id=7, quantity=11)),
+            ai("I could not do that."),
+        ]
+    )
+    result = make_agent(model, make_tools(store)).run(INSTRUCTIONS, "go")
+    first, second = tool_messages(result)
+    assert first.status == second.status == "error"
+    assert first.content.startswith("Invalid arguments for check_stock: book_id:")
+    assert second.content.startswith("Invalid arguments for add_to_cart: quantity:")
+    assert cart_lines(store) == []
+    assert result.stop_reason is StopReason.DONE
+
+
+def test_tool_exception_text_reaches_the_model(make_agent: Any, store: BookStore) -> None:
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a", book_id=999)), ai("There is no book 999.")])
+    result = make_agent(model, make_tools(store)).run(INSTRUCTIONS, "add book 999")
+    (message,) = tool_messages(result)
+    assert (message.status, message.content) == ("error", str(UnknownBook(999)))
+    assert cart_lines(store) == []
+
+
+@pytest.mark.parametrize("detailed", [False, True])
+def test_error_details_are_hidden_unless_asked_for(make_agent: Any, store: BookStore, detailed: bool) -> None:
+    tools = make_tools(store, faults=Faults(failing_tool="check_stock"))
+    result = make_agent(make_model("scripted"), tools, detailed_errors=detailed).run(INSTRUCTIONS, SEED_GOAL)
+    failures = [m for m in tool_messages(result) if m.status == "error"]
+    assert len(failures) == 2, "the shopper retries once, then answers honestly"
+    assert result.stop_reason is StopReason.DONE
+    assert cart_lines(store) == []
+    seen = " ".join([str(m.content) for m in result.messages] + [e.detail for e in result.trace])
+    if detailed:
+        assert FAKE_SECRET in failures[0].content
+    else:
+        assert failures[0].content == "check_stock failed."
+        assert FAKE_SECRET not in seen
+
+
+def test_flaky_warehouse_is_retried(make_agent: Any, store: BookStore) -> None:
+    tools = make_tools(store, faults=Faults(check_stock_timeouts=1))
+    result = make_agent(make_model("scripted"), tools).run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.DONE
+    assert (result.model_calls, result.tool_calls) == (6, 5)
+    assert tool_messages(result)[1].content == "check_stock failed."
+    assert cart_lines(store) == [("The Quiet Orchard", 1)]
+
+
+def test_truncation_cuts_big_results_and_saves_tokens(make_agent: Any) -> None:
+    runs = {}
+    for limit in (None, 2000):
+        store = BookStore()
+        tools = make_tools(store, search_max_results=50)
+        agent = make_agent(make_model("scripted"), tools, max_tool_result_chars=limit)
+        runs[limit] = agent.run(INSTRUCTIONS, SEED_GOAL)
+        assert cart_lines(store) == [("The Quiet Orchard", 1)]
+    full_search = tool_messages(runs[None])[0].content
+    cut_search = tool_messages(runs[2000])[0].content
+    assert len(full_search) > 2000
+    assert cut_search == guards.truncate(full_search, 2000)
+    assert cut_search.endswith(f"[truncated {len(full_search) - 2000} characters]")
+    assert runs[2000].tokens < runs[None].tokens
+    assert runs[2000].stop_reason is runs[None].stop_reason is StopReason.DONE
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_several_calls_in_one_turn_are_answered_in_call_order(
+    make_agent: Any, store: BookStore, parallel: bool
+) -> None:
+    turn = ai("", call("check_stock", "s2", book_id=2), call("nope", "u"), call("check_stock", "s7", book_id=7))
+    model = ScriptModel(replies=[turn, ai("Book 7 is in stock.")])
+    result = make_agent(model, make_tools(store, faults=Faults(latency_s=0.05)), parallel_tools=parallel).run(
+        INSTRUCTIONS, "stock?"
+    )
+    assert [m.tool_call_id for m in tool_messages(result)] == ["s2", "u", "s7"]
+    assert [m.status for m in tool_messages(result)] == ["success", "error", "success"]
+    assert [e.name for e in result.trace] == ["model", "check_stock", "nope", "check_stock", "model"]
+
+
+def test_tokens_are_the_sum_of_reported_usage(make_agent: Any, store: BookStore) -> None:
+    model = ScriptModel(replies=[ai("", call("view_cart", "v"), tokens=123), ai("Empty.", tokens=77)])
+    result = make_agent(model, make_tools(store)).run(INSTRUCTIONS, "cart?")
+    assert result.tokens == 200
+    assert result.tokens_per_step == [123, 77]
+
+
+def test_personal_data_in_arguments_is_masked_in_the_trace(make_agent: Any, store: BookStore) -> None:
+    query = "gift for ann@example.com, ship to 12 Baker Street"
+    model = ScriptModel(replies=[ai("", call("search_books", "s", query=query)), ai("Here you go.")])
+    result = make_agent(model, make_tools(store)).run(INSTRUCTIONS, "find a gift")
+    detail = result.trace[1].detail
+    assert "ann@example.com" not in detail and "Baker Street" not in detail
+    assert "<email>" in detail and "<address>" in detail
+
+
+def test_events_are_delivered_live_in_trace_order(make_agent: Any, store: BookStore) -> None:
+    seen: list[TraceEvent] = []
+    result = make_agent(make_model("scripted"), make_tools(store), on_event=seen.append).run(INSTRUCTIONS, SEED_GOAL)
+    assert seen == result.trace
+
+
+@pytest.mark.parametrize("persona", ["shopper", "looper", "hallucinator", "parallel"])
+def test_every_tool_call_gets_exactly_one_result(make_agent: Any, store: BookStore, persona: str) -> None:
+    result = make_agent(make_model(f"scripted:{persona}"), make_tools(store)).run(INSTRUCTIONS, SEED_GOAL)
+    assert_every_call_answered_once(result)
+    assert store.check_invariants() == []
