@@ -1,9 +1,11 @@
 """`GraphAgent`: runs one of the two graphs and turns what happened into an `AgentResult`.
 
 This is the seam `handwritten.AgentLoop` has as `run`: the caller gives instructions and a goal and
-gets the same `AgentResult` back. The agent streams the graph (``"values"`` for the state after each
-superstep, ``"custom"`` for the trace lines the nodes write), hands each trace line to `on_event`
-and the log as it arrives, and reads the stop reason from the final state. In defaults mode
+gets the same `AgentResult` back. The agent streams the graph's state after each superstep
+(``stream_mode="values"``), so a run that LangGraph aborts still has its partial history; the
+nodes hand each trace line to the run's recorder (through LangGraph's run `context`), which logs
+it and passes it on to `on_event` while the node is still running; and the stop reason is read
+from the final state. In defaults mode
 (``guards=False``) there is no such state: a `GraphRecursionError` becomes MAX_STEPS with the
 partial history kept, and a tool's exception propagates, because that is what LangGraph does.
 `recursion_limit_for` is the one place where "max_steps model calls" becomes LangGraph supersteps.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
@@ -120,14 +122,14 @@ class GraphAgent:
         """Stream `graph` from `new_messages` (appended to whatever the thread holds) to an AgentResult."""
         run = _RunRecord(self)
         try:
-            for mode, chunk in graph.stream(
+            for state in graph.stream(
                 self._input(new_messages),
                 self._config(config),
-                context=RunContext(cancel),
-                stream_mode=["values", "custom"],
+                context=RunContext(cancel, run.record),
+                stream_mode="values",
                 durability=durability,
             ):
-                run.take(mode, chunk)
+                run.state = state
         except GraphRecursionError:
             if self.guards:  # the guarded graph always leaves through END; hitting the limit is a bug
                 raise
@@ -147,18 +149,17 @@ class GraphAgent:
     ) -> AgentResult:
         """`drive` on the async path."""
         run = _RunRecord(self)
-        stream: AsyncIterator[Any] = graph.astream(
-            self._input(new_messages),
-            self._config(config),
-            context=RunContext(cancel),
-            stream_mode=["values", "custom"],
-            durability=durability,
-        )
         try:
-            async for mode, chunk in stream:
-                run.take(mode, chunk)
+            async for state in graph.astream(
+                self._input(new_messages),
+                self._config(config),
+                context=RunContext(cancel, run.record),
+                stream_mode="values",
+                durability=durability,
+            ):
+                run.state = state
         except GraphRecursionError:
-            if self.guards:  # the guarded graph always leaves through END; hitting the limit is a bug
+            if self.guards:
                 raise
             return run.result(StopReason.MAX_STEPS)
         except RunCancelled:
@@ -185,22 +186,23 @@ class _RunRecord:
         self.agent = agent
         self.state: dict[str, Any] = {}
         self.trace: list[TraceEvent] = []
+        self._lock = threading.Lock()
 
-    def take(self, mode: str, chunk: Any) -> None:
-        if mode == "values":
-            self.state = chunk
-        elif isinstance(chunk, TraceEvent):
-            self.trace.append(chunk)
-            logger.info(
-                "step %d %s %.1f ms %s%s",
-                chunk.step,
-                chunk.name,
-                chunk.duration_s * 1000,
-                chunk.detail,
-                f" ({chunk.tokens} tokens)" if chunk.is_model else "",
-            )
-            if self.agent.on_event is not None:
-                self.agent.on_event(chunk)
+    def record(self, event: TraceEvent) -> None:
+        """Called from inside the nodes (from ToolNode's worker threads in defaults mode)."""
+        with self._lock:
+            self.trace.append(event)
+        logger.info(
+            "[step %d] %s %.3fs %s%s%s",
+            event.step,
+            event.name,
+            event.duration_s,
+            event.detail,
+            f" [{event.tokens} tokens]" if event.is_model else "",
+            " [error]" if event.is_error else "",
+        )
+        if self.agent.on_event is not None:
+            self.agent.on_event(event)  # the caller's code: its exceptions are not ours to hide
 
     def result(self, forced: StopReason | None = None) -> AgentResult:
         messages: list[BaseMessage] = list(self.state.get("messages", []))

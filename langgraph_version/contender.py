@@ -62,9 +62,7 @@ def tool_call_cap(limits: AgentLimits) -> int | None:
 class TraceMiddleware(AgentMiddleware):
     """Timing instrumentation, not a guard: one TraceEvent per model call and per executed tool call."""
 
-    def wrap_model_call(
-        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
-    ) -> ModelResponse:
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> ModelResponse:
         started = time.perf_counter()
         response = handler(request)
         _emit_model(request, response, time.perf_counter() - started)

@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, NamedTuple
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -79,13 +80,37 @@ def calls_this_run(messages: Sequence[AnyMessage]) -> int:
     return count
 
 
-def emit(event: TraceEvent) -> None:
-    """Send a trace line to the caller live, through LangGraph's "custom" stream."""
+CANCELLED_CALL_TEXT = "Cancelled before it ran."
+"""The result of a tool call a cancel stopped before it ran, so the history stays valid for a next turn.
+Same words as `handwritten` (a candidate for `shared_tools.guards`)."""
+
+MODEL_TIMED_OUT_DETAIL = "no reply within the time budget"
+"""Trace detail of a model call the time budget cut off; same words as `handwritten`."""
+
+
+def run_context() -> RunContext:
+    """This run's context; an empty one when someone streams `agent.graph` without passing `context=`."""
+    return get_runtime(RunContext).context or RunContext()
+
+
+def emit(event: TraceEvent, context: RunContext | None = None) -> None:
+    """Hand a trace line to the run's callback now, inside the node, and to LangGraph's "custom" stream.
+
+    Calling back from inside the node (not from the stream consumer, which runs concurrently with
+    the node) is what makes "cancel from on_event" deterministic: the node's next check sees it.
+    """
+    context = context or run_context()
+    if context.on_event is not None:
+        context.on_event(event)
     get_stream_writer()(event)
 
 
 def _model_event(step: int, reply: AIMessage, duration_s: float) -> TraceEvent:
     return TraceEvent(step, "model", duration_s, guards.model_detail(reply), guards.usage_tokens(reply))
+
+
+def _tool_message(call: ToolCall, text: str, *, is_error: bool) -> ToolMessage:
+    return ToolMessage(text, name=call["name"], tool_call_id=call["id"], status="error" if is_error else "success")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -103,10 +128,15 @@ class GuardOptions:
     max_tool_result_chars: int | None = None
 
 
-class _Outcome(NamedTuple):
-    text: str
-    is_error: bool
-    duration_s: float
+class _Answer(NamedTuple):
+    """One tool call's result for the model, and its trace line."""
+
+    message: ToolMessage
+    event: TraceEvent
+
+
+Admitted = BaseTool | str
+"""What screening decided for a call: the tool to run, or the error text the model gets instead."""
 
 
 class GuardedNodes:
@@ -126,8 +156,8 @@ class GuardedNodes:
         started = time.perf_counter()
         try:
             reply = self._invoke_model(state["messages"], self._time_left(state))
-        except TimeoutError:
-            return stopped(StopReason.TIME_BUDGET)
+        except _OutOfTime:
+            return self._timed_out(state, time.perf_counter() - started)
         return self._after_model(state, reply, time.perf_counter() - started)
 
     async def acall_model(self, state: AgentState) -> dict[str, Any]:
@@ -135,35 +165,49 @@ class GuardedNodes:
             return early
         started = time.perf_counter()
         try:
-            reply = await asyncio.wait_for(self.bound.ainvoke(state["messages"]), self._time_left(state))
+            async with asyncio.timeout(self._time_left(state)) as deadline:
+                reply = await self.bound.ainvoke(state["messages"])
         except TimeoutError:
-            return stopped(StopReason.TIME_BUDGET)
+            if not deadline.expired():
+                raise  # the model's own timeout: an outage, not our budget
+            return self._timed_out(state, time.perf_counter() - started)
         return self._after_model(state, reply, time.perf_counter() - started)
 
     def _before_model(self, state: AgentState) -> dict[str, Any] | None:
         """The reasons not to call the model at all; None means go ahead."""
-        if get_runtime(RunContext).context.cancelled:
+        if run_context().cancelled:
             return stopped(StopReason.CANCELLED)
         # A round needs this superstep plus tools and check; without room LangGraph would raise
         # GraphRecursionError. recursion_limit_for() leaves room for max_steps rounds, so this only
         # ends runs without a step limit (or a caller's own smaller recursion_limit).
         if state["remaining_steps"] < SUPERSTEPS_PER_ROUND:
             return stopped(StopReason.MAX_STEPS)
-        time_left = self._time_left(state)
-        if time_left is not None and time_left <= 0:
-            return stopped(StopReason.TIME_BUDGET)
         return None
 
     def _invoke_model(self, messages: list[AnyMessage], timeout: float | None) -> BaseMessage:
+        """The model's reply, bounded by `timeout` seconds (the time budget's remainder)."""
         if timeout is None:
             return self.bound.invoke(messages)
+        if timeout <= 0:
+            raise _OutOfTime
         executor = ContextThreadPoolExecutor(max_workers=1)
+        future = executor.submit(self.bound.invoke, messages)
         try:
-            return executor.submit(self.bound.invoke, messages).result(timeout=timeout)
+            return future.result(timeout=timeout)
+        except TimeoutError:
+            if future.done():
+                raise  # the model's own timeout: an outage, not our budget
+            raise _OutOfTime from None
         finally:
             # A blocking call cannot be interrupted: after a timeout it finishes in the background
             # and its reply is dropped.
             executor.shutdown(wait=False)
+
+    def _timed_out(self, state: AgentState, duration_s: float) -> dict[str, Any]:
+        """The call counts as a step (it was made), with no reply and no tokens, as in `handwritten`."""
+        step = state["model_calls"] + 1
+        emit(TraceEvent(step, "model", duration_s, MODEL_TIMED_OUT_DETAIL))
+        return {"model_calls": step, **stopped(StopReason.TIME_BUDGET)}
 
     def _after_model(self, state: AgentState, reply: BaseMessage, duration_s: float) -> dict[str, Any]:
         if not isinstance(reply, AIMessage):
@@ -176,6 +220,8 @@ class GuardedNodes:
             "tokens": state["tokens"] + guards.usage_tokens(reply),
         }
         if (reason := classify_reply(reply)) is not None:
+            if reason is StopReason.INVALID_RESPONSE:
+                logger.warning("[step %d] invalid model response", step)
             update |= stopped(reason)
         return update
 
@@ -187,35 +233,47 @@ class GuardedNodes:
     # -- tools node ---------------------------------------------------------------------------
 
     def run_tools(self, state: AgentState) -> dict[str, Any]:
-        if get_runtime(RunContext).context.cancelled:
-            return stopped(StopReason.CANCELLED)
-        calls, refusals, seen = self._screen(state)
-        if self.options.parallel_tools and len(calls) > 1:
+        """Answer every call of the last reply with one ToolMessage, in call order."""
+        context, step, calls, seen = run_context(), state["model_calls"], _requested(state), dict(state["seen_calls"])
+        answers: list[_Answer] = []
+        if self.options.parallel_tools and not context.cancelled:
+            # Screening happens in call order before anything runs, so repeat counts never depend on timing.
+            admitted = [self.admit(call, seen) for call in calls]
             with ContextThreadPoolExecutor(max_workers=len(calls)) as executor:
-                outcomes = list(executor.map(self._attempt, calls, refusals))
-        else:
-            outcomes = [self._attempt(call, refusal) for call, refusal in zip(calls, refusals, strict=True)]
-        return self._round_update(state, calls, outcomes, seen)
+                answers = list(executor.map(partial(self.run_tool, step), calls, admitted))
+            for answer in answers:
+                emit(answer.event, context)
+        elif not self.options.parallel_tools:
+            for call in calls:
+                if context.cancelled:
+                    break
+                answers.append(self.run_tool(step, call, self.admit(call, seen)))
+                emit(answers[-1].event, context)  # live: on_event may set the cancel the next call checks
+        return self._round_update(state, calls, answers, seen)
 
     async def arun_tools(self, state: AgentState) -> dict[str, Any]:
-        if get_runtime(RunContext).context.cancelled:
-            return stopped(StopReason.CANCELLED)
-        calls, refusals, seen = self._screen(state)
-        if self.options.parallel_tools:
-            outcomes = list(await asyncio.gather(*map(self._aattempt, calls, refusals)))
-        else:
-            outcomes = [await self._aattempt(call, refusal) for call, refusal in zip(calls, refusals, strict=True)]
-        return self._round_update(state, calls, outcomes, seen)
+        """`run_tools` on the async path; parallel calls run as concurrent coroutines."""
+        context, step, calls, seen = run_context(), state["model_calls"], _requested(state), dict(state["seen_calls"])
+        answers: list[_Answer] = []
+        if self.options.parallel_tools and not context.cancelled:
+            admitted = [self.admit(call, seen) for call in calls]
+            answers = list(await asyncio.gather(*map(partial(self.arun_tool, step), calls, admitted)))
+            for answer in answers:
+                emit(answer.event, context)
+        elif not self.options.parallel_tools:
+            for call in calls:
+                if context.cancelled:
+                    break
+                answers.append(await self.arun_tool(step, call, self.admit(call, seen)))
+                emit(answers[-1].event, context)
+        return self._round_update(state, calls, answers, seen)
 
-    def _screen(self, state: AgentState) -> tuple[list[ToolCall], list[str | None], dict[str, int]]:
-        """Decide, in call order, which calls may run; a refusal is the error text the model gets instead."""
-        reply = state["messages"][-1]
-        assert isinstance(reply, AIMessage), "the tools node runs only after a reply with tool calls"
-        seen = dict(state["seen_calls"])
-        calls = list(reply.tool_calls)
-        return calls, [self._refusal(call, seen) for call in calls], seen
+    def admit(self, call: ToolCall, seen: dict[str, int]) -> Admitted:
+        """The tool to run for `call`, or the error text the model gets instead.
 
-    def _refusal(self, call: ToolCall, seen: dict[str, int]) -> str | None:
+        Same order as `handwritten`: unknown tool, then the repeat rule (blocked and invalid calls
+        count too), then argument validation, so nothing runs on bad arguments.
+        """
         name, args = call["name"], call["args"]
         tool = self.tools.get(name)
         if tool is None:
@@ -224,64 +282,59 @@ class GuardedNodes:
         count = seen[key] = seen.get(key, 0) + 1
         if self.limits.repeat_blocked(count - 1):
             return guards.repeat_error(name, count - 1)
-        return guards.invalid_args_error(tool, args)
+        return guards.invalid_args_error(tool, args) or tool
 
-    def _attempt(self, call: ToolCall, refusal: str | None) -> _Outcome:
+    def run_tool(self, step: int, call: ToolCall, admitted: Admitted) -> _Answer:
         started = time.perf_counter()
-        if refusal is not None:
-            return _Outcome(refusal, True, time.perf_counter() - started)
+        if isinstance(admitted, str):
+            return self._answer(step, call, admitted, True, started)
         try:
-            output = self.tools[call["name"]].invoke(call["args"])
+            # A ToolCall in, a ToolMessage out: LangChain fills InjectedToolCallId arguments from call["id"].
+            output = admitted.invoke({**call, "type": "tool_call"})
         except Exception as exc:  # a tool failure is a result for the model; BaseException (cancel) is not
-            return self._failure(call, exc, started)
-        return _Outcome(self._result_text(output), False, time.perf_counter() - started)
+            return self._answer(step, call, self._failure_text(call, exc), True, started)
+        return self._answer(step, call, *_output_text(output), started)
 
-    async def _aattempt(self, call: ToolCall, refusal: str | None) -> _Outcome:
+    async def arun_tool(self, step: int, call: ToolCall, admitted: Admitted) -> _Answer:
         started = time.perf_counter()
-        if refusal is not None:
-            return _Outcome(refusal, True, time.perf_counter() - started)
+        if isinstance(admitted, str):
+            return self._answer(step, call, admitted, True, started)
         try:
-            output = await self.tools[call["name"]].ainvoke(call["args"])
+            output = await admitted.ainvoke({**call, "type": "tool_call"})
         except Exception as exc:
-            return self._failure(call, exc, started)
-        return _Outcome(self._result_text(output), False, time.perf_counter() - started)
+            return self._answer(step, call, self._failure_text(call, exc), True, started)
+        return self._answer(step, call, *_output_text(output), started)
 
-    def _failure(self, call: ToolCall, exc: Exception, started: float) -> _Outcome:
+    def _failure_text(self, call: ToolCall, exc: Exception) -> str:
         # A ToolException is the tool talking to the model; anything else is a bug or an outage.
         level = logging.INFO if isinstance(exc, ToolException) else logging.WARNING
-        logger.log(level, "tool %s failed: %s: %s", call["name"], type(exc).__name__, exc)
-        text = guards.tool_failure_text(call["name"], exc, detailed=self.options.detailed_errors)
-        return _Outcome(text, True, time.perf_counter() - started)
+        logger.log(level, "tool %s raised %s: %s", call["name"], type(exc).__name__, exc)
+        return guards.tool_failure_text(call["name"], exc, detailed=self.options.detailed_errors)
 
-    def _result_text(self, output: Any) -> str:
-        text = output if isinstance(output, str) else guards.compact_json(output)
-        return guards.truncate(text, self.options.max_tool_result_chars)
+    def _answer(self, step: int, call: ToolCall, text: str, is_error: bool, started: float) -> _Answer:
+        text = guards.truncate(text, self.options.max_tool_result_chars)
+        detail = guards.tool_detail(call["args"], text)
+        event = TraceEvent(step, call["name"], time.perf_counter() - started, detail, is_error=is_error)
+        return _Answer(_tool_message(call, text, is_error=is_error), event)
 
     def _round_update(
-        self, state: AgentState, calls: list[ToolCall], outcomes: list[_Outcome], seen: dict[str, int]
+        self,
+        state: AgentState,
+        calls: list[ToolCall],
+        answers: list[_Answer],
+        seen: dict[str, int],
     ) -> dict[str, Any]:
-        """One ToolMessage per call, in call order, and one trace line per call in the same order."""
-        step = state["model_calls"]
-        messages: list[ToolMessage] = []
-        for call, outcome in zip(calls, outcomes, strict=True):
-            emit(
-                TraceEvent(
-                    step,
-                    call["name"],
-                    outcome.duration_s,
-                    guards.tool_detail(call["args"], outcome.text),
-                    is_error=outcome.is_error,
-                )
-            )
-            messages.append(
-                ToolMessage(
-                    outcome.text,
-                    name=call["name"],
-                    tool_call_id=call["id"],
-                    status="error" if outcome.is_error else "success",
-                )
-            )
-        return {"messages": messages, "tool_calls": state["tool_calls"] + len(calls), "seen_calls": seen}
+        messages = [answer.message for answer in answers]
+        # Calls a cancel stopped still get a result: a reply with unanswered calls is a broken history.
+        messages += [_tool_message(call, CANCELLED_CALL_TEXT, is_error=True) for call in calls[len(answers) :]]
+        update: dict[str, Any] = {
+            "messages": messages,
+            "tool_calls": state["tool_calls"] + len(calls),
+            "seen_calls": seen,
+        }
+        if len(answers) < len(calls):
+            update |= stopped(StopReason.CANCELLED)
+        return update
 
     # -- check node ---------------------------------------------------------------------------
 
@@ -303,6 +356,25 @@ class GuardedNodes:
         elif max_steps is not None and state["model_calls"] >= max_steps:
             update |= stopped(StopReason.MAX_STEPS)
         return update
+
+
+class _OutOfTime(Exception):
+    """The time budget ran out while waiting for the model."""
+
+
+def _requested(state: AgentState) -> list[ToolCall]:
+    reply = state["messages"][-1]
+    assert isinstance(reply, AIMessage), "the tools node runs only after a reply with tool calls"
+    return list(reply.tool_calls)
+
+
+def _output_text(output: Any) -> tuple[str, bool]:
+    """A tool's output as (text, is_error); a ToolMessage carries its own status."""
+    if isinstance(output, ToolMessage):
+        content, is_error = output.content, output.status == "error"
+    else:
+        content, is_error = output, False
+    return (content if isinstance(content, str) else guards.compact_json(content)), is_error
 
 
 def _last_round(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
@@ -378,7 +450,7 @@ def build_defaults_graph(model: BaseChatModel, tools: Sequence[BaseTool]) -> Sta
 
 
 def _raise_if_cancelled() -> None:
-    if get_runtime(RunContext).context.cancelled:
+    if run_context().cancelled:
         raise RunCancelled
 
 
@@ -413,7 +485,9 @@ def _emit_tool_event(request: ToolCallRequest, result: ToolResult, duration_s: f
     text = result.text if isinstance(result, ToolMessage) else repr(result)
     is_error = isinstance(result, ToolMessage) and result.status == "error"
     step = calls_this_run(request.state["messages"])
-    # ToolNode runs a turn's calls in worker threads; the runtime's writer is the one that reaches the caller.
-    request.runtime.stream_writer(
-        TraceEvent(step, call["name"], duration_s, guards.tool_detail(call["args"], text), is_error=is_error)
-    )
+    event = TraceEvent(step, call["name"], duration_s, guards.tool_detail(call["args"], text), is_error=is_error)
+    # ToolNode runs a turn's calls in worker threads; the request's runtime is this run's, whatever the thread.
+    context = request.runtime.context or RunContext()
+    if context.on_event is not None:
+        context.on_event(event)
+    request.runtime.stream_writer(event)

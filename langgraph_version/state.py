@@ -7,13 +7,14 @@ counts and the start time. The stop reason is state too, so the caller reads *wh
 value instead of parsing a message. Counters have no reducer: exactly one node writes each of them
 per superstep, and each run starts them from `fresh_counters()`, so a session's second `ask` gets
 fresh budgets while its messages persist. `RunContext` holds what cannot (or must not) be
-checkpointed: the caller's cancel event.
+checkpointed: the caller's cancel event and the trace callback.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -21,7 +22,7 @@ from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 
-from shared_tools.results import StopReason
+from shared_tools.results import StopReason, TraceEvent
 
 
 class AgentState(TypedDict):
@@ -66,6 +67,8 @@ class RunContext:
     """Run-scoped inputs that are not state: passed as LangGraph's `context=` to every node."""
 
     cancel: threading.Event | None = None
+    on_event: Callable[[TraceEvent], None] | None = None
+    """Called inside the node, before the node goes on, so a cancel set here is seen by the next check."""
 
     @property
     def cancelled(self) -> bool:
