@@ -144,11 +144,12 @@ SCENARIOS: tuple[Scenario, ...] = (
         variants=(
             Variant(name="max-steps-2", label="max_steps=2", limits=AgentLimits(max_steps=2)),
             Variant(name="token-budget", label="max_tokens=2,500", limits=AgentLimits(max_tokens=2_500)),
+            # Every tool takes 0.1 s, so the first tool round alone is over the 0.05 s budget, on any machine.
             Variant(
                 name="time-budget",
-                label=f"max_duration=0.2 s, tools take {TOOL_LATENCY_S} s",
-                limits=AgentLimits(max_duration=0.2),
-                faults=Faults(latency_s=TOOL_LATENCY_S),
+                label="max_duration=0.05 s, every tool takes 0.1 s",
+                limits=AgentLimits(max_duration=0.05),
+                faults=Faults(latency_s=0.1),
             ),
         ),
     ),

@@ -1,0 +1,705 @@
+"""The front door: run the same bookstore goals through every contender and show, side by side, what each did.
+
+`python compare.py` runs the ten scenarios of `shared_tools.scenarios` on the embedded scripted model and
+prints, per scenario, each contender's trace in the seed's format, a side-by-side table (stop reason, calls,
+tokens per step, wall time, cart, answer) and what to notice in those numbers; at the end a guard matrix built
+from the runs and the seed's "who owns what" table. Every contender gets a fresh store and the same
+instructions, goal, limits, faults and model. A contender that raises (LangGraph's defaults re-raise a tool's
+exception) is a result to show, not a crash. `--json` writes every run's full record, `--report` a
+self-contained HTML page (`shared_tools.report`), and `python compare.py chat` is a multi-turn conversation.
+This is the only module that prints; the agents and tools log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
+from shared_tools.personas import KNOWN_GOALS, ScriptExhausted
+from shared_tools.render import (
+    RunRecord,
+    guard_matrix,
+    make_console,
+    notice,
+    pick,
+    render_guard_matrix,
+    render_list,
+    render_scenario,
+    render_who_owns_what,
+    trace_lines,
+)
+from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
+from shared_tools.scenarios import (
+    CONTENDERS,
+    OWNERS,
+    SCENARIOS,
+    SCENARIOS_BY_NAME,
+    WHO_OWNS_WHAT,
+    Scenario,
+    Variant,
+)
+from shared_tools.store import BookStore, money
+from shared_tools.tools import make_tools
+
+log = logging.getLogger("compare")
+
+CUSTOMER_ID = "c1"
+EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+
+def _cart_lines(store: BookStore) -> tuple[list[dict[str, Any]], str]:
+    cart = store.cart(CUSTOMER_ID)
+    lines = [
+        {"id": line.book.id, "title": line.book.title, "quantity": line.quantity, "lineTotal": money(line.line_total)}
+        for line in cart.lines
+    ]
+    return lines, money(cart.total)
+
+
+def _record(
+    base: dict[str, Any],
+    store: BookStore,
+    events: list[TraceEvent],
+    wall_s: float,
+    result: AgentResult | None = None,
+    exc: BaseException | None = None,
+) -> RunRecord:
+    """A record from a returned result, or (when the contender raised) from the events seen before it raised."""
+    cart, total = _cart_lines(store)
+    trace = [asdict(e) for e in (result.trace if result is not None else events)]
+    model_events = [e for e in trace if e["name"] == "model"]
+    if result is not None:
+        return RunRecord(
+            **base,
+            stop_reason=str(result.stop_reason),
+            error=None,
+            answer=result.answer,
+            user_message=result.user_message(),
+            model_calls=result.model_calls,
+            tool_calls=result.tool_calls,
+            tokens=result.tokens,
+            tokens_per_step=result.tokens_per_step,
+            wall_s=wall_s,
+            trace=trace,
+            cart=cart,
+            cart_total=total,
+        )
+    error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    return RunRecord(
+        **base,
+        stop_reason=None,
+        error=error,
+        answer=None,
+        user_message="Something went wrong; the request stopped with an error.",
+        model_calls=len(model_events),
+        tool_calls=len(trace) - len(model_events),
+        tokens=sum(e["tokens"] for e in model_events),
+        tokens_per_step=[e["tokens"] for e in model_events],
+        wall_s=wall_s,
+        trace=trace,
+        cart=cart,
+        cart_total=total,
+    )
+
+
+# --- contenders --------------------------------------------------------------------------------------------
+
+
+class Contender(Protocol):
+    def run(self, instructions: str, goal: str) -> AgentResult: ...
+
+
+def build_contender(
+    name: str,
+    model: Any,
+    tools: list[Any],
+    limits: AgentLimits,
+    variant: Variant,
+    on_event: Callable[[TraceEvent], None],
+) -> Contender:
+    """One of the four contenders, configured identically from the scenario's variant."""
+    options: dict[str, Any] = {
+        "detailed_errors": variant.detailed_errors,
+        "parallel_tools": variant.parallel_tools,
+        "max_tool_result_chars": variant.max_tool_result_chars,
+        "on_event": on_event,
+    }
+    if name == "handwritten":
+        from handwritten import AgentLoop
+
+        return AgentLoop(model, tools, limits, **options)
+    if name in ("langgraph", "langgraph-defaults"):
+        from langgraph_version import GraphAgent
+
+        return GraphAgent(model, tools, limits, guards=name == "langgraph", **options)
+    if name == "create-agent":
+        from langgraph_version import create_agent_contender
+
+        # create_agent has no switch for parallel tools or for truncating results: that gap is part of the lesson.
+        return create_agent_contender(model, tools, limits, detailed_errors=variant.detailed_errors, on_event=on_event)
+    raise ValueError(f"unknown contender {name!r}")
+
+
+def model_spec_for(spec: str, scenario: Scenario) -> str:
+    """Plain "scripted" plays the scenario's persona; any other spec (a persona, a real model) is used as is."""
+    return f"scripted:{scenario.persona}" if spec == "scripted" else spec
+
+
+# --- running scenarios -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunOptions:
+    model: str = "scripted"
+    contenders: tuple[str, ...] = tuple(CONTENDERS)
+    session_db: Path | None = None
+    """The SQLite file of persisted session scenarios (the JSON files of the hand-written session go beside it);
+    None means a temporary file."""
+    progress: Progress | None = None
+
+
+class Progress:
+    """The live spinner of a real-model run: which run, which step, and how long the model has been thinking."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.label = ""
+        self.step = 0
+        self.since = time.monotonic()
+        self.started = time.monotonic()
+
+    def start_run(self, label: str) -> None:
+        self.label, self.step, self.started = label, 0, time.monotonic()
+        self.since = self.started
+
+    def on_event(self, event: TraceEvent) -> None:
+        self.step = max(self.step, event.step)
+        self.since = time.monotonic()
+
+    def __rich__(self) -> Text:
+        now = time.monotonic()
+        return Text(
+            f"{self.label}  step {self.step + 1}  waiting {now - self.since:4.1f}s  (run {now - self.started:.0f}s)"
+        )
+
+    @contextmanager
+    def spinning(self) -> Iterator[None]:
+        with self.console.status(self):
+            yield
+
+
+def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, options: RunOptions) -> RunRecord:
+    """One contender, one goal, a fresh store."""
+    store = BookStore()
+    tools = make_tools(
+        store, CUSTOMER_ID, scenario.faults_for(variant), search_max_results=variant.search_max_results
+    )
+    model = make_model(model_spec_for(options.model, scenario))
+    events: list[TraceEvent] = []
+    on_event = _collector(events, options.progress)
+    agent = build_contender(contender, model, tools, scenario.limits_for(variant), variant, on_event)
+    base = _base(scenario, variant, contender, goal, 1)
+    started = time.perf_counter()
+    try:
+        result = agent.run(scenario.instructions_for(variant), goal)
+    except (ModelUnavailable, ScriptExhausted):
+        raise
+    except Exception as exc:  # a contender that raises is a result to show (see the module docstring)
+        log.info("%s raised in %s/%s", contender, scenario.name, variant.name, exc_info=True)
+        return _record(base, store, events, time.perf_counter() - started, exc=exc)
+    return _record(base, store, events, time.perf_counter() - started, result=result)
+
+
+def _base(scenario: Scenario, variant: Variant, contender: str, goal: str, turn: int) -> dict[str, Any]:
+    return {
+        "scenario": scenario.name,
+        "variant": variant.name,
+        "variant_label": variant.label,
+        "contender": contender,
+        "goal": goal,
+        "turn": turn,
+    }
+
+
+def _collector(events: list[TraceEvent], progress: Progress | None) -> Callable[[TraceEvent], None]:
+    def on_event(event: TraceEvent) -> None:
+        events.append(event)
+        if progress is not None:
+            progress.on_event(event)
+
+    return on_event
+
+
+class Conversation(Protocol):
+    """A multi-turn session of one contender, as `run_session` and `chat` use it."""
+
+    def ask(self, question: str) -> AgentResult: ...
+    def facts(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+class HandwrittenConversation:
+    """`handwritten.Session`, kept in memory or saved to a JSON file after every turn."""
+
+    def __init__(self, loop: Any, instructions: str, path: Path | None = None, *, resume: bool = False) -> None:
+        from handwritten import Session
+
+        self.path = path
+        if path is not None and resume and path.exists():
+            self.session = Session.load(path, loop)
+        else:
+            self.session = Session(loop, instructions)
+
+    def ask(self, question: str) -> AgentResult:
+        result = self.session.ask(question)
+        if self.path is not None:
+            self.session.save(self.path)
+        return result
+
+    def facts(self) -> dict[str, Any]:
+        return {"messages": len(self.session.messages), "kept_in": str(self.path) if self.path else "memory"}
+
+    def close(self) -> None:
+        pass
+
+
+class GraphConversation:
+    """`langgraph_version.GraphSession`: a checkpointer thread, in memory or in a SQLite file."""
+
+    def __init__(
+        self, agent: Any, instructions: str, thread_id: str, path: Path | None = None, *, resume: bool = False
+    ) -> None:
+        from langgraph_version import GraphSession
+
+        self.path = path
+        if path is None:
+            self.session = GraphSession(agent, instructions, thread_id=thread_id)
+        else:
+            self.session = GraphSession.sqlite(agent, instructions, path=str(path), thread_id=thread_id)
+            if not resume:
+                self.session.delete()  # a demo re-run with the same --session-db starts its thread from scratch
+
+    def ask(self, question: str) -> AgentResult:
+        return self.session.ask(question)
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "messages": len(self.session.messages),
+            "checkpoints": len(self.session.history()),
+            "kept_in": str(self.path) if self.path else "memory",
+        }
+
+    def close(self) -> None:
+        close = getattr(self.session, "close", None)
+        if callable(close):
+            close()
+
+
+def open_conversation(
+    contender: str, agent: Any, instructions: str, thread_id: str, db: Path | None, *, resume: bool
+) -> Conversation:
+    """The contender's session; `db` set means persisted (SQLite for the graph, a JSON file beside it otherwise)."""
+    if contender == "handwritten":
+        json_path = None if db is None else db.with_name(f"{db.stem}.{thread_id}.json")
+        return HandwrittenConversation(agent, instructions, json_path, resume=resume)
+    return GraphConversation(agent, instructions, thread_id, db, resume=resume)
+
+
+def run_session(scenario: Scenario, variant: Variant, contender: str, options: RunOptions) -> list[RunRecord]:
+    """The scenario's goals as turns of one conversation; with `persistent`, reopened afterwards as a restart."""
+    store = BookStore()
+    tools = make_tools(
+        store, CUSTOMER_ID, scenario.faults_for(variant), search_max_results=variant.search_max_results
+    )
+    instructions = scenario.instructions_for(variant)
+    limits = scenario.limits_for(variant)
+    events: list[TraceEvent] = []
+    on_event = _collector(events, options.progress)
+    db = None
+    if variant.persistent:
+        db = options.session_db or Path(tempfile.mkdtemp(prefix="agent-loop-compare-")) / "sessions.db"
+    thread = f"{scenario.name}-{variant.name}"
+
+    def new_agent() -> Any:
+        model = make_model(model_spec_for(options.model, scenario))
+        return build_contender(contender, model, tools, limits, variant, on_event)
+
+    conversation = open_conversation(contender, new_agent(), instructions, thread, db, resume=False)
+    records: list[RunRecord] = []
+    try:
+        for turn, goal in enumerate(scenario.goals, start=1):
+            changed = None
+            if turn > 1 and scenario.change_between_turns is not None:
+                removed = store.remove_from_cart(CUSTOMER_ID, scenario.change_between_turns)
+                changed = f"removed {removed} cop(ies) of book {scenario.change_between_turns} from the cart"
+            events.clear()
+            base = _base(scenario, variant, contender, goal, turn)
+            started = time.perf_counter()
+            try:
+                result = conversation.ask(goal)
+            except (ModelUnavailable, ScriptExhausted):
+                raise
+            except Exception as exc:
+                log.info("%s raised in %s/%s turn %d", contender, scenario.name, variant.name, turn, exc_info=True)
+                records.append(_record(base, store, events, time.perf_counter() - started, exc=exc))
+                break
+            record = _record(base, store, events, time.perf_counter() - started, result=result)
+            record.facts.update(conversation.facts())
+            if changed:
+                record.facts["changed_behind_the_agent"] = changed
+            records.append(record)
+    finally:
+        conversation.close()
+    if db is not None and records:
+        # A restart: a new agent and a new session object read the same file; the conversation must be there.
+        reopened = open_conversation(contender, new_agent(), instructions, thread, db, resume=True)
+        try:
+            after = reopened.facts()
+        finally:
+            reopened.close()
+        records[-1].facts["messages_after_restart"] = after["messages"]
+        records[-1].facts["survived_restart"] = after["messages"] == records[-1].facts.get("messages")
+    return records
+
+
+def run_scenario(scenario: Scenario, options: RunOptions, on_record: Callable[[RunRecord], None]) -> None:
+    """Every variant x every contender of one scenario; each record is handed over as soon as it exists."""
+    contenders = [c for c in scenario.contenders if c in options.contenders]
+    for variant in scenario.variants:
+        for contender in contenders:
+            label = f"{scenario.name} · {variant.name} · {contender}"
+            if options.progress is not None:
+                options.progress.start_run(label)
+            spin = options.progress.spinning() if options.progress is not None else nullcontext()
+            with spin:
+                if scenario.multi_turn:
+                    records = run_session(scenario, variant, contender, options)
+                else:
+                    records = [run_single(scenario, variant, contender, g, options) for g in scenario.goals]
+            for record in records:
+                on_record(record)
+
+
+def run_all(
+    scenarios: Sequence[Scenario], options: RunOptions, on_record: Callable[[RunRecord], None] | None = None
+) -> list[RunRecord]:
+    """Run the scenarios in order and return every record (also handed to `on_record` as they arrive)."""
+    records: list[RunRecord] = []
+
+    def keep(record: RunRecord) -> None:
+        records.append(record)
+        if on_record is not None:
+            on_record(record)
+
+    for scenario in scenarios:
+        run_scenario(scenario, options, keep)
+    return records
+
+
+# --- the JSON document and the diagram ---------------------------------------------------------------------
+
+
+def mermaid_diagram() -> str:
+    """Our guarded graph, drawn by LangGraph itself."""
+    from langgraph_version import GraphAgent
+
+    agent = GraphAgent(make_model("scripted"), make_tools(BookStore()), AgentLimits())
+    return agent.graph.get_graph().draw_mermaid()
+
+
+def build_document(
+    model: str,
+    contenders: Sequence[str],
+    scenarios: Sequence[Scenario],
+    records: list[RunRecord],
+    *,
+    interrupted: bool = False,
+) -> dict[str, Any]:
+    """Everything `--json` writes and `--report` renders."""
+    return {
+        "model": model,
+        "interrupted": interrupted,
+        "contenders": [{"name": c, "description": CONTENDERS[c]} for c in contenders],
+        "scenarios": [
+            {
+                "name": s.name,
+                "description": s.description,
+                "lesson": s.lesson,
+                "goals": list(s.goals),
+                "variants": [{"name": v.name, "label": v.label} for v in s.variants],
+                "notice": notice(s, pick(records, scenario=s.name)),
+            }
+            for s in scenarios
+        ],
+        "runs": [{**asdict(r), "outcome": r.outcome} for r in records],
+        "guard_matrix": guard_matrix(records, contenders),
+        "who_owns_what": {"columns": ["", *OWNERS], "rows": [list(row) for row in WHO_OWNS_WHAT]},
+        "mermaid": mermaid_diagram(),
+    }
+
+
+# --- command line ------------------------------------------------------------------------------------------
+
+
+class UsageError(Exception):
+    """A bad command line: one line on stderr, exit code 2."""
+
+
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    scenario_lines = "\n".join(f"  {s.name:<18} {s.description}" for s in SCENARIOS)
+    parser = argparse.ArgumentParser(
+        prog="compare.py",
+        description="Run the same bookstore goals through a hand-written agent loop and LangGraph, side by side.",
+        epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
+        "chat: python compare.py chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (see below)")
+    parser.add_argument(
+        "--model",
+        default="scripted",
+        help="'scripted' (each scenario's persona), 'scripted:<persona>', or 'ollama:<model>' e.g. ollama:qwen3:4b",
+    )
+    parser.add_argument(
+        "--contenders",
+        type=_csv,
+        action="extend",
+        metavar="NAME[,NAME]",
+        help=f"which contenders run (default: all): {', '.join(CONTENDERS)}",
+    )
+    parser.add_argument("--max-steps", type=int, metavar="N", help="replace every scenario's step limit")
+    parser.add_argument("--json", metavar="PATH|-", help="write every run's full record as JSON ('-': stdout)")
+    parser.add_argument("--report", metavar="PATH", help="write a self-contained HTML report")
+    parser.add_argument(
+        "--session-db", type=Path, metavar="PATH", help="SQLite file of the persisted session scenario (default: temp)"
+    )
+    parser.add_argument("--list", action="store_true", help="describe every scenario and persona, then exit")
+    parser.add_argument("--graph", action="store_true", help="print the LangGraph agent's mermaid diagram, then exit")
+    parser.add_argument("--no-trace", action="store_true", help="tables and notes only, no per-step traces")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log the agents' steps (-vv: debug)")
+    return parser
+
+
+def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
+    unknown = [name for name in args.scenarios if name not in SCENARIOS_BY_NAME]
+    if unknown:
+        raise UsageError(f"unknown scenario {unknown[0]!r}; choose from: {', '.join(SCENARIOS_BY_NAME)}")
+    contenders = tuple(args.contenders or CONTENDERS)
+    bad = [c for c in contenders if c not in CONTENDERS]
+    if bad:
+        raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UsageError(f"--max-steps must be at least 1, got {args.max_steps}")
+    scenarios = [SCENARIOS_BY_NAME[name] for name in dict.fromkeys(args.scenarios)] or list(SCENARIOS)
+    if args.max_steps is not None:
+        scenarios = [s.with_max_steps(args.max_steps) for s in scenarios]
+    return scenarios, contenders
+
+
+def _check_model(spec: str) -> None:
+    """Fail before any run: a bad spec raises ModelSpecError, an unreachable Ollama ModelUnavailable."""
+    make_model(spec)
+
+
+def _configure_logging(verbose: int) -> None:
+    # The agents log every tool failure as a warning; in this demo those failures are the point and are shown
+    # in the traces, so the default shows only errors.
+    level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python compare.py ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable, 130 interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["chat"]:
+        return chat_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    console = make_console(sys.stderr if args.json == "-" else sys.stdout)
+    if args.list:
+        render_list(console)
+        return EXIT_OK
+    if args.graph:
+        console.print(mermaid_diagram(), markup=False, highlight=False, soft_wrap=True)
+        return EXIT_OK
+    try:
+        scenarios, contenders = _select(args)
+        _check_model(args.model)
+    except (UsageError, ModelSpecError) as exc:
+        print(f"compare.py: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModelUnavailable as exc:
+        print(f"compare.py: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+    real_model = not args.model.startswith("scripted")
+    options = RunOptions(
+        model=args.model,
+        contenders=contenders,
+        session_db=args.session_db,
+        progress=Progress(console) if real_model else None,
+    )
+    records: list[RunRecord] = []
+    done: list[Scenario] = []
+    interrupted = False
+    try:
+        for number, scenario in enumerate(scenarios, start=1):
+            current: list[RunRecord] = []
+            try:
+                run_scenario(scenario, options, current.append)
+            finally:
+                records.extend(current)
+                if current:
+                    done.append(scenario)
+                    render_scenario(console, number, scenario, current, trace=not args.no_trace)
+    except KeyboardInterrupt:
+        interrupted = True
+        console.print(f"\n[bold]Interrupted[/bold] after {len(records)} run(s); the tables below cover what ran.")
+    except ModelUnavailable as exc:
+        print(f"compare.py: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+    rows = guard_matrix(records, contenders)
+    if rows:
+        render_guard_matrix(console, rows, contenders)
+    render_who_owns_what(console)
+    if args.json or args.report:
+        document = build_document(args.model, contenders, done, records, interrupted=interrupted)
+        if args.json:
+            _write_json(document, args.json)
+        if args.report:
+            from shared_tools.report import render_report
+
+            Path(args.report).write_text(render_report(document), encoding="utf-8")
+            console.print(f"Report written to {args.report}")
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def _write_json(document: dict[str, Any], target: str) -> None:
+    text = json.dumps(document, indent=1, ensure_ascii=False, default=str)
+    if target == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        Path(target).write_text(text + "\n", encoding="utf-8")
+
+
+# --- chat: a multi-turn conversation -----------------------------------------------------------------------
+
+
+def build_chat_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="compare.py chat",
+        description="Talk to the bookstore assistant; the conversation and the cart are kept for the next time.",
+    )
+    parser.add_argument("--contender", choices=("handwritten", "langgraph"), default="handwritten")
+    parser.add_argument("--thread", default="default", help="conversation name (resume it later with the same name)")
+    parser.add_argument(
+        "--session-db",
+        type=Path,
+        default=Path("agent-sessions.db"),
+        help="SQLite file of the graph's threads; the hand-written session and the store are kept beside it",
+    )
+    parser.add_argument("--model", default="scripted", help="'scripted' or 'ollama:<model>'")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    return parser
+
+
+def chat_main(argv: Sequence[str]) -> int:
+    """`python compare.py chat`: ask, see the trace, ask again; `quit` or an empty line ends it."""
+    args = build_chat_parser().parse_args(argv)
+    _configure_logging(args.verbose)
+    console = make_console(sys.stdout)
+    spec = "scripted:shopper" if args.model == "scripted" else args.model
+    try:
+        model = make_model(spec)
+    except ModelSpecError as exc:
+        print(f"compare.py chat: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModelUnavailable as exc:
+        print(f"compare.py chat: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+
+    db: Path = args.session_db
+    # The cart lives in a store file beside the sessions, so a resumed conversation and the cart agree.
+    store = BookStore(db.with_name(f"{db.stem}.store.db"))
+    events: list[TraceEvent] = []
+    progress = None if spec.startswith("scripted") else Progress(console)
+    agent = build_contender(
+        args.contender, model, make_tools(store, CUSTOMER_ID), AgentLimits(), Variant(), _collector(events, progress)
+    )
+    conversation = open_conversation(args.contender, agent, _chat_instructions(), args.thread, db, resume=True)
+    facts = conversation.facts()
+    console.print(
+        f"[bold]{args.contender}[/bold] · thread {escape(args.thread)} · kept in {escape(str(facts['kept_in']))} · "
+        f"{facts['messages']} message(s) so far. Empty line or 'quit' ends."
+    )
+    if spec.startswith("scripted"):
+        console.print("The scripted model knows these goals: " + escape(" | ".join(KNOWN_GOALS)))
+    try:
+        while True:
+            try:
+                question = input("you> ").strip()
+            except EOFError:
+                break
+            if question.lower() in ("", "quit", "exit"):
+                break
+            events.clear()
+            spin = progress.spinning() if progress is not None else nullcontext()
+            try:
+                with spin:
+                    result = conversation.ask(question)
+            except ScriptExhausted as exc:
+                console.print(Text(f"(scripted model) {exc}", style="yellow"))
+                continue
+            record = _record(_chat_base(args, question), store, events, 0.0, result=result)
+            for line in trace_lines(record, console.width):
+                console.print(line, overflow="ellipsis", no_wrap=True)
+            console.print(Text("assistant> ", style="bold") + Text(result.user_message()))
+            if result.stop_reason is not StopReason.DONE:
+                console.print(f"(stop reason: {result.stop_reason})")
+    except KeyboardInterrupt:
+        console.print(f"\nInterrupted; the conversation is kept in {facts['kept_in']}.")
+        return EXIT_INTERRUPTED
+    finally:
+        conversation.close()
+        store.close()
+    return EXIT_OK
+
+
+def _chat_instructions() -> str:
+    from shared_tools.scenarios import INSTRUCTIONS
+
+    return INSTRUCTIONS
+
+
+def _chat_base(args: argparse.Namespace, question: str) -> dict[str, Any]:
+    return {
+        "scenario": "chat",
+        "variant": args.thread,
+        "variant_label": "",
+        "contender": args.contender,
+        "goal": question,
+        "turn": 0,
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
