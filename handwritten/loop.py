@@ -160,16 +160,18 @@ class _Run:
 
 
 def answer_open_calls(history: list[BaseMessage]) -> None:
-    """Give every unanswered call of the last AIMessage an error result; providers reject a dangling call."""
-    last = next((i for i in range(len(history) - 1, -1, -1) if isinstance(history[i], AIMessage)), None)
-    if last is None:
-        return
-    reply = history[last]
-    assert isinstance(reply, AIMessage)
-    answered = {m.tool_call_id for m in history[last + 1 :] if isinstance(m, ToolMessage)}
-    for call in reply.tool_calls:
-        if call["id"] not in answered:
-            history.append(_tool_message(call, CANCELLED_CALL_TEXT, is_error=True))
+    """Give every unanswered call of the last AIMessage an error result; providers reject a dangling call.
+
+    Only a cancellation leaves calls unanswered. The text says "before it ran", which is true for a call the
+    loop never started; a sync tool already running in a worker thread cannot be stopped and may still finish.
+    """
+    for i in range(len(history) - 1, -1, -1):
+        reply = history[i]
+        if isinstance(reply, AIMessage):
+            answered = {m.tool_call_id for m in history[i + 1 :] if isinstance(m, ToolMessage)}
+            open_calls = [call for call in reply.tool_calls if call["id"] not in answered]
+            history.extend(_tool_message(call, CANCELLED_CALL_TEXT, is_error=True) for call in open_calls)
+            return
 
 
 def _tool_message(call: ToolCall, text: str, *, is_error: bool) -> ToolMessage:

@@ -39,7 +39,7 @@ from handwritten import (
     classify,
 )
 from handwritten.loop import MODEL_TIMED_OUT_DETAIL
-from shared_tools.faults import Faults
+from shared_tools.faults import FAKE_SECRET, Faults
 from shared_tools.guards import truncate
 from shared_tools.models import ScriptedChatModel
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
@@ -829,3 +829,63 @@ def test_the_seed_trace() -> None:
         assert [(line.book.title, line.quantity) for line in cart.lines] == [("The Quiet Orchard", 1)]
         assert str(cart.total) == "16.50"
         assert_valid_history(result.messages)
+
+
+def shop(persona: str, faults: Faults | None = None, **kwargs: Any) -> tuple[AgentResult, BookStore]:
+    store = BookStore()
+    loop = AgentLoop(ScriptedChatModel(persona=persona), make_tools(store, faults=faults), **kwargs)
+    return loop.run(SEED_INSTRUCTIONS, SEED_GOAL), store
+
+
+def cart_of(store: BookStore) -> list[tuple[str, int]]:
+    return [(line.book.title, line.quantity) for line in store.cart("c1").lines]
+
+
+def test_looper_is_stopped_by_repeats_then_consecutive_errors() -> None:
+    result, store = shop("looper")
+    assert (result.stop_reason, result.steps, result.tool_calls) == (StopReason.TOO_MANY_ERRORS, 6, 6)
+    statuses = [m.status for m in tool_messages(result)]
+    assert statuses == ["success", "success", "error", "error", "error", "error"]
+    assert cart_of(store) == []
+
+
+def test_looper_under_a_two_step_limit() -> None:
+    result, _ = shop("looper", limits=AgentLimits(max_steps=2))
+    assert (result.stop_reason, result.answer, result.steps) == (StopReason.MAX_STEPS, None, 2)
+    assert result.user_message().startswith("I couldn't finish this within the allowed number of steps.")
+
+
+def test_silent_persona_is_an_invalid_response() -> None:
+    result, _ = shop("silent")
+    assert (result.stop_reason, result.steps, result.tool_calls) == (StopReason.INVALID_RESPONSE, 1, 0)
+
+
+def test_hallucinator_recovers_from_the_unknown_tool() -> None:
+    result, store = shop("hallucinator")
+    first = tool_messages(result)[0]
+    assert first.content == (
+        "Unknown tool 'find_book'. Available: search_books, check_stock, get_order_status, add_to_cart, view_cart."
+    )
+    assert (result.stop_reason, result.steps, result.tool_calls) == (StopReason.DONE, 6, 5)
+    assert cart_of(store) == [("The Quiet Orchard", 1)]
+
+
+def test_parallel_persona_with_parallel_tools() -> None:
+    result, store = shop("parallel", parallel_tools=True)
+    assert (result.stop_reason, result.steps, result.tool_calls) == (StopReason.DONE, 4, 4)
+    assert [e.name for e in result.trace if e.step == 2] == ["model", "check_stock", "check_stock"]
+    assert cart_of(store) == [("The Quiet Orchard", 1)]
+
+
+def test_a_failing_tools_secret_never_reaches_the_model_by_default() -> None:
+    result, _ = shop("shopper", Faults(failing_tool="check_stock"))
+    assert "check_stock failed." in [m.content for m in tool_messages(result)]
+    assert not any(FAKE_SECRET in str(m.content) for m in result.messages)
+    assert not any(FAKE_SECRET in e.detail for e in result.trace)
+
+
+def test_a_warehouse_timeout_goes_back_to_the_model() -> None:
+    result, store = shop("shopper", Faults(check_stock_timeouts=1))
+    assert tool_messages(result)[1].content == "check_stock failed."
+    assert result.stop_reason is StopReason.DONE
+    assert cart_of(store) == [("The Quiet Orchard", 1)]
