@@ -1,0 +1,464 @@
+"""What only the LangGraph version has: the recursion-limit mapping, LangGraph's defaults, sessions, the diagram.
+
+The shared guard behaviour is tested once for both agents in `test_behaviour.py`; this file proves the graph-only
+claims with real LangGraph runs: `recursion_limit_for` gives exactly `max_steps` model calls in both modes, the
+defaults graph behaves as LangGraph ships (a tool's exception propagates, ToolNode's own error texts, no repeat
+rule), the `create_agent` contender stops where its middleware says, checkpointer sessions (memory and SQLite,
+across a process restart) keep threads apart, and the graph's shape matches the committed Mermaid diagrams.
+Regenerate the diagrams after an intended change with ``UPDATE_SNAPSHOTS=1 python -m pytest tests/test_graph.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import BaseTool, StructuredTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import GraphRecursionError
+
+from langgraph_version import GraphAgent, GraphSession, create_agent_contender, recursion_limit_for
+from langgraph_version.agent import NO_STEP_LIMIT_RECURSION
+from langgraph_version.contender import tool_call_cap
+from langgraph_version.graph import CANCELLED_CALL_TEXT
+from langgraph_version.state import fresh_counters
+from shared_tools import guards
+from shared_tools.faults import FAKE_SECRET, Faults
+from shared_tools.models import make_model
+from shared_tools.results import AgentLimits, StopReason, TraceEvent
+from shared_tools.store import BookStore
+from shared_tools.tools import make_tools
+from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
+
+INSTRUCTIONS = "You are the assistant of an online bookstore. Use the tools; answer briefly."
+SEED_GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+REPO = Path(__file__).resolve().parent.parent
+
+
+@tool
+def echo(n: int) -> str:
+    """Return n."""
+    return str(n)
+
+
+@tool
+def explode(n: int) -> str:
+    """Always fails with a bug, not a ToolException."""
+    raise RuntimeError(f"internal failure on {n}")
+
+
+def looping_replies(count: int) -> list[AIMessage]:
+    """A model that never stops asking for a (fresh, valid) tool call: exactly `count` replies, then it fails."""
+    return [ai("", call("echo", f"e{i}", n=i)) for i in range(count)]
+
+
+def tool_messages(messages: list[Any]) -> list[ToolMessage]:
+    return [m for m in messages if isinstance(m, ToolMessage)]
+
+
+def cart(store: BookStore) -> list[tuple[str, int]]:
+    return [(line.book.title, line.quantity) for line in store.cart("c1").lines]
+
+
+# --- recursion_limit_for -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("max_steps", "guarded", "defaults"), [(1, 4, 2), (2, 7, 4), (6, 19, 12), (7, 22, 14)])
+def test_recursion_limit_for_maps_model_calls_to_supersteps(max_steps: int, guarded: int, defaults: int) -> None:
+    limits = AgentLimits(max_steps=max_steps)
+    assert recursion_limit_for(limits) == recursion_limit_for(limits, guards=True) == guarded
+    assert recursion_limit_for(limits, guards=False) == defaults
+
+
+def test_no_step_limit_gets_a_large_recursion_limit() -> None:
+    limits = AgentLimits(max_steps=None)
+    assert recursion_limit_for(limits) == recursion_limit_for(limits, guards=False) == NO_STEP_LIMIT_RECURSION
+
+
+@pytest.mark.parametrize("max_steps", [1, 2, 6, 7, 25])
+def test_guarded_graph_makes_exactly_max_steps_model_calls_and_tool_rounds(max_steps: int) -> None:
+    # The script has exactly max_steps replies: one more model call would raise ScriptExhaustedError.
+    model = ScriptModel(replies=looping_replies(max_steps))
+    limits = AgentLimits(max_steps=max_steps, max_tokens=None)
+    result = GraphAgent(model, [echo], limits).run("sys", "loop")
+    assert result.stop_reason is StopReason.MAX_STEPS
+    assert result.answer is None
+    assert (model.calls, result.model_calls, result.steps, result.tool_calls) == (max_steps,) * 4
+    assert len(tool_messages(result.messages)) == max_steps, "the last step's tool calls still ran"
+
+
+@pytest.mark.parametrize("max_steps", [1, 2, 6, 7, 25])
+def test_defaults_graph_hits_the_recursion_limit_after_max_steps_model_calls(max_steps: int) -> None:
+    model = ScriptModel(replies=looping_replies(max_steps))
+    result = GraphAgent(model, [echo], AgentLimits(max_steps=max_steps), guards=False).run("sys", "loop")
+    # LangGraph raised GraphRecursionError inside; the agent kept the partial run and called it MAX_STEPS.
+    assert result.stop_reason is StopReason.MAX_STEPS
+    assert (model.calls, result.model_calls, result.tool_calls) == (max_steps,) * 3
+    assert len(tool_messages(result.messages)) == max_steps
+    assert [e.name for e in result.trace] == ["model", "echo"] * max_steps
+
+
+def test_defaults_graph_raises_graph_recursion_error_itself() -> None:
+    """The mapping above is ours: the compiled graph alone raises at the same limit."""
+    model = ScriptModel(replies=looping_replies(3))
+    agent = GraphAgent(model, [echo], AgentLimits(max_steps=3), guards=False)
+    with pytest.raises(GraphRecursionError):
+        limit = recursion_limit_for(agent.limits, guards=False)
+        agent.graph.invoke({"messages": [HumanMessage("loop")]}, {"recursion_limit": limit})
+    assert model.calls == 3
+
+
+@pytest.mark.parametrize("guards_on", [True, False])
+def test_an_answer_at_the_last_allowed_step_still_fits_the_limit(guards_on: bool) -> None:
+    model = ScriptModel(replies=[*looping_replies(2), ai("three steps")])
+    result = GraphAgent(model, [echo], AgentLimits(max_steps=3), guards=guards_on).run("sys", "go")
+    assert result.stop_reason is StopReason.DONE
+    assert (result.answer, result.model_calls, result.tool_calls) == ("three steps", 3, 2)
+
+
+def test_remaining_steps_ends_gracefully_when_the_recursion_limit_is_too_small() -> None:
+    model = ScriptModel(replies=looping_replies(3))
+    agent = GraphAgent(model, [echo], AgentLimits(max_steps=3))
+    agent.recursion_limit -= 1  # one superstep short of three rounds
+    result = agent.run("sys", "loop")
+    assert result.stop_reason is StopReason.MAX_STEPS
+    assert (model.calls, result.tool_calls) == (2, 2), "no round is started without room to finish it"
+
+
+# --- guards=False: LangGraph's defaults ----------------------------------------------------------------------
+
+
+def test_defaults_mode_lets_a_tool_exception_propagate() -> None:
+    model = ScriptModel(replies=[ai("", call("explode", "x", n=1))])
+    with pytest.raises(RuntimeError, match="internal failure on 1"):
+        GraphAgent(model, [explode], guards=False).run("sys", "go")
+
+
+async def test_defaults_mode_lets_a_tool_exception_propagate_async() -> None:
+    model = ScriptModel(replies=[ai("", call("explode", "x", n=1))])
+    with pytest.raises(RuntimeError, match="internal failure on 1"):
+        await GraphAgent(model, [explode], guards=False).arun("sys", "go")
+
+
+def test_guarded_mode_turns_the_same_exception_into_a_hidden_result() -> None:
+    model = ScriptModel(replies=[ai("", call("explode", "x", n=1)), ai("Sorry.")])
+    result = GraphAgent(model, [explode]).run("sys", "go")
+    (message,) = tool_messages(result.messages)
+    assert (message.status, message.content) == ("error", "explode failed.")
+    assert result.stop_reason is StopReason.DONE
+
+
+def test_defaults_mode_uses_tool_nodes_own_texts() -> None:
+    model = ScriptModel(
+        replies=[ai("", call("nope", "u"), call("echo", "bad", n="seven"), call("echo", "ok", n=7)), ai("done")]
+    )
+    result = GraphAgent(model, [echo, explode], guards=False).run("sys", "go")
+    unknown, invalid, ok = tool_messages(result.messages)
+    assert unknown.content == "Error: nope is not a valid tool, try one of [echo, explode]."
+    assert invalid.content.startswith("Error invoking tool 'echo' with kwargs {'n': 'seven'} with error:\n n: ")
+    assert invalid.content.endswith("Please fix the error and try again.")
+    assert (unknown.status, invalid.status, ok.status, ok.content) == ("error", "error", "success", "7")
+    # ToolNode runs a turn's calls in threads, so their trace lines come in finishing order.
+    assert sorted(e.is_error for e in result.trace if not e.is_model) == [False, True, True]
+    assert result.stop_reason is StopReason.DONE
+
+
+def test_defaults_mode_has_no_repeat_rule_or_token_budget() -> None:
+    same = [ai("", call("echo", f"id{i}", n=1), tokens=1000) for i in range(4)]
+    limits = AgentLimits(max_steps=5, max_tokens=100, max_repeats=1)
+    result = GraphAgent(ScriptModel(replies=[*same, ai("ok")]), [echo], limits, guards=False).run("sys", "go")
+    assert result.stop_reason is StopReason.DONE
+    assert [m.content for m in tool_messages(result.messages)] == ["1"] * 4
+    assert result.tokens == 4010 > limits.max_tokens
+
+
+def test_defaults_mode_honours_a_cooperative_cancel() -> None:
+    cancel = threading.Event()
+
+    def on_event(event: TraceEvent) -> None:
+        if event.name == "echo":
+            cancel.set()
+
+    model = ScriptModel(replies=looping_replies(3))
+    result = GraphAgent(model, [echo], guards=False, on_event=on_event).run("sys", "go", cancel=cancel)
+    assert result.stop_reason is StopReason.CANCELLED
+    assert (model.calls, result.model_calls, result.tool_calls) == (1, 1, 1)
+
+
+# --- guarded-only details ------------------------------------------------------------------------------------
+
+
+def test_cancel_between_calls_answers_the_rest_of_the_turn() -> None:
+    cancel = threading.Event()
+    model = ScriptModel(replies=[ai("", call("echo", "a", n=1), call("echo", "b", n=2), call("echo", "c", n=3))])
+    agent = GraphAgent(model, [echo], parallel_tools=False, on_event=lambda e: e.name == "echo" and cancel.set())
+    result = agent.run("sys", "go", cancel=cancel)
+    assert result.stop_reason is StopReason.CANCELLED
+    assert [(m.tool_call_id, m.content) for m in tool_messages(result.messages)] == [
+        ("a", "1"),
+        ("b", CANCELLED_CALL_TEXT),
+        ("c", CANCELLED_CALL_TEXT),
+    ]
+    assert [e.name for e in result.trace] == ["model", "echo"]
+    assert result.tool_calls == 3
+
+
+def test_the_stop_reason_is_graph_state() -> None:
+    model = ScriptModel(replies=[ai("", call("echo", "a", n=1)), ai("fine")])
+    agent = GraphAgent(model, [echo])
+    final = agent.graph.invoke(
+        {"messages": [SystemMessage("sys"), HumanMessage("go")], **fresh_counters()}, {"recursion_limit": 10}
+    )
+    assert final["stop_reason"] == StopReason.DONE.value
+    assert (final["model_calls"], final["tool_calls"], final["tokens"]) == (2, 1, 20)
+    assert final["seen_calls"] == {guards.call_key("echo", {"n": 1}): 1}
+
+
+async def test_cancelling_the_arun_task_raises_cancelled_error() -> None:
+    started = asyncio.Event()
+
+    async def wait_forever() -> str:
+        started.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    slow = StructuredTool.from_function(coroutine=wait_forever, name="slow", description="Takes forever.")
+    model = ScriptModel(replies=[ai("", call("slow", "s"))])
+    task = asyncio.create_task(GraphAgent(model, [slow]).arun("sys", "go"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+async def test_seed_run_async_and_parallel(parallel: bool) -> None:
+    store = BookStore()
+    agent = GraphAgent(make_model("scripted"), make_tools(store), parallel_tools=parallel)
+    result = await agent.arun(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.DONE
+    assert (result.model_calls, result.tool_calls) == (5, 4)
+    assert cart(store) == [("The Quiet Orchard", 1)]
+    assert result.tokens_per_step == sorted(set(result.tokens_per_step))
+
+
+def test_seed_run_in_defaults_mode_has_the_same_trace_shape() -> None:
+    store = BookStore()
+    result = GraphAgent(make_model("scripted"), make_tools(store), guards=False).run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.DONE
+    assert [e.name for e in result.trace] == [
+        "model", "search_books", "model", "check_stock", "model", "check_stock", "model", "add_to_cart", "model",
+    ]
+    assert [e.step for e in result.trace] == [1, 1, 2, 2, 3, 3, 4, 4, 5]
+    assert cart(store) == [("The Quiet Orchard", 1)]
+
+
+# --- the create_agent contender ------------------------------------------------------------------------------
+
+
+def test_contender_runs_the_seed() -> None:
+    store = BookStore()
+    seen: list[TraceEvent] = []
+    contender = create_agent_contender(make_model("scripted"), make_tools(store), AgentLimits(), on_event=seen.append)
+    result = contender.run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.DONE
+    assert (result.model_calls, result.steps, result.tool_calls) == (5, 5, 4)
+    assert cart(store) == [("The Quiet Orchard", 1)]
+    assert result.tokens == sum(result.tokens_per_step) > 0
+    assert isinstance(result.messages[0], SystemMessage)
+    assert seen == result.trace and len(result.trace) == 9
+
+
+@pytest.mark.parametrize("max_steps", [1, 3])
+def test_contender_model_call_limit_ends_with_max_steps(max_steps: int) -> None:
+    model = ScriptModel(replies=looping_replies(max_steps))
+    result = create_agent_contender(model, [echo], AgentLimits(max_steps=max_steps)).run("sys", "loop")
+    assert result.stop_reason is StopReason.MAX_STEPS
+    assert result.answer is None
+    assert (model.calls, result.model_calls, result.tool_calls) == (max_steps,) * 3
+
+
+async def test_contender_async_answer_is_done() -> None:
+    model = ScriptModel(replies=[ai("", call("echo", "a", n=1)), ai("all good")])
+    result = await create_agent_contender(model, [echo], AgentLimits(max_steps=2)).arun("sys", "go")
+    assert (result.stop_reason, result.answer, result.model_calls, result.tool_calls) == (
+        StopReason.DONE,
+        "all good",
+        2,
+        1,
+    )
+
+
+def test_contender_tool_call_cap_refuses_calls_over_it() -> None:
+    limits = AgentLimits(max_steps=1)
+    assert tool_call_cap(limits) == 2
+    model = ScriptModel(replies=[ai("", *(call("echo", f"c{i}", n=i) for i in range(3)))])
+    result = create_agent_contender(model, [echo], limits).run("sys", "go")
+    # The middleware answers the refused call in after_model, before ToolNode runs the others: not in call order.
+    statuses = {m.tool_call_id: m.status for m in tool_messages(result.messages)}
+    assert statuses == {"c0": "success", "c1": "success", "c2": "error"}
+    assert result.stop_reason is StopReason.MAX_STEPS
+
+
+@pytest.mark.parametrize("detailed", [False, True])
+def test_contender_hides_error_details_like_the_guarded_agents(detailed: bool) -> None:
+    store = BookStore()
+    tools = make_tools(store, faults=Faults(failing_tool="check_stock"))
+    result = create_agent_contender(make_model("scripted"), tools, AgentLimits(), detailed_errors=detailed).run(
+        INSTRUCTIONS, SEED_GOAL
+    )
+    failures = [m for m in tool_messages(result.messages) if m.status == "error"]
+    assert failures
+    if detailed:
+        assert FAKE_SECRET in failures[0].content
+    else:
+        assert failures[0].content == "check_stock failed."
+
+
+def test_contender_has_no_repeat_rule_and_toolnode_texts() -> None:
+    replies = [ai("", call("nope", "u")), *(ai("", call("echo", f"e{i}", n=1)) for i in range(3)), ai("ok")]
+    result = create_agent_contender(ScriptModel(replies=replies), [echo], AgentLimits(max_repeats=1)).run("s", "go")
+    unknown, *repeats = tool_messages(result.messages)
+    assert unknown.content == "Error: nope is not a valid tool, try one of [echo]."
+    assert [m.content for m in repeats] == ["1", "1", "1"]
+    assert result.stop_reason is StopReason.DONE
+
+
+# --- sessions ------------------------------------------------------------------------------------------------
+
+
+def two_turn_model() -> ScriptModel:
+    return ScriptModel(
+        replies=[ai("", call("echo", "t1", n=1)), ai("first answer"), ai("", call("echo", "t2", n=1)), ai("second")]
+    )
+
+
+def test_memory_session_remembers_the_first_turn() -> None:
+    model = two_turn_model()
+    session = GraphSession(GraphAgent(model, [echo], AgentLimits(max_steps=2)), "sys")
+    first = session.ask("hello")
+    second = session.ask("again")
+    assert (first.answer, second.answer) == ("first answer", "second")
+    # Budgets are per ask: each turn used its own 2 steps, and its own repeat counts (echo n=1 ran twice).
+    assert (first.steps, second.steps) == (2, 2)
+    assert [m.status for m in tool_messages(second.messages)] == ["success", "success"]
+    third_prompt = model.prompts[2]
+    assert [type(m).__name__ for m in third_prompt] == [
+        "SystemMessage", "HumanMessage", "AIMessage", "ToolMessage", "AIMessage", "HumanMessage",
+    ]
+    assert sum(isinstance(m, SystemMessage) for m in session.messages) == 1
+    assert session.messages == second.messages
+    assert second.trace[0].step == 1, "steps count per ask"
+
+
+def test_history_is_newest_first_with_one_snapshot_per_superstep() -> None:
+    session = GraphSession(GraphAgent(two_turn_model(), [echo]), "sys")
+    session.ask("hello")
+    history = session.history()
+    assert [(s.metadata["step"], s.next) for s in history] == [
+        (4, ()),
+        (3, ("model",)),
+        (2, ("check",)),
+        (1, ("tools",)),
+        (0, ("model",)),
+        (-1, ("__start__",)),
+    ]
+    assert history[0].values["stop_reason"] == StopReason.DONE.value
+
+
+def test_durability_exit_writes_only_the_final_checkpoint() -> None:
+    session = GraphSession(GraphAgent(two_turn_model(), [echo]), "sys", durability="exit")
+    session.ask("hello")
+    assert [s.metadata["step"] for s in session.history()] == [4]
+    assert session.ask("again").answer == "second"
+
+
+def test_threads_never_mix_and_delete_forgets_one() -> None:
+    saver = InMemorySaver()
+    agent_a = GraphAgent(ScriptModel(replies=[ai("for a")]), [echo])
+    agent_b = GraphAgent(ScriptModel(replies=[ai("for b")]), [echo])
+    a = GraphSession(agent_a, "sys", "a", checkpointer=saver)
+    b = GraphSession(agent_b, "sys", "b", checkpointer=saver)
+    a.ask("question a")
+    b.ask("question b")
+    assert [m.text for m in a.messages] == ["sys", "question a", "for a"]
+    assert [m.text for m in b.messages] == ["sys", "question b", "for b"]
+    a.delete()
+    assert (a.messages, a.history()) == ([], [])
+    assert len(b.messages) == 3
+
+
+async def test_memory_session_async() -> None:
+    session = GraphSession(GraphAgent(two_turn_model(), [echo]), "sys")
+    assert (await session.aask("hello")).answer == "first answer"
+    assert (await session.aask("again")).answer == "second"
+    assert len(session.messages) == 9
+
+
+FIRST_PROCESS = textwrap.dedent(
+    """
+    import sys
+    from langchain_core.tools import tool
+    from langgraph_version import GraphAgent, GraphSession
+    from tests.doubles import ScriptModel, ai, call
+
+    @tool
+    def echo(n: int) -> str:
+        \"\"\"Return n.\"\"\"
+        return str(n)
+
+    model = ScriptModel(replies=[ai("", call("echo", "t1", n=1)), ai("first answer")])
+    with GraphSession.sqlite(GraphAgent(model, [echo]), "sys", path=sys.argv[1], thread_id="kept") as session:
+        print(session.ask("hello").answer)
+    """
+)
+
+
+def test_sqlite_session_survives_a_new_process(tmp_path: Path) -> None:
+    path = str(tmp_path / "sessions.db")
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_PROCESS, path], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "first answer"
+
+    model = ScriptModel(replies=[ai("second")])
+    with GraphSession.sqlite(GraphAgent(model, [echo]), "ignored now", path=path, thread_id="kept") as session:
+        result = session.ask("again")
+        assert result.answer == "second"
+        assert [m.text for m in model.prompts[0]] == ["sys", "hello", "", "1", "first answer", "again"]
+    with GraphSession.sqlite(GraphAgent(model, [echo]), "sys", path=path, thread_id="other") as other:
+        assert other.messages == [], "another thread in the same file starts empty"
+    with GraphSession.sqlite(GraphAgent(model, [echo]), "sys", path=path, thread_id="kept") as session:
+        session.delete()
+        assert session.messages == []
+
+
+def test_a_model_that_runs_out_fails_loudly_inside_the_graph() -> None:
+    with pytest.raises(ScriptExhaustedError):
+        GraphAgent(ScriptModel(replies=looping_replies(1)), [echo], AgentLimits(max_steps=3)).run("sys", "go")
+
+
+# --- the diagram ---------------------------------------------------------------------------------------------
+
+
+def _bookstore_tools() -> list[BaseTool]:
+    return make_tools(BookStore())
+
+
+@pytest.mark.parametrize(("name", "guards_on"), [("graph_mermaid.txt", True), ("graph_mermaid_defaults.txt", False)])
+def test_mermaid_diagram_matches_the_snapshot(name: str, guards_on: bool) -> None:
+    agent = GraphAgent(make_model("scripted"), _bookstore_tools(), guards=guards_on)
+    diagram = agent.graph.get_graph().draw_mermaid()
+    snapshot = SNAPSHOTS / name
+    if os.environ.get("UPDATE_SNAPSHOTS") == "1":
+        snapshot.write_text(diagram)
+    assert diagram == snapshot.read_text(), f"graph shape changed; regenerate {name} with UPDATE_SNAPSHOTS=1"
