@@ -13,9 +13,9 @@ Why the guarded tools node is our own function and not the prebuilt `ToolNode`: 
 produce our texts, but it runs the hooks of one turn concurrently and without their position in
 the turn, so "the third identical call is blocked" would depend on thread timing; a hook can only
 return a message or a `Command` per call, so the repeat counts and the tool-call counter would need
-custom reducers; and it has no switch for running a turn's calls one after another. A
-forty-line node that screens the calls in order and then runs them (in parallel or not) reads like
-`handwritten`'s `run_tools` and stays deterministic. `build_defaults_graph` shows the prebuilt
+custom reducers; and it has no switch for running a turn's calls one after another. Our own node
+screens the calls in call order, then runs them (in parallel or not); it reads like `handwritten`'s
+`run_tools` and stays deterministic. `build_defaults_graph` shows the prebuilt
 `ToolNode` and `tools_condition` exactly as LangGraph ships them, so the difference is visible.
 """
 
