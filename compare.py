@@ -29,7 +29,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
-from shared_tools.personas import KNOWN_GOALS, ScriptExhausted
+from shared_tools.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
 from shared_tools.render import (
     RunRecord,
     guard_matrix,
@@ -538,7 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         render_list(console)
         return EXIT_OK
     if args.graph:
-        console.print(mermaid_diagram(), markup=False, highlight=False, soft_wrap=True)
+        # Plain print: the diagram must stay byte-exact (tabs included) so it can be piped into a .mmd file.
+        print(mermaid_diagram(), end="")
         return EXIT_OK
     try:
         scenarios, contenders = _select(args)
@@ -651,8 +652,9 @@ def chat_main(argv: Sequence[str]) -> int:
         f"[bold]{args.contender}[/bold] · thread {escape(args.thread)} · kept in {escape(str(facts['kept_in']))} · "
         f"{facts['messages']} message(s) so far. Empty line or 'quit' ends."
     )
-    if spec.startswith("scripted"):
-        console.print("The scripted model knows these goals: " + escape(" | ".join(KNOWN_GOALS)))
+    scripted = spec.startswith("scripted")
+    if scripted:
+        console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
     try:
         while True:
             try:
@@ -661,6 +663,10 @@ def chat_main(argv: Sequence[str]) -> int:
                 break
             if question.lower() in ("", "quit", "exit"):
                 break
+            if scripted and parse_goal(question) is None:
+                # Refused before asking, so an unknown goal never lands in the stored conversation.
+                console.print(Text("The scripted model has no script for that. It knows: " + " | ".join(KNOWN_GOALS)))
+                continue
             events.clear()
             spin = progress.spinning() if progress is not None else nullcontext()
             try:

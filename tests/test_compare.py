@@ -1,0 +1,400 @@
+"""compare.py, the front door: every scenario on the scripted model, asserted from the JSON it writes.
+
+The whole default run (ten scenarios, four contenders) happens once, in a module fixture, exactly as a user
+runs it (`main([... "--json", path, "--report", path])`); each test then checks one scenario's facts in the
+JSON records, never in the pretty terminal text. The command-line tests check exit codes and what goes to
+stdout/stderr; the interrupt test sends a real SIGINT to a real `python compare.py` process.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import compare
+from shared_tools.guards import unknown_tool_error
+from shared_tools.results import AgentResult, StopReason
+from shared_tools.scenarios import CONTENDERS, SCENARIOS, SEED_GOAL
+from shared_tools.tools import TOOL_NAMES
+
+ROOT = Path(__file__).resolve().parent.parent
+GUARDED = ("handwritten", "langgraph")
+UNGUARDED = ("langgraph-defaults", "create-agent")
+QUIET_ORCHARD = [{"id": 7, "title": "The Quiet Orchard", "quantity": 1, "lineTotal": "16.50"}]
+
+Runs = list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`python compare.py --json ... --report ...` with every scenario and contender, run once."""
+    folder = tmp_path_factory.mktemp("compare")
+    json_path, report_path = folder / "runs.json", folder / "report.html"
+    code = compare.main(
+        ["--json", str(json_path), "--report", str(report_path), "--session-db", str(folder / "sessions.db")]
+    )
+    assert code == compare.EXIT_OK
+    document = json.loads(json_path.read_text(encoding="utf-8"))
+    return {"doc": document, "runs": document["runs"], "report": report_path.read_text(encoding="utf-8")}
+
+
+def runs_of(full_run: dict[str, Any], scenario: str, **match: Any) -> Runs:
+    found = [
+        r for r in full_run["runs"] if r["scenario"] == scenario and all(r[k] == v for k, v in match.items())
+    ]
+    assert found, f"no runs for {scenario} {match}"
+    return found
+
+
+def one(full_run: dict[str, Any], scenario: str, **match: Any) -> dict[str, Any]:
+    found = runs_of(full_run, scenario, **match)
+    assert len(found) == 1, f"expected one run for {scenario} {match}, got {len(found)}"
+    return found[0]
+
+
+def tool_events(run: dict[str, Any]) -> list[dict[str, Any]]:
+    return [e for e in run["trace"] if e["name"] != "model"]
+
+
+def user_message_for(reason: StopReason) -> str:
+    return AgentResult(reason, None, 0, 0, 0, 0).user_message()
+
+
+# --- the default run -----------------------------------------------------------------------------------------
+
+
+def test_every_scenario_ran_on_every_contender(full_run: dict[str, Any]) -> None:
+    doc = full_run["doc"]
+    assert [s["name"] for s in doc["scenarios"]] == [s.name for s in SCENARIOS]
+    assert [c["name"] for c in doc["contenders"]] == list(CONTENDERS)
+    for scenario in SCENARIOS:
+        ran = {(r["variant"], r["contender"]) for r in full_run["runs"] if r["scenario"] == scenario.name}
+        assert ran == {(v.name, c) for v in scenario.variants for c in scenario.contenders}, scenario.name
+    assert all(s["notice"] for s in doc["scenarios"]), "every scenario says what to notice"
+
+
+@pytest.mark.parametrize("contender", list(CONTENDERS))
+def test_bookstore_reproduces_the_seed_trace(full_run: dict[str, Any], contender: str) -> None:
+    run = one(full_run, "bookstore", contender=contender)
+    assert run["stop_reason"] == StopReason.DONE
+    assert (run["model_calls"], run["tool_calls"]) == (5, 4)
+    calls = [(e["name"], e["detail"].split(" -> ")[0]) for e in tool_events(run)]
+    assert calls == [
+        ("search_books", '{"query":"The Last Lighthouse"}'),
+        ("check_stock", '{"book_id":2}'),
+        ("check_stock", '{"book_id":7}'),
+        ("add_to_cart", '{"book_id":7,"quantity":1}'),
+    ]
+    assert run["cart"] == QUIET_ORCHARD and run["cart_total"] == "16.50"
+    tokens = run["tokens_per_step"]
+    assert len(tokens) == 5 and all(b > a for a, b in itertools.pairwise(tokens)), tokens
+    assert sum(tokens) == run["tokens"]
+
+
+def test_bookstore_notice_explains_the_growth_with_the_measured_numbers(full_run: dict[str, Any]) -> None:
+    notice = next(s["notice"] for s in full_run["doc"]["scenarios"] if s["name"] == "bookstore")
+    tokens = one(full_run, "bookstore", contender="handwritten")["tokens_per_step"]
+    assert " -> ".join(f"{t:,}" for t in tokens) in notice
+    assert "re-sends the whole history" in notice
+
+
+@pytest.mark.parametrize("contender", list(CONTENDERS))
+def test_orders_both_get_a_clean_answer(full_run: dict[str, Any], contender: str) -> None:
+    shipped = one(full_run, "orders", contender=contender, goal="Where is my order 4512?")
+    missing = one(full_run, "orders", contender=contender, goal="Where is my order 9999?")
+    for run in (shipped, missing):
+        assert run["stop_reason"] == StopReason.DONE
+        assert (run["model_calls"], run["tool_calls"]) == (2, 1)
+        assert not any(e["is_error"] for e in tool_events(run)), "an unknown order is not an error"
+    assert "TRK-88" in shipped["answer"]
+    assert '"status":"not found"' in tool_events(missing)[0]["detail"]
+    assert "9999" in missing["answer"]
+
+
+def test_max_steps_stops_everyone_halfway_with_an_empty_cart(full_run: dict[str, Any]) -> None:
+    for run in runs_of(full_run, "max-steps", variant="max-steps-2"):
+        assert run["stop_reason"] != StopReason.DONE, run["contender"]
+        assert run["answer"] is None
+        assert run["cart"] == [] and run["cart_total"] == "0.00"
+        assert run["model_calls"] <= 2
+    for contender in GUARDED:
+        run = one(full_run, "max-steps", variant="max-steps-2", contender=contender)
+        assert run["stop_reason"] == StopReason.MAX_STEPS
+        assert run["user_message"] == user_message_for(StopReason.MAX_STEPS)
+
+
+def test_only_the_guarded_contenders_have_token_and_time_budgets(full_run: dict[str, Any]) -> None:
+    for variant, reason in (("token-budget", StopReason.TOKEN_BUDGET), ("time-budget", StopReason.TIME_BUDGET)):
+        for contender in GUARDED:
+            run = one(full_run, "max-steps", variant=variant, contender=contender)
+            assert run["stop_reason"] == reason
+            assert run["cart"] == []
+        for contender in UNGUARDED:
+            run = one(full_run, "max-steps", variant=variant, contender=contender)
+            assert run["stop_reason"] == StopReason.DONE, "no such budget, so it ran to the end"
+            assert run["cart"] == QUIET_ORCHARD
+    over = one(full_run, "max-steps", variant="token-budget", contender="handwritten")
+    assert over["tokens"] > 2_500 > sum(over["tokens_per_step"][:-1])
+
+
+def test_flaky_warehouse_error_text_and_retry(full_run: dict[str, Any]) -> None:
+    for variant, detailed in (("details-off", False), ("details-on", True)):
+        for contender in (*GUARDED, "create-agent"):
+            run = one(full_run, "flaky-warehouse", variant=variant, contender=contender)
+            errors = [e for e in tool_events(run) if e["is_error"]]
+            assert errors and errors[0]["name"] == "check_stock"
+            seen = errors[0]["detail"].split(" -> ", 1)[1]
+            assert ("timed out" in seen) is detailed, seen
+            checks = [e for e in tool_events(run) if e["name"] == "check_stock"]
+            retry = checks[1]
+            assert retry["detail"].split(" -> ")[0] == checks[0]["detail"].split(" -> ")[0], "the same call again"
+            assert not retry["is_error"] and '"inStock":0' in retry["detail"]
+            assert run["stop_reason"] == StopReason.DONE and run["cart"] == QUIET_ORCHARD
+        raised = one(full_run, "flaky-warehouse", variant=variant, contender="langgraph-defaults")
+        assert raised["stop_reason"] is None
+        assert raised["error"].startswith("TimeoutError: warehouse service timed out")
+        assert raised["outcome"].startswith("raised TimeoutError")
+
+
+def test_big_results_truncation_saves_tokens_where_it_exists(full_run: dict[str, Any]) -> None:
+    for contender in CONTENDERS:
+        full = one(full_run, "big-results", variant="full", contender=contender)
+        cut = one(full_run, "big-results", variant="truncated", contender=contender)
+        search = tool_events(cut)[0]
+        assert full["tokens_per_step"][0] == cut["tokens_per_step"][0], "the first call has no result yet"
+        if contender in GUARDED:
+            assert "[truncated" in search["detail"]
+            assert cut["tokens"] < full["tokens"]
+        else:
+            assert "[truncated" not in search["detail"]
+            assert cut["tokens"] == full["tokens"]
+    small = one(full_run, "bookstore", contender="handwritten")
+    assert one(full_run, "big-results", variant="full", contender="handwritten")["tokens"] > small["tokens"]
+
+
+def test_looping_model_repeat_check_only_in_the_guarded_contenders(full_run: dict[str, Any]) -> None:
+    for contender in CONTENDERS:
+        run = one(full_run, "looping-model", contender=contender)
+        calls = tool_events(run)
+        assert {e["detail"].split(" -> ")[0] for e in calls} == {'{"book_id":2}'}, "one identical call, repeated"
+        blocked = [e for e in calls if "You already called check_stock" in e["detail"]]
+        assert run["stop_reason"] != StopReason.DONE
+        if contender in GUARDED:
+            assert len(calls) - len(blocked) == 2, "the third identical call never runs"
+            assert blocked and all(e["is_error"] for e in blocked)
+        else:
+            assert not blocked and len(calls) == run["model_calls"]
+
+
+def test_hallucinated_tool_error_text_and_recovery(full_run: dict[str, Any]) -> None:
+    for contender in CONTENDERS:
+        run = one(full_run, "hallucinated-tool", contender=contender)
+        first = tool_events(run)[0]
+        assert first["name"] == "find_book" and first["is_error"]
+        text = first["detail"].split(" -> ", 1)[1]
+        if contender in GUARDED:
+            assert text == unknown_tool_error("find_book", TOOL_NAMES)
+        else:
+            assert "find_book is not a valid tool" in text
+        assert all(name in text for name in TOOL_NAMES), "the error lists the real tools"
+        assert run["stop_reason"] == StopReason.DONE and run["cart"] == QUIET_ORCHARD
+
+
+def test_session_turn_two_is_answered_from_memory(full_run: dict[str, Any]) -> None:
+    counts = set()
+    for run in runs_of(full_run, "session", turn=2):
+        assert run["goal"] == "What is my cart total now?"
+        assert run["tool_calls"] == 0 and run["stop_reason"] == StopReason.DONE
+        assert "$16.50" in run["answer"]
+        counts.add(run["facts"]["messages"])
+        if run["contender"] == "langgraph":
+            assert run["facts"]["checkpoints"] > run["facts"]["messages"], "one checkpoint per superstep"
+    assert len(counts) == 1, "the hand-written history and the graph thread hold the same messages"
+    for contender in GUARDED:
+        persisted = one(full_run, "session", variant="persisted", contender=contender, turn=2)
+        assert persisted["facts"]["survived_restart"] is True
+        assert persisted["facts"]["messages_after_restart"] == persisted["facts"]["messages"]
+
+
+def test_stale_cart_answer_vs_fresh_read(full_run: dict[str, Any]) -> None:
+    for contender in GUARDED:
+        stale = one(full_run, "stale-cart", variant="default-instructions", contender=contender, turn=2)
+        fresh = one(full_run, "stale-cart", variant="fresh-cart", contender=contender, turn=2)
+        for run in (stale, fresh):
+            assert run["cart"] == [] and run["cart_total"] == "0.00", "another channel emptied the cart"
+        assert stale["tool_calls"] == 0 and "$16.50" in stale["answer"]
+        assert [e["name"] for e in tool_events(fresh)] == ["view_cart"] and "$0.00" in fresh["answer"]
+    row = next(r for r in full_run["doc"]["guard_matrix"] if r["guard"] == "stale read")
+    assert [row["cells"][c]["status"] for c in GUARDED] == ["missing", "missing"]
+
+
+def test_parallel_tools_are_faster_than_sequential(full_run: dict[str, Any]) -> None:
+    for contender in GUARDED:
+        seq = one(full_run, "parallel-tools", variant="sequential", contender=contender)
+        par = one(full_run, "parallel-tools", variant="parallel", contender=contender)
+        for run in (seq, par):
+            assert [(e["step"], e["name"]) for e in tool_events(run)] == [(1, "check_stock"), (1, "check_stock")]
+            assert run["stop_reason"] == StopReason.DONE
+        assert par["wall_s"] < seq["wall_s"]
+
+
+def test_guard_matrix_is_built_from_the_runs(full_run: dict[str, Any]) -> None:
+    rows = {r["guard"]: r["cells"] for r in full_run["doc"]["guard_matrix"]}
+    assert set(rows) == {
+        "step limit", "token budget", "time budget", "repeat check", "unknown tool", "error hiding", "truncation",
+        "stale read",
+    }
+    for guard in ("token budget", "time budget", "repeat check", "truncation"):
+        assert [rows[guard][c]["status"] for c in CONTENDERS] == ["fired", "fired", "missing", "missing"], guard
+    assert rows["error hiding"]["langgraph-defaults"]["status"] == "raised"
+    assert rows["stale read"]["create-agent"]["status"] == "not run"
+    assert full_run["doc"]["who_owns_what"]["rows"][0][0] == "loop"
+
+
+def test_report_is_one_self_contained_page(full_run: dict[str, Any]) -> None:
+    page = full_run["report"]
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("<svg xmlns") == len(SCENARIOS), "a tokens-per-step chart per scenario"
+    assert "<script" not in page and 'src="http' not in page and "<link" not in page
+    assert "graph TD;" in page and "__start__ --&gt; model;" in page, "the mermaid text, escaped"
+    assert "guard matrix" in page.lower()
+
+
+# --- the command line ----------------------------------------------------------------------------------------
+
+
+def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    assert compare.main(["--list"]) == compare.EXIT_OK
+    out = capsys.readouterr().out
+    for scenario in SCENARIOS:
+        assert scenario.name in out
+
+
+def test_graph_prints_the_mermaid_diagram(capsys: pytest.CaptureFixture[str]) -> None:
+    assert compare.main(["--graph"]) == compare.EXIT_OK
+    assert compare.mermaid_diagram().strip() in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["no-such-scenario"], "unknown scenario 'no-such-scenario'"),
+        (["bookstore", "--model", "gpt:five"], "Unknown model spec 'gpt:five'"),
+        (["bookstore", "--model", "scripted:nobody"], "Unknown model spec 'scripted:nobody'"),
+        (["bookstore", "--contenders", "handwritten,autogen"], "unknown contender 'autogen'"),
+        (["bookstore", "--max-steps", "0"], "--max-steps must be at least 1"),
+    ],
+)
+def test_bad_usage_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
+    assert compare.main(argv) == compare.EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.strip().splitlines()) == 1 and says in captured.err
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_unreachable_ollama_is_one_line_and_exit_3(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OLLAMA_HOST", f"127.0.0.1:{_closed_port()}")
+    assert compare.main(["bookstore", "--model", "ollama:qwen3:4b"]) == compare.EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "ollama serve" in err and "Traceback" not in err
+
+
+def test_max_steps_option_and_contender_selection(tmp_path: Path) -> None:
+    path = tmp_path / "runs.json"
+    argv = ["bookstore", "--max-steps", "2", "--contenders", "handwritten", "--json", str(path)]
+    assert compare.main(argv) == compare.EXIT_OK
+    runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    assert [(r["contender"], r["stop_reason"], r["model_calls"]) for r in runs] == [
+        ("handwritten", StopReason.MAX_STEPS, 2)
+    ]
+
+
+def test_json_to_stdout_keeps_stdout_pure(capsys: pytest.CaptureFixture[str]) -> None:
+    assert compare.main(["orders", "--contenders", "handwritten", "--json", "-"]) == compare.EXIT_OK
+    captured = capsys.readouterr()
+    document = json.loads(captured.out)
+    assert [r["goal"] for r in document["runs"]] == ["Where is my order 4512?", "Where is my order 9999?"]
+    assert "orders" in captured.err, "the tables go to stderr instead"
+
+
+def test_chat_keeps_the_conversation_and_resumes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from handwritten import AgentLoop, Session
+    from langgraph_version import GraphAgent, GraphSession
+    from shared_tools.models import make_model
+    from shared_tools.store import BookStore
+    from shared_tools.tools import make_tools
+
+    db = tmp_path / "chat.db"
+    tools = make_tools(BookStore())
+    for contender in GUARDED:
+        argv = ["chat", "--contender", contender, "--thread", "t1", "--session-db", str(db)]
+        monkeypatch.setattr(sys, "stdin", io.StringIO(f"{SEED_GOAL}\nhello there\n\n"))
+        assert compare.main(argv) == compare.EXIT_OK
+        monkeypatch.setattr(sys, "stdin", io.StringIO("What is my cart total now?\n"))
+        assert compare.main(argv) == compare.EXIT_OK, "a second process resumes the thread"
+        if contender == "handwritten":
+            loop = AgentLoop(make_model("scripted"), tools)
+            messages = Session.load(db.with_name(f"{db.stem}.t1.json"), loop).messages
+        else:
+            with GraphSession.sqlite(GraphAgent(make_model("scripted"), tools), "", path=str(db), thread_id="t1") as s:
+                messages = s.messages
+        humans = [m.content for m in messages if m.type == "human"]
+        assert humans == [SEED_GOAL, "What is my cart total now?"], "the unknown goal was refused, not stored"
+        assert "$16.50" in messages[-1].content and messages[-1].type == "ai"
+    capsys.readouterr()
+
+
+def _python(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs
+    )
+
+
+def test_python_dash_m_compare_works() -> None:
+    process = _python("-m", "compare", "--list")
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert all(s.name in out for s in SCENARIOS)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
+def test_ctrl_c_prints_what_ran_and_exits_130(tmp_path: Path) -> None:
+    path = tmp_path / "runs.json"
+    # parallel-tools sleeps in its tools for seconds, so the interrupt lands while it runs.
+    process = _python("compare.py", "bookstore", "parallel-tools", "--no-trace", "--json", str(path))
+    assert process.stdout is not None
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if "What to notice" in line:
+            break
+    process.send_signal(signal.SIGINT)
+    rest, err = process.communicate(timeout=60)
+    assert process.returncode == compare.EXIT_INTERRUPTED, err
+    assert "Traceback" not in err
+    assert "Interrupted" in rest
+    document = json.loads(path.read_text(encoding="utf-8"))
+    assert document["interrupted"] is True
+    assert {r["scenario"] for r in document["runs"]} >= {"bookstore"}
+    assert len([r for r in document["runs"] if r["scenario"] == "bookstore"]) == len(CONTENDERS)
