@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
@@ -42,9 +41,11 @@ from shared_tools.render import (
     render_who_owns_what,
     trace_lines,
 )
+from shared_tools.report import render_report
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
 from shared_tools.scenarios import (
     CONTENDERS,
+    INSTRUCTIONS,
     OWNERS,
     SCENARIOS,
     SCENARIOS_BY_NAME,
@@ -304,9 +305,7 @@ class GraphConversation:
         }
 
     def close(self) -> None:
-        close = getattr(self.session, "close", None)
-        if callable(close):
-            close()
+        self.session.close()
 
 
 def open_conversation(
@@ -331,7 +330,9 @@ def run_session(scenario: Scenario, variant: Variant, contender: str, options: R
     on_event = _collector(events, options.progress)
     db = None
     if variant.persistent:
-        db = options.session_db or Path(tempfile.mkdtemp(prefix="agent-loop-compare-")) / "sessions.db"
+        if options.session_db is None:
+            raise ValueError(f"{scenario.name}/{variant.name} keeps its session in a file: set RunOptions.session_db")
+        db = options.session_db
     thread = f"{scenario.name}-{variant.name}"
 
     def new_agent() -> Any:
@@ -392,22 +393,6 @@ def run_scenario(scenario: Scenario, options: RunOptions, on_record: Callable[[R
                     records = [run_single(scenario, variant, contender, g, options) for g in scenario.goals]
             for record in records:
                 on_record(record)
-
-
-def run_all(
-    scenarios: Sequence[Scenario], options: RunOptions, on_record: Callable[[RunRecord], None] | None = None
-) -> list[RunRecord]:
-    """Run the scenarios in order and return every record (also handed to `on_record` as they arrive)."""
-    records: list[RunRecord] = []
-
-    def keep(record: RunRecord) -> None:
-        records.append(record)
-        if on_record is not None:
-            on_record(record)
-
-    for scenario in scenarios:
-        run_scenario(scenario, options, keep)
-    return records
 
 
 # --- the JSON document and the diagram ---------------------------------------------------------------------
@@ -551,32 +536,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"compare.py: {exc}", file=sys.stderr)
         return EXIT_UNAVAILABLE
 
-    real_model = not args.model.startswith("scripted")
-    options = RunOptions(
-        model=args.model,
-        contenders=contenders,
-        session_db=args.session_db,
-        progress=Progress(console) if real_model else None,
-    )
-    records: list[RunRecord] = []
-    done: list[Scenario] = []
-    interrupted = False
-    try:
-        for number, scenario in enumerate(scenarios, start=1):
-            current: list[RunRecord] = []
-            try:
-                run_scenario(scenario, options, current.append)
-            finally:
-                records.extend(current)
-                if current:
-                    done.append(scenario)
-                    render_scenario(console, number, scenario, current, trace=not args.no_trace)
-    except KeyboardInterrupt:
-        interrupted = True
-        console.print(f"\n[bold]Interrupted[/bold] after {len(records)} run(s); the tables below cover what ran.")
-    except ModelUnavailable as exc:
-        print(f"compare.py: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+    with tempfile.TemporaryDirectory(prefix="agent-loop-compare-") as scratch:
+        options = RunOptions(
+            model=args.model,
+            contenders=contenders,
+            session_db=args.session_db or Path(scratch) / "sessions.db",
+            progress=None if args.model.startswith("scripted") else Progress(console),
+        )
+        try:
+            records, done, interrupted = run_and_render(console, scenarios, options, trace=not args.no_trace)
+        except ModelUnavailable as exc:  # the server went away in the middle of a run
+            print(f"compare.py: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        except ScriptExhausted as exc:  # --model scripted:<persona> on a goal that persona has no script for
+            print(f"compare.py: {' '.join(str(exc).split())}", file=sys.stderr)
+            return EXIT_USAGE
 
     rows = guard_matrix(records, contenders)
     if rows:
@@ -587,11 +561,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             _write_json(document, args.json)
         if args.report:
-            from shared_tools.report import render_report
-
             Path(args.report).write_text(render_report(document), encoding="utf-8")
-            console.print(f"Report written to {args.report}")
+            console.print(Text(f"Report written to {args.report}"))
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def run_and_render(
+    console: Console, scenarios: Sequence[Scenario], options: RunOptions, *, trace: bool
+) -> tuple[list[RunRecord], list[Scenario], bool]:
+    """Run the scenarios one by one, rendering each when it ends; Ctrl-C stops and keeps what ran so far.
+
+    Returns every record, the scenarios that produced at least one, and whether the user interrupted.
+    """
+    records: list[RunRecord] = []
+    done: list[Scenario] = []
+    try:
+        for number, scenario in enumerate(scenarios, start=1):
+            current: list[RunRecord] = []
+            try:
+                run_scenario(scenario, options, current.append)
+            finally:
+                # Also on Ctrl-C: the runs of the interrupted scenario that did finish are shown.
+                records.extend(current)
+                if current:
+                    done.append(scenario)
+                    render_scenario(console, number, scenario, current, trace=trace)
+    except KeyboardInterrupt:
+        console.print(Text(f"\nInterrupted after {len(records)} run(s); the tables below cover what ran.", "bold"))
+        return records, done, True
+    return records, done, False
 
 
 def _write_json(document: dict[str, Any], target: str) -> None:
@@ -646,11 +644,14 @@ def chat_main(argv: Sequence[str]) -> int:
     agent = build_contender(
         args.contender, model, make_tools(store, CUSTOMER_ID), AgentLimits(), Variant(), _collector(events, progress)
     )
-    conversation = open_conversation(args.contender, agent, _chat_instructions(), args.thread, db, resume=True)
+    conversation = open_conversation(args.contender, agent, INSTRUCTIONS, args.thread, db, resume=True)
     facts = conversation.facts()
     console.print(
-        f"[bold]{args.contender}[/bold] · thread {escape(args.thread)} · kept in {escape(str(facts['kept_in']))} · "
-        f"{facts['messages']} message(s) so far. Empty line or 'quit' ends."
+        Text(args.contender, "bold")
+        + Text(
+            f" · thread {args.thread} · kept in {facts['kept_in']} · "
+            f"{facts['messages']} message(s) so far. Empty line or 'quit' ends."
+        )
     )
     scripted = spec.startswith("scripted")
     if scripted:
@@ -675,36 +676,18 @@ def chat_main(argv: Sequence[str]) -> int:
             except ScriptExhausted as exc:
                 console.print(Text(f"(scripted model) {exc}", style="yellow"))
                 continue
-            record = _record(_chat_base(args, question), store, events, 0.0, result=result)
-            for line in trace_lines(record, console.width):
+            for line in trace_lines([asdict(e) for e in result.trace], console.width):
                 console.print(line, overflow="ellipsis", no_wrap=True)
             console.print(Text("assistant> ", style="bold") + Text(result.user_message()))
             if result.stop_reason is not StopReason.DONE:
-                console.print(f"(stop reason: {result.stop_reason})")
+                console.print(Text(f"(stop reason: {result.stop_reason})"))
     except KeyboardInterrupt:
-        console.print(f"\nInterrupted; the conversation is kept in {facts['kept_in']}.")
+        console.print(Text(f"\nInterrupted; the conversation is kept in {facts['kept_in']}."))
         return EXIT_INTERRUPTED
     finally:
         conversation.close()
         store.close()
     return EXIT_OK
-
-
-def _chat_instructions() -> str:
-    from shared_tools.scenarios import INSTRUCTIONS
-
-    return INSTRUCTIONS
-
-
-def _chat_base(args: argparse.Namespace, question: str) -> dict[str, Any]:
-    return {
-        "scenario": "chat",
-        "variant": args.thread,
-        "variant_label": "",
-        "contender": args.contender,
-        "goal": question,
-        "turn": 0,
-    }
 
 
 if __name__ == "__main__":

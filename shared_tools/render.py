@@ -411,14 +411,14 @@ def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
-def trace_lines(record: RunRecord, width: int) -> list[Text]:
-    """The run's trace in the seed's format, one line per model or tool call, long results shortened.
+def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
+    """A trace (`RunRecord.trace`) in the seed's format, one line per model or tool call, long results shortened.
 
     ``[step 1] model            0,0s  1 tool call(s), 779 tokens`` and, below it, the model's plan (the Plan part
     of the loop, where a reasoning model puts it); ``[step 1] search_books     0,0s  {"query":...} -> [...]``.
     """
     lines = []
-    for event in record.trace:
+    for event in trace:
         prefix = f"[step {event['step']}] {event['name']:<16}{_seconds(event['duration_s']):>6}  "
         if event["name"] == "model":
             count, _, plan = event["detail"].partition("; plan: ")
@@ -428,8 +428,6 @@ def trace_lines(record: RunRecord, width: int) -> list[Text]:
         else:
             body = _shorten(event["detail"], width - len(prefix))
             lines.append(Text(prefix + body, style="red" if event["is_error"] else ""))
-    if record.error is not None:
-        lines.append(Text(_shorten(f"raised {record.error}", width), style="yellow"))
     return lines
 
 
@@ -500,8 +498,10 @@ def render_scenario(
             for r in runs:
                 turn = f" · turn {r.turn}" if show_turn else ""
                 console.print(Text(f"\n{r.contender}{turn}: ", style="bold") + Text(r.goal))
-                for line in trace_lines(r, console.width):
+                for line in trace_lines(r.trace, console.width):
                     console.print(line, overflow="ellipsis", no_wrap=True)
+                if r.error is not None:
+                    console.print(Text(f"raised {r.error}", style="yellow"), overflow="ellipsis", no_wrap=True)
             console.print()
         console.print(summary_table(runs, show_turn=show_turn))
         console.print(Text("What the user sees:", style="bold"))
