@@ -174,28 +174,28 @@ class RunOptions:
 
 
 class Progress:
-    """The live spinner of a real-model run: which run, which step, and how long the model has been thinking."""
+    """The live spinner of a real-model run: which run, which step, and how long it has been waiting."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
-        self.label = ""
-        self.step = 0
-        self.since = time.monotonic()
-        self.started = time.monotonic()
+        self.start_run("")
 
     def start_run(self, label: str) -> None:
-        self.label, self.step, self.started = label, 0, time.monotonic()
-        self.since = self.started
+        self.label, self.phase = label, "step 1: waiting for the model"
+        self.started = self.since = time.monotonic()
 
     def on_event(self, event: TraceEvent) -> None:
-        self.step = max(self.step, event.step)
+        """Called from the agent's `on_event`: a model reply means tools run next, a tool result means the model."""
+        if event.is_model:
+            self.phase = f"step {event.step}: running tools"
+        else:
+            self.phase = f"step {event.step + 1}: waiting for the model"
         self.since = time.monotonic()
 
     def __rich__(self) -> Text:
+        # Rendered again on every refresh, so the seconds tick while the model thinks.
         now = time.monotonic()
-        return Text(
-            f"{self.label}  step {self.step + 1}  waiting {now - self.since:4.1f}s  (run {now - self.started:.0f}s)"
-        )
+        return Text(f"{self.label}  {self.phase}  {now - self.since:4.1f}s  (run {now - self.started:.0f}s)")
 
     @contextmanager
     def spinning(self) -> Iterator[None]:

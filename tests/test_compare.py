@@ -398,3 +398,44 @@ def test_ctrl_c_prints_what_ran_and_exits_130(tmp_path: Path) -> None:
     assert document["interrupted"] is True
     assert {r["scenario"] for r in document["runs"]} >= {"bookstore"}
     assert len([r for r in document["runs"] if r["scenario"] == "bookstore"]) == len(CONTENDERS)
+
+
+def test_a_real_model_run_goes_through_ollama_with_a_spinner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay of Ollama's wire format (no model runs): proves the real-model path, not a model's behaviour."""
+    from tests.ollama_replay import OllamaReplayServer, ReplayReply
+
+    script = [
+        ReplayReply(thinking="Look up order 4512.", tool_calls=[("get_order_status", {"order_id": 4512})]),
+        ReplayReply(text="Order 4512 has shipped (TRK-88)."),
+        ReplayReply(thinking="Look up order 9999.", tool_calls=[("get_order_status", {"order_id": 9999})]),
+        ReplayReply(text="I could not find order 9999."),
+    ]
+    path = tmp_path / "runs.json"
+    with OllamaReplayServer(script=script) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        argv = ["orders", "--model", "ollama:qwen3:4b", "--contenders", "handwritten", "--json", str(path)]
+        assert compare.main(argv) == compare.EXIT_OK
+        assert server.remaining == 0
+    runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    assert [(r["stop_reason"], r["tool_calls"], r["answer"]) for r in runs] == [
+        (StopReason.DONE, 1, "Order 4512 has shipped (TRK-88)."),
+        (StopReason.DONE, 1, "I could not find order 9999."),
+    ]
+    assert runs[0]["trace"][0]["detail"] == "1 tool call(s); plan: Look up order 4512."
+    assert runs[0]["tokens_per_step"] == [150, 150], "usage as Ollama reported it (120 prompt + 30 output)"
+    capsys.readouterr()
+
+
+def test_spinner_says_which_run_which_step_and_how_long() -> None:
+    from shared_tools.results import TraceEvent
+
+    progress = compare.Progress(compare.make_console(io.StringIO()))
+    progress.start_run("bookstore · default · handwritten")
+    assert "step 1: waiting for the model" in progress.__rich__().plain
+    progress.on_event(TraceEvent(1, "model", 0.1, "1 tool call(s)", 10))
+    assert "step 1: running tools" in progress.__rich__().plain
+    progress.on_event(TraceEvent(1, "search_books", 0.1, "{} -> []"))
+    text = progress.__rich__().plain
+    assert text.startswith("bookstore · default · handwritten  step 2: waiting for the model")
