@@ -437,7 +437,7 @@ def summary_table(records: list[RunRecord], *, show_turn: bool = False) -> Table
     if show_turn:
         table.add_column("turn", justify="right", width=4)
     table.add_column("contender", no_wrap=True, min_width=18)
-    table.add_column("stop reason", ratio=3)
+    table.add_column("stop reason", ratio=3, min_width=14)
     table.add_column("model calls", justify="right", width=5)
     table.add_column("tool calls", justify="right", width=5)
     table.add_column("tokens", justify="right", width=6)
@@ -488,6 +488,8 @@ def render_scenario(
     console.print(Text(scenario.description, style="bold"))
     console.print(Text(scenario.lesson))
     show_turn = scenario.multi_turn
+    printed: dict[tuple[Any, ...], str] = {}
+    """Traces already shown in this scenario, so an identical one is named instead of printed again."""
     for variant in scenario.variants:
         runs = pick(records, variant=variant.name)
         if not runs:
@@ -497,6 +499,13 @@ def render_scenario(
         if trace:
             for r in runs:
                 turn = f" · turn {r.turn}" if show_turn else ""
+                who = f"{r.contender}{turn}" + (f" ({variant.name})" if len(scenario.variants) > 1 else "")
+                key = tuple((e["step"], e["name"], e["detail"], e["tokens"], e["is_error"]) for e in r.trace)
+                if key in printed and r.error is None:
+                    same = f"the same trace as {printed[key]} (same calls, results and tokens)."
+                    console.print(Text(f"\n{who}: ", style="bold") + Text(same))
+                    continue
+                printed.setdefault(key, who)
                 console.print(Text(f"\n{r.contender}{turn}: ", style="bold") + Text(r.goal))
                 for line in trace_lines(r.trace, console.width):
                     console.print(line, overflow="ellipsis", no_wrap=True)

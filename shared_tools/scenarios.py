@@ -113,7 +113,7 @@ TOOL_LATENCY_S = 0.3
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
         name="bookstore",
-        description="the seed goal: search, check stock, fall back to the same author's novel, add to cart",
+        description="the seed goal: search, check stock, fall back to the author's other novel",
         lesson=(
             "How many model calls does one customer request take, and does the prompt stay the same size? "
             "The loop is four parts: the model plans, asks for a tool, the code runs it and appends the result "
@@ -124,7 +124,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="orders",
-        description="'Where is my order 4512?' and '... 9999?': a normal answer even for an order that does not exist",
+        description="'Where is my order 4512?' and '... 9999?': clean answers, even for no order",
         lesson=(
             "An unknown order is a normal tool result ({\"status\": \"not found\"}), not an error, so the "
             "model answers both questions cleanly in two model calls each: one tool call, one answer."
@@ -133,7 +133,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="max-steps",
-        description="the seed goal with max_steps 2, a small token budget and a time budget: stopped halfway",
+        description="the seed goal stopped halfway: max_steps 2, a token budget, a time budget",
         lesson=(
             "'Done' and 'max steps reached' are not the same thing: one finished the job, the other gave up "
             "halfway, and the caller must know which. A loop needs several stop conditions besides the answer: "
@@ -155,7 +155,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="flaky-warehouse",
-        description="the first check_stock times out: does the model see the error, and retry?",
+        description="the first check_stock times out: does the model see the error and retry?",
         lesson=(
             "A tool exception must go back to the model as a readable error result; swallow it and the model "
             "assumes success. Whether the exception text is shown is a choice: FunctionInvokingChatClient "
@@ -171,7 +171,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="big-results",
-        description="search_books returns up to 50 books: tokens with and without truncation at 2,000 chars",
+        description="search returns up to 50 books: tokens with and without a 2,000-char cut",
         lesson=(
             "A step limit alone is not enough: a tool that returns a large result is re-sent on every later "
             "call, so the token bill grows with it. Cutting a result at 2,000 characters (and saying how much "
@@ -190,7 +190,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="looping-model",
-        description="a model that repeats one identical call forever: who stops it, and at what cost",
+        description="a model repeats one identical call forever: who stops it, at what cost",
         persona="looper",
         lesson=(
             "Repeating the same call with the same arguments is the most common infinite loop of small "
@@ -202,7 +202,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="hallucinated-tool",
-        description="the model calls a tool that does not exist: the error text each contender gives back",
+        description="the model calls a tool that does not exist: each contender's error text",
         persona="hallucinator",
         lesson=(
             "Small models sometimes invent a tool name. An unknown tool is an error result, not a crash, and "
@@ -212,7 +212,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="session",
-        description="two turns in one conversation; turn 2 'What is my cart total now?' answered from memory",
+        description="two turns; turn 2 'What is my cart total now?' is answered from memory",
         lesson=(
             "A session keeps the previous turns, tool results included, and sends them again on the next "
             "turn, so the model can answer 'What is my cart total now?' without a tool call. The hand-written "
@@ -229,7 +229,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="stale-cart",
-        description="the cart changes through another channel between turns: the remembered total is stale",
+        description="the cart changes behind the agent between turns: the remembered total is stale",
         lesson=(
             "Memory is convenient but it is a copy: the model read the old tool result in the history, not the "
             "cart as it is now. If data can change, the instructions must say so, so the model reads it with a "
@@ -246,7 +246,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="parallel-tools",
-        description=f"two stock checks in one model reply with {TOOL_LATENCY_S} s tool latency: sequential vs parallel",
+        description=f"two stock checks in one reply, {TOOL_LATENCY_S} s each: sequential vs parallel wall time",
         persona="parallel",
         lesson=(
             "A model may ask for several tools in one reply; each result is matched to its call by the call id, "
