@@ -437,7 +437,7 @@ def summary_table(records: list[RunRecord], *, show_turn: bool = False) -> Table
     if show_turn:
         table.add_column("turn", justify="right", width=4)
     table.add_column("contender", no_wrap=True, min_width=18)
-    table.add_column("stop reason", ratio=3, min_width=14)
+    table.add_column("stop reason", width=13)
     table.add_column("model calls", justify="right", width=5)
     table.add_column("tool calls", justify="right", width=5)
     table.add_column("tokens", justify="right", width=6)
