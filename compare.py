@@ -425,6 +425,7 @@ def build_document(
                 "description": s.description,
                 "lesson": s.lesson,
                 "goals": list(s.goals),
+                "multi_turn": s.multi_turn,
                 "variants": [{"name": v.name, "label": v.label} for v in s.variants],
                 "notice": notice(s, pick(records, scenario=s.name)),
             }

@@ -127,6 +127,10 @@ def _first_error(record: RunRecord) -> str | None:
     return next((_result_of(e) for e in record.tool_events() if e["is_error"]), None)
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f}s"
+
+
 def notice_bookstore(records: list[RunRecord]) -> list[str]:
     def describe(r: RunRecord) -> str:
         tps = r.tokens_per_step
@@ -138,6 +142,13 @@ def notice_bookstore(records: list[RunRecord]) -> list[str]:
         )
 
     lines = _grouped(records, describe)
+    first = records[0]
+    model_s = sum(e["duration_s"] for e in first.trace if e["name"] == "model")
+    tools_s = sum(e["duration_s"] for e in first.tool_events())
+    lines.append(
+        f"Time ({first.contender}): model calls {_duration(model_s)}, tools {_duration(tools_s)}; with a real model "
+        "nearly all of it is the model (the seed measured 260 s of model time and under a millisecond of tools)."
+    )
     paths = {tuple((e["name"], e["detail"].split(" -> ")[0]) for e in r.tool_events()) for r in records}
     carts = {cart_text(r) for r in records}
     if len(records) > 1 and len(paths) == 1 and len(carts) == 1:

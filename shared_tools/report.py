@@ -183,7 +183,7 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def trace_block(run: dict[str, Any]) -> str:
+def trace_block(run: dict[str, Any], *, multi_turn: bool) -> str:
     """The run's full trace (nothing shortened, unlike the terminal), folded away."""
     lines = []
     for event in run["trace"]:
@@ -194,7 +194,7 @@ def trace_block(run: dict[str, Any]) -> str:
             lines.append(f"{head}{event['detail']}{'  [error]' if event['is_error'] else ''}")
     if run["error"] is not None:
         lines.append(f"raised {run['error']}")
-    turn = f" · turn {run['turn']}" if run["turn"] > 1 or run["scenario"] in ("session", "stale-cart") else ""
+    turn = f" · turn {run['turn']}" if multi_turn else ""
     summary = f"trace: {run['contender']}{turn} · {run['variant']} · {run['goal']}"
     return f"<details><summary>{_e(summary)}</summary><pre>{_e(chr(10).join(lines))}</pre></details>"
 
@@ -235,7 +235,7 @@ def scenario_section(number: int, scenario: dict[str, Any], runs: Sequence[dict[
         if len(scenario["variants"]) > 1:
             parts.append(f"<h3>variant {_e(variant['name'])}: {_e(variant['label'])}</h3>")
         parts.append(summary_table(variant_runs))
-        parts += [trace_block(r) for r in variant_runs]
+        parts += [trace_block(r, multi_turn=scenario.get("multi_turn", False)) for r in variant_runs]
     if scenario.get("notice"):
         parts.append(f'<p class="notice"><strong>What to notice:</strong> {_e(scenario["notice"])}</p>')
     parts.append("</section>")
