@@ -379,25 +379,36 @@ def test_python_dash_m_compare_works() -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
-def test_ctrl_c_prints_what_ran_and_exits_130(tmp_path: Path) -> None:
-    path = tmp_path / "runs.json"
+def test_ctrl_c_prints_what_ran_exits_130_and_keeps_the_session_files(tmp_path: Path) -> None:
+    from handwritten import AgentLoop, Session
+    from langgraph_version import GraphAgent, GraphSession
+    from shared_tools.models import make_model
+    from shared_tools.store import BookStore
+    from shared_tools.tools import make_tools
+
+    path, db = tmp_path / "runs.json", tmp_path / "sessions.db"
     # parallel-tools sleeps in its tools for seconds, so the interrupt lands while it runs.
-    process = _python("compare.py", "bookstore", "parallel-tools", "--no-trace", "--json", str(path))
+    process = _python(
+        "compare.py", "session", "parallel-tools", "--no-trace", "--json", str(path), "--session-db", str(db)
+    )
     assert process.stdout is not None
-    seen = []
     for line in process.stdout:
-        seen.append(line)
-        if "What to notice" in line:
+        if "What to notice" in line:  # the session scenario is done and rendered
             break
     process.send_signal(signal.SIGINT)
     rest, err = process.communicate(timeout=60)
     assert process.returncode == compare.EXIT_INTERRUPTED, err
-    assert "Traceback" not in err
-    assert "Interrupted" in rest
+    assert "Traceback" not in err and "Interrupted" in rest
     document = json.loads(path.read_text(encoding="utf-8"))
     assert document["interrupted"] is True
-    assert {r["scenario"] for r in document["runs"]} >= {"bookstore"}
-    assert len([r for r in document["runs"] if r["scenario"] == "bookstore"]) == len(CONTENDERS)
+    session_runs = [r for r in document["runs"] if r["scenario"] == "session"]
+    assert len(session_runs) == 2 * 2 * 2, "two variants x two contenders x two turns"
+    kept = one({"runs": session_runs}, "session", variant="persisted", contender="langgraph", turn=2)
+    tools = make_tools(BookStore())
+    saved = Session.load(db.with_name(f"{db.stem}.session-persisted.json"), AgentLoop(make_model("scripted"), tools))
+    agent = GraphAgent(make_model("scripted"), tools)
+    with GraphSession.sqlite(agent, "", path=str(db), thread_id="session-persisted") as thread:
+        assert len(thread.messages) == len(saved.messages) == kept["facts"]["messages"]
 
 
 def test_a_real_model_run_goes_through_ollama_with_a_spinner(
