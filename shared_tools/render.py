@@ -22,7 +22,7 @@ from rich.text import Text
 
 from shared_tools.personas import PERSONAS
 from shared_tools.results import StopReason
-from shared_tools.scenarios import CONTENDERS, GUARDS, OWNERS, SCENARIOS, WHO_OWNS_WHAT, Scenario
+from shared_tools.scenarios import CONTENDERS, GUARDS, OWNERS, SCENARIOS, STEP_LIMIT_BY, WHO_OWNS_WHAT, Scenario
 
 WIDTH = 100
 """Terminal width when the output is not a terminal (a pipe, a file, a test)."""
@@ -342,7 +342,11 @@ def _guard_cell(guard: str, record: RunRecord | None) -> dict[str, str]:
     events = record.tool_events()
     stop = record.stop_reason
     checks: dict[str, tuple[bool, str, str]] = {
-        "step limit": (stop == StopReason.MAX_STEPS, "stopped: max steps", f"{stop} after {record.model_calls} calls"),
+        "step limit": (
+            stop == StopReason.MAX_STEPS,
+            f"stopped by {STEP_LIMIT_BY.get(record.contender, 'its step limit')}",
+            f"{stop} after {record.model_calls} calls",
+        ),
         "token budget": (stop == StopReason.TOKEN_BUDGET, "stopped at the budget", f"ran on: {record.tokens:,} tokens"),
         "time budget": (stop == StopReason.TIME_BUDGET, "stopped in time", f"ran on: {record.wall_s:.1f}s"),
         "repeat check": (
@@ -448,7 +452,7 @@ def summary_table(records: list[RunRecord], *, show_turn: bool = False) -> Table
     if show_turn:
         table.add_column("turn", justify="right", width=4)
     table.add_column("contender", no_wrap=True, min_width=18)
-    table.add_column("stop reason", width=13)
+    table.add_column("stop reason", width=13, overflow="fold")
     table.add_column("model calls", justify="right", width=5)
     table.add_column("tool calls", justify="right", width=5)
     table.add_column("tokens", justify="right", width=6)
@@ -536,9 +540,10 @@ def render_scenario(
 def render_guard_matrix(console: Console, rows: list[dict[str, Any]], contenders: Sequence[str]) -> None:
     console.print(Rule("Guard matrix (from the runs above)", style="bold"))
     table = Table(show_lines=True, expand=True)
-    table.add_column("guard (scenario)", ratio=2)
+    table.add_column("guard (scenario)", width=15, overflow="fold")
     for contender in contenders:
-        table.add_column(contender, ratio=2, min_width=len(contender))
+        # fold, not an ellipsis: the cells name classes (ModelCallLimitMiddleware) that must stay readable
+        table.add_column(contender, width=max(16, len(contender)), overflow="fold")
     for row in rows:
         cells = [Text(c["text"], style=STATUS_STYLE[c["status"]]) for c in row["cells"].values()]
         table.add_row(Text(f"{row['guard']} ({row['scenario']})"), *cells)
@@ -554,7 +559,7 @@ def render_who_owns_what(console: Console) -> None:
     table = Table(show_lines=True, expand=True)
     table.add_column("", width=15)
     for owner in OWNERS:
-        table.add_column(owner, ratio=1)
+        table.add_column(owner, ratio=1, overflow="fold")
     for row in WHO_OWNS_WHAT:
         table.add_row(*(Text(cell) for cell in row))
     console.print(table)

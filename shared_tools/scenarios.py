@@ -279,6 +279,14 @@ GUARDS: dict[str, str] = {
 }
 """Each guard of the matrix -> the scenario whose runs show whether it fired."""
 
+STEP_LIMIT_BY: dict[str, str] = {
+    "handwritten": "the loop's max_steps",
+    "langgraph": "RemainingSteps in the model node",
+    "langgraph-defaults": "recursion_limit (GraphRecursionError, caught)",
+    "create-agent": "ModelCallLimitMiddleware",
+}
+"""What enforces the step limit in each contender, named in the guard matrix."""
+
 OWNERS: tuple[str, ...] = ("hand-written loop", "LangGraph StateGraph", "create_agent + middleware")
 
 WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
