@@ -25,6 +25,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import BaseTool
 
 from shared_tools.guards import (
+    CANCELLED_CALL_TEXT,
+    MODEL_TIMED_OUT_DETAIL,
     call_key,
     compact_json,
     invalid_args_error,
@@ -39,11 +41,6 @@ from shared_tools.guards import (
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
 
 log = logging.getLogger(__name__)
-
-CANCELLED_CALL_TEXT = "Cancelled before it ran."
-"""The result of a tool call the run was cancelled before answering, so the history stays valid."""
-
-MODEL_TIMED_OUT_DETAIL = "no reply within the time budget"
 
 T = TypeVar("T")
 

@@ -80,13 +80,6 @@ def calls_this_run(messages: Sequence[AnyMessage]) -> int:
     return count
 
 
-CANCELLED_CALL_TEXT = "Cancelled before it ran."
-"""The result of a tool call a cancel stopped before it ran, so the history stays valid for a next turn.
-Same words as `handwritten` (a candidate for `shared_tools.guards`)."""
-
-MODEL_TIMED_OUT_DETAIL = "no reply within the time budget"
-"""Trace detail of a model call the time budget cut off; same words as `handwritten`."""
-
 
 def run_context() -> RunContext:
     """This run's context; an empty one when someone streams `agent.graph` without passing `context=`."""
@@ -206,7 +199,7 @@ class GuardedNodes:
     def _timed_out(self, state: AgentState, duration_s: float) -> dict[str, Any]:
         """The call counts as a step (it was made), with no reply and no tokens, as in `handwritten`."""
         step = state["model_calls"] + 1
-        emit(TraceEvent(step, "model", duration_s, MODEL_TIMED_OUT_DETAIL))
+        emit(TraceEvent(step, "model", duration_s, guards.MODEL_TIMED_OUT_DETAIL))
         return {"model_calls": step, **stopped(StopReason.TIME_BUDGET)}
 
     def _after_model(self, state: AgentState, reply: BaseMessage, duration_s: float) -> dict[str, Any]:
@@ -326,7 +319,7 @@ class GuardedNodes:
     ) -> dict[str, Any]:
         messages = [answer.message for answer in answers]
         # Calls a cancel stopped still get a result: a reply with unanswered calls is a broken history.
-        messages += [_tool_message(call, CANCELLED_CALL_TEXT, is_error=True) for call in calls[len(answers) :]]
+        messages += [_tool_message(call, guards.CANCELLED_CALL_TEXT, is_error=True) for call in calls[len(answers) :]]
         update: dict[str, Any] = {
             "messages": messages,
             "tool_calls": state["tool_calls"] + len(calls),

@@ -16,6 +16,12 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ValidationError
 
+CANCELLED_CALL_TEXT = "Cancelled before it ran."
+"""The result given to a tool call a cancelled run never answered, so the history stays valid for a next turn."""
+
+MODEL_TIMED_OUT_DETAIL = "no reply within the time budget"
+"""Trace detail of a model call that the time budget cut off."""
+
 
 def call_key(name: str, args: Mapping[str, Any]) -> str:
     """Canonical JSON of a call, so `{"a":1,"b":2}` and `{"b":2,"a":1}` count as the same call."""

@@ -43,7 +43,8 @@ def ai(text: str = "", *calls: dict[str, Any], tokens: int = 10) -> AIMessage:
 class ScriptModel(BaseChatModel):
     """Returns its replies in order; a callable reply is given the history. Raises when exhausted."""
 
-    replies: Sequence[Reply]
+    replies: Sequence[Any]
+    """`AIMessage`s or callables of the history (typed loosely: pydantic would try to parse a callable as a message)."""
     _index: int = PrivateAttr(default=0)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _seen: list[list[BaseMessage]] = PrivateAttr(default_factory=list)

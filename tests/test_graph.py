@@ -28,10 +28,10 @@ from langgraph.errors import GraphRecursionError
 from langgraph_version import GraphAgent, GraphSession, create_agent_contender, recursion_limit_for
 from langgraph_version.agent import NO_STEP_LIMIT_RECURSION
 from langgraph_version.contender import tool_call_cap
-from langgraph_version.graph import CANCELLED_CALL_TEXT
 from langgraph_version.state import fresh_counters
 from shared_tools import guards
 from shared_tools.faults import FAKE_SECRET, Faults
+from shared_tools.guards import CANCELLED_CALL_TEXT
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, StopReason, TraceEvent
 from shared_tools.store import BookStore

@@ -38,9 +38,8 @@ from handwritten import (
     Session,
     classify,
 )
-from handwritten.loop import MODEL_TIMED_OUT_DETAIL
 from shared_tools.faults import FAKE_SECRET, Faults
-from shared_tools.guards import truncate
+from shared_tools.guards import MODEL_TIMED_OUT_DETAIL, truncate
 from shared_tools.models import ScriptedChatModel
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
 from shared_tools.store import BookStore
