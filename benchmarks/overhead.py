@@ -1,0 +1,226 @@
+"""What each orchestration layer adds to one bookstore job when the model costs nothing.
+
+One job is the seed goal (5 model calls, 4 tool calls) on the zero-latency scripted model, so every
+microsecond measured is orchestration: langchain-core's Runnable plumbing, our loop, LangGraph's
+supersteps, checkpoint writes. The floor is a bare langchain-core loop of a dozen lines written here
+(``bind_tools().invoke`` and ``tool.invoke`` in a while loop, no guards); every other variant is reported
+as a ratio to it. A fresh `BookStore` (and the agent over it) is built for every run outside the clock:
+building the store costs about as much as the floor's whole job, and a reused store would fill up the
+cart. Sessions get a fresh thread per run on one shared checkpointer, in each durability mode.
+
+    python benchmarks/overhead.py [--runs 200] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import _common
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from handwritten import AgentLoop
+from langgraph_version import GraphAgent, GraphSession, create_agent_contender
+from shared_tools.models import make_model
+from shared_tools.results import AgentLimits
+from shared_tools.scenarios import INSTRUCTIONS, SEED_GOAL
+from shared_tools.store import BookStore
+from shared_tools.tools import make_tools
+
+MODEL_CALLS, TOOL_CALLS = 5, 4
+DURABILITIES = ("sync", "async", "exit")
+FLOOR = "floor: bare langchain-core loop"
+
+
+class BareLoop:
+    """The floor: what any tool loop over langchain-core must at least do, with no guard at all."""
+
+    def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool]) -> None:
+        self.bound = model.bind_tools(list(tools))
+        self.tools = {tool.name: tool for tool in tools}
+
+    def run(self, instructions: str, goal: str) -> list[BaseMessage]:
+        messages: list[BaseMessage] = [SystemMessage(instructions), HumanMessage(goal)]
+        while True:
+            reply = self.bound.invoke(messages)
+            messages.append(reply)
+            if not isinstance(reply, AIMessage) or not reply.tool_calls:
+                return messages
+            for call in reply.tool_calls:
+                # A ToolCall in, a ToolMessage out (with the call's id), as the real loops do it.
+                messages.append(self.tools[call["name"]].invoke({**call, "type": "tool_call"}))
+
+
+@dataclass
+class Job:
+    """One timed run, and the store it works on (so `check` can read the cart afterwards)."""
+
+    run: Callable[[], Any]
+    store: BookStore
+
+    def __call__(self) -> None:
+        self.run()
+
+
+def variants(scratch: Path) -> dict[str, _common.Prepare]:
+    """Every variant as prepare-then-run; the checkpointers are shared by all runs of their variant."""
+    model = make_model("scripted")
+    # compare.py's bookstore scenario: default limits, tools one after another.
+    limits = AgentLimits()
+
+    def fresh() -> tuple[BookStore, list[BaseTool]]:
+        store = BookStore()
+        return store, make_tools(store)
+
+    def floor() -> Job:
+        store, tools = fresh()
+        loop = BareLoop(model, tools)
+        return Job(lambda: loop.run(INSTRUCTIONS, SEED_GOAL), store)
+
+    def handwritten() -> Job:
+        store, tools = fresh()
+        loop = AgentLoop(model, tools, limits)
+        return Job(lambda: loop.run(INSTRUCTIONS, SEED_GOAL), store)
+
+    def graph(guards: bool) -> _common.Prepare:
+        def prepare() -> Job:
+            store, tools = fresh()
+            agent = GraphAgent(model, tools, limits, guards=guards, parallel_tools=False)
+            return Job(lambda: agent.run(INSTRUCTIONS, SEED_GOAL), store)
+
+        return prepare
+
+    def create_agent() -> Job:
+        store, tools = fresh()
+        contender = create_agent_contender(model, tools, limits)
+        contender.agent_for(INSTRUCTIONS)  # compiled outside the clock, like the graphs
+        return Job(lambda: contender.run(INSTRUCTIONS, SEED_GOAL), store)
+
+    def session(saver: Any, durability: str) -> _common.Prepare:
+        def prepare() -> Job:
+            store, tools = fresh()
+            agent = GraphAgent(model, tools, limits, parallel_tools=False)
+            conversation = GraphSession(
+                agent,
+                INSTRUCTIONS,
+                f"bench-{uuid.uuid4()}",
+                checkpointer=saver,
+                durability=durability,  # type: ignore[arg-type]
+            )
+            return Job(lambda: conversation.ask(SEED_GOAL), store)
+
+        return prepare
+
+    result: dict[str, _common.Prepare] = {
+        FLOOR: floor,
+        "handwritten AgentLoop": handwritten,
+        "GraphAgent guards=False (bare graph)": graph(False),
+        "GraphAgent guards=True": graph(True),
+        "create_agent contender": create_agent,
+    }
+    memory = InMemorySaver()
+    for durability in DURABILITIES:
+        result[f"GraphSession InMemorySaver {durability}"] = session(memory, durability)
+    for durability in DURABILITIES:
+        # One file and one connection per mode, so a mode never reads another's threads.
+        connection = sqlite3.connect(scratch / f"checkpoints-{durability}.db", check_same_thread=False)
+        result[f"GraphSession SqliteSaver {durability}"] = session(SqliteSaver(connection), durability)
+    return result
+
+
+def check(all_variants: dict[str, _common.Prepare]) -> None:
+    """Every variant must do the seed job (cart = The Quiet Orchard x1, 16.50) before its time means anything."""
+    for name, prepare in all_variants.items():
+        job = prepare()
+        assert isinstance(job, Job)
+        job()
+        cart = job.store.cart("c1")
+        if cart.total != Decimal("16.50") or [line.book.id for line in cart.lines] != [7]:
+            raise SystemExit(f"{name} did not do the seed job: cart {cart}")
+
+
+def target_ratios(measured: dict[str, _common.Measured]) -> dict[str, float]:
+    """The issue's targets as ratios of wall medians; a pair whose variants did not run is left out."""
+    pairs = {
+        "handwritten / floor (target ≤ 1.2)": ("handwritten AgentLoop", FLOOR),
+        "guarded graph / bare graph (target ≤ 1.3)": ("GraphAgent guards=True", "GraphAgent guards=False (bare graph)"),
+        "create_agent / bare graph": ("create_agent contender", "GraphAgent guards=False (bare graph)"),
+        "in-memory session (async) / guarded graph": ("GraphSession InMemorySaver async", "GraphAgent guards=True"),
+    }
+    for durability in DURABILITIES:
+        pairs[f"SQLite / in-memory session, both durability={durability} (target ≤ 1.3)"] = (
+            f"GraphSession SqliteSaver {durability}",
+            f"GraphSession InMemorySaver {durability}",
+        )
+    return {
+        label: measured[top].wall.median / measured[bottom].wall.median
+        for label, (top, bottom) in pairs.items()
+        if top in measured and bottom in measured
+    }
+
+
+def main() -> None:
+    parser = _common.parser(__doc__.splitlines()[0], default_runs=200)
+    parser.add_argument("--only", metavar="TEXT", help="run only the variants whose name contains TEXT (and the floor)")
+    args = parser.parse_args()
+    console = _common.console()
+    info = _common.machine()
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as scratch:
+        all_variants = variants(Path(scratch))
+        if args.only:
+            all_variants = {k: v for k, v in all_variants.items() if k == FLOOR or args.only in k}
+        check(all_variants)
+        measured = _common.interleave(all_variants, args.runs)
+    floor = measured[FLOOR]
+    rows = []
+    for name, m in measured.items():
+        rows.append(
+            (
+                name,
+                _common.us(m.wall.median),
+                _common.us(m.wall.p10),
+                _common.us(m.wall.p90),
+                _common.us(m.wall.median / MODEL_CALLS),
+                _common.ratio(m.wall.median, floor.wall.median),
+                _common.us(m.cpu.median),
+                _common.ratio(m.cpu.median, floor.cpu.median),
+            )
+        )
+    console.print(
+        _common.table(
+            f"One seed job ({MODEL_CALLS} model calls, {TOOL_CALLS} tool calls), scripted model, "
+            f"{args.runs} interleaved runs per variant, µs",
+            ("variant", "wall median", "p10", "p90", "per model call", "× floor", "CPU median", "CPU × floor"),
+            rows,
+        )
+    )
+    targets = target_ratios(measured)
+    rows = [(name, f"{value:.2f}") for name, value in targets.items()]
+    console.print(_common.table("Ratios of wall medians (the issue's targets)", ("ratio", "value"), rows))
+    console.print(_common.machine_line(info))
+    _common.write_json(
+        args.json,
+        {
+            "benchmark": "overhead",
+            "machine": info,
+            "runs": args.runs,
+            "model_calls": MODEL_CALLS,
+            "tool_calls": TOOL_CALLS,
+            "variants": measured,
+            "ratios": targets,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
