@@ -27,6 +27,7 @@ from langchain_core.tools import BaseTool
 from shared_tools.guards import (
     CANCELLED_CALL_TEXT,
     MODEL_TIMED_OUT_DETAIL,
+    approval_rejected,
     call_key,
     compact_json,
     invalid_args_error,
@@ -109,7 +110,17 @@ def run_blocking(make: Callable[[], Coroutine[Any, Any, T]], *, instead: str) ->
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(make())
+        box: list[T] = []
+
+        async def main() -> None:
+            # The main task's own result stays None on purpose: while asyncio.run puts the SIGINT handler back it
+            # reprs the finished task twice (signal.getsignal's enum lookup fails and formats the value), and the
+            # repr of a whole AgentResult with its messages took ~0.6 ms, a tenth of a scripted job
+            # (benchmarks/overhead.py).
+            box.append(await make())
+
+        asyncio.run(main())
+        return box[0]
     # asyncio.run would fail here anyway, with a message that doesn't say what to do.
     raise RuntimeError(f"called from inside a running event loop; use `await {instead}` instead")
 
@@ -201,7 +212,11 @@ class AgentLoop:
         parallel_tools: bool = False,
         max_tool_result_chars: int | None = None,
         on_event: Callable[[TraceEvent], None] | None = None,
+        needs_approval: Callable[[ToolCall], str | None] | None = None,
+        approve: Callable[[ToolCall, str], bool] | None = None,
     ) -> None:
+        """`needs_approval(call)` returns a reason when a call must be approved first (None: just run it);
+        `approve(call, reason)` asks a human, synchronously. Without `approve`, every such call is refused."""
         self.tools = {tool.name: tool for tool in tools}
         if len(self.tools) != len(tools):
             raise ValueError("tool names must be unique: " + ", ".join(tool.name for tool in tools))
@@ -210,6 +225,8 @@ class AgentLoop:
         self.parallel_tools = parallel_tools
         self.max_tool_result_chars = max_tool_result_chars
         self.on_event = on_event
+        self.needs_approval = needs_approval
+        self.approve = approve
         self._bound = model.bind_tools(list(tools))
 
     def run(
@@ -312,7 +329,8 @@ class AgentLoop:
 
         Order: unknown tool first (nothing to count or validate, and the list of real names is the most useful
         correction); then the repeat guard, so a model re-sending the same call is stopped whether the call is
-        valid or not (invalid calls count too); then argument validation, so nothing runs on bad arguments.
+        valid or not (invalid calls count too); then argument validation, so nothing runs on bad arguments;
+        last the approval gate, so a human is only asked about a call that would really run.
         """
         run.check_cancel()
         tool = self.tools.get(call["name"])
@@ -322,7 +340,17 @@ class AgentLoop:
         count = run.seen[key] = run.seen.get(key, 0) + 1
         if self.limits.repeat_blocked(count - 1):
             return repeat_error(call["name"], count - 1)
-        return invalid_args_error(tool, call["args"]) or tool
+        if (invalid := invalid_args_error(tool, call["args"])) is not None:
+            return invalid
+        return self.check_approval(call) or tool
+
+    def check_approval(self, call: ToolCall) -> str | None:
+        """The refusal text when `call` needs approval and does not get it; None when it may run."""
+        if self.needs_approval is None or (reason := self.needs_approval(call)) is None:
+            return None
+        approved = self.approve is not None and self.approve(call, reason)
+        log.info("approval for %s (%s): %s", call["name"], reason, "yes" if approved else "no")
+        return None if approved else approval_rejected(call["name"], reason)
 
     async def run_tool(self, run: _Run, call: ToolCall, admitted: BaseTool | str) -> tuple[ToolMessage, TraceEvent]:
         """Run one admitted call (or pass on its guard error) and build its ToolMessage and trace event."""

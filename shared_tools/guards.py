@@ -35,6 +35,11 @@ def repeat_error(name: str, times: int) -> str:
     )
 
 
+def approval_rejected(name: str, reason: str) -> str:
+    """The result of a call a human did not approve (or that nobody was there to approve)."""
+    return f"The customer did not approve {name} ({reason}). Nothing was done."
+
+
 def unknown_tool_error(name: str, available: Sequence[str]) -> str:
     return f"Unknown tool '{name}'. Available: {', '.join(available)}."
 

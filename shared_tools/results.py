@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
@@ -25,6 +26,8 @@ class StopReason(StrEnum):
     CANCELLED = "cancelled"
     INVALID_RESPONSE = "invalid model response"
     TOO_MANY_ERRORS = "too many consecutive tool errors"
+    AWAITING_APPROVAL = "awaiting approval"
+    """Paused, not finished: a tool call needs a human's yes or no (`AgentResult.pending` says which)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +95,7 @@ _USER_MESSAGES: dict[StopReason, str] = {
     StopReason.INVALID_RESPONSE: "Something went wrong while answering; nothing more was done.",
     StopReason.TOO_MANY_ERRORS: "I kept running into errors and stopped. "
     "Part of the request may not be done; please try again later.",
+    StopReason.AWAITING_APPROVAL: "I need your approval before I go on; nothing more is done until you answer.",
 }
 
 
@@ -110,6 +114,9 @@ class AgentResult:
     trace: list[TraceEvent] = field(default_factory=list)
     messages: list[BaseMessage] = field(default_factory=list)
     """The whole history after the run, system message first."""
+    pending: list[dict[str, Any]] | None = None
+    """With AWAITING_APPROVAL: the approval requests the run paused on, each
+    ``{"tool_call": {"id", "name", "args"}, "reason": str}``; None otherwise."""
 
     @property
     def ok(self) -> bool:

@@ -465,6 +465,18 @@ class BookStore:
             if db.execute("UPDATE books SET stock = ? WHERE id = ?", (in_stock, book_id)).rowcount == 0:
                 raise UnknownBook(book_id)
 
+    def set_description(self, book_id: int, text: str) -> str:
+        """Replace a book's description (a seller's catalog feed); returns the old one so a demo can put it back.
+
+        This is how a prompt injection gets in: search results carry descriptions, and the model reads them.
+        """
+        with self._write() as db:
+            row = db.execute("SELECT description FROM books WHERE id = ?", (book_id,)).fetchone()
+            if row is None:
+                raise UnknownBook(book_id)
+            db.execute("UPDATE books SET description = ? WHERE id = ?", (text, book_id))
+        return str(row[0])
+
     # -- checks ---------------------------------------------------------------------------------------------
 
     def check_invariants(self) -> list[str]:

@@ -170,11 +170,14 @@ def make_tools(
     faults: Faults | None = None,
     *,
     search_max_results: int = 5,
+    idempotent: bool = True,
 ) -> list[BaseTool]:
     """The five bookstore tools for one customer, in `TOOL_NAMES` order.
 
     `faults` switches on experiment faults (their counters start fresh for every call of this function);
-    `search_max_results` is the default of search_books' max_results (1..50).
+    `search_max_results` is the default of search_books' max_results (1..50). `idempotent=False` stops
+    add_to_cart from passing the tool-call id to the store, so a retried or re-run call adds again: only for
+    showing why the id matters.
     """
     if not 1 <= search_max_results <= MAX_SEARCH_RESULTS:
         raise ValueError(f"search_max_results must be 1..{MAX_SEARCH_RESULTS}, got {search_max_results}")
@@ -200,7 +203,7 @@ def make_tools(
         return to_json(result)
 
     def add_to_cart(book_id: int, quantity: int = 1, tool_call_id: str | None = None) -> str:
-        added = store.add_to_cart(customer_id, book_id, quantity, request_id=tool_call_id)
+        added = store.add_to_cart(customer_id, book_id, quantity, request_id=tool_call_id if idempotent else None)
         return to_json({"added": added.book.title, "quantity": added.quantity, "cartTotal": added.cart_total})
 
     def view_cart() -> str:
