@@ -13,6 +13,7 @@ cart. Sessions get a fresh thread per run on one shared checkpointer, in each du
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import tempfile
 import uuid
@@ -40,6 +41,7 @@ from shared_tools.tools import make_tools
 MODEL_CALLS, TOOL_CALLS = 5, 4
 DURABILITIES = ("sync", "async", "exit")
 FLOOR = "floor: bare langchain-core loop"
+ASYNC_FLOOR = "floor, async: asyncio.run + ainvoke"
 
 
 class BareLoop:
@@ -59,6 +61,17 @@ class BareLoop:
             for call in reply.tool_calls:
                 # A ToolCall in, a ToolMessage out (with the call's id), as the real loops do it.
                 messages.append(self.tools[call["name"]].invoke({**call, "type": "tool_call"}))
+
+    async def arun(self, instructions: str, goal: str) -> list[BaseMessage]:
+        """The same loop on the async path, to show what `asyncio.run` and `ainvoke` cost by themselves."""
+        messages: list[BaseMessage] = [SystemMessage(instructions), HumanMessage(goal)]
+        while True:
+            reply = await self.bound.ainvoke(messages)
+            messages.append(reply)
+            if not isinstance(reply, AIMessage) or not reply.tool_calls:
+                return messages
+            for call in reply.tool_calls:
+                messages.append(await self.tools[call["name"]].ainvoke({**call, "type": "tool_call"}))
 
 
 @dataclass
@@ -86,6 +99,16 @@ def variants(scratch: Path) -> dict[str, _common.Prepare]:
         store, tools = fresh()
         loop = BareLoop(model, tools)
         return Job(lambda: loop.run(INSTRUCTIONS, SEED_GOAL), store)
+
+    def async_floor() -> Job:
+        store, tools = fresh()
+        loop = BareLoop(model, tools)
+
+        async def main() -> None:
+            # Nothing returned: asyncio.run reprs its finished main task, result included (see run_blocking).
+            await loop.arun(INSTRUCTIONS, SEED_GOAL)
+
+        return Job(lambda: asyncio.run(main()), store)
 
     def handwritten() -> Job:
         store, tools = fresh()
@@ -123,6 +146,7 @@ def variants(scratch: Path) -> dict[str, _common.Prepare]:
 
     result: dict[str, _common.Prepare] = {
         FLOOR: floor,
+        ASYNC_FLOOR: async_floor,
         "handwritten AgentLoop": handwritten,
         "GraphAgent guards=False (bare graph)": graph(False),
         "GraphAgent guards=True": graph(True),
@@ -153,6 +177,7 @@ def target_ratios(measured: dict[str, _common.Measured]) -> dict[str, float]:
     """The issue's targets as ratios of wall medians; a pair whose variants did not run is left out."""
     pairs = {
         "handwritten / floor (target ≤ 1.2)": ("handwritten AgentLoop", FLOOR),
+        "handwritten / async floor": ("handwritten AgentLoop", ASYNC_FLOOR),
         "guarded graph / bare graph (target ≤ 1.3)": ("GraphAgent guards=True", "GraphAgent guards=False (bare graph)"),
         "create_agent / bare graph": ("create_agent contender", "GraphAgent guards=False (bare graph)"),
         "in-memory session (async) / guarded graph": ("GraphSession InMemorySaver async", "GraphAgent guards=True"),
@@ -178,7 +203,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as scratch:
         all_variants = variants(Path(scratch))
         if args.only:
-            all_variants = {k: v for k, v in all_variants.items() if k == FLOOR or args.only in k}
+            all_variants = {k: v for k, v in all_variants.items() if k in (FLOOR, ASYNC_FLOOR) or args.only in k}
         check(all_variants)
         measured = _common.interleave(all_variants, args.runs)
     floor = measured[FLOOR]
