@@ -20,13 +20,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphRecursionError
 from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command
 
 from langgraph_version.graph import (
     SUPERSTEPS_PER_ROUND,
@@ -84,8 +85,15 @@ class GraphAgent:
         max_tool_result_chars: int | None = None,
         checkpointer: BaseCheckpointSaver | None = None,
         on_event: Callable[[TraceEvent], None] | None = None,
+        needs_approval: Callable[[ToolCall], str | None] | None = None,
     ) -> None:
+        """`needs_approval(call)` returns a reason when a call must be approved by a human first: the run
+        then pauses with `StopReason.AWAITING_APPROVAL` (LangGraph's `interrupt()`), which needs a
+        checkpointer; answer it with `GraphSession.resume`."""
+        if needs_approval is not None and not guards:
+            raise ValueError("needs_approval is a guard of the guarded graph; guards=False has no approval gate")
         self.limits = limits if limits is not None else AgentLimits()
+        self.needs_approval = needs_approval
         self.guards = guards
         self.on_event = on_event
         self.recursion_limit = recursion_limit_for(self.limits, guards=guards)
@@ -93,7 +101,9 @@ class GraphAgent:
             build_guarded_graph(
                 model,
                 tools,
-                GuardOptions(self.limits, detailed_errors, parallel_tools, max_tool_result_chars),
+                GuardOptions(
+                    self.limits, detailed_errors, parallel_tools, max_tool_result_chars, needs_approval=needs_approval
+                ),
             )
             if guards
             else build_defaults_graph(model, tools)
@@ -102,24 +112,38 @@ class GraphAgent:
 
     def run(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """One task from an empty history; `cancel` (a threading.Event) stops it between steps."""
+        self._check_can_pause()
         return self.drive(self.graph, _opening(instructions, goal), self._one_off_config(), cancel=cancel)
 
     async def arun(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """`run` on the async path; cancelling the task raises CancelledError as usual."""
+        self._check_can_pause()
         return await self.adrive(self.graph, _opening(instructions, goal), self._one_off_config(), cancel=cancel)
+
+    def _check_can_pause(self) -> None:
+        # Without a checkpointer LangGraph still stops at interrupt(), but nothing is kept to resume from:
+        # the paused call could never be answered.
+        if self.needs_approval is not None and self.graph.checkpointer is None:
+            raise ValueError(
+                "needs_approval pauses the graph with interrupt(), which needs a checkpointer: "
+                "pass checkpointer=... or run it in a GraphSession"
+            )
 
     # -- the driver, shared with GraphSession ---------------------------------------------------
 
     def drive(
         self,
         graph: CompiledStateGraph,
-        new_messages: list[BaseMessage],
+        new_messages: list[BaseMessage] | Command,
         config: RunnableConfig,
         *,
         cancel: threading.Event | None = None,
         durability: Durability | None = None,
     ) -> AgentResult:
-        """Stream `graph` from `new_messages` (appended to whatever the thread holds) to an AgentResult."""
+        """Stream `graph` from `new_messages` (appended to whatever the thread holds) to an AgentResult.
+
+        A `Command` instead of messages continues the thread's paused or unfinished run (see `GraphSession`).
+        """
         run = _RunRecord(self)
         try:
             for state in graph.stream(
@@ -129,7 +153,7 @@ class GraphAgent:
                 stream_mode="values",
                 durability=durability,
             ):
-                run.state = state
+                run.see(state)
         except GraphRecursionError:
             if self.guards:  # the guarded graph always leaves through END; hitting the limit is a bug
                 raise
@@ -141,7 +165,7 @@ class GraphAgent:
     async def adrive(
         self,
         graph: CompiledStateGraph,
-        new_messages: list[BaseMessage],
+        new_messages: list[BaseMessage] | Command,
         config: RunnableConfig,
         *,
         cancel: threading.Event | None = None,
@@ -157,7 +181,7 @@ class GraphAgent:
                 stream_mode="values",
                 durability=durability,
             ):
-                run.state = state
+                run.see(state)
         except GraphRecursionError:
             if self.guards:
                 raise
@@ -166,7 +190,9 @@ class GraphAgent:
             return run.result(StopReason.CANCELLED)
         return run.result()
 
-    def _input(self, new_messages: list[BaseMessage]) -> dict[str, Any]:
+    def _input(self, new_messages: list[BaseMessage] | Command) -> dict[str, Any] | Command:
+        if isinstance(new_messages, Command):
+            return new_messages  # a resumed run keeps its counters: it is the same run
         # Counters are reset in the input of every run, so a session's messages persist but its
         # budgets start over with each ask.
         return {"messages": new_messages, **fresh_counters()} if self.guards else {"messages": new_messages}
@@ -186,7 +212,15 @@ class _RunRecord:
         self.agent = agent
         self.state: dict[str, Any] = {}
         self.trace: list[TraceEvent] = []
+        self.pending: list[dict[str, Any]] | None = None
         self._lock = threading.Lock()
+
+    def see(self, chunk: dict[str, Any]) -> None:
+        """One streamed state; the chunk of a paused run also carries LangGraph's `__interrupt__` entry."""
+        if "__interrupt__" in chunk:
+            self.pending = [pause.value for pause in chunk["__interrupt__"]]
+            chunk = {k: v for k, v in chunk.items() if k != "__interrupt__"}
+        self.state = chunk
 
     def record(self, event: TraceEvent) -> None:
         """Called from inside the nodes (from ToolNode's worker threads in defaults mode)."""
@@ -208,7 +242,8 @@ class _RunRecord:
         messages: list[BaseMessage] = list(self.state.get("messages", []))
         model_events = [e for e in self.trace if e.is_model]
         if self.agent.guards:
-            reason = forced or StopReason(self.state["stop_reason"])
+            paused = StopReason.AWAITING_APPROVAL if self.pending else None
+            reason = forced or paused or StopReason(self.state["stop_reason"])
             model_calls, tool_calls, tokens = (
                 self.state["model_calls"],
                 self.state["tool_calls"],
@@ -229,6 +264,7 @@ class _RunRecord:
             tool_calls=tool_calls,
             trace=self.trace,
             messages=messages,
+            pending=self.pending if reason is StopReason.AWAITING_APPROVAL else None,
         )
 
 

@@ -39,7 +39,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.runtime import get_runtime
-from langgraph.types import Command
+from langgraph.types import Command, interrupt
 
 from langgraph_version.state import AgentState, RunContext, stopped
 from shared_tools import guards
@@ -119,6 +119,8 @@ class GuardOptions:
     detailed_errors: bool = False
     parallel_tools: bool = True
     max_tool_result_chars: int | None = None
+    needs_approval: Callable[[ToolCall], str | None] | None = None
+    """A reason when a call must be approved by a human first; the tools node then pauses the graph."""
 
 
 class _Answer(NamedTuple):
@@ -265,7 +267,7 @@ class GuardedNodes:
         """The tool to run for `call`, or the error text the model gets instead.
 
         Same order as `handwritten`: unknown tool, then the repeat rule (blocked and invalid calls
-        count too), then argument validation, so nothing runs on bad arguments.
+        count too), then argument validation, so nothing runs on bad arguments, then the approval gate.
         """
         name, args = call["name"], call["args"]
         tool = self.tools.get(name)
@@ -275,7 +277,27 @@ class GuardedNodes:
         count = seen[key] = seen.get(key, 0) + 1
         if self.limits.repeat_blocked(count - 1):
             return guards.repeat_error(name, count - 1)
-        return guards.invalid_args_error(tool, args) or tool
+        if (invalid := guards.invalid_args_error(tool, args)) is not None:
+            return invalid
+        return self.check_approval(call) or tool
+
+    def check_approval(self, call: ToolCall) -> str | None:
+        """The refusal text when `call` needs approval and is not approved; None when it may run.
+
+        `interrupt()` pauses the graph here (the checkpointer keeps the thread), and the caller answers
+        later, maybe from another process, with ``Command(resume=True|False)``. LangGraph then runs this
+        node again from its start: calls screened before this one are screened again (same state, same
+        counts), and in sequential mode the calls before this one run a second time. That re-run is why
+        add_to_cart is idempotent (the store dedupes by tool-call id). In parallel mode every call is
+        screened before any runs, so nothing runs before the pause.
+        """
+        needs_approval = self.options.needs_approval
+        if needs_approval is None or (reason := needs_approval(call)) is None:
+            return None
+        request = {"tool_call": {"id": call["id"], "name": call["name"], "args": call["args"]}, "reason": reason}
+        approved = interrupt(request) is True  # only an explicit yes approves
+        logger.info("approval for %s (%s): %s", call["name"], reason, "yes" if approved else "no")
+        return None if approved else guards.approval_rejected(call["name"], reason)
 
     def run_tool(self, step: int, call: ToolCall, admitted: Admitted) -> _Answer:
         started = time.perf_counter()

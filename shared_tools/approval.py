@@ -31,9 +31,7 @@ Approve = Callable[[ToolCall, str], bool]
 class RiskyWritePolicy:
     """add_to_cart with more than `max_quantity` copies, or a line over `max_line_total`, needs approval."""
 
-    def __init__(
-        self, store: BookStore, *, max_quantity: int = 3, max_line_total: Decimal = Decimal("50.00")
-    ) -> None:
+    def __init__(self, store: BookStore, *, max_quantity: int = 3, max_line_total: Decimal = Decimal("50.00")) -> None:
         self.store = store
         self.max_quantity = max_quantity
         self.max_line_total = max_line_total

@@ -1,0 +1,306 @@
+"""Human approval for risky writes, and idempotent writes: both implementations, real LangGraph, real SQLite.
+
+The hand-written loop asks a sync `approve` callback; the graph pauses with `interrupt()` and is answered with
+`GraphSession.resume` (here also from a second process on the same SQLite thread). A refused call becomes the
+shared error text and leaves the cart as it was. The idempotency tests show the double add that happens without
+the tool-call id: once for a plain retry, once for the node re-run that LangGraph does after a resume.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import ToolCall, ToolMessage
+
+from shared_tools.approval import RiskyWritePolicy
+from shared_tools.guards import approval_rejected
+from shared_tools.results import AgentResult, StopReason
+from shared_tools.store import BookStore
+from shared_tools.tools import make_tools, tools_by_name
+from tests.conftest import AgentFactory
+from tests.doubles import ScriptModel, ai, call
+
+ROOT = Path(__file__).resolve().parent.parent
+INSTRUCTIONS = "You are a bookstore assistant."
+GOAL = "Add ten copies of The Quiet Orchard."
+TEN_ORCHARDS = "10 x The Quiet Orchard = 165.00, more than 3 copies and over 50.00"
+
+
+def add(book_id: int, quantity: int, call_id: str = "add-1") -> ToolCall:
+    return ToolCall(name="add_to_cart", args={"book_id": book_id, "quantity": quantity}, id=call_id, type="tool_call")
+
+
+# --- the policy --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool_call", "reason"),
+    [
+        (add(7, 10), TEN_ORCHARDS),
+        (add(7, 4), "4 x The Quiet Orchard = 66.00, more than 3 copies and over 50.00"),
+        (add(19, 2), "2 x Grandmother's Garden Table = 62.00, over 50.00"),
+        (add(5, 3), None),  # 3 x 9.99: at the limits, not over them
+        (add(7, 1), None),
+        (add(999, 10), None),  # no such book: the tool refuses it anyway, nothing to approve
+        (ToolCall(name="check_stock", args={"book_id": 7}, id="c", type="tool_call"), None),
+    ],
+)
+def test_risky_write_policy_names_the_limit_a_call_is_over(
+    store: BookStore, tool_call: ToolCall, reason: str | None
+) -> None:
+    assert RiskyWritePolicy(store)(tool_call) == reason
+
+
+def test_risky_write_policy_limits_are_configurable(store: BookStore) -> None:
+    policy = RiskyWritePolicy(store, max_quantity=10, max_line_total=Decimal("200.00"))
+    assert policy(add(7, 10)) is None
+    assert RiskyWritePolicy(store, max_quantity=0)(add(7, 1)) == "1 x The Quiet Orchard = 16.50, more than 0 copies"
+
+
+# --- the gate, in both implementations ------------------------------------------------------------------------
+
+
+def run_with_human(
+    agent_kind: str, make_agent: AgentFactory, model: Any, store: BookStore, answer: bool
+) -> tuple[AgentResult, list[tuple[str, str]]]:
+    """Run GOAL with the gate on; the "human" answers `answer` to every request. Returns the result and the
+    (tool name, reason) of every request, asked through the callback or through the graph's pauses."""
+    asked: list[tuple[str, str]] = []
+    policy = RiskyWritePolicy(store)
+    if agent_kind == "handwritten":
+
+        def approve(tool_call: ToolCall, reason: str) -> bool:
+            asked.append((tool_call["name"], reason))
+            return answer
+
+        agent = make_agent(model, make_tools(store), needs_approval=policy, approve=approve)
+        return agent.run(INSTRUCTIONS, GOAL), asked
+    from langgraph_version import GraphSession
+
+    session = GraphSession(make_agent(model, make_tools(store), needs_approval=policy), INSTRUCTIONS)
+    result = session.ask(GOAL)
+    while result.stop_reason is StopReason.AWAITING_APPROVAL:
+        assert result.pending == session.pending
+        asked += [(request["tool_call"]["name"], request["reason"]) for request in result.pending or []]
+        result = session.resume(answer)
+    return result, asked
+
+
+def tool_results(result: AgentResult) -> list[ToolMessage]:
+    return [m for m in result.messages if isinstance(m, ToolMessage)]
+
+
+def test_a_refused_write_is_an_error_result_and_changes_nothing(
+    agent_kind: str, make_agent: AgentFactory, store: BookStore
+) -> None:
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Not added.")])
+    result, asked = run_with_human(agent_kind, make_agent, model, store, answer=False)
+    assert asked == [("add_to_cart", TEN_ORCHARDS)]
+    assert result.stop_reason is StopReason.DONE and result.answer == "Not added."
+    [refused] = tool_results(result)
+    assert refused.content == approval_rejected("add_to_cart", TEN_ORCHARDS)
+    assert refused.content.endswith("Nothing was done.") and refused.status == "error"
+    assert store.cart("c1").lines == ()
+    assert model.prompts[-1][-1].content == refused.content, "the model read the refusal"
+    assert result.pending is None
+
+
+def test_an_approved_write_runs(agent_kind: str, make_agent: AgentFactory, store: BookStore) -> None:
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Added.")])
+    result, asked = run_with_human(agent_kind, make_agent, model, store, answer=True)
+    assert asked == [("add_to_cart", TEN_ORCHARDS)]
+    assert result.stop_reason is StopReason.DONE
+    assert json.loads(tool_results(result)[0].content) == {
+        "added": "The Quiet Orchard",
+        "quantity": 10,
+        "cartTotal": 165.0,
+    }
+    assert store.cart("c1").quantity_of(7) == 10
+
+
+def test_a_small_write_asks_nobody(agent_kind: str, make_agent: AgentFactory, store: BookStore) -> None:
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=1)), ai("Added.")])
+    result, asked = run_with_human(agent_kind, make_agent, model, store, answer=False)
+    assert asked == [] and result.stop_reason is StopReason.DONE
+    assert store.cart("c1").quantity_of(7) == 1
+
+
+def test_the_gate_comes_after_argument_validation(agent_kind: str, make_agent: AgentFactory, store: BookStore) -> None:
+    """Quantity 50 is invalid: the model gets the validation error, and no human is bothered with it."""
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=50)), ai("Hm.")])
+    result, asked = run_with_human(agent_kind, make_agent, model, store, answer=True)
+    assert asked == []
+    assert tool_results(result)[0].content.startswith("Invalid arguments for add_to_cart")
+
+
+def test_handwritten_without_an_approve_callback_refuses(store: BookStore) -> None:
+    from handwritten import AgentLoop
+
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Not added.")])
+    loop = AgentLoop(model, make_tools(store), needs_approval=RiskyWritePolicy(store))
+    result = loop.run(INSTRUCTIONS, GOAL)
+    assert tool_results(result)[0].content == approval_rejected("add_to_cart", TEN_ORCHARDS)
+    assert store.cart("c1").lines == ()
+
+
+def test_handwritten_parallel_asks_in_call_order_before_anything_runs(store: BookStore) -> None:
+    from handwritten import AgentLoop
+
+    seen: list[tuple[str, int]] = []
+
+    def approve(tool_call: ToolCall, reason: str) -> bool:
+        seen.append((tool_call["id"], store.cart("c1").quantity_of(7)))
+        return tool_call["id"] == "a2"
+
+    model = ScriptModel(
+        replies=[
+            ai(
+                "",
+                call("add_to_cart", "a1", book_id=7, quantity=1),
+                call("add_to_cart", "a2", book_id=3, quantity=5),
+                call("add_to_cart", "a3", book_id=7, quantity=9),
+            ),
+            ai("Done."),
+        ]
+    )
+    loop = AgentLoop(
+        model, make_tools(store), needs_approval=RiskyWritePolicy(store), approve=approve, parallel_tools=True
+    )
+    loop.run(INSTRUCTIONS, GOAL)
+    assert seen == [("a2", 0), ("a3", 0)]
+    assert (store.cart("c1").quantity_of(7), store.cart("c1").quantity_of(3)) == (1, 5)
+
+
+# --- the graph's pause ---------------------------------------------------------------------------------------
+
+
+def test_graph_pauses_with_the_request_and_a_user_message(store: BookStore) -> None:
+    from langgraph_version import GraphAgent, GraphSession
+
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10))])
+    agent = GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store))
+    session = GraphSession(agent, INSTRUCTIONS)
+    result = session.ask(GOAL)
+    assert result.stop_reason is StopReason.AWAITING_APPROVAL and result.answer is None
+    request = {
+        "tool_call": {"id": "a1", "name": "add_to_cart", "args": {"book_id": 7, "quantity": 10}},
+        "reason": TEN_ORCHARDS,
+    }
+    assert result.pending == session.pending == [request]
+    assert "approval" in result.user_message()
+    assert (result.model_calls, result.tool_calls) == (1, 0)
+    assert store.cart("c1").lines == ()
+    with pytest.raises(RuntimeError, match="waiting for an approval"):
+        session.ask("Hello?")
+
+
+def test_graph_needs_a_checkpointer_to_pause(store: BookStore) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_version import GraphAgent, GraphSession
+
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10))])
+    with pytest.raises(ValueError, match="needs a checkpointer"):
+        GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store)).run(INSTRUCTIONS, GOAL)
+    with pytest.raises(ValueError, match="no approval gate"):
+        GraphAgent(model, make_tools(store), guards=False, needs_approval=RiskyWritePolicy(store))
+    agent = GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store), checkpointer=InMemorySaver())
+    assert agent.run(INSTRUCTIONS, GOAL).stop_reason is StopReason.AWAITING_APPROVAL
+    with pytest.raises(RuntimeError, match="not waiting"):
+        GraphSession(agent, INSTRUCTIONS).resume(True)
+
+
+RESUME_IN_ANOTHER_PROCESS = """
+import json, sys
+from langchain_core.messages import ToolMessage
+from langgraph_version import GraphAgent, GraphSession
+from shared_tools.approval import RiskyWritePolicy
+from shared_tools.store import BookStore
+from shared_tools.tools import make_tools
+from tests.doubles import ScriptModel, ai
+
+store = BookStore(sys.argv[1])
+agent = GraphAgent(ScriptModel(replies=[ai("I did not add them.")]), make_tools(store),
+                   needs_approval=RiskyWritePolicy(store))
+with GraphSession.sqlite(agent, "unused", path=sys.argv[2], thread_id="shop") as session:
+    pending = session.pending
+    result = session.resume(False)
+print(json.dumps({"pending": pending, "stop": str(result.stop_reason), "answer": result.answer,
+                  "results": [m.content for m in result.messages if isinstance(m, ToolMessage)]}))
+"""
+
+
+def test_graph_approval_can_come_from_another_process(tmp_path: Path) -> None:
+    from langgraph_version import GraphAgent, GraphSession
+
+    store_path, thread_path = tmp_path / "store.db", tmp_path / "threads.db"
+    store = BookStore(store_path)
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10))])
+    agent = GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store))
+    with GraphSession.sqlite(agent, INSTRUCTIONS, path=str(thread_path), thread_id="shop") as session:
+        assert session.ask(GOAL).stop_reason is StopReason.AWAITING_APPROVAL
+
+    process = subprocess.run(
+        [sys.executable, "-c", RESUME_IN_ANOTHER_PROCESS, str(store_path), str(thread_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert process.returncode == 0, process.stderr
+    out = json.loads(process.stdout)
+    assert out["pending"][0]["reason"] == TEN_ORCHARDS
+    assert out["stop"] == StopReason.DONE and out["answer"] == "I did not add them."
+    assert out["results"] == [approval_rejected("add_to_cart", TEN_ORCHARDS)]
+
+    with GraphSession.sqlite(agent, INSTRUCTIONS, path=str(thread_path), thread_id="shop") as session:
+        assert session.pending == [] and session.messages[-1].content == "I did not add them."
+    assert store.cart("c1").lines == ()
+
+
+# --- idempotent writes ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("idempotent", "copies"), [(True, 1), (False, 2)])
+def test_a_retried_tool_call_adds_once_only_with_the_call_id(store: BookStore, idempotent: bool, copies: int) -> None:
+    tool = tools_by_name(make_tools(store, idempotent=idempotent))["add_to_cart"]
+    first = tool.invoke(add(7, 1, "retry-me"))
+    second = tool.invoke(add(7, 1, "retry-me"))
+    assert store.cart("c1").quantity_of(7) == copies
+    if idempotent:
+        assert second.content == first.content, "the retry gets the first add's result"
+
+
+@pytest.mark.parametrize(("idempotent", "copies"), [(True, 1), (False, 2)])
+def test_the_node_rerun_after_a_resume_adds_once_only_with_the_call_id(
+    store: BookStore, idempotent: bool, copies: int
+) -> None:
+    """One reply, two adds; the second needs approval. LangGraph re-runs the whole tools node on resume, so the
+    first add, which ran before the pause, runs again."""
+    from langgraph_version import GraphAgent, GraphSession
+
+    model = ScriptModel(
+        replies=[
+            ai("", call("add_to_cart", "a1", book_id=7, quantity=1), call("add_to_cart", "a2", book_id=3, quantity=5)),
+            ai("Added the orchard."),
+        ]
+    )
+    agent = GraphAgent(
+        model, make_tools(store, idempotent=idempotent), parallel_tools=False, needs_approval=RiskyWritePolicy(store)
+    )
+    session = GraphSession(agent, INSTRUCTIONS)
+    assert session.ask(GOAL).stop_reason is StopReason.AWAITING_APPROVAL
+    assert store.cart("c1").quantity_of(7) == 1, "the first add ran before the pause"
+    result = session.resume(False)
+    assert result.stop_reason is StopReason.DONE
+    assert store.cart("c1").quantity_of(7) == copies
+    assert store.cart("c1").quantity_of(3) == 0
+    assert [m.tool_call_id for m in tool_results(result)] == ["a1", "a2"], "one result per call, not two"
+    assert result.tool_calls == 2
