@@ -16,6 +16,7 @@ import argparse
 import datetime as dt
 import gc
 import json
+import logging
 import os
 import platform
 import statistics
@@ -143,8 +144,11 @@ def parser(description: str, *, default_runs: int) -> argparse.ArgumentParser:
 
 
 def console() -> Console:
+    """The console the tables go to. Also quiets the agents' logs to errors, as compare.py does: the tool
+    failures they log as warnings are part of the experiments, not news."""
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     # Wide enough that the tables never wrap in a log file or a CI page.
-    return Console(width=max(160, Console().width), highlight=False)
+    return Console(width=max(170, Console().width), highlight=False)
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> Table:
