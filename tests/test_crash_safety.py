@@ -1,0 +1,125 @@
+"""Crash safety: a session killed with SIGKILL mid-turn loses no finished turn and adds no book twice.
+
+A child process runs a `GraphSession.sqlite` (sync durability) over a `BookStore` in a SQLite file, with every
+tool taking 0.5 s. Turn 1 (an order question) finishes; turn 2 (the seed goal) is killed at a chosen point:
+while a stock check runs, or right after add_to_cart has written to the store but before its graph node
+finished (the child's `on_event` blocks there, so the kill lands between the store's commit and the
+checkpoint). This process then reopens the same thread and store and finishes the turn with
+`continue_unfinished`, which re-runs the interrupted node with the saved tool-call ids. Without the call id
+(``idempotent=False``) the same crash adds the book twice, which is the point of the id.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+from shared_tools.models import make_model
+from shared_tools.scenarios import INSTRUCTIONS, SEED_GOAL
+from shared_tools.store import BookStore
+from shared_tools.tools import make_tools
+
+ROOT = Path(__file__).resolve().parent.parent
+ORDER_QUESTION = "Where is my order 4512?"
+QUIET_ORCHARD = 7
+
+CHILD = """
+import sys, time
+from langgraph_version import GraphAgent, GraphSession
+from shared_tools.faults import Faults
+from shared_tools.models import make_model
+from shared_tools.scenarios import INSTRUCTIONS, SEED_GOAL
+from shared_tools.store import BookStore
+from shared_tools.tools import make_tools
+
+store_path, thread_path, marker, kill_at, idempotent = sys.argv[1:6]
+
+def on_event(event):
+    with open(marker, "a", encoding="utf-8") as file:
+        file.write(event.name + "\\n")
+    if event.name == kill_at:
+        time.sleep(120)  # inside the node: the parent kills us here
+
+store = BookStore(store_path)
+tools = make_tools(store, faults=Faults(latency_s=0.5), idempotent=idempotent == "1")
+agent = GraphAgent(make_model("scripted"), tools, parallel_tools=False, on_event=on_event)
+with GraphSession.sqlite(agent, INSTRUCTIONS, path=thread_path, thread_id="shop") as session:
+    session.ask("Where is my order 4512?")
+    with open(marker, "a", encoding="utf-8") as file:
+        file.write("turn 1 done\\n")
+    session.ask(SEED_GOAL)
+print("the run was not killed")
+"""
+
+
+def run_and_kill(tmp_path: Path, kill_at: str, *, idempotent: bool) -> tuple[Path, Path]:
+    """Start the child, wait until turn 2 reaches `kill_at` (as its on_event reports), SIGKILL it."""
+    store_path, thread_path, marker = tmp_path / "store.db", tmp_path / "threads.db", tmp_path / "events.txt"
+    marker.touch()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(store_path), str(thread_path), str(marker), kill_at, str(int(idempotent))],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while True:
+            lines = marker.read_text(encoding="utf-8").splitlines()
+            if "turn 1 done" in lines and kill_at in lines[lines.index("turn 1 done") :]:
+                break
+            if child.poll() is not None:
+                pytest.fail(f"the child ended before it could be killed: {child.communicate()}")
+            time.sleep(0.02)  # polling for the child's progress, not a timing assertion
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    return store_path, thread_path
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+@pytest.mark.parametrize(
+    ("kill_at", "idempotent", "copies"),
+    [
+        pytest.param("add_to_cart", True, 1, id="after-the-add-before-its-checkpoint"),
+        pytest.param("check_stock", True, 1, id="during-the-stock-checks"),
+        pytest.param("add_to_cart", False, 2, id="after-the-add-without-the-call-id"),
+    ],
+)
+def test_a_killed_session_resumes_without_losing_a_turn_or_adding_twice(
+    tmp_path: Path, kill_at: str, idempotent: bool, copies: int
+) -> None:
+    from langgraph_version import GraphAgent, GraphSession
+
+    store_path, thread_path = run_and_kill(tmp_path, kill_at, idempotent=idempotent)
+
+    store = BookStore(store_path)
+    agent = GraphAgent(make_model("scripted"), make_tools(store, idempotent=idempotent), parallel_tools=False)
+    with GraphSession.sqlite(agent, INSTRUCTIONS, path=str(thread_path), thread_id="shop") as session:
+        questions = [i for i, m in enumerate(session.messages) if isinstance(m, HumanMessage)]
+        turn_one = session.messages[questions[0] : questions[1]]
+        assert [m.content for m in turn_one if isinstance(m, HumanMessage)] == [ORDER_QUESTION]
+        assert isinstance(turn_one[-1], AIMessage) and "TRK-88" in turn_one[-1].content, "turn 1 is kept whole"
+        assert session.unfinished
+
+        result = session.continue_unfinished()
+        assert result is not None and result.ok, result
+        assert "The Quiet Orchard" in (result.answer or "")
+        assert session.continue_unfinished() is None and not session.unfinished
+
+        messages = session.messages
+        assert [m.content for m in messages if isinstance(m, HumanMessage)] == [ORDER_QUESTION, SEED_GOAL]
+        adds = [m for m in messages if isinstance(m, ToolMessage) and m.name == "add_to_cart"]
+        assert len(adds) == 1, "the re-run node answered the add's call once"
+    assert store.cart("c1").quantity_of(QUIET_ORCHARD) == copies
+    assert store.check_invariants() == []
