@@ -1,0 +1,179 @@
+"""How long the full default `python compare.py` takes on this machine, and what that time is made of.
+
+The issue's target is under 5 s including imports. This times the whole command in a fresh process
+(several runs, interleaved with a bare `import` of what a default run loads, median), then splits it up:
+per-scenario wall time from compare.py's own JSON records (two scenarios sleep on purpose: the time-budget
+variant's 0.1 s tools and the parallel-tools scenario's 0.3 s tools), the import time of the modules a default
+run loads with the biggest offenders from ``python -X importtime``, and what building each contender costs
+(binding tools, building and compiling a graph), which compare.py pays once per run.
+
+    python benchmarks/startup.py [--runs 3] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import _common
+
+ROOT = _common.ROOT
+IMPORTS = "import compare, handwritten, langgraph_version"
+"""What a default `python compare.py` imports before its first run ends (langgraph lazily, on first use)."""
+
+
+def wall_of(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def subprocess_times(runs: int) -> dict[str, _common.Stats]:
+    """`python compare.py` and the bare imports, interleaved, in seconds."""
+    commands = {
+        "python compare.py": [sys.executable, "compare.py"],
+        f'python -c "{IMPORTS}"': [sys.executable, "-c", IMPORTS],
+        "python -c pass (the interpreter alone)": [sys.executable, "-c", "pass"],
+    }
+    samples: dict[str, list[float]] = defaultdict(list)
+    for _ in range(runs):
+        for name, command in commands.items():
+            samples[name].append(wall_of(command))
+    return {name: _common.Stats.of(values) for name, values in samples.items()}
+
+
+def scenario_walls() -> dict[str, float]:
+    """Sum of every run's wall time per scenario, from one `compare.py --json` run."""
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
+        path = Path(scratch) / "runs.json"
+        subprocess.run(
+            [sys.executable, "compare.py", "--json", str(path)],
+            cwd=ROOT,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        document = json.loads(path.read_text(encoding="utf-8"))
+    walls: dict[str, float] = defaultdict(float)
+    for run in document["runs"]:
+        walls[run["scenario"]] += run["wall_s"]
+    return dict(walls)
+
+
+def import_offenders(limit: int = 12) -> list[tuple[str, float, float]]:
+    """(module, self ms, cumulative ms) of the biggest imports two levels deep, from ``-X importtime``."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", IMPORTS], cwd=ROOT, check=True, capture_output=True, text=True
+    )
+    rows = []
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        # "import time:      7714 |     689756 |   shared_tools.models": two spaces of indent per level.
+        own_us, cumulative_us, name = line.split("|", 2)
+        depth = (len(name) - len(name.lstrip(" ")) - 1) // 2
+        if depth <= 1:
+            rows.append((name.strip(), int(own_us.split(":")[1]) / 1e3, int(cumulative_us) / 1e3))
+    return sorted(rows, key=lambda row: -row[2])[:limit]
+
+
+def build_costs(runs: int) -> dict[str, _common.Stats]:
+    """What building each contender costs (µs), fresh tools every time, as compare.py builds them."""
+    from handwritten import AgentLoop
+    from langgraph_version import GraphAgent, create_agent_contender
+    from shared_tools.models import make_model
+    from shared_tools.results import AgentLimits
+    from shared_tools.scenarios import INSTRUCTIONS
+    from shared_tools.store import BookStore
+    from shared_tools.tools import make_tools
+
+    limits = AgentLimits()
+
+    def fresh_tools() -> Callable[[], list[Any]]:
+        store = BookStore()
+        return lambda: make_tools(store)
+
+    def variant(build: Callable[[Any, list[Any]], Any]) -> _common.Prepare:
+        def prepare() -> Callable[[], None]:
+            tools, model = fresh_tools()(), make_model("scripted")
+            return lambda: build(model, tools)
+
+        return prepare
+
+    variants: dict[str, _common.Prepare] = {
+        "BookStore() + make_tools": lambda: lambda: make_tools(BookStore()),
+        "AgentLoop (binds the tools)": variant(lambda m, t: AgentLoop(m, t, limits)),
+        "GraphAgent guards=True (bind + build + compile)": variant(lambda m, t: GraphAgent(m, t, limits)),
+        "GraphAgent guards=False (bind + build + compile)": variant(
+            lambda m, t: GraphAgent(m, t, limits, guards=False)
+        ),
+        "create_agent contender (middleware + compile)": variant(
+            lambda m, t: create_agent_contender(m, t, limits).agent_for(INSTRUCTIONS)
+        ),
+    }
+    return {name: m.wall for name, m in _common.interleave(variants, runs).items()}
+
+
+def main() -> None:
+    args = _common.parser(__doc__.splitlines()[0], default_runs=3).parse_args()
+    console = _common.console()
+    info = _common.machine()
+    times = subprocess_times(args.runs)
+    walls = scenario_walls()
+    offenders = import_offenders()
+    builds = build_costs(max(20, args.runs * 10))
+
+    console.print(
+        _common.table(
+            f"Fresh processes, {args.runs} interleaved runs each, seconds",
+            ("command", "median", "p10", "p90"),
+            [(name, f"{s.median:.2f}", f"{s.p10:.2f}", f"{s.p90:.2f}") for name, s in times.items()],
+        )
+    )
+    total = sum(walls.values())
+    console.print(
+        _common.table(
+            "Run time per scenario (all variants and contenders), s",
+            ("scenario", "seconds", "share"),
+            [(name, f"{wall:.3f}", f"{wall / total:.0%}") for name, wall in sorted(walls.items(), key=lambda i: -i[1])]
+            + [("all scenarios", f"{total:.3f}", "100%")],
+        )
+    )
+    console.print(
+        _common.table(
+            "Biggest imports (python -X importtime, two levels), ms",
+            ("module", "self", "cumulative"),
+            [(name, f"{own:.1f}", f"{cumulative:.1f}") for name, own, cumulative in offenders],
+        )
+    )
+    console.print(
+        _common.table(
+            "Building one contender (compare.py builds one per run), µs",
+            ("what", "median", "p10", "p90"),
+            [(name, _common.us(s.median), _common.us(s.p10), _common.us(s.p90)) for name, s in builds.items()],
+        )
+    )
+    console.print(_common.machine_line(info))
+    _common.write_json(
+        args.json,
+        {
+            "benchmark": "startup",
+            "machine": info,
+            "runs": args.runs,
+            "processes_s": times,
+            "scenario_wall_s": walls,
+            "import_offenders_ms": offenders,
+            "build_us": builds,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
