@@ -8,7 +8,7 @@ time is the tool round. Sequential should cost N × 0.2 s; parallel should cost 
 in a thread pool and its `arun` as coroutines; LangGraph's prebuilt ToolNode (the defaults graph) always
 runs a turn's calls at the same time.
 
-    python benchmarks/parallel.py [--runs 5] [--json PATH]
+    python benchmarks/parallel.py [--runs 5] [--calls 2,4,8] [--json PATH]
 """
 
 from __future__ import annotations
@@ -87,12 +87,23 @@ def prepare(build: Runner, calls: int) -> _common.Prepare:
     return make
 
 
+def _calls(text: str) -> tuple[int, ...]:
+    counts = tuple(int(part) for part in text.split(",") if part.strip())
+    if not counts or min(counts) < 2:
+        raise ValueError("at least two calls per turn")
+    return counts
+
+
 def main() -> None:
-    args = _common.parser(__doc__.splitlines()[0], default_runs=5).parse_args()
+    parser = _common.parser(__doc__.splitlines()[0], default_runs=5)
+    parser.add_argument(
+        "--calls", type=_calls, default=CALLS, metavar="N[,N]", help="tool calls per turn (default: 2,4,8)"
+    )
+    args = parser.parse_args()
     console = _common.console()
     info = _common.machine()
     builders = contenders()
-    variants = {(name, calls): prepare(build, calls) for calls in CALLS for name, build in builders.items()}
+    variants = {(name, calls): prepare(build, calls) for calls in args.calls for name, build in builders.items()}
     measured = _common.interleave({f"{n}|{c}": p for (n, c), p in variants.items()}, args.runs, warmup=1)
     slowest_us = LATENCY_S * 1e6
     rows, document = [], []

@@ -7,7 +7,9 @@ variant's 0.1 s tools and the parallel-tools scenario's 0.3 s tools), the import
 run loads with the biggest offenders from ``python -X importtime``, and what building each contender costs
 (binding tools, building and compiling a graph), which compare.py pays once per run.
 
-    python benchmarks/startup.py [--runs 3] [--json PATH]
+    python benchmarks/startup.py [SCENARIO ...] [--runs 3] [--json PATH]
+
+Scenario names are passed on to compare.py (default: none, the full default run).
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ def wall_of(command: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def subprocess_times(runs: int) -> dict[str, _common.Stats]:
+def subprocess_times(runs: int, scenarios: list[str]) -> dict[str, _common.Stats]:
     """`python compare.py` and the bare imports, interleaved, in seconds."""
     commands = {
-        "python compare.py": [sys.executable, "compare.py"],
+        " ".join(["python compare.py", *scenarios]): [sys.executable, "compare.py", *scenarios],
         f'python -c "{IMPORTS}"': [sys.executable, "-c", IMPORTS],
         "python -c pass (the interpreter alone)": [sys.executable, "-c", "pass"],
     }
@@ -49,12 +51,12 @@ def subprocess_times(runs: int) -> dict[str, _common.Stats]:
     return {name: _common.Stats.of(values) for name, values in samples.items()}
 
 
-def scenario_walls() -> dict[str, float]:
+def scenario_walls(scenarios: list[str]) -> dict[str, float]:
     """Sum of every run's wall time per scenario, from one `compare.py --json` run."""
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch:
         path = Path(scratch) / "runs.json"
         subprocess.run(
-            [sys.executable, "compare.py", "--json", str(path)],
+            [sys.executable, "compare.py", *scenarios, "--json", str(path)],
             cwd=ROOT,
             check=True,
             stdout=subprocess.DEVNULL,
@@ -122,11 +124,13 @@ def build_costs(runs: int) -> dict[str, _common.Stats]:
 
 
 def main() -> None:
-    args = _common.parser(__doc__.splitlines()[0], default_runs=3).parse_args()
+    parser = _common.parser(__doc__.splitlines()[0], default_runs=3)
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="passed on to compare.py (default: all)")
+    args = parser.parse_args()
     console = _common.console()
     info = _common.machine()
-    times = subprocess_times(args.runs)
-    walls = scenario_walls()
+    times = subprocess_times(args.runs, args.scenarios)
+    walls = scenario_walls(args.scenarios)
     offenders = import_offenders()
     builds = build_costs(max(20, args.runs * 10))
 

@@ -1,0 +1,73 @@
+"""The benchmark scripts run end to end with tiny N and write what they promise; no time is asserted.
+
+Each script is started the way the README says (`python benchmarks/X.py ...`, in a fresh process from the
+project root), so a broken import path or a crash in the table code fails here. The checks are on behaviour
+the numbers rest on: every overhead variant did the seed job, token counts are deterministic and the cut keeps
+the outcome, a parallel turn made its calls, and the start-up breakdown names the scenarios it ran.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_benchmark(tmp_path: Path, script: str, *args: str) -> dict[str, Any]:
+    out = tmp_path / f"{script}.json"
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{script}.py", *args, "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "CPU" in done.stdout  # the machine line closes every report
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def test_overhead_times_every_variant(tmp_path: Path) -> None:
+    document = run_benchmark(tmp_path, "overhead", "--runs", "2")
+    variants = document["variants"]
+    assert {"floor: bare langchain-core loop", "handwritten AgentLoop", "create_agent contender"} <= set(variants)
+    assert sum(name.startswith("GraphSession SqliteSaver") for name in variants) == 5
+    assert all(v["wall"]["n"] == 2 and v["cpu"]["n"] == 2 for v in variants.values())
+    assert "handwritten / floor (target ≤ 1.2)" in document["ratios"]
+    assert document["machine"]["cpu_count"] >= 1
+
+
+def test_tokens_counts_are_deterministic_and_the_cut_keeps_the_outcome(tmp_path: Path) -> None:
+    document = run_benchmark(tmp_path, "tokens", "bookstore", "big-results", "--runs", "2")
+    assert document["deterministic"] is True
+    seed = [r for r in document["runs"] if r["scenario"] == "bookstore"]
+    assert {r["contender"] for r in seed} == {"handwritten", "langgraph", "langgraph-defaults", "create-agent"}
+    for run in seed:
+        assert run["model_calls"] == 5 and run["tool_calls"] == 4
+        assert run["tokens_per_step"] == sorted(run["tokens_per_step"])  # every step re-sends more history
+        assert sum(run["tokens_per_step"]) == run["tokens"]
+    cut = {t["contender"]: t for t in document["truncation"]}
+    assert cut["handwritten"]["same_outcome"] and cut["handwritten"]["truncated"] < cut["handwritten"]["full"]
+    assert cut["create-agent"]["truncated"] == cut["create-agent"]["full"]  # it has no switch to cut results
+    projection = {(p["job"], p["contender"]): p for p in document["projection"]}
+    handwritten = projection[("bookstore/default", "handwritten")]
+    assert handwritten["per_day"] == handwritten["tokens_per_job"] * 1_000
+
+
+def test_parallel_runs_each_variant(tmp_path: Path) -> None:
+    document = run_benchmark(tmp_path, "parallel", "--runs", "1", "--calls", "2")
+    assert {v["calls"] for v in document["variants"]} == {2}
+    assert len(document["variants"]) == 6
+    assert all(v["wall"]["n"] == 1 for v in document["variants"])
+
+
+def test_startup_breaks_down_the_scenarios_it_ran(tmp_path: Path) -> None:
+    document = run_benchmark(tmp_path, "startup", "bookstore", "--runs", "1")
+    assert set(document["scenario_wall_s"]) == {"bookstore"}
+    assert "python compare.py bookstore" in document["processes_s"]
+    assert any(name == "compare" for name, _, _ in document["import_offenders_ms"])
+    assert "GraphAgent guards=True (bind + build + compile)" in document["build_us"]
