@@ -1,12 +1,13 @@
 """The front door: run the same bookstore goals through every contender and show, side by side, what each did.
 
-`python compare.py` runs the ten scenarios of `shared_tools.scenarios` on the embedded scripted model and
+`python compare.py` runs the eleven scenarios of `shared_tools.scenarios` on the embedded scripted model and
 prints, per scenario, each contender's trace in the seed's format, a side-by-side table (stop reason, calls,
 tokens per step, wall time, cart, answer) and what to notice in those numbers; at the end a guard matrix built
 from the runs and the seed's "who owns what" table. Every contender gets a fresh store and the same
 instructions, goal, limits, faults and model. A contender that raises (LangGraph's defaults re-raise a tool's
 exception) is a result to show, not a crash. `--json` writes every run's full record, `--report` a
-self-contained HTML page (`shared_tools.report`), and `python compare.py chat` is a multi-turn conversation.
+self-contained HTML page (`shared_tools.report`), `--store-db` keeps the bookstore in a SQLite file instead of
+memory, and `python compare.py chat` is a multi-turn conversation.
 This is the only module that prints; the agents and tools log.
 """
 
@@ -18,15 +19,17 @@ import logging
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from rich.console import Console
 from rich.text import Text
 
+from shared_tools.approval import RiskyWritePolicy
 from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
 from shared_tools.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
 from shared_tools.render import (
@@ -44,6 +47,7 @@ from shared_tools.render import (
 from shared_tools.report import render_report
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
 from shared_tools.scenarios import (
+    APPROVAL_CONTENDERS,
     CONTENDERS,
     INSTRUCTIONS,
     OWNERS,
@@ -62,8 +66,8 @@ CUSTOMER_ID = "c1"
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 2, 3, 130
 
 
-def _cart_lines(store: BookStore) -> tuple[list[dict[str, Any]], str]:
-    cart = store.cart(CUSTOMER_ID)
+def _cart_lines(store: BookStore, customer: str) -> tuple[list[dict[str, Any]], str]:
+    cart = store.cart(customer)
     lines = [
         {"id": line.book.id, "title": line.book.title, "quantity": line.quantity, "lineTotal": money(line.line_total)}
         for line in cart.lines
@@ -74,13 +78,14 @@ def _cart_lines(store: BookStore) -> tuple[list[dict[str, Any]], str]:
 def _record(
     base: dict[str, Any],
     store: BookStore,
+    customer: str,
     events: list[TraceEvent],
     wall_s: float,
     result: AgentResult | None = None,
     exc: BaseException | None = None,
 ) -> RunRecord:
     """A record from a returned result, or (when the contender raised) from the events seen before it raised."""
-    cart, total = _cart_lines(store)
+    cart, total = _cart_lines(store, customer)
     trace = [asdict(e) for e in (result.trace if result is not None else events)]
     model_events = [e for e in trace if e["name"] == "model"]
     if result is not None:
@@ -131,21 +136,32 @@ def build_contender(
     limits: AgentLimits,
     variant: Variant,
     on_event: Callable[[TraceEvent], None],
+    human: DemoHuman | None = None,
 ) -> Contender:
-    """One of the four contenders, configured identically from the scenario's variant."""
+    """One of the four contenders, configured identically from the scenario's variant.
+
+    With a `human`, risky writes need approval: the hand-written loop asks `human.approve`; the graph pauses
+    instead (run it with `run_gated_graph`).
+    """
     options: dict[str, Any] = {
         "detailed_errors": variant.detailed_errors,
         "parallel_tools": variant.parallel_tools,
         "max_tool_result_chars": variant.max_tool_result_chars,
         "on_event": on_event,
     }
+    if human is not None and name not in APPROVAL_CONTENDERS:
+        raise ValueError(f"{name} has no approval gate in this demo")
     if name == "handwritten":
         from handwritten import AgentLoop
 
+        if human is not None:
+            options |= {"needs_approval": human.policy, "approve": human.approve}
         return AgentLoop(model, tools, limits, **options)
     if name in ("langgraph", "langgraph-defaults"):
         from langgraph_version import GraphAgent
 
+        if human is not None:
+            options["needs_approval"] = human.policy
         return GraphAgent(model, tools, limits, guards=name == "langgraph", **options)
     if name == "create-agent":
         from langgraph_version import create_agent_contender
@@ -153,6 +169,48 @@ def build_contender(
         # create_agent has no switch for parallel tools or for truncating results: that gap is part of the lesson.
         return create_agent_contender(model, tools, limits, detailed_errors=variant.detailed_errors, on_event=on_event)
     raise ValueError(f"unknown contender {name!r}")
+
+
+class DemoHuman:
+    """The cautious customer of the approval demo: asked about a risky write, says no, and remembers the question."""
+
+    def __init__(self, store: BookStore) -> None:
+        self.policy = RiskyWritePolicy(store)
+        self.asked: list[str] = []
+        self.pauses = 0
+        """How often the graph stopped with AWAITING_APPROVAL before it was resumed."""
+
+    def approve(self, call: Any, reason: str) -> bool:
+        self.asked.append(reason)
+        return False
+
+    def facts(self, contender: str) -> dict[str, Any]:
+        how = (
+            "approve callback"
+            if contender == "handwritten"
+            else "interrupt(): the run stopped 'awaiting approval', then Command(resume=False)"
+        )
+        return {"approval_asked": list(self.asked), "approval_answer": "no", "asked_through": how,
+                "pauses": self.pauses}
+
+
+def run_gated_graph(agent: Any, instructions: str, goal: str, human: DemoHuman) -> AgentResult:
+    """Run the graph in a session; whenever it pauses for approval, the human answers and the run resumes.
+
+    Each resume is a new stretch of the same run, so the record's trace is the stretches put together.
+    """
+    from langgraph_version import GraphSession
+
+    session = GraphSession(agent, instructions, thread_id=f"approval-{uuid.uuid4().hex[:8]}")
+    result = session.ask(goal)
+    trace = list(result.trace)
+    while result.stop_reason is StopReason.AWAITING_APPROVAL:
+        human.pauses += 1
+        for request in result.pending or []:
+            human.approve(request["tool_call"], request["reason"])
+        result = session.resume(False)
+        trace += result.trace
+    return replace(result, trace=trace)
 
 
 def model_spec_for(spec: str, scenario: Scenario) -> str:
@@ -170,6 +228,8 @@ class RunOptions:
     session_db: Path | None = None
     """The SQLite file of persisted session scenarios (the JSON files of the hand-written session go beside it);
     None means a temporary file."""
+    store_db: Path | None = None
+    """Keep the bookstore in this SQLite file; None means a fresh in-memory store for every run."""
     progress: Progress | None = None
 
 
@@ -203,26 +263,60 @@ class Progress:
             yield
 
 
-def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, options: RunOptions) -> RunRecord:
-    """One contender, one goal, a fresh store."""
-    store = BookStore()
-    tools = make_tools(
-        store, CUSTOMER_ID, scenario.faults_for(variant), search_max_results=variant.search_max_results
-    )
-    model = make_model(model_spec_for(options.model, scenario))
-    events: list[TraceEvent] = []
-    on_event = _collector(events, options.progress)
-    agent = build_contender(contender, model, tools, scenario.limits_for(variant), variant, on_event)
-    base = _base(scenario, variant, contender, goal, 1)
-    started = time.perf_counter()
+@contextmanager
+def open_store(options: RunOptions, scenario: Scenario) -> Iterator[tuple[BookStore, str]]:
+    """A store for one run and the customer who shops in it, with the scenario's injected description.
+
+    In memory: a fresh store, customer `CUSTOMER_ID`. With `--store-db`: the file, and a customer of its own
+    for every run, so runs never share a cart (nor the request ids that make adds idempotent) and the file
+    keeps every run's cart to look at afterwards. An injected description is put back when the run ends.
+    """
+    if options.store_db is None:
+        store, customer = BookStore(), CUSTOMER_ID
+    else:
+        store, customer = BookStore(options.store_db), f"run-{uuid.uuid4().hex[:8]}"
+    original = None
     try:
-        result = agent.run(scenario.instructions_for(variant), goal)
-    except (ModelUnavailable, ScriptExhausted):
-        raise
-    except Exception as exc:  # a contender that raises is a result to show (see the module docstring)
-        log.info("%s raised in %s/%s", contender, scenario.name, variant.name, exc_info=True)
-        return _record(base, store, events, time.perf_counter() - started, exc=exc)
-    return _record(base, store, events, time.perf_counter() - started, result=result)
+        if scenario.injection is not None:
+            book_id, text = scenario.injection
+            original = store.set_description(book_id, f"{store.get_book(book_id).description} {text}")
+        yield store, customer
+    finally:
+        if original is not None and scenario.injection is not None:
+            store.set_description(scenario.injection[0], original)
+        store.close()
+
+
+def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, options: RunOptions) -> RunRecord:
+    """One contender, one goal, a fresh store (or a fresh customer in the --store-db file)."""
+    with open_store(options, scenario) as (store, customer):
+        tools = make_tools(
+            store, customer, scenario.faults_for(variant), search_max_results=variant.search_max_results
+        )
+        model = make_model(model_spec_for(options.model, scenario))
+        events: list[TraceEvent] = []
+        on_event = _collector(events, options.progress)
+        human = DemoHuman(store) if variant.approval_gate else None
+        agent = build_contender(contender, model, tools, scenario.limits_for(variant), variant, on_event, human)
+        base = _base(scenario, variant, contender, goal, 1)
+        instructions = scenario.instructions_for(variant)
+        started = time.perf_counter()
+        try:
+            if human is not None and contender != "handwritten":
+                result = run_gated_graph(agent, instructions, goal, human)
+            else:
+                result = agent.run(instructions, goal)
+        except (ModelUnavailable, ScriptExhausted):
+            raise
+        except Exception as exc:  # a contender that raises is a result to show (see the module docstring)
+            log.info("%s raised in %s/%s", contender, scenario.name, variant.name, exc_info=True)
+            return _record(base, store, customer, events, time.perf_counter() - started, exc=exc)
+        record = _record(base, store, customer, events, time.perf_counter() - started, result=result)
+        if human is not None:
+            record.facts.update(human.facts(contender))
+        if scenario.injection is not None:
+            record.facts["injected_into"] = store.get_book(scenario.injection[0]).title
+        return record
 
 
 def _base(scenario: Scenario, variant: Variant, contender: str, goal: str, turn: int) -> dict[str, Any]:
@@ -320,9 +414,15 @@ def open_conversation(
 
 def run_session(scenario: Scenario, variant: Variant, contender: str, options: RunOptions) -> list[RunRecord]:
     """The scenario's goals as turns of one conversation; with `persistent`, reopened afterwards as a restart."""
-    store = BookStore()
+    with open_store(options, scenario) as (store, customer):
+        return _run_session(scenario, variant, contender, options, store, customer)
+
+
+def _run_session(
+    scenario: Scenario, variant: Variant, contender: str, options: RunOptions, store: BookStore, customer: str
+) -> list[RunRecord]:
     tools = make_tools(
-        store, CUSTOMER_ID, scenario.faults_for(variant), search_max_results=variant.search_max_results
+        store, customer, scenario.faults_for(variant), search_max_results=variant.search_max_results
     )
     instructions = scenario.instructions_for(variant)
     limits = scenario.limits_for(variant)
@@ -345,7 +445,7 @@ def run_session(scenario: Scenario, variant: Variant, contender: str, options: R
         for turn, goal in enumerate(scenario.goals, start=1):
             changed = None
             if turn > 1 and scenario.change_between_turns is not None:
-                removed = store.remove_from_cart(CUSTOMER_ID, scenario.change_between_turns)
+                removed = store.remove_from_cart(customer, scenario.change_between_turns)
                 changed = f"removed {removed} cop(ies) of book {scenario.change_between_turns} from the cart"
             events.clear()
             base = _base(scenario, variant, contender, goal, turn)
@@ -356,9 +456,9 @@ def run_session(scenario: Scenario, variant: Variant, contender: str, options: R
                 raise
             except Exception as exc:
                 log.info("%s raised in %s/%s turn %d", contender, scenario.name, variant.name, turn, exc_info=True)
-                records.append(_record(base, store, events, time.perf_counter() - started, exc=exc))
+                records.append(_record(base, store, customer, events, time.perf_counter() - started, exc=exc))
                 break
-            record = _record(base, store, events, time.perf_counter() - started, result=result)
+            record = _record(base, store, customer, events, time.perf_counter() - started, result=result)
             record.facts.update(conversation.facts())
             if changed:
                 record.facts["changed_behind_the_agent"] = changed
@@ -455,7 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="compare.py",
         description="Run the same bookstore goals through a hand-written agent loop and LangGraph, side by side.",
         epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
-        "chat: python compare.py chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH]",
+        "chat: python compare.py chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
+        "[--store-db PATH]",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (see below)")
@@ -476,6 +577,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--report", metavar="PATH", help="write a self-contained HTML report")
     parser.add_argument(
         "--session-db", type=Path, metavar="PATH", help="SQLite file of the persisted session scenario (default: temp)"
+    )
+    parser.add_argument(
+        "--store-db",
+        type=Path,
+        metavar="PATH",
+        help="keep the bookstore in this SQLite file, each run as its own customer (default: in memory)",
     )
     parser.add_argument("--list", action="store_true", help="describe every scenario and persona, then exit")
     parser.add_argument("--graph", action="store_true", help="print the LangGraph agent's mermaid diagram, then exit")
@@ -542,6 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             model=args.model,
             contenders=contenders,
             session_db=args.session_db or Path(scratch) / "sessions.db",
+            store_db=args.store_db,
             progress=None if args.model.startswith("scripted") else Progress(console),
         )
         try:
@@ -617,6 +725,9 @@ def build_chat_parser() -> argparse.ArgumentParser:
         default=Path("agent-sessions.db"),
         help="SQLite file of the graph's threads; the hand-written session and the store are kept beside it",
     )
+    parser.add_argument(
+        "--store-db", type=Path, help="SQLite file of the bookstore (default: <session-db stem>.store.db beside it)"
+    )
     parser.add_argument("--model", default="scripted", help="'scripted' or 'ollama:<model>'")
     parser.add_argument("-v", "--verbose", action="count", default=0)
     return parser
@@ -639,7 +750,7 @@ def chat_main(argv: Sequence[str]) -> int:
 
     db: Path = args.session_db
     # The cart lives in a store file beside the sessions, so a resumed conversation and the cart agree.
-    store = BookStore(db.with_name(f"{db.stem}.store.db"))
+    store = BookStore(args.store_db or db.with_name(f"{db.stem}.store.db"))
     events: list[TraceEvent] = []
     progress = None if spec.startswith("scripted") else Progress(console)
     agent = build_contender(
