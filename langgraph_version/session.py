@@ -101,14 +101,23 @@ class GraphSession:
         starts again, because the time a human took to answer is not the agent's time. The result's trace
         holds what ran after the resume, including the calls of the paused round that ran again.
         """
+        command = self._resume(approved)
+        return self.agent.drive(self.graph, command, self.config, cancel=cancel, durability=self.durability)
+
+    async def aresume(self, approved: bool, *, cancel: threading.Event | None = None) -> AgentResult:
+        """`resume` on the async path."""
+        command = self._resume(approved)
+        return await self.agent.adrive(self.graph, command, self.config, cancel=cancel, durability=self.durability)
+
+    def _resume(self, approved: bool) -> Command:
         if not self.pending:
             raise RuntimeError(f"thread {self.thread_id!r} is not waiting for an approval")
-        command = Command(resume=approved, update={"started_at": time.monotonic()})
-        return self.agent.drive(self.graph, command, self.config, cancel=cancel, durability=self.durability)
+        return Command(resume=approved, update={"started_at": time.monotonic()})
 
     @property
     def unfinished(self) -> bool:
-        """True when the last turn stopped part-way without a pause for approval: the process died mid-run."""
+        """True when the last turn stopped part-way, not paused for approval: the process died, or something
+        raised out of the graph (a model outage), after the last saved checkpoint."""
         snapshot = self.graph.get_state(self.config)
         return bool(snapshot.next) and not snapshot.interrupts
 

@@ -359,3 +359,33 @@ def test_gullible_reads_a_refusal_and_still_does_the_customers_goal(store: BookS
     result = run_gullible(store, limits=AgentLimits(max_steps=8), needs_approval=RiskyWritePolicy(store))
     assert result.ok and "that was refused" in (result.answer or "")
     assert store.cart("c1").quantity_of(7) == 1
+
+
+def test_graph_parallel_mode_screens_every_call_before_any_runs(store: BookStore) -> None:
+    """In parallel mode nothing of the paused round has run yet, so the resume re-runs nothing twice."""
+    from langgraph_version import GraphAgent, GraphSession
+
+    model = ScriptModel(
+        replies=[
+            ai("", call("add_to_cart", "a1", book_id=7, quantity=1), call("add_to_cart", "a2", book_id=3, quantity=5)),
+            ai("Done."),
+        ]
+    )
+    agent = GraphAgent(
+        model, make_tools(store, idempotent=False), parallel_tools=True, needs_approval=RiskyWritePolicy(store)
+    )
+    session = GraphSession(agent, INSTRUCTIONS)
+    assert session.ask(GOAL).stop_reason is StopReason.AWAITING_APPROVAL
+    assert store.cart("c1").lines == (), "the pause came before the round ran"
+    assert session.resume(True).stop_reason is StopReason.DONE
+    assert (store.cart("c1").quantity_of(7), store.cart("c1").quantity_of(3)) == (1, 5)
+
+
+async def test_graph_pause_and_resume_on_the_async_path(store: BookStore) -> None:
+    from langgraph_version import GraphAgent, GraphSession
+
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Not added.")])
+    session = GraphSession(GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store)), INSTRUCTIONS)
+    assert (await session.aask(GOAL)).stop_reason is StopReason.AWAITING_APPROVAL
+    result = await session.aresume(False)
+    assert result.stop_reason is StopReason.DONE and store.cart("c1").lines == ()

@@ -427,6 +427,22 @@ def test_chat_keeps_the_conversation_and_resumes_it(
     capsys.readouterr()
 
 
+def test_chat_store_db_puts_the_cart_where_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from shared_tools.store import BookStore
+
+    db, store_db = tmp_path / "chat.db", tmp_path / "elsewhere" / "shop.db"
+    store_db.parent.mkdir()
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{SEED_GOAL}\n"))
+    argv = ["chat", "--session-db", str(db), "--store-db", str(store_db)]
+    assert compare.main(argv) == compare.EXIT_OK
+    with BookStore(store_db) as store:
+        assert store.cart(compare.CUSTOMER_ID).quantity_of(7) == 1
+    assert not db.with_name(f"{db.stem}.store.db").exists()
+    capsys.readouterr()
+
+
 def _python(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen(
