@@ -38,6 +38,7 @@ from shared_tools.guards import (
     truncate,
     unknown_tool_error,
     usage_tokens,
+    with_call_ids,
 )
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
 
@@ -299,6 +300,7 @@ class AgentLoop:
             raise _Stop(StopReason.TIME_BUDGET) from None
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
+        reply = with_call_ids(reply)
         run.steps += 1
         run.history.append(reply)
         tokens = usage_tokens(reply)

@@ -254,7 +254,7 @@ class _RunRecord:
             model_calls = len(model_events)
             tool_calls = len(self.trace) - model_calls
             tokens = sum(e.tokens for e in model_events)
-        answer = messages[-1].text if reason is StopReason.DONE and messages else None
+        answer = messages[-1].text.strip() if reason is StopReason.DONE and messages else None
         return AgentResult(
             stop_reason=reason,
             answer=answer,

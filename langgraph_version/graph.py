@@ -207,6 +207,7 @@ class GuardedNodes:
     def _after_model(self, state: AgentState, reply: BaseMessage, duration_s: float) -> dict[str, Any]:
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
+        reply = guards.with_call_ids(reply)
         step = state["model_calls"] + 1
         emit(_model_event(step, reply, duration_s))
         update: dict[str, Any] = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -83,7 +84,9 @@ def truncate(text: str, max_chars: int | None) -> str:
     return f"{text[:max_chars]}... [truncated {cut} characters]"
 
 
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# The lookbehind starts a match only where a run of address characters starts. Without it, a 50,000-letter
+# argument with no "@" was rescanned from every position (quadratic: 6 s per trace line, found by fuzzing).
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _STREET = re.compile(
     r"\b\d{1,5}\s+(?:[A-Z][a-z]+\s+){1,3}"
     r"(?:Street|St|Avenue|Ave|Road|Rd|Lane|Ln|Boulevard|Blvd|Drive|Dr|Court|Ct|Way|Place|Pl)\b\.?"
@@ -117,6 +120,15 @@ def model_detail(message: AIMessage) -> str:
     detail = f"{len(message.tool_calls)} tool call(s)"
     plan = plan_of(message)
     return f"{detail}; plan: {mask_pii(plan)}" if plan else detail
+
+
+def with_call_ids(reply: AIMessage) -> AIMessage:
+    """The reply with an id on every tool call. langchain-core allows a call without one, but the result
+    (a ToolMessage) must name the id it answers, so a call the model left unnamed gets a fresh id here."""
+    if all(call["id"] for call in reply.tool_calls):
+        return reply
+    calls = [call if call["id"] else {**call, "id": f"call_{uuid.uuid4().hex[:12]}"} for call in reply.tool_calls]
+    return reply.model_copy(update={"tool_calls": calls})
 
 
 def usage_tokens(message: AIMessage) -> int:

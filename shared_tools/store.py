@@ -115,6 +115,15 @@ class InvalidQuantity(StoreError):
         self.quantity = quantity
 
 
+class RequestIdReused(StoreError):
+    def __init__(self, request_id: str, book: Book, quantity: int) -> None:
+        super().__init__(
+            f"Nothing was added: call id {request_id} already added {quantity} x {book.title} (id {book.id}), "
+            "and one call id stands for one add."
+        )
+        self.request_id = request_id
+
+
 class OutOfStock(StoreError):
     def __init__(self, book: Book, in_stock: int, in_cart: int, requested: int) -> None:
         if in_stock == 0:
@@ -389,7 +398,9 @@ class BookStore:
         Raises `InvalidQuantity` (outside 1..10), `UnknownBook`, or `OutOfStock` (cart quantity plus this add
         would exceed the stock); a refused add changes nothing. With a `request_id`, a second add with the
         same (customer, request id) changes nothing and returns the first add's result, so a retried tool call
-        or a re-run graph node adds once.
+        or a re-run graph node adds once. A retry asks for the same book and quantity: the same request id with a
+        different book or quantity raises `RequestIdReused` instead of pretending the first add was this one
+        (some models number their calls call_0, call_1... afresh in every reply).
         """
         with self._write() as db:
             if request_id is not None:
@@ -401,6 +412,8 @@ class BookStore:
                 if seen is not None:
                     found = self._find_book(db, seen[0])
                     assert found is not None, "cart_requests references books(id)"
+                    if (seen[0], seen[1]) != (book_id, quantity):
+                        raise RequestIdReused(request_id, found[0], seen[1])
                     log.info("add_to_cart replay: customer=%s request=%s changed nothing", customer_id, request_id)
                     return AddResult(found[0], seen[1], _from_cents(seen[2]), replayed=True)
 
