@@ -195,6 +195,11 @@ def target_ratios(measured: dict[str, _common.Measured]) -> dict[str, float]:
             f"GraphSession SqliteSaver {durability}",
             f"GraphSession InMemorySaver {durability}",
         )
+    for durability in ("sync", "async"):
+        pairs[f"SQLite synchronous=NORMAL / in-memory session, both durability={durability}"] = (
+            f"GraphSession SqliteSaver {durability} synchronous=NORMAL",
+            f"GraphSession InMemorySaver {durability}",
+        )
     return {
         label: measured[top].wall.median / measured[bottom].wall.median
         for label, (top, bottom) in pairs.items()
