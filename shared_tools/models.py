@@ -46,6 +46,7 @@ __all__ = [
     "FRESH_CART_INSTRUCTION",
     "FRESH_CART_PHRASES",
     "PERSONAS",
+    "ModelCallFailed",
     "ModelSpecError",
     "ModelUnavailable",
     "ScriptExhausted",
@@ -67,6 +68,10 @@ class ModelSpecError(ValueError):
 
 class ModelUnavailable(RuntimeError):
     """The requested real model cannot be used right now; the message says what to run."""
+
+
+class ModelCallFailed(ModelUnavailable):
+    """A real model call failed mid-run (refused, cut off, garbled or timed out); see `ollama_model`."""
 
 
 def _history_digest(messages: Sequence[BaseMessage]) -> str:
@@ -245,11 +250,12 @@ def make_model(spec: str, *, timeout_s: float | None = 120.0) -> BaseChatModel:
             raise _spec_error(spec)
         return ScriptedChatModel(persona=persona)
     if kind == "ollama" and rest:
-        from langchain_ollama import ChatOllama  # imported here so scripted runs never load the Ollama client
+        # Imported here so scripted runs never load the Ollama client.
+        from shared_tools.ollama_model import CheckedChatOllama
 
         base_url = ollama_base_url()
         _check_ollama(base_url, rest)
-        return ChatOllama(
+        return CheckedChatOllama(
             model=rest,
             temperature=0,
             seed=42,

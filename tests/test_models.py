@@ -29,6 +29,7 @@ from shared_tools.models import (
     FRESH_CART_INSTRUCTION,
     FRESH_CART_PHRASES,
     PERSONAS,
+    ModelCallFailed,
     ModelSpecError,
     ModelUnavailable,
     ScriptedChatModel,
@@ -686,7 +687,9 @@ def test_chat_ollama_against_the_replay_gives_langchain_shaped_replies(monkeypat
 
 
 def test_replay_fault_modes_fail_the_way_a_broken_server_would(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The replay's fault modes, checked once here so later reliability tests can rely on them."""
+    """The replay's fault modes, checked once here so later reliability tests can rely on them.
+
+    make_model's ChatOllama names the server in a `ModelCallFailed`; the client's own exception is the cause."""
     script = [
         ReplayReply(text="Half an answer", drop_mid_stream=True),
         ReplayReply(text="Garbled answer", malformed=True),
@@ -695,12 +698,12 @@ def test_replay_fault_modes_fail_the_way_a_broken_server_would(monkeypatch: pyte
     with OllamaReplayServer(script=script) as server:
         monkeypatch.setenv("OLLAMA_HOST", server.base_url)
         model = make_model("ollama:qwen3:4b", timeout_s=0.2)
-        with pytest.raises(httpx.RemoteProtocolError):
-            model.invoke("hello")
-        with pytest.raises(json.JSONDecodeError):
-            model.invoke("hello")
-        with pytest.raises(httpx.ReadTimeout):
-            model.invoke("hello")
+        causes = []
+        for _ in range(3):
+            with pytest.raises(ModelCallFailed) as caught:
+                model.invoke("hello")
+            causes.append(type(caught.value.__cause__))
+        assert causes == [httpx.RemoteProtocolError, json.JSONDecodeError, httpx.ReadTimeout]
         with pytest.raises(Exception, match="replay script exhausted"):
             model.invoke("hello")
         assert server.remaining == 0 and len(server.chat_requests) == 4

@@ -1,0 +1,73 @@
+"""`CheckedChatOllama`: ChatOllama whose failures say, in one line, what went wrong with the Ollama server.
+
+A real model call can fail in ways a scripted one never does: nothing listens on the port, the connection
+breaks in the middle of a streamed reply, the server sends a line that is not JSON, or nothing arrives
+within the request timeout. ChatOllama lets the HTTP client's exception through (`httpx.ConnectError`,
+`httpx.RemoteProtocolError`, `json.JSONDecodeError`, `httpx.ReadTimeout`, `ollama.ResponseError`), whose
+messages don't mention Ollama at all. This subclass translates exactly those, where the wire is read, into
+`ModelCallFailed` (a `ModelUnavailable`), keeping the original as ``__cause__``. Both agents let a model
+failure propagate unchanged (it is an outage, not a tool result), so this is the exception their callers
+see; cancellation and the agents' own time-budget stop are untouched. Imported only for real-model runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+import httpx
+import ollama
+from langchain_core.messages import BaseMessage
+from langchain_ollama import ChatOllama
+
+from shared_tools.models import ModelCallFailed
+
+WIRE_ERRORS = (httpx.HTTPError, json.JSONDecodeError, ollama.ResponseError)
+
+
+def describe_failure(base_url: str, timeout_s: float | None, exc: BaseException) -> str:
+    """One line: which server, what happened, and the client's own words."""
+    where = f"Ollama at {base_url}"
+    if isinstance(exc, httpx.ConnectError):
+        what = f"{where} refused the connection; is `ollama serve` still running?"
+    elif isinstance(exc, httpx.TimeoutException):
+        what = f"{where} sent nothing for {timeout_s} s (the request timeout)"
+    elif isinstance(exc, httpx.TransportError):
+        what = f"the connection to {where} broke in the middle of a reply"
+    elif isinstance(exc, json.JSONDecodeError):
+        what = f"{where} sent a reply line that is not valid JSON"
+    elif isinstance(exc, ollama.ResponseError):
+        what = f"{where} answered HTTP {exc.status_code}"
+    else:
+        what = f"the request to {where} failed"
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{what} ({type(exc).__name__}: {detail})"
+
+
+class CheckedChatOllama(ChatOllama):
+    """ChatOllama, except that a failed call raises `ModelCallFailed` with a message naming the server."""
+
+    @property
+    def request_timeout_s(self) -> float | None:
+        return self.client_kwargs.get("timeout")
+
+    def _failed(self, exc: BaseException) -> ModelCallFailed:
+        return ModelCallFailed(describe_failure(str(self.base_url), self.request_timeout_s, exc))
+
+    def _create_chat_stream(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any
+    ) -> Iterator[Mapping[str, Any] | str]:
+        try:
+            yield from super()._create_chat_stream(messages, stop, **kwargs)
+        except WIRE_ERRORS as exc:
+            raise self._failed(exc) from exc
+
+    async def _acreate_chat_stream(
+        self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any
+    ) -> AsyncIterator[Mapping[str, Any] | str]:
+        try:
+            async for part in super()._acreate_chat_stream(messages, stop, **kwargs):
+                yield part
+        except WIRE_ERRORS as exc:
+            raise self._failed(exc) from exc

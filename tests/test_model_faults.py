@@ -1,0 +1,158 @@
+"""A broken Ollama server, for both agents: each fault ends in one clear error or the time-budget stop.
+
+The model is the real ChatOllama (from `make_model("ollama:qwen3:4b")`) talking to the loopback replay of
+Ollama's wire format (tests/ollama_replay.py), so the request and response code under test is the real
+client's. Faults: the server gone (connection refused), the connection cut after the first chunk, a line
+that is not JSON, a reply slower than the run's time budget, and one slower than the request timeout.
+
+What the caller sees, by design: a failed model call raises `ModelCallFailed` (a `ModelUnavailable`, so
+compare.py exits with "model unavailable") whose message names the server and what happened, with the
+client's exception as ``__cause__``; neither agent catches it, because an outage is not a tool result. A
+reply slower than `max_duration` is not an error: both agents bound the model call by the remaining time
+budget and stop with TIME_BUDGET. In every case the store is untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from typing import Any
+
+import httpx
+import pytest
+
+from shared_tools.models import ModelCallFailed, ModelUnavailable, make_model
+from shared_tools.ollama_model import CheckedChatOllama
+from shared_tools.results import AgentLimits, AgentResult, StopReason
+from shared_tools.scenarios import INSTRUCTIONS, SEED_GOAL
+from shared_tools.store import BookStore
+from shared_tools.tools import make_tools
+from tests.conftest import IMPLEMENTATIONS, build_agent
+from tests.ollama_replay import OllamaReplayServer, ReplayReply
+
+MODES = ("sync", "async")
+
+
+def run(kind: str, mode: str, model: Any, store: BookStore, limits: AgentLimits) -> AgentResult:
+    agent = build_agent(kind, model, make_tools(store), limits=limits)
+    if mode == "async":
+        return asyncio.run(agent.arun(INSTRUCTIONS, SEED_GOAL))
+    return agent.run(INSTRUCTIONS, SEED_GOAL)
+
+
+def assert_untouched(store: BookStore) -> None:
+    assert store.cart("c1").lines == ()
+    assert store.check_invariants() == []
+    fresh = BookStore()
+    assert {b.id: store.stock(b.id) for b in store.books()} == {b.id: fresh.stock(b.id) for b in fresh.books()}
+
+
+def ollama_model(monkeypatch: pytest.MonkeyPatch, server: OllamaReplayServer, timeout_s: float = 30.0) -> Any:
+    monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+    return make_model("ollama:qwen3:4b", timeout_s=timeout_s)
+
+
+def test_make_model_gives_the_ollama_client_a_request_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ollama client's own default is no timeout at all; make_model's reaches the httpx clients."""
+    with OllamaReplayServer() as server:
+        model = ollama_model(monkeypatch, server, timeout_s=7.5)
+    assert isinstance(model, CheckedChatOllama)
+    assert model._client._client.timeout == httpx.Timeout(7.5)
+    assert model._async_client._client.timeout == httpx.Timeout(7.5)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_server_gone_mid_run_is_one_clear_error(kind: str, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with OllamaReplayServer() as server:
+        model = ollama_model(monkeypatch, server)  # reachable while the model is made ...
+    store = BookStore()  # ... and gone when the run starts: nothing listens on that port any more
+    with pytest.raises(ModelCallFailed, match=r"Ollama at http://127\.0\.0\.1:\d+ refused the connection") as caught:
+        run(kind, mode, model, store, AgentLimits())
+    assert isinstance(caught.value.__cause__, httpx.ConnectError)
+    assert isinstance(caught.value, ModelUnavailable)
+    assert_untouched(store)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_a_never_opened_port_is_refused_the_same_way(kind: str, mode: str) -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago, with nothing listening
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    model = CheckedChatOllama(model="qwen3:4b", base_url=f"http://127.0.0.1:{port}", client_kwargs={"timeout": 5})
+    store = BookStore()
+    with pytest.raises(ModelCallFailed, match="refused the connection"):
+        run(kind, mode, model, store, AgentLimits())
+    assert_untouched(store)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_connection_dropped_mid_stream_is_one_clear_error(
+    kind: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = BookStore()
+    with OllamaReplayServer(script=[ReplayReply(text="I will add The Quiet", drop_mid_stream=True)]) as server:
+        with pytest.raises(ModelCallFailed, match="broke in the middle of a reply") as caught:
+            run(kind, mode, ollama_model(monkeypatch, server), store, AgentLimits())
+        assert len(server.chat_requests) == 1  # no silent retry: one request, one failure
+    assert isinstance(caught.value.__cause__, httpx.TransportError)
+    assert_untouched(store)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_malformed_json_is_one_clear_error(kind: str, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = BookStore()
+    reply = ReplayReply(tool_calls=[("add_to_cart", {"book_id": 7})], malformed=True)
+    with (
+        OllamaReplayServer(script=[reply]) as server,
+        pytest.raises(ModelCallFailed, match="sent a reply line that is not valid JSON") as caught,
+    ):
+        run(kind, mode, ollama_model(monkeypatch, server), store, AgentLimits())
+    assert isinstance(caught.value.__cause__, json.JSONDecodeError)
+    assert_untouched(store)  # the add_to_cart after the broken line never reached the tools
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_a_reply_slower_than_the_time_budget_stops_the_run(
+    kind: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model call itself is bounded by what is left of max_duration, not only checked after tool rounds."""
+    store = BookStore()
+    slow = ReplayReply(tool_calls=[("add_to_cart", {"book_id": 7})], delay_s=30)
+    with OllamaReplayServer(script=[slow]) as server:
+        result = run(kind, mode, ollama_model(monkeypatch, server), store, AgentLimits(max_duration=0.3))
+    assert result.stop_reason is StopReason.TIME_BUDGET
+    assert (result.model_calls, result.tool_calls, result.tokens, result.answer) == (1, 0, 0, None)
+    assert [e.detail for e in result.trace] == ["no reply within the time budget"]
+    assert_untouched(store)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_a_reply_slower_than_the_request_timeout_is_one_clear_error(
+    kind: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a time budget, the request timeout that make_model sets is what ends the wait."""
+    store = BookStore()
+    with OllamaReplayServer(script=[ReplayReply(text="Too late", delay_s=30)]) as server:
+        model = ollama_model(monkeypatch, server, timeout_s=0.3)
+        with pytest.raises(ModelCallFailed, match=r"sent nothing for 0\.3 s \(the request timeout\)") as caught:
+            run(kind, mode, model, store, AgentLimits(max_duration=None))
+    assert isinstance(caught.value.__cause__, httpx.TimeoutException)
+    assert_untouched(store)
+
+
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_a_healthy_reply_through_the_same_path_still_works(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The control: the translation layer changes nothing when the server behaves."""
+    store = BookStore()
+    script = [ReplayReply(tool_calls=[("add_to_cart", {"book_id": 7})]), ReplayReply(text="Added it.")]
+    with OllamaReplayServer(script=script) as server:
+        result = run(kind, "sync", ollama_model(monkeypatch, server), store, AgentLimits())
+    assert (result.stop_reason, result.answer, result.tokens) == (StopReason.DONE, "Added it.", 300)
+    assert [(line.book.id, line.quantity) for line in store.cart("c1").lines] == [(7, 1)]
