@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import tempfile
 import time
@@ -30,6 +31,7 @@ from rich.console import Console
 from rich.text import Text
 
 from shared_tools.approval import RiskyWritePolicy
+from shared_tools.guards import mask_pii
 from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
 from shared_tools.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
 from shared_tools.render import (
@@ -75,6 +77,19 @@ def _cart_lines(store: BookStore, customer: str) -> tuple[list[dict[str, Any]], 
     return lines, money(cart.total)
 
 
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]+:)[^/\s@]+@")
+
+
+def error_text(exc: BaseException | None) -> str:
+    """What a contender raised, on one line, with passwords in URLs and personal data masked.
+
+    LangGraph's defaults re-raise a tool's exception at the caller, and its message can hold a connection string
+    ("postgres://shop:<password>@host"); this is the only form in which compare.py shows, logs or writes it.
+    """
+    message = _URL_PASSWORD.sub(r"\1***@", " ".join(str(exc).split()))
+    return f"{type(exc).__name__}: {mask_pii(message)}"
+
+
 def _record(
     base: dict[str, Any],
     store: BookStore,
@@ -104,7 +119,7 @@ def _record(
             cart=cart,
             cart_total=total,
         )
-    error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    error = error_text(exc)
     return RunRecord(
         **base,
         stop_reason=None,
@@ -309,7 +324,7 @@ def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, 
         except (ModelUnavailable, ScriptExhausted):
             raise
         except Exception as exc:  # a contender that raises is a result to show (see the module docstring)
-            log.info("%s raised in %s/%s", contender, scenario.name, variant.name, exc_info=True)
+            log.info("%s raised in %s/%s: %s", contender, scenario.name, variant.name, error_text(exc))
             return _record(base, store, customer, events, time.perf_counter() - started, exc=exc)
         record = _record(base, store, customer, events, time.perf_counter() - started, result=result)
         if human is not None:
@@ -455,7 +470,8 @@ def _run_session(
             except (ModelUnavailable, ScriptExhausted):
                 raise
             except Exception as exc:
-                log.info("%s raised in %s/%s turn %d", contender, scenario.name, variant.name, turn, exc_info=True)
+                error = error_text(exc)
+                log.info("%s raised in %s/%s turn %d: %s", contender, scenario.name, variant.name, turn, error)
                 records.append(_record(base, store, customer, events, time.perf_counter() - started, exc=exc))
                 break
             record = _record(base, store, customer, events, time.perf_counter() - started, result=result)

@@ -374,8 +374,10 @@ class AgentLoop:
             # A ToolCall dict in, a ToolMessage out: LangChain fills InjectedToolCallId arguments from call["id"].
             output = await tool.ainvoke({**call, "type": "tool_call"})
         except Exception as exc:
-            log.warning("tool %s raised %s: %s", call["name"], type(exc).__name__, exc)
-            return tool_failure_text(call["name"], exc, detailed=self.detailed_errors), True
+            text = tool_failure_text(call["name"], exc, detailed=self.detailed_errors)
+            # The log gets what the model gets: the exception's own text may hold a secret (a connection string).
+            log.warning("tool %s raised %s: %s", call["name"], type(exc).__name__, text)
+            return text, True
         if isinstance(output, ToolMessage):
             return _as_text(output.content), output.status == "error"
         return _as_text(output), False

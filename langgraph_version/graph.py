@@ -324,8 +324,10 @@ class GuardedNodes:
     def _failure_text(self, call: ToolCall, exc: Exception) -> str:
         # A ToolException is the tool talking to the model; anything else is a bug or an outage.
         level = logging.INFO if isinstance(exc, ToolException) else logging.WARNING
-        logger.log(level, "tool %s raised %s: %s", call["name"], type(exc).__name__, exc)
-        return guards.tool_failure_text(call["name"], exc, detailed=self.options.detailed_errors)
+        text = guards.tool_failure_text(call["name"], exc, detailed=self.options.detailed_errors)
+        # The log gets what the model gets: the exception's own text may hold a secret (a connection string).
+        logger.log(level, "tool %s raised %s: %s", call["name"], type(exc).__name__, text)
+        return text
 
     def _answer(self, step: int, call: ToolCall, text: str, is_error: bool, started: float) -> _Answer:
         text = guards.truncate(text, self.options.max_tool_result_chars)

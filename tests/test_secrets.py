@@ -1,0 +1,155 @@
+"""Secrets and personal data: where a tool's password and a customer's address may and may not end up.
+
+A tool whose exception message holds a connection string with a password (`Faults(failing_tool=...)`,
+`FAKE_SECRET`) must not leak it to the model, the trace, compare.py's JSON and terminal output, or the logs
+(captured at DEBUG for every logger), unless the caller opted in with ``detailed_errors=True``. LangGraph's
+defaults re-raise the tool's exception at the caller, message and all; that is LangGraph's behaviour, so
+compare.py, which shows what a contender raised, masks credentials in URLs before it prints, logs or writes
+the error. E-mail and street addresses in tool arguments are masked in the trace, the JSON and the logs.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from dataclasses import asdict, replace
+from typing import Any
+
+import pytest
+from langchain_core.messages import BaseMessage
+
+import compare
+from shared_tools.faults import FAILURE_MESSAGE, FAKE_SECRET, Faults
+from shared_tools.models import make_model
+from shared_tools.render import make_console, render_scenario
+from shared_tools.results import AgentLimits, TraceEvent
+from shared_tools.scenarios import CONTENDERS, INSTRUCTIONS, SEED_GOAL, Scenario, Variant
+from shared_tools.store import BookStore
+from shared_tools.tools import make_tools
+from tests.conftest import IMPLEMENTATIONS, build_agent
+from tests.doubles import ScriptModel, ai, call
+
+LEAKY = Faults(failing_tool="check_stock")
+EMAIL, STREET = "ann.lee@example.com", "12 Baker Street"
+
+
+def model_input(messages: list[BaseMessage]) -> str:
+    """Everything a model would be sent on its next call, as one string."""
+    return json.dumps([m.model_dump() for m in messages], default=str)
+
+
+@pytest.fixture
+def all_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.DEBUG)  # the root logger: every library's records, tracebacks included
+    return caplog
+
+
+@pytest.mark.parametrize("detailed", [False, True])
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph", "create-agent"])
+def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
+    contender: str, detailed: bool, all_logs: pytest.LogCaptureFixture
+) -> None:
+    events: list[TraceEvent] = []
+    variant = Variant(detailed_errors=detailed)
+    tools = make_tools(BookStore(), faults=LEAKY)
+    agent = compare.build_contender(contender, make_model("scripted"), tools, AgentLimits(), variant, events.append)
+    result = agent.run(INSTRUCTIONS, SEED_GOAL)
+
+    failures = [e for e in result.trace if e.name == "check_stock" and e.is_error]
+    assert failures, "the failing tool was called"
+    places = {
+        "model": model_input(result.messages),
+        "trace": json.dumps([asdict(e) for e in result.trace]),
+        "live events": json.dumps([asdict(e) for e in events]),
+        "logs": all_logs.text,
+    }
+    if detailed:  # the opt-in: the model reads the whole message (the trace's e-mail mask happens to cover it)
+        assert FAKE_SECRET in places["model"]
+        assert "check_stock failed: RuntimeError: orders db refused connection" in places["trace"]
+    else:
+        assert {where for where, text in places.items() if FAKE_SECRET in text} == set()
+        assert "check_stock failed." in places["model"]
+
+
+def test_langgraph_defaults_raise_the_tools_own_message_at_the_caller() -> None:
+    """LangGraph's behaviour, kept as it ships: the exception (and its text) goes to whoever called the graph."""
+    agent = build_agent("langgraph", make_model("scripted"), make_tools(BookStore(), faults=LEAKY))
+    from langgraph_version import GraphAgent
+
+    defaults = GraphAgent(make_model("scripted"), make_tools(BookStore(), faults=LEAKY), AgentLimits(), guards=False)
+    with pytest.raises(RuntimeError, match=FAKE_SECRET):
+        defaults.run(INSTRUCTIONS, SEED_GOAL)
+    assert FAKE_SECRET not in model_input(agent.run(INSTRUCTIONS, SEED_GOAL).messages)
+
+
+def leaky_scenario() -> Scenario:
+    return Scenario(
+        name="leaky-tool",
+        description="check_stock fails with a password in its message",
+        lesson="Hide exception details from the model unless asked.",
+        goals=(SEED_GOAL,),
+        faults=LEAKY,
+        variants=(
+            Variant(name="details-off", label="detailed_errors=False"),
+            Variant(name="details-on", label="detailed_errors=True", detailed_errors=True),
+        ),
+    )
+
+
+def test_compare_json_terminal_and_logs_keep_the_password_out(
+    tmp_path: Any, all_logs: pytest.LogCaptureFixture
+) -> None:
+    scenario = leaky_scenario()
+    records: list[Any] = []
+    details_off, details_on = (replace(scenario, variants=(v,)) for v in scenario.variants)
+    compare.run_scenario(details_off, compare.RunOptions(), records.append)
+    assert FAKE_SECRET not in all_logs.text  # the opted-in run below may log it, as the model may see it
+    compare.run_scenario(details_on, compare.RunOptions(), records.append)
+    json_path = tmp_path / "runs.json"
+    compare._write_json(compare.build_document("scripted", tuple(CONTENDERS), [scenario], records), str(json_path))
+    document = json.loads(json_path.read_text(encoding="utf-8"))
+
+    off = [r for r in document["runs"] if r["variant"] == "details-off"]
+    on = [r for r in document["runs"] if r["variant"] == "details-on"]
+    assert {r["contender"] for r in off} == set(CONTENDERS)
+    assert [r["contender"] for r in off if FAKE_SECRET in json.dumps(r)] == []
+    # The opt-in still works (so the check above could fail): the agents show the failure's own text.
+    detail = "check_stock failed: RuntimeError: orders db refused connection"
+    shown = {r["contender"] for r in on if detail in json.dumps(r["trace"])}
+    assert shown == {"handwritten", "langgraph", "create-agent"}
+
+    raised = [r for r in document["runs"] if r["contender"] == "langgraph-defaults"]
+    assert len(raised) == 2 and all(r["stop_reason"] is None for r in raised)
+    for run in raised:  # what LangGraph raised is shown, with the password masked, whatever the variant
+        assert run["error"] == "RuntimeError: " + FAILURE_MESSAGE.replace(f":{FAKE_SECRET}@", ":***@")
+        assert FAKE_SECRET not in json.dumps(run)
+
+    terminal = io.StringIO()
+    render_scenario(make_console(terminal), 1, scenario, [r for r in records if r.variant == "details-off"])
+    assert "RuntimeError" in terminal.getvalue() and FAKE_SECRET not in terminal.getvalue()
+
+
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_addresses_in_tool_arguments_are_masked_in_trace_json_and_logs(
+    kind: str, tmp_path: Any, all_logs: pytest.LogCaptureFixture
+) -> None:
+    query = f"a gift for {EMAIL}, to be sent to {STREET}"
+    model = ScriptModel(replies=[ai("", call("search_books", "s1", query=query)), ai("Here are some ideas.")])
+    store = BookStore()
+    events: list[TraceEvent] = []
+    result = build_agent(kind, model, make_tools(store), on_event=events.append).run(INSTRUCTIONS, "find a gift")
+    base = compare._base(leaky_scenario(), Variant(), kind, "find a gift", 1)
+    record = compare._record(base, store, compare.CUSTOMER_ID, events, 0.0, result=result)
+    json_path = tmp_path / "runs.json"
+    compare._write_json(compare.build_document("scripted", (kind,), [], [record]), str(json_path))
+
+    [search] = [e for e in result.trace if e.name == "search_books"]
+    assert "<email>" in search.detail and "<address>" in search.detail
+    for where, text in {
+        "trace": json.dumps([asdict(e) for e in result.trace]),
+        "json": json_path.read_text(),
+        "logs": all_logs.text,
+    }.items():
+        assert EMAIL not in text and STREET not in text, where
+    assert query in model_input(result.messages), "the model itself still has the customer's words"
