@@ -120,8 +120,10 @@ def rounds_of(messages: list[BaseMessage]) -> list[tuple[AIMessage, list[ToolMes
 
 
 def expected_add(args: dict[str, Any]) -> tuple[int, int] | None:
+    """(book id, quantity) of a valid add. A ``tool_call_id`` the model sends is not its to set: the field is
+    hidden from the model's schema and LangChain fills it from the call's real id, so it is left out here."""
     try:
-        parsed = AddToCartArgs.model_validate(args)
+        parsed = AddToCartArgs.model_validate({k: v for k, v in args.items() if k != "tool_call_id"})
     except ValidationError:
         return None
     return parsed.book_id, parsed.quantity
@@ -316,6 +318,20 @@ def test_a_call_id_reused_for_a_different_add_is_not_taken_for_a_retry(kind: str
     assert [a.status for a in answers] == ["success", "error", "success"]  # the third is a retry of the first
     assert "Nothing was added: call id call_0 already added 1 x The Quiet Orchard" in answers[1].text
     assert cart_of(example.store) == ((7, 1),)
+
+
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_the_model_cannot_choose_the_idempotency_key(kind: str) -> None:
+    """Found by the soak run (as a false alarm in the checker): a model that sends the hidden ``tool_call_id``
+    argument itself neither replays an earlier add nor breaks the call; the call's real id is used."""
+
+    def add(call_id: str) -> AIMessage:
+        call = {"name": "add_to_cart", "args": {"book_id": 7, "tool_call_id": "forged"}, "id": call_id}
+        return AIMessage("", tool_calls=[call])
+
+    example = run_example(kind, [add("call_a"), add("call_b")], AgentLimits(max_repeats=None))
+    assert check_example(example) == []
+    assert cart_of(example.store) == ((7, 2),)
 
 
 def test_the_fuzz_model_keeps_answering_after_its_script() -> None:
