@@ -354,8 +354,12 @@ def notice_points(scenario: Scenario, records: list[RunRecord]) -> list[str]:
 
 
 def notice(scenario: Scenario, records: list[RunRecord]) -> str:
-    """`notice_points` as one paragraph."""
-    return " ".join(notice_points(scenario, records))
+    """`notice_points` as text, one point per line (as compare.py's JSON document carries them).
+
+    A point never spans lines (a model's answer quoted in one is flattened), so a reader of the document, like
+    the HTML report's bulleted list, gets the points back with `str.splitlines()`.
+    """
+    return "\n".join(" ".join(point.split()) for point in notice_points(scenario, records))
 
 
 # --- the guard matrix, built from the runs -----------------------------------------------------------------

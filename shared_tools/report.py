@@ -29,7 +29,8 @@ table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .9rem; width
 th, td { border: 1px solid #ccc; padding: .25rem .45rem; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .lesson { background: #f7f7fb; border-left: 4px solid #6a6ad0; padding: .5rem .8rem; }
-.notice { background: #fbf8ef; border-left: 4px solid #d0a640; padding: .5rem .8rem; }
+.notice { background: #fbf8ef; border-left: 4px solid #d0a640; padding: .5rem .8rem; margin: 1rem 0; }
+.notice ul { margin: .3rem 0 0; padding-left: 1.2rem; } .notice li { margin: .2rem 0; }
 .raised { color: #9a6700; } td.fired { background: #e6f4e6; } td.missing { background: #fbe5e5; }
 td.raised { background: #fdf3d7; } td.notrun { color: #888; }
 pre { background: #f6f8fa; padding: .6rem; overflow-x: auto; font-size: .8rem; }
@@ -236,8 +237,10 @@ def scenario_section(number: int, scenario: dict[str, Any], runs: Sequence[dict[
             parts.append(f"<h3>variant {_e(variant['name'])}: {_e(variant['label'])}</h3>")
         parts.append(summary_table(variant_runs))
         parts += [trace_block(r, multi_turn=scenario.get("multi_turn", False)) for r in variant_runs]
-    if scenario.get("notice"):
-        parts.append(f'<p class="notice"><strong>What to notice:</strong> {_e(scenario["notice"])}</p>')
+    points = scenario.get("notice", "").splitlines()  # one point per line: see shared_tools.render.notice
+    if points:
+        items = "".join(f"<li>{_e(point)}</li>" for point in points)
+        parts.append(f'<div class="notice"><strong>What to notice:</strong><ul>{items}</ul></div>')
     parts.append("</section>")
     return "\n".join(parts)
 
