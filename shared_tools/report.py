@@ -18,6 +18,8 @@ _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 56, 16, 14, 34
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 _DASHES = ("", "7 4", "2 3", "10 3 2 3")
 """Contenders often draw the very same line; a dash pattern per contender keeps overlapping lines visible."""
+_GOAL_CHARS = 44
+"""A goal in a chart legend is shortened to this many characters; the tables and traces show it whole."""
 
 _STATUS_CLASS = {"fired": "fired", "missing": "missing", "raised": "raised", "not run": "notrun"}
 
@@ -35,7 +37,7 @@ th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: ta
 td.raised { background: #fdf3d7; } td.notrun { color: #888; }
 pre { background: #f6f8fa; padding: .6rem; overflow-x: auto; font-size: .8rem; }
 details { margin: .3rem 0; } summary { cursor: pointer; }
-.legend span { display: inline-block; margin-right: 1rem; font-size: .85rem; }
+.legend div { margin: .15rem 0; font-size: .85rem; } .legend span { display: inline-block; margin-right: 1rem; }
 .legend svg { vertical-align: middle; margin-right: .3rem; }
 small { color: #555; }
 """
@@ -59,13 +61,20 @@ def _nice_ceiling(value: int) -> int:
     return 10 * magnitude
 
 
-def _series_label(run: dict[str, Any], *, with_variant: bool, with_turn: bool) -> str:
-    label = run["contender"]
-    if with_turn:
-        label += f" turn {run['turn']}"
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _group_label(run: dict[str, Any], *, with_variant: bool, with_turn: bool, with_goal: bool) -> str:
+    """What sets this run apart from the other runs of the same contender in one chart: variant, turn, goal."""
+    parts = []
     if with_variant:
-        label = f"{run['variant']} · {label}"
-    return label
+        parts.append(run["variant"])
+    if with_turn:
+        parts.append(f"turn {run['turn']}")
+    if with_goal:
+        parts.append(f"“{_shorten(run['goal'], _GOAL_CHARS)}”")
+    return " · ".join(parts)
 
 
 def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
@@ -73,10 +82,16 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
     series = [r for r in runs if r["tokens_per_step"]]
     if not series:
         return "<p><small>No model calls to chart.</small></p>"
+    # A scenario with several variants, turns or goals gives each contender several lines (orders asks two
+    # questions); each such group gets its own colour and legend row, and the contender is told by its dash.
     with_variant = len({r["variant"] for r in series}) > 1
     with_turn = len({r["turn"] for r in series}) > 1
+    with_goal = len({r["goal"] for r in series}) > 1
     contenders = list(dict.fromkeys(r["contender"] for r in series))
-    variants = list(dict.fromkeys(r["variant"] for r in series))
+    grouped = [
+        (r, _group_label(r, with_variant=with_variant, with_turn=with_turn, with_goal=with_goal)) for r in series
+    ]
+    group_order = list(dict.fromkeys(group for _, group in grouped))
     max_steps = max(len(r["tokens_per_step"]) for r in series)
     top = _nice_ceiling(max(max(r["tokens_per_step"]) for r in series))
     plot_w = CHART_WIDTH - _MARGIN_LEFT - _MARGIN_RIGHT
@@ -109,14 +124,16 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
         f'<text x="{_MARGIN_LEFT + plot_w / 2:.1f}" y="{CHART_HEIGHT - 4}" font-size="11" text-anchor="middle" '
         'fill="#333">step (model call)</text>'
     )
-    legend = []
-    for index, run in enumerate(series):
-        colour = _COLOURS[(variants.index(run["variant"]) * len(contenders) + contenders.index(run["contender"]))
-                          % len(_COLOURS)] if with_variant else _COLOURS[index % len(_COLOURS)]
-        dash = _DASHES[contenders.index(run["contender"]) % len(_DASHES)]
-        points = " ".join(f"{x(s):.1f},{y(t):.1f}" for s, t in enumerate(run["tokens_per_step"], start=1))
-        label = _series_label(run, with_variant=with_variant, with_turn=with_turn)
+    legend: dict[str, list[str]] = {group: [] for group in group_order}
+    for run, group in grouped:
+        contender = run["contender"]
+        # With one group a colour per contender; with several, the colour is the group's.
+        key = contenders.index(contender) if len(group_order) == 1 else group_order.index(group)
+        colour = _COLOURS[key % len(_COLOURS)]
+        dash = _DASHES[contenders.index(contender) % len(_DASHES)]
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        label = f"{group} · {contender}" if group else contender
+        points = " ".join(f"{x(s):.1f},{y(t):.1f}" for s, t in enumerate(run["tokens_per_step"], start=1))
         parts.append(
             f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}>'
             f"<title>{_e(label)}: {_e(', '.join(str(t) for t in run['tokens_per_step']))}</title></polyline>"
@@ -125,12 +142,16 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
             f'<circle cx="{x(s):.1f}" cy="{y(t):.1f}" r="3" fill="{colour}"/>'
             for s, t in enumerate(run["tokens_per_step"], start=1)
         ]
-        legend.append(
+        legend[group].append(
             f'<span><svg width="28" height="10"><line x1="0" y1="5" x2="28" y2="5" stroke="{colour}" '
-            f'stroke-width="2"{dash_attr}/></svg>{_e(label)}</span>'
+            f'stroke-width="2"{dash_attr}/></svg>{_e(contender)}</span>'
         )
     parts.append("</svg>")
-    return f'<figure>{"".join(parts)}<figcaption class="legend">{"".join(legend)}</figcaption></figure>'
+    rows = "".join(
+        f"<div>{f'<b>{_e(group)}</b>: ' if group else ''}{''.join(swatches)}</div>"
+        for group, swatches in legend.items()
+    )
+    return f'<figure>{"".join(parts)}<figcaption class="legend">{rows}</figcaption></figure>'
 
 
 # --- tables ------------------------------------------------------------------------------------------------
@@ -151,10 +172,13 @@ def _stop(run: dict[str, Any]) -> str:
 
 def summary_table(runs: Sequence[dict[str, Any]]) -> str:
     with_turn = len({r["turn"] for r in runs}) > 1
+    # Several goals in one turn (orders asks two questions): name the goal, or a contender appears twice unexplained.
+    with_goal = len({r["goal"] for r in runs}) > 1 and not with_turn
     head = "".join(
         f"<th>{h}</th>"
         for h in (
             *(["turn"] if with_turn else []),
+            *(["goal"] if with_goal else []),
             "contender",
             "stop reason",
             "model calls",
@@ -169,6 +193,7 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
     rows = []
     for r in runs:
         cells = [f'<td class="num">{r["turn"]}</td>'] if with_turn else []
+        cells += [f"<td>{_e(r['goal'])}</td>"] if with_goal else []
         cells += [
             f"<td>{_e(r['contender'])}</td>",
             f"<td>{_stop(r)}</td>",
