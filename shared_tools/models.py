@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,7 +30,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import ConfigDict, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from shared_tools.personas import (
     FRESH_CART_INSTRUCTION,
@@ -74,15 +75,17 @@ class ModelCallFailed(ModelUnavailable):
     """A real model call failed mid-run (refused, cut off, garbled or timed out); see `ollama_model`."""
 
 
-def _history_digest(messages: Sequence[BaseMessage]) -> str:
-    """A stable fingerprint of the conversation so far.
+def _history_digest(messages: Sequence[BaseMessage], salt: str = "") -> str:
+    """A stable fingerprint of the conversation so far, under one model instance's `salt`.
 
     Built from role, content and tool-call names/args only. Message ids and tool-call ids are left out on
     purpose: they are random in some implementations, and leaving them out means that replaying the same
-    conversation yields the same tool-call ids, so ids can serve as idempotency keys (a retried step asks
-    for `call_<same>` again and a tool layer can recognise it).
+    conversation to the same model yields the same tool-call ids, as a cached provider reply would. The salt
+    keeps two *different* conversations that happen to read alike (the same goal asked in two sessions)
+    from sharing ids: the store treats a tool-call id as an idempotency key, so a shared id would turn the
+    second session's real add into a replay of the first.
     """
-    parts = []
+    parts: list[Any] = [salt]
     for m in messages:
         calls = [[tc["name"], tc["args"]] for tc in getattr(m, "tool_calls", None) or []]
         parts.append([m.type, m.content, calls])
@@ -113,6 +116,9 @@ class ScriptedChatModel(BaseChatModel):
     max_retries: int | None = None
     stop: list[str] | None = None
     streaming: bool = False
+
+    id_salt: str = Field(default_factory=lambda: uuid.uuid4().hex[:8])
+    """Mixed into tool-call ids: unique per instance, like a provider's ids; fix it to compare runs by id."""
 
     @field_validator("persona")
     @classmethod
@@ -178,7 +184,7 @@ class ScriptedChatModel(BaseChatModel):
         return self._generate(messages, stop, run_manager.get_sync() if run_manager else None, **kwargs)
 
     def _reply(self, decision: Decision, messages: Sequence[BaseMessage]) -> AIMessage:
-        digest = _history_digest(messages)
+        digest = _history_digest(messages, self.id_salt)
         tool_calls = [
             ToolCall(name=c.name, args=dict(c.args), id=f"call_{digest}_{i}") for i, c in enumerate(decision.calls)
         ]

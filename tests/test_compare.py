@@ -407,9 +407,12 @@ def test_chat_keeps_the_conversation_and_resumes_it(
     from shared_tools.store import BookStore
     from shared_tools.tools import make_tools
 
-    db = tmp_path / "chat.db"
     tools = make_tools(BookStore())
     for contender in GUARDED:
+        # One shop per contender: chat keeps the cart beside the sessions, and two conversations that each
+        # add the book to one shared cart would rightly total $33.00.
+        db = tmp_path / contender / "chat.db"
+        db.parent.mkdir()
         argv = ["chat", "--contender", contender, "--thread", "t1", "--session-db", str(db)]
         monkeypatch.setattr(sys, "stdin", io.StringIO(f"{SEED_GOAL}\nhello there\n\n"))
         assert compare.main(argv) == compare.EXIT_OK

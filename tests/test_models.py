@@ -223,11 +223,20 @@ def test_same_history_gives_the_same_reply_and_ids() -> None:
     history = run(ScriptedChatModel(), FakeShop().tools(), GOAL)[:-1]  # stop before the final answer
     bound = ScriptedChatModel().bind_tools(FakeShop().tools())
 
-    first, second = bound.invoke(history[:4]), ScriptedChatModel().bind_tools(FakeShop().tools()).invoke(history[:4])
+    first, again = bound.invoke(history[:4]), bound.invoke(history[:4])
+    other = ScriptedChatModel().bind_tools(FakeShop().tools()).invoke(history[:4])
 
-    assert first.tool_calls == second.tool_calls
-    assert first.usage_metadata == second.usage_metadata
-    assert first.additional_kwargs == second.additional_kwargs
+    assert first.tool_calls == again.tool_calls
+    # Another instance decides the same, but its call ids differ, as two providers' replies would:
+    # the store takes an id as an idempotency key, so two sessions must never share one.
+    assert [(c["name"], c["args"]) for c in first.tool_calls] == [(c["name"], c["args"]) for c in other.tool_calls]
+    assert first.tool_calls[0]["id"] != other.tool_calls[0]["id"]
+    same_salt = ScriptedChatModel(id_salt="s").bind_tools(FakeShop().tools())
+    assert same_salt.invoke(history[:4]).tool_calls == ScriptedChatModel(id_salt="s").bind_tools(
+        FakeShop().tools()
+    ).invoke(history[:4]).tool_calls
+    assert first.usage_metadata == other.usage_metadata
+    assert first.additional_kwargs == other.additional_kwargs
 
 
 def test_tool_call_ids_are_unique_and_independent_of_message_ids() -> None:
