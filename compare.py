@@ -804,6 +804,9 @@ def chat_main(argv: Sequence[str]) -> int:
             except ScriptExhausted as exc:
                 console.print(Text(f"(scripted model) {exc}", style="yellow"))
                 continue
+            except ModelUnavailable as exc:  # the server went away mid-conversation: one line, not a traceback
+                print(f"compare.py chat: {exc}", file=sys.stderr)
+                return EXIT_UNAVAILABLE
             for line in trace_lines([asdict(e) for e in result.trace], console.width):
                 console.print(line, overflow="ellipsis", no_wrap=True)
             console.print(Text("assistant> ", style="bold") + Text(result.user_message()))

@@ -532,3 +532,23 @@ def test_spinner_says_which_run_which_step_and_how_long() -> None:
     progress.on_event(TraceEvent(1, "search_books", 0.1, "{} -> []"))
     text = progress.__rich__().plain
     assert text.startswith("bookstore · default · handwritten  step 2: waiting for the model")
+
+
+def test_chat_says_one_line_when_the_model_breaks_mid_conversation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A replay of Ollama's wire format whose second reply is cut off: exit 3 with one line, no traceback."""
+    from tests.ollama_replay import OllamaReplayServer, ReplayReply
+
+    script = [
+        ReplayReply(thinking="Look up order 4512.", tool_calls=[("get_order_status", {"order_id": 4512})]),
+        ReplayReply(text="Order 4512", drop_mid_stream=True),
+    ]
+    with OllamaReplayServer(script=script) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        monkeypatch.setattr(sys, "stdin", io.StringIO("Where is my order 4512?\n"))
+        argv = ["chat", "--model", "ollama:qwen3:4b", "--session-db", str(tmp_path / "chat.db")]
+        assert compare.main(argv) == compare.EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "broke in the middle of a reply" in err
