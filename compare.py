@@ -495,9 +495,9 @@ def _run_session(
 
 def run_scenario(scenario: Scenario, options: RunOptions, on_record: Callable[[RunRecord], None]) -> None:
     """Every variant x every contender of one scenario; each record is handed over as soon as it exists."""
-    contenders = [c for c in scenario.contenders if c in options.contenders]
     for variant in scenario.variants:
-        for contender in contenders:
+        allowed = variant.contenders or scenario.contenders
+        for contender in (c for c in scenario.contenders if c in allowed and c in options.contenders):
             label = f"{scenario.name} · {variant.name} · {contender}"
             if options.progress is not None:
                 options.progress.start_run(label)

@@ -10,6 +10,7 @@ from the message history it is given, never from the store, exactly like a real 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -93,6 +94,23 @@ def _history_digest(messages: Sequence[BaseMessage], salt: str = "") -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
 
 
+def _openai_schema(tool: dict[str, Any] | type | Callable[..., Any] | BaseTool) -> dict[str, Any]:
+    """`convert_to_openai_tool`, remembered per (name, description, argument class) of a `BaseTool`.
+
+    Every run builds fresh tools and binds them again; converting them was a third of a scripted
+    `python compare.py` run's CPU (benchmarks/startup.py), and the schema only depends on these three.
+    """
+    if not (isinstance(tool, BaseTool) and isinstance(tool.args_schema, type)):
+        return convert_to_openai_tool(tool)
+    key = (tool.name, tool.description, tool.args_schema)
+    if key not in _SCHEMAS:
+        _SCHEMAS[key] = convert_to_openai_tool(tool)
+    return copy.deepcopy(_SCHEMAS[key])  # a copy, so no caller can change the remembered one
+
+
+_SCHEMAS: dict[tuple[str, str, type], dict[str, Any]] = {}
+
+
 class ScriptedChatModel(BaseChatModel):
     """A deterministic chat model whose replies come from a persona policy reading the history.
 
@@ -148,7 +166,7 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
         """Bind tools the way ChatOllama does: OpenAI-format schemas, `tool_choice` accepted and ignored."""
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+        return self.bind(tools=[_openai_schema(t) for t in tools], **kwargs)
 
     def _generate(
         self,

@@ -11,6 +11,7 @@ sync ``func`` and an async ``coroutine``; optional `Faults` make them slow or fa
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -66,8 +67,10 @@ def _book_json(book: Book) -> dict[str, Any]:
 # --- argument schemas (what the model sees) ----------------------------------------------------------------
 
 
+@functools.cache
 def _search_args(default_max_results: int) -> type[BaseModel]:
-    # Built per tool set because the default of max_results is an experiment knob (the seed's "raise it to 50").
+    # One class per default, because the default of max_results is an experiment knob (the seed's "raise it to
+    # 50"); cached, because building a pydantic class per tool set cost more than a scripted job's tool calls.
     class SearchBooksArgs(BaseModel):
         query: str = Field(
             min_length=1,
