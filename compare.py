@@ -358,6 +358,7 @@ class Conversation(Protocol):
     """A multi-turn session of one contender, as `run_session` and `chat` use it."""
 
     def ask(self, question: str) -> AgentResult: ...
+    def finish_unfinished(self) -> AgentResult | None: ...
     def facts(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
@@ -379,6 +380,9 @@ class HandwrittenConversation:
         if self.path is not None:
             self.session.save(self.path)
         return result
+
+    def finish_unfinished(self) -> AgentResult | None:
+        return None  # the JSON file is written after a turn completes, so it never holds half a turn
 
     def facts(self) -> dict[str, Any]:
         return {"messages": len(self.session.messages), "kept_in": str(self.path) if self.path else "memory"}
@@ -405,6 +409,9 @@ class GraphConversation:
 
     def ask(self, question: str) -> AgentResult:
         return self.session.ask(question)
+
+    def finish_unfinished(self) -> AgentResult | None:
+        return self.session.continue_unfinished()
 
     def facts(self) -> dict[str, Any]:
         return {
@@ -784,7 +791,25 @@ def chat_main(argv: Sequence[str]) -> int:
     scripted = spec.startswith("scripted")
     if scripted:
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
+
+    def show(result: AgentResult) -> None:
+        for line in trace_lines([asdict(e) for e in result.trace], console.width):
+            console.print(line, overflow="ellipsis", no_wrap=True)
+        console.print(Text("assistant> ", style="bold") + Text(result.user_message()))
+        if result.stop_reason is not StopReason.DONE:
+            console.print(Text(f"(stop reason: {result.stop_reason})"))
+
     try:
+        # A turn a crash or an outage cut short is finished from its last checkpoint before anything new.
+        events.clear()
+        try:
+            finished = conversation.finish_unfinished()
+        except ModelUnavailable as exc:
+            print(f"compare.py chat: {exc}", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        if finished is not None:
+            console.print(Text("The last turn was cut short; finishing it from its last checkpoint:"))
+            show(finished)
         while True:
             try:
                 question = input("you> ").strip()
@@ -807,11 +832,7 @@ def chat_main(argv: Sequence[str]) -> int:
             except ModelUnavailable as exc:  # the server went away mid-conversation: one line, not a traceback
                 print(f"compare.py chat: {exc}", file=sys.stderr)
                 return EXIT_UNAVAILABLE
-            for line in trace_lines([asdict(e) for e in result.trace], console.width):
-                console.print(line, overflow="ellipsis", no_wrap=True)
-            console.print(Text("assistant> ", style="bold") + Text(result.user_message()))
-            if result.stop_reason is not StopReason.DONE:
-                console.print(Text(f"(stop reason: {result.stop_reason})"))
+            show(result)
     except KeyboardInterrupt:
         console.print(Text(f"\nInterrupted; the conversation is kept in {facts['kept_in']}."))
         return EXIT_INTERRUPTED

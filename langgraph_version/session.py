@@ -151,6 +151,12 @@ class GraphSession:
         # tool call is a history no provider accepts.
         if snapshot.interrupts:
             raise RuntimeError(f"thread {self.thread_id!r} is waiting for an approval; call resume() first")
+        # Likewise after a crash or a model outage: the last question is stored but unanswered.
+        if snapshot.next:
+            raise RuntimeError(
+                f"thread {self.thread_id!r} has an unfinished turn (the last run stopped part-way); "
+                "call continue_unfinished() first"
+            )
 
     def _opening(self, values: dict[str, Any], text: str) -> list[BaseMessage]:
         if values.get("messages"):

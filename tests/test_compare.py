@@ -555,3 +555,33 @@ def test_chat_says_one_line_when_the_model_breaks_mid_conversation(
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1 and "broke in the middle of a reply" in err
+
+
+def test_chat_finishes_a_turn_an_outage_cut_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from langgraph_version import GraphAgent, GraphSession
+    from shared_tools.store import BookStore
+    from shared_tools.tools import make_tools
+    from tests.doubles import ScriptModel
+
+    def outage(_: Any) -> Any:
+        raise ConnectionError("the model server went away")
+
+    db = tmp_path / "chat.db"
+    broken = GraphAgent(ScriptModel(replies=[outage]), make_tools(BookStore()))
+    with GraphSession.sqlite(broken, compare.INSTRUCTIONS, path=str(db), thread_id="t1") as session:
+        with pytest.raises(ConnectionError):
+            session.ask("Where is my order 4512?")
+        assert session.unfinished
+        with pytest.raises(RuntimeError, match=r"continue_unfinished\(\)"):
+            session.ask("What is my cart total now?")
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
+    assert compare.main(["chat", "--contender", "langgraph", "--thread", "t1", "--session-db", str(db)]) == 0
+    assert "finishing it from its last checkpoint" in capsys.readouterr().out
+    with GraphSession.sqlite(broken, compare.INSTRUCTIONS, path=str(db), thread_id="t1") as session:
+        assert not session.unfinished
+        humans = [m.content for m in session.messages if m.type == "human"]
+        assert humans == ["Where is my order 4512?"], "the question was answered once, not asked twice"
+        assert "TRK-88" in session.messages[-1].content
