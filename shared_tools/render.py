@@ -234,7 +234,8 @@ def notice_looping(records: list[RunRecord]) -> list[str]:
 
     return [
         *_grouped(records, describe),
-        "The repeat check refuses the third identical call; a step limit alone pays for every call up to the "
+        "The repeat check refuses the third identical call, and after four error rounds in a row "
+        "(max_consecutive_errors=3) the guarded loops stop; a step limit alone pays for every call up to the "
         "limit, and LangGraph's own default recursion limit is 10,007 supersteps (about 5,000 model calls).",
     ]
 
@@ -462,6 +463,13 @@ def _seconds(value: float) -> str:
     return f"{value:.1f}s".replace(".", ",")
 
 
+def _per_step(tokens: list[int]) -> str:
+    """Tokens per model call for a table cell; a long run shows its start and end (the JSON keeps every step)."""
+    if len(tokens) <= 8:
+        return " ".join(str(t) for t in tokens)
+    return " ".join(str(t) for t in tokens[:3]) + " … " + " ".join(str(t) for t in tokens[-2:])
+
+
 def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
@@ -507,7 +515,7 @@ def summary_table(records: list[RunRecord], *, show_turn: bool = False) -> Table
             Text(str(r.model_calls)),
             Text(str(r.tool_calls)),
             Text(f"{r.tokens:,}"),
-            Text(" ".join(str(t) for t in r.tokens_per_step)),
+            Text(_per_step(r.tokens_per_step)),
             Text(f"{r.wall_s:.2f}s"),
             Text(cart_text(r)),
         ]

@@ -210,10 +210,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         lesson=(
             "Repeating the same call with the same arguments is the most common infinite loop of small "
             "models: the result does not change and the model keeps asking. A counter of identical calls "
-            "(canonical JSON of the arguments) blocks the third one with an explanation. No framework "
-            "ships this check; their step limits stop the loop only after paying for every call."
+            "(canonical JSON of the arguments) blocks the third one with an explanation, and a run of error "
+            "rounds ends the loop. No framework ships this check; their step limits stop the loop only after "
+            "paying for every call. The step limit here is 12, twice the default, because real limits are "
+            "generous (LangGraph's own default allows about 5,000 model calls)."
         ),
         goals=(SEED_GOAL,),
+        limits=AgentLimits(max_steps=12),
     ),
     Scenario(
         name="hallucinated-tool",

@@ -197,8 +197,13 @@ def test_looping_model_repeat_check_only_in_the_guarded_contenders(full_run: dic
         if contender in GUARDED:
             assert len(calls) - len(blocked) == 2, "the third identical call never runs"
             assert blocked and all(e["is_error"] for e in blocked)
+            assert (run["stop_reason"], run["model_calls"]) == (StopReason.TOO_MANY_ERRORS, 6)
         else:
             assert not blocked and len(calls) == run["model_calls"]
+            assert (run["stop_reason"], run["model_calls"]) == (StopReason.MAX_STEPS, 12), "paid for every step"
+    guarded = one(full_run, "looping-model", contender="handwritten")
+    unguarded = one(full_run, "looping-model", contender="langgraph-defaults")
+    assert unguarded["tokens"] > 2 * guarded["tokens"], "the guard is what saves the tokens"
 
 
 def test_hallucinated_tool_error_text_and_recovery(full_run: dict[str, Any]) -> None:
