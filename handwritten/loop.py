@@ -22,68 +22,28 @@ from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
-from langchain_core.tools import BaseTool
+from langchain_core.tools import BaseTool, ToolException
 
 from shared_tools.guards import (
     CANCELLED_CALL_TEXT,
     MODEL_TIMED_OUT_DETAIL,
     approval_rejected,
-    call_key,
-    compact_json,
-    invalid_args_error,
     model_detail,
-    repeat_error,
+    output_text,
+    screen,
     tool_detail,
     tool_failure_text,
+    tool_result,
     truncate,
-    unknown_tool_error,
     usage_tokens,
     with_call_ids,
 )
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
+from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-# --- the three typed steps (seed 004) ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FinalAnswer:
-    """Text for the user and no tool calls: the run is done."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class CallTools:
-    """The model asked for one or more tools; each call keeps its id so its result can be matched to it."""
-
-    calls: tuple[ToolCall, ...]
-
-
-@dataclass(frozen=True)
-class InvalidResponse:
-    """Neither usable text nor a usable tool call: nothing safe to do, so the run stops."""
-
-    reason: str
-
-
-AgentStep = FinalAnswer | CallTools | InvalidResponse
-
-
-def classify(reply: AIMessage) -> AgentStep:
-    """Which of the three shapes a reply has. Tool calls win over text, as in the seed."""
-    if reply.tool_calls:
-        return CallTools(tuple(reply.tool_calls))
-    if reply.invalid_tool_calls:
-        # The model tried to call a tool and the call could not be parsed; any text beside it is a preamble
-        # ("let me check..."), not an answer for the user.
-        return InvalidResponse(f"{len(reply.invalid_tool_calls)} tool call(s) could not be parsed")
-    text = reply.text.strip()
-    return FinalAnswer(text) if text else InvalidResponse("empty response")
 
 
 # --- cancellation ----------------------------------------------------------------------------------------------
@@ -179,16 +139,8 @@ def answer_open_calls(history: list[BaseMessage]) -> None:
         if isinstance(reply, AIMessage):
             answered = {m.tool_call_id for m in history[i + 1 :] if isinstance(m, ToolMessage)}
             open_calls = [call for call in reply.tool_calls if call["id"] not in answered]
-            history.extend(_tool_message(call, CANCELLED_CALL_TEXT, is_error=True) for call in open_calls)
+            history.extend(tool_result(call, CANCELLED_CALL_TEXT, is_error=True) for call in open_calls)
             return
-
-
-def _tool_message(call: ToolCall, text: str, *, is_error: bool) -> ToolMessage:
-    return ToolMessage(text, tool_call_id=call["id"], name=call["name"], status="error" if is_error else "success")
-
-
-def _as_text(content: Any) -> str:
-    return content if isinstance(content, str) else compact_json(content)
 
 
 def _describe(event: TraceEvent) -> str:
@@ -329,22 +281,12 @@ class AgentLoop:
     def admit(self, run: _Run, call: ToolCall) -> BaseTool | str:
         """The tool to run for `call`, or the error text the model gets instead.
 
-        Order: unknown tool first (nothing to count or validate, and the list of real names is the most useful
-        correction); then the repeat guard, so a model re-sending the same call is stopped whether the call is
-        valid or not (invalid calls count too); then argument validation, so nothing runs on bad arguments;
-        last the approval gate, so a human is only asked about a call that would really run.
+        `screen` applies the shared checks in their fixed order (unknown tool, repeat rule, arguments); the
+        approval gate comes last, so a human is only asked about a call that would really run.
         """
         run.check_cancel()
-        tool = self.tools.get(call["name"])
-        if tool is None:
-            return unknown_tool_error(call["name"], list(self.tools))
-        key = call_key(call["name"], call["args"])
-        count = run.seen[key] = run.seen.get(key, 0) + 1
-        if self.limits.repeat_blocked(count - 1):
-            return repeat_error(call["name"], count - 1)
-        if (invalid := invalid_args_error(tool, call["args"])) is not None:
-            return invalid
-        return self.check_approval(call) or tool
+        verdict = screen(call, self.tools, run.seen, self.limits)
+        return verdict if isinstance(verdict, str) else self.check_approval(call) or verdict
 
     def check_approval(self, call: ToolCall) -> str | None:
         """The refusal text when `call` needs approval and does not get it; None when it may run."""
@@ -365,7 +307,7 @@ class AgentLoop:
         event = TraceEvent(
             run.steps, call["name"], time.perf_counter() - started, tool_detail(call["args"], text), is_error=is_error
         )
-        return _tool_message(call, text, is_error=is_error), event
+        return tool_result(call, text, is_error=is_error), event
 
     async def _execute(self, tool: BaseTool, call: ToolCall) -> tuple[str, bool]:
         """The tool's result text and whether it is an error. Only `Exception`s become results: CancelledError
@@ -375,12 +317,12 @@ class AgentLoop:
             output = await tool.ainvoke({**call, "type": "tool_call"})
         except Exception as exc:
             text = tool_failure_text(call["name"], exc, detailed=self.detailed_errors)
-            # The log gets what the model gets: the exception's own text may hold a secret (a connection string).
-            log.warning("tool %s raised %s: %s", call["name"], type(exc).__name__, text)
+            # A ToolException is the tool talking to the model; anything else is a bug or an outage. The log gets
+            # what the model gets: the exception's own text may hold a secret (a connection string).
+            level = logging.INFO if isinstance(exc, ToolException) else logging.WARNING
+            log.log(level, "tool %s raised %s: %s", call["name"], type(exc).__name__, text)
             return text, True
-        if isinstance(output, ToolMessage):
-            return _as_text(output.content), output.status == "error"
-        return _as_text(output), False
+        return output_text(output)
 
     def over_budget(self, run: _Run, any_error: bool) -> StopReason | None:
         """The budget checks after a tool round, in a fixed order: consecutive error rounds, tokens, time."""

@@ -44,6 +44,7 @@ from langgraph.types import Command, interrupt
 from langgraph_version.state import AgentState, RunContext, stopped
 from shared_tools import guards
 from shared_tools.results import AgentLimits, StopReason, TraceEvent
+from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 
 logger = logging.getLogger(__name__)
 
@@ -62,12 +63,14 @@ class RunCancelled(Exception):
 
 
 def classify_reply(reply: AIMessage) -> StopReason | None:
-    """None while the model asks for tools; DONE for a text answer; INVALID_RESPONSE for nothing usable."""
-    if reply.tool_calls:
-        return None
-    if reply.invalid_tool_calls or not reply.text.strip():
-        return StopReason.INVALID_RESPONSE
-    return StopReason.DONE
+    """The typed step as graph state: None while the model asks for tools, else why the run ends."""
+    match classify(reply):
+        case CallTools():
+            return None
+        case FinalAnswer():
+            return StopReason.DONE
+        case InvalidResponse():
+            return StopReason.INVALID_RESPONSE
 
 
 def calls_this_run(messages: Sequence[AnyMessage]) -> int:
@@ -100,10 +103,6 @@ def emit(event: TraceEvent, context: RunContext | None = None) -> None:
 
 def _model_event(step: int, reply: AIMessage, duration_s: float) -> TraceEvent:
     return TraceEvent(step, "model", duration_s, guards.model_detail(reply), guards.usage_tokens(reply))
-
-
-def _tool_message(call: ToolCall, text: str, *, is_error: bool) -> ToolMessage:
-    return ToolMessage(text, name=call["name"], tool_call_id=call["id"], status="error" if is_error else "success")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,20 +266,11 @@ class GuardedNodes:
     def admit(self, call: ToolCall, seen: dict[str, int]) -> Admitted:
         """The tool to run for `call`, or the error text the model gets instead.
 
-        Same order as `handwritten`: unknown tool, then the repeat rule (blocked and invalid calls
-        count too), then argument validation, so nothing runs on bad arguments, then the approval gate.
+        `guards.screen` applies the shared checks in their fixed order (unknown tool, repeat rule, arguments),
+        as in `handwritten`; the approval gate comes last, so a human is only asked about a call that would run.
         """
-        name, args = call["name"], call["args"]
-        tool = self.tools.get(name)
-        if tool is None:
-            return guards.unknown_tool_error(name, list(self.tools))
-        key = guards.call_key(name, args)
-        count = seen[key] = seen.get(key, 0) + 1
-        if self.limits.repeat_blocked(count - 1):
-            return guards.repeat_error(name, count - 1)
-        if (invalid := guards.invalid_args_error(tool, args)) is not None:
-            return invalid
-        return self.check_approval(call) or tool
+        verdict = guards.screen(call, self.tools, seen, self.limits)
+        return verdict if isinstance(verdict, str) else self.check_approval(call) or verdict
 
     def check_approval(self, call: ToolCall) -> str | None:
         """The refusal text when `call` needs approval and is not approved; None when it may run.
@@ -309,7 +299,7 @@ class GuardedNodes:
             output = admitted.invoke({**call, "type": "tool_call"})
         except Exception as exc:  # a tool failure is a result for the model; BaseException (cancel) is not
             return self._answer(step, call, self._failure_text(call, exc), True, started)
-        return self._answer(step, call, *_output_text(output), started)
+        return self._answer(step, call, *guards.output_text(output), started)
 
     async def arun_tool(self, step: int, call: ToolCall, admitted: Admitted) -> _Answer:
         started = time.perf_counter()
@@ -319,7 +309,7 @@ class GuardedNodes:
             output = await admitted.ainvoke({**call, "type": "tool_call"})
         except Exception as exc:
             return self._answer(step, call, self._failure_text(call, exc), True, started)
-        return self._answer(step, call, *_output_text(output), started)
+        return self._answer(step, call, *guards.output_text(output), started)
 
     def _failure_text(self, call: ToolCall, exc: Exception) -> str:
         # A ToolException is the tool talking to the model; anything else is a bug or an outage.
@@ -333,7 +323,7 @@ class GuardedNodes:
         text = guards.truncate(text, self.options.max_tool_result_chars)
         detail = guards.tool_detail(call["args"], text)
         event = TraceEvent(step, call["name"], time.perf_counter() - started, detail, is_error=is_error)
-        return _Answer(_tool_message(call, text, is_error=is_error), event)
+        return _Answer(guards.tool_result(call, text, is_error=is_error), event)
 
     def _round_update(
         self,
@@ -344,7 +334,8 @@ class GuardedNodes:
     ) -> dict[str, Any]:
         messages = [answer.message for answer in answers]
         # Calls a cancel stopped still get a result: a reply with unanswered calls is a broken history.
-        messages += [_tool_message(call, guards.CANCELLED_CALL_TEXT, is_error=True) for call in calls[len(answers) :]]
+        unanswered = calls[len(answers) :]
+        messages += [guards.tool_result(call, guards.CANCELLED_CALL_TEXT, is_error=True) for call in unanswered]
         update: dict[str, Any] = {
             "messages": messages,
             "tool_calls": state["tool_calls"] + len(calls),
@@ -384,15 +375,6 @@ def _requested(state: AgentState) -> list[ToolCall]:
     reply = state["messages"][-1]
     assert isinstance(reply, AIMessage), "the tools node runs only after a reply with tool calls"
     return list(reply.tool_calls)
-
-
-def _output_text(output: Any) -> tuple[str, bool]:
-    """A tool's output as (text, is_error); a ToolMessage carries its own status."""
-    if isinstance(output, ToolMessage):
-        content, is_error = output.content, output.status == "error"
-    else:
-        content, is_error = output, False
-    return (content if isinstance(content, str) else guards.compact_json(content)), is_error
 
 
 def _last_round(messages: Sequence[AnyMessage]) -> list[ToolMessage]:

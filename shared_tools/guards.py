@@ -13,9 +13,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ValidationError
+
+from shared_tools.results import AgentLimits
 
 CANCELLED_CALL_TEXT = "Cancelled before it ran."
 """The result given to a tool call a cancelled run never answered, so the history stays valid for a next turn."""
@@ -60,6 +62,40 @@ def invalid_args_error(tool: BaseTool, args: Any) -> str | None:
         )
         return f"Invalid arguments for {tool.name}: {problems}. Fix the arguments and call it again."
     return None
+
+
+def screen(call: ToolCall, tools: Mapping[str, BaseTool], seen: dict[str, int], limits: AgentLimits) -> BaseTool | str:
+    """The tool to run for `call`, or the error text the model gets instead of running anything.
+
+    Order: unknown tool first (nothing to count or validate, and the list of real names is the most useful
+    correction); then the repeat rule, counting every call in `seen` like the seed (blocked and invalid calls
+    too), so a model re-sending the same call is stopped whether the call is valid or not; then argument
+    validation, so nothing runs on bad arguments. Both agents call this in call order, before any tool of the
+    round runs, so the counts never depend on which parallel call finishes first.
+    """
+    name, args = call["name"], call["args"]
+    tool = tools.get(name)
+    if tool is None:
+        return unknown_tool_error(name, list(tools))
+    key = call_key(name, args)
+    count = seen[key] = seen.get(key, 0) + 1
+    if limits.repeat_blocked(count - 1):
+        return repeat_error(name, count - 1)
+    return invalid_args_error(tool, args) or tool
+
+
+def tool_result(call: ToolCall, text: str, *, is_error: bool) -> ToolMessage:
+    """The one ToolMessage a call gets, matched to it by id; status "error" for every kind of failure."""
+    return ToolMessage(text, tool_call_id=call["id"], name=call["name"], status="error" if is_error else "success")
+
+
+def output_text(output: Any) -> tuple[str, bool]:
+    """A tool's output as (text for the model, is it an error); a returned ToolMessage carries its own status."""
+    if isinstance(output, ToolMessage):
+        content, is_error = output.content, output.status == "error"
+    else:
+        content, is_error = output, False
+    return (content if isinstance(content, str) else compact_json(content)), is_error
 
 
 def tool_failure_text(name: str, exc: Exception, *, detailed: bool) -> str:
