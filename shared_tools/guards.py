@@ -31,9 +31,13 @@ def call_key(name: str, args: Mapping[str, Any]) -> str:
     return name + ":" + json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
 
 
+REPEAT_ERROR_PREFIX = "You already called"
+"""How every repeat-rule refusal starts; models, personas and the renderer recognise it by this."""
+
+
 def repeat_error(name: str, times: int) -> str:
     return (
-        f"You already called {name} with these arguments {times} times. "
+        f"{REPEAT_ERROR_PREFIX} {name} with these arguments {times} times. "
         "Use the earlier result or try something else."
     )
 
@@ -51,7 +55,7 @@ def invalid_args_error(tool: BaseTool, args: Any) -> str | None:
     """Validate `args` against the tool's model-facing schema; an error text naming the bad fields, or None."""
     if not isinstance(args, Mapping):
         return f"Invalid arguments for {tool.name}: expected a JSON object, got {type(args).__name__}."
-    schema = tool.tool_call_schema
+    schema = _call_schema(tool)
     if not (isinstance(schema, type) and hasattr(schema, "model_validate")):
         return None
     try:
@@ -96,6 +100,23 @@ def output_text(output: Any) -> tuple[str, bool]:
     else:
         content, is_error = output, False
     return (content if isinstance(content, str) else compact_json(content)), is_error
+
+
+def _call_schema(tool: BaseTool) -> Any:
+    """`tool.tool_call_schema`, remembered per (name, argument class) across tool objects.
+
+    LangChain builds that pydantic model once per tool *object*; every run here makes fresh tools, so without
+    this each run paid for building it again on its first call of each tool (benchmarks/overhead.py).
+    """
+    if not isinstance(tool.args_schema, type):
+        return tool.tool_call_schema
+    key = (tool.name, tool.args_schema)
+    if key not in _CALL_SCHEMAS:
+        _CALL_SCHEMAS[key] = tool.tool_call_schema
+    return _CALL_SCHEMAS[key]
+
+
+_CALL_SCHEMAS: dict[tuple[str, type], Any] = {}
 
 
 def tool_failure_text(name: str, exc: Exception, *, detailed: bool) -> str:
