@@ -133,12 +133,12 @@ def machine_line(info: Mapping[str, Any]) -> str:
     )
 
 
-def parser(description: str, *, default_runs: int) -> argparse.ArgumentParser:
-    """The options every benchmark takes."""
+def parser(
+    description: str, *, default_runs: int, runs_help: str = "timed runs per variant"
+) -> argparse.ArgumentParser:
+    """The options every benchmark takes; `runs_help` for a benchmark whose runs are not timed."""
     result = argparse.ArgumentParser(description=description)
-    result.add_argument(
-        "--runs", type=int, default=default_runs, help=f"timed runs per variant (default {default_runs})"
-    )
+    result.add_argument("--runs", type=int, default=default_runs, help=f"{runs_help} (default {default_runs})")
     result.add_argument("--json", type=Path, metavar="PATH", help="also write the numbers and the machine as JSON")
     return result
 

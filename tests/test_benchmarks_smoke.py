@@ -71,3 +71,10 @@ def test_startup_breaks_down_the_scenarios_it_ran(tmp_path: Path) -> None:
     assert "python compare.py bookstore" in document["processes_s"]
     assert any(name == "compare" for name, _, _ in document["import_offenders_ms"])
     assert "GraphAgent guards=True (bind + build + compile)" in document["build_us"]
+
+
+def test_tokens_with_one_count_does_not_claim_determinism(tmp_path: Path) -> None:
+    document = run_benchmark(tmp_path, "tokens", "orders", "--runs", "1")
+    assert document["deterministic"] is None, "one count compares nothing"
+    assert {r["scenario"] for r in document["runs"]} == {"orders"}
+
