@@ -6,7 +6,7 @@ same `check_example`, plus the cross-check that both implementations answer the 
 and keeps going after a failure, so the output is a count: examples run, examples that broke a property,
 and each distinct broken property with one script that shows it. Exit code 1 when anything failed.
 
-    python benchmarks/soak.py --examples 1000 [--seed 7]
+    python benchmarks/soak.py --examples 1000 [--seed 7] [--json PATH]
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import logging
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (puts the project root on sys.path)
+import _common  # also puts the project root on sys.path
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
@@ -73,8 +74,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=1_000, help="random scripts per implementation")
     parser.add_argument("--seed", type=int, default=None, help="fix hypothesis' random seed")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the counts and the machine as JSON")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the agents log every invalid reply; the counts below are the output
+    info = _common.machine()
     started = time.perf_counter()
     report = soak(args.examples, args.seed)
     elapsed = time.perf_counter() - started
@@ -84,6 +87,29 @@ def main() -> int:
     print("  stop reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(report["stops"].items())))
     for problem, (kind, script, budgets) in report["problems"].items():
         print(f"FAILED {problem}\n  {kind} {budgets}\n  script: {[m.model_dump() for m in script]!r:.1500}")
+    print(_common.machine_line(info))
+    _common.write_json(
+        args.json,
+        {
+            "benchmark": "soak",
+            "machine": info,
+            "examples": args.examples,
+            "seed": args.seed,
+            "elapsed_s": elapsed,
+            "runs": dict(report["runs"]),
+            "failed": dict(report["failed"]),
+            "stops": dict(report["stops"]),
+            "problems": [
+                {
+                    "problem": problem,
+                    "implementation": kind,
+                    "limits": budgets,
+                    "script": [m.model_dump() for m in script],
+                }
+                for problem, (kind, script, budgets) in report["problems"].items()
+            ],
+        },
+    )
     return 1 if report["problems"] else 0
 
 

@@ -3,7 +3,8 @@
 Each script is started the way the README says (`python benchmarks/X.py ...`, in a fresh process from the
 project root), so a broken import path or a crash in the table code fails here. The checks are on behaviour
 the numbers rest on: every overhead variant did the seed job, token counts are deterministic and the cut keeps
-the outcome, a parallel turn made its calls, and the start-up breakdown names the scenarios it ran.
+the outcome, a parallel turn made its calls, the start-up breakdown names the scenarios it ran, and the soak
+run counts every example it drew.
 """
 
 from __future__ import annotations
@@ -78,3 +79,10 @@ def test_tokens_with_one_count_does_not_claim_determinism(tmp_path: Path) -> Non
     assert document["deterministic"] is None, "one count compares nothing"
     assert {r["scenario"] for r in document["runs"]} == {"orders"}
 
+
+def test_soak_counts_every_example(tmp_path: Path) -> None:
+    document = run_benchmark(tmp_path, "soak", "--examples", "5", "--seed", "1")
+    assert document["examples"] == 5 and document["seed"] == 1
+    assert document["runs"]["handwritten"] == document["runs"]["langgraph"] == 5
+    assert document["failed"] == {} and document["problems"] == []
+    assert sum(document["stops"].values()) == 10, "a stop reason per implementation per example"
