@@ -290,15 +290,16 @@ def open_store(options: RunOptions, scenario: Scenario) -> Iterator[tuple[BookSt
         store, customer = BookStore(), CUSTOMER_ID
     else:
         store, customer = BookStore(options.store_db), f"run-{uuid.uuid4().hex[:8]}"
-    original = None
+    restore: tuple[int, str] | None = None
+    """(book id, its original description) once an injection is in place."""
     try:
         if scenario.injection is not None:
             book_id, text = scenario.injection
-            original = store.set_description(book_id, f"{store.get_book(book_id).description} {text}")
+            restore = (book_id, store.set_description(book_id, f"{store.get_book(book_id).description} {text}"))
         yield store, customer
     finally:
-        if original is not None and scenario.injection is not None:
-            store.set_description(scenario.injection[0], original)
+        if restore is not None:
+            store.set_description(*restore)
         store.close()
 
 
@@ -536,8 +537,9 @@ def build_document(
     records: list[RunRecord],
     *,
     interrupted: bool = False,
+    matrix: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Everything `--json` writes and `--report` renders."""
+    """Everything `--json` writes and `--report` renders; `matrix` is the records' guard matrix if already built."""
     return {
         "model": model,
         "interrupted": interrupted,
@@ -555,7 +557,7 @@ def build_document(
             for s in scenarios
         ],
         "runs": [{**asdict(r), "outcome": r.outcome} for r in records],
-        "guard_matrix": guard_matrix(records, contenders),
+        "guard_matrix": guard_matrix(records, contenders) if matrix is None else matrix,
         "who_owns_what": {"columns": ["", *OWNERS], "rows": [list(row) for row in WHO_OWNS_WHAT]},
         "mermaid": mermaid_diagram(),
     }
@@ -689,7 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         render_guard_matrix(console, rows, contenders)
     render_who_owns_what(console)
     if args.json or args.report:
-        document = build_document(args.model, contenders, done, records, interrupted=interrupted)
+        document = build_document(args.model, contenders, done, records, interrupted=interrupted, matrix=rows)
         if args.json:
             _write_json(document, args.json)
         if args.report:

@@ -369,6 +369,3 @@ WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
 )
 """The seed's closing comparison: row -> who owns it in each of `OWNERS`."""
 
-
-def scenario_names() -> list[str]:
-    return [s.name for s in SCENARIOS]
