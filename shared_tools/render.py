@@ -20,12 +20,18 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from shared_tools.faults import TIMEOUT_MESSAGE
+from shared_tools.guards import REPEAT_ERROR_PREFIX, truncate
 from shared_tools.personas import PERSONAS
 from shared_tools.results import StopReason
 from shared_tools.scenarios import CONTENDERS, GUARDS, OWNERS, SCENARIOS, STEP_LIMIT_BY, WHO_OWNS_WHAT, Scenario
 
 WIDTH = 100
 """Terminal width when the output is not a terminal (a pipe, a file, a test)."""
+
+TRUNCATION_MARKER = truncate("xx", 1).removeprefix("x").split(" 1 ")[0]
+"""``... [truncated``: how `guards.truncate` marks a cut result, taken from its output so the two cannot drift
+(guards has no constant for it)."""
 
 # --- one run's record --------------------------------------------------------------------------------------
 
@@ -210,7 +216,7 @@ def notice_big_results(records: list[RunRecord]) -> list[str]:
         cut = _first(records, contender=contender, variant="truncated")
         if full is None or cut is None:
             continue
-        if any("[truncated" in e["detail"] for e in cut.tool_events()):
+        if any(TRUNCATION_MARKER in e["detail"] for e in cut.tool_events()):
             saved = (full.tokens - cut.tokens) / full.tokens if full.tokens else 0.0
             lines.append(f"{contender}: {full.tokens:,} -> {cut.tokens:,} tokens with truncation ({saved:.0%} less).")
         else:
@@ -220,7 +226,7 @@ def notice_big_results(records: list[RunRecord]) -> list[str]:
 
 
 def _blocked(record: RunRecord) -> int:
-    return sum("You already called" in e["detail"] for e in record.tool_events())
+    return sum(REPEAT_ERROR_PREFIX in e["detail"] for e in record.tool_events())
 
 
 def notice_looping(records: list[RunRecord]) -> list[str]:
@@ -385,7 +391,7 @@ def _guard_cell(guard: str, record: RunRecord | None) -> dict[str, str]:
         "token budget": (stop == StopReason.TOKEN_BUDGET, "stopped at the budget", f"ran on: {record.tokens:,} tokens"),
         "time budget": (stop == StopReason.TIME_BUDGET, "stopped in time", f"ran on: {record.wall_s:.1f}s"),
         "repeat check": (
-            any("You already called" in e["detail"] for e in events),
+            any(REPEAT_ERROR_PREFIX in e["detail"] for e in events),
             "blocked 3rd identical call",
             f"{record.tool_calls} identical calls ran",
         ),
@@ -395,12 +401,12 @@ def _guard_cell(guard: str, record: RunRecord | None) -> dict[str, str]:
             record.outcome,
         ),
         "error hiding": (
-            any(e["is_error"] and "timed out" not in e["detail"] for e in events),
+            any(e["is_error"] and TIMEOUT_MESSAGE not in e["detail"] for e in events),
             "generic error text",
             "exception text shown",
         ),
         "truncation": (
-            any("[truncated" in e["detail"] for e in events),
+            any(TRUNCATION_MARKER in e["detail"] for e in events),
             "result cut",
             f"nothing cut ({record.tokens:,} tokens)",
         ),

@@ -590,3 +590,11 @@ def test_chat_finishes_a_turn_an_outage_cut_short(
         humans = [m.content for m in session.messages if m.type == "human"]
         assert humans == ["Where is my order 4512?"], "the question was answered once, not asked twice"
         assert "TRK-88" in session.messages[-1].content
+
+
+def test_truncation_marker_is_what_guards_truncate_writes() -> None:
+    from shared_tools.guards import truncate
+    from shared_tools.render import TRUNCATION_MARKER
+
+    assert TRUNCATION_MARKER == "... [truncated"
+    assert TRUNCATION_MARKER in truncate("x" * 50, 10) and TRUNCATION_MARKER not in truncate("x" * 5, 10)
