@@ -24,7 +24,17 @@ from shared_tools.faults import TIMEOUT_MESSAGE
 from shared_tools.guards import REPEAT_ERROR_PREFIX, truncate
 from shared_tools.personas import PERSONAS
 from shared_tools.results import StopReason
-from shared_tools.scenarios import CONTENDERS, GUARDS, OWNERS, SCENARIOS, STEP_LIMIT_BY, WHO_OWNS_WHAT, Scenario
+from shared_tools.scenarios import (
+    CONTENDERS,
+    GUARD_LEGEND,
+    GUARDS,
+    OWNERS,
+    OWNERS_SUMMARY,
+    SCENARIOS,
+    STEP_LIMIT_BY,
+    WHO_OWNS_WHAT,
+    Scenario,
+)
 
 WIDTH = 100
 """Terminal width when the output is not a terminal (a pipe, a file, a test)."""
@@ -591,6 +601,11 @@ def render_scenario(
     console.print()
 
 
+def guard_legend(between: str, separator: str) -> str:
+    """`GUARD_LEGEND` on one line: ``fired = the guard stopped ...; missing = ...``."""
+    return separator.join(f"{status}{between}{meaning}" for status, meaning in GUARD_LEGEND.items())
+
+
 def render_guard_matrix(console: Console, rows: list[dict[str, Any]], contenders: Sequence[str]) -> None:
     console.print(Rule("Guard matrix (from the runs above)", style="bold"))
     table = Table(show_lines=True, expand=True)
@@ -602,10 +617,7 @@ def render_guard_matrix(console: Console, rows: list[dict[str, Any]], contenders
         cells = [Text(c["text"], style=STATUS_STYLE[c["status"]]) for c in row["cells"].values()]
         table.add_row(Text(f"{row['guard']} ({row['scenario']})"), *cells)
     console.print(table)
-    console.print(
-        "fired = the guard stopped or corrected the run; missing = the run went on without it; "
-        "raised = the contender threw an exception at the caller instead."
-    )
+    console.print(guard_legend(" = ", "; "))
 
 
 def render_who_owns_what(console: Console) -> None:
@@ -617,10 +629,7 @@ def render_who_owns_what(console: Console) -> None:
     for row in WHO_OWNS_WHAT:
         table.add_row(*(Text(cell) for cell in row))
     console.print(table)
-    console.print(
-        "LangGraph takes over the loop, tool invocation and session memory; what no layer does for you is the "
-        "token and time budget, the repeated-call check, stale reads, business rules and what goes into the trace."
-    )
+    console.print(OWNERS_SUMMARY)
 
 
 def render_list(console: Console) -> None:

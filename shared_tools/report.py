@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from shared_tools.scenarios import GUARD_LEGEND, OWNERS_SUMMARY
+
 CHART_WIDTH, CHART_HEIGHT = 640, 260
 _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 56, 16, 14, 34
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
@@ -305,13 +307,11 @@ JavaScript, nothing loaded from the network.</small></p>
 {"".join(sections)}
 <section id="guards"><h2>Guard matrix (from the runs)</h2>
 {guard_table(document["guard_matrix"], contenders)}
-<p><small>fired: the guard stopped or corrected the run · missing: the run went on without it · raised: the
-contender threw an exception at its caller instead · not run: the contender has no such API in this demo.</small></p>
+<p><small>{_e(" · ".join(f"{status}: {meaning}" for status, meaning in GUARD_LEGEND.items()))}</small></p>
 </section>
 <section id="owners"><h2>Who owns what</h2>
 {owners_table(document["who_owns_what"])}
-<p>LangGraph takes over the loop, tool invocation and session memory; what no layer does for you is the token
-and time budget, the repeated-call check, stale reads, business rules and what goes into the trace.</p>
+<p>{_e(OWNERS_SUMMARY)}</p>
 </section>
 <section id="graph"><h2>The graph (mermaid source)</h2>
 <p>LangGraph draws the guarded agent as a mermaid diagram. Rendering mermaid needs its JavaScript library,

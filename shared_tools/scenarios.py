@@ -369,3 +369,16 @@ WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
 )
 """The seed's closing comparison: row -> who owns it in each of `OWNERS`."""
 
+GUARD_LEGEND: dict[str, str] = {
+    "fired": "the guard stopped or corrected the run",
+    "missing": "the run went on without it",
+    "raised": "the contender threw an exception at its caller instead",
+    "not run": "the contender has no such API in this demo",
+}
+"""What each status of a guard-matrix cell means; the terminal and the HTML report both print it under the matrix."""
+
+OWNERS_SUMMARY = (
+    "LangGraph takes over the loop, tool invocation and session memory; what no layer does for you is the token "
+    "and time budget, the repeated-call check, stale reads, business rules and what goes into the trace."
+)
+"""The sentence under `WHO_OWNS_WHAT`, in the terminal and in the HTML report."""

@@ -598,3 +598,24 @@ def test_truncation_marker_is_what_guards_truncate_writes() -> None:
 
     assert TRUNCATION_MARKER == "... [truncated"
     assert TRUNCATION_MARKER in truncate("x" * 50, 10) and TRUNCATION_MARKER not in truncate("x" * 5, 10)
+
+def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
+    from shared_tools.render import make_console, render_guard_matrix, render_who_owns_what
+    from shared_tools.report import render_report
+    from shared_tools.scenarios import GUARD_LEGEND, OWNERS_SUMMARY
+
+    buffer = io.StringIO()
+    console = make_console(buffer)
+    render_guard_matrix(console, [], list(CONTENDERS))
+    render_who_owns_what(console)
+    terminal = " ".join(buffer.getvalue().split())
+    document = {
+        "model": "scripted", "contenders": [], "scenarios": [], "runs": [], "guard_matrix": [], "mermaid": "",
+        "who_owns_what": {"columns": [], "rows": []},
+    }
+    page = " ".join(render_report(document).split())
+    assert set(GUARD_LEGEND) == {"fired", "missing", "raised", "not run"}
+    for status, meaning in GUARD_LEGEND.items():
+        assert f"{status} = {meaning}" in terminal
+        assert f"{status}: {meaning}" in page
+    assert OWNERS_SUMMARY in terminal and OWNERS_SUMMARY in page
