@@ -450,11 +450,16 @@ class BookStore:
     def cart(self, customer_id: str) -> Cart:
         """A customer's cart as it is now (an empty cart when they have none)."""
         with self._read() as db:
-            rows = db.execute(
-                f"SELECT {_BOOK_COLUMNS}, c.quantity FROM cart_lines c JOIN books b ON b.id = c.book_id"
-                " WHERE c.customer_id = ? ORDER BY b.id",
-                (customer_id,),
-            ).fetchall()
+            return self._cart_in(db, customer_id)
+
+    @staticmethod
+    def _cart_in(db: sqlite3.Connection, customer_id: str) -> Cart:
+        """A cart read inside the caller's transaction."""
+        rows = db.execute(
+            f"SELECT {_BOOK_COLUMNS}, c.quantity FROM cart_lines c JOIN books b ON b.id = c.book_id"
+            " WHERE c.customer_id = ? ORDER BY b.id",
+            (customer_id,),
+        ).fetchall()
         lines = tuple(CartLine(_book_from_row(r), r[6], _book_from_row(r).price * r[6]) for r in rows)
         return Cart(customer_id, lines, sum((line.line_total for line in lines), Decimal("0.00")))
 
@@ -497,7 +502,17 @@ class BookStore:
     # -- checks ---------------------------------------------------------------------------------------------
 
     def check_invariants(self) -> list[str]:
-        """Problems with the stored data (empty when healthy); the property tests call this after every step."""
+        """Problems with the stored data (empty when healthy); the property tests call this after every step.
+
+        Everything is read in one read transaction, so a concurrent writer cannot make a cart look inconsistent
+        halfway through. The real check compares two independent computations of each cart's total: the Decimal
+        total `cart` builds in Python from price x quantity per line, and the integer-cents sum SQL computes
+        (`_cart_total_cents`, which add_to_cart reports). The Python-side re-checks (total = sum of lines, line
+        total = price x quantity) restate how `Cart` is built and only catch a change to that code. The first
+        three checks (negative stock, non-positive quantity, a cart line for an unknown book) are a backstop: the
+        schema's CHECK and REFERENCES constraints (foreign_keys is on) already refuse such rows, so they fire only
+        if the schema or those constraints change.
+        """
         problems: list[str] = []
         with self._read() as db:
             for book_id, stock in db.execute("SELECT id, stock FROM books WHERE stock < 0"):
@@ -512,8 +527,9 @@ class BookStore:
                 problems.append(f"a cart holds unknown book {book_id}")
             customers = [r[0] for r in db.execute("SELECT DISTINCT customer_id FROM cart_lines")]
             totals = {c: self._cart_total_cents(db, c) for c in customers}
-        for customer_id in customers:
-            cart = self.cart(customer_id)
+            carts = [self._cart_in(db, c) for c in customers]
+        for cart in carts:
+            customer_id = cart.customer_id
             lines_sum = sum((line.line_total for line in cart.lines), Decimal("0.00"))
             if cart.total != lines_sum or _to_cents(cart.total) != totals[customer_id]:
                 problems.append(f"cart {customer_id} total {cart.total} != sum of lines {lines_sum}")
