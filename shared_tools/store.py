@@ -265,9 +265,12 @@ class BookStore:
         self._lock = threading.RLock()
         self._db.execute("PRAGMA foreign_keys = ON")
         if path is not None:
-            # WAL lets other processes read while one writes; with the default synchronous=FULL a committed
-            # add survives a crash.
+            # WAL lets other processes read while one writes. synchronous=FULL is set explicitly rather than left
+            # to the SQLite build's default (SQLITE_DEFAULT_WAL_SYNCHRONOUS can make it NORMAL, under which a
+            # power loss may drop the last commits): with FULL a committed add survives a crash. The store is the
+            # source of truth; GraphSession's checkpoints use NORMAL on purpose (langgraph_version/session.py).
             self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
         self._create_and_seed()
 
     @classmethod

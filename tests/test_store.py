@@ -465,3 +465,9 @@ def test_invariants_hold_and_carts_match_a_simple_model(operations: list[tuple])
             cart = store.cart(customer)
             assert {line.book.id: line.quantity for line in cart.lines} == lines
             assert cart.total == sum((store.get_book(b).price * q for b, q in lines.items()), Decimal("0.00"))
+
+
+def test_a_file_store_syncs_every_commit_whatever_the_sqlite_build_defaults_to(tmp_path: Path) -> None:
+    with BookStore.open(tmp_path / "shop.db") as store:
+        (synchronous,) = store._db.execute("PRAGMA synchronous").fetchone()
+    assert synchronous == 2, "synchronous=FULL: a committed add survives a power loss, not only a killed process"
