@@ -146,7 +146,8 @@ _STOP_WORDS = frozenset(
 _WORD = re.compile(r"[a-z0-9]+")
 
 # Points per query word that hits a field. A title hit outranks an author hit, which outranks a mention in
-# the genre or description; that order is the search contract in notes/common.md.
+# the genre or description; that order is the search contract, described in rank_books' docstring and in
+# search_books' description in tools.py.
 _TITLE_POINTS, _AUTHOR_POINTS, _TEXT_POINTS = 3, 2, 1
 
 
