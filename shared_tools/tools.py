@@ -234,5 +234,5 @@ def make_tools(
 
 
 def tools_by_name(tools: list[BaseTool]) -> dict[str, BaseTool]:
-    """Index a tool list by name, as both loops need when a tool call arrives."""
+    """Index a tool list by name (a convenience for tests and scripts; each loop keeps its own index)."""
     return {tool.name: tool for tool in tools}
