@@ -22,7 +22,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from shared_tools.guards import call_key
+from shared_tools.guards import REPEAT_ERROR_PREFIX, call_key
+from shared_tools.store import money
 
 FRESH_CART_PHRASES: tuple[str, ...] = ("can change", "always call view_cart")
 """If the system instructions contain one of these (case-insensitive), cart answers need a fresh view_cart."""
@@ -31,9 +32,6 @@ FRESH_CART_INSTRUCTION = (
     "Cart data can change between turns, so always call view_cart before you answer a question about the cart."
 )
 """A sentence to append to the instructions so the scripted model (and, one hopes, a real one) re-reads the cart."""
-
-REPEAT_REFUSED_MARKER = "You already called"
-"""The start of the shared repeat-guard text (`guards.repeat_error`)."""
 
 
 class ScriptExhausted(RuntimeError):
@@ -214,7 +212,7 @@ def _record(facts: Facts, o: ToolOutcome) -> None:
     facts.last_round.append(o)
     if not o.ok:
         facts.errors.setdefault(o.key, []).append(o.text)
-        if REPEAT_REFUSED_MARKER in o.text:
+        if REPEAT_ERROR_PREFIX in o.text:  # the start of every `guards.repeat_error`
             facts.repeat_refused = o.text
         return
     data = o.data
@@ -319,8 +317,9 @@ class Context:
 # Wording helpers
 
 
-def money(value: Decimal) -> str:
-    return f"${value:.2f}"
+def dollars(value: Decimal) -> str:
+    """An amount as the scripted model writes it: ``dollars(Decimal("16.5")) == "$16.50"`` (rounded like the store)."""
+    return f"${money(value)}"
 
 
 def copies(n: int) -> str:
@@ -343,7 +342,7 @@ def known_so_far(facts: Facts) -> str:
     parts += [f"added {copies(int(a.get('quantity', 1)))} of {a.get('added')}" for a in facts.added]
     parts += [f"order {i} is {o.get('status')}" for i, o in facts.orders.items()]
     if facts.cart_total is not None:
-        parts.append(f"cart total {money(facts.cart_total)}")
+        parts.append(f"cart total {dollars(facts.cart_total)}")
     return f"What I know so far: {'; '.join(parts)}." if parts else "I have no results to report yet."
 
 
@@ -392,7 +391,7 @@ def _added_answer(goal: AddBook, target: dict[str, Any], added: dict[str, Any], 
     title = str(added.get("added"))
     author = next((b.get("author") for b in facts.books.values() if b["title"] == title), target.get("author"))
     count = copies(int(added.get("quantity", goal.quantity)))
-    total = money(Decimal(str(added["cartTotal"])))
+    total = dollars(Decimal(str(added["cartTotal"])))
     if title == target["title"]:
         text = f'I added "{title}" by {author} ({count}) to your cart. Your cart total is {total}.'
     else:
@@ -482,13 +481,13 @@ def cart_total(ctx: Context, goal: CartTotal) -> Decision:
         items = ", ".join(f"{i.get('title')} x{i.get('quantity')}" for i in ctx.turn.cart_items) or "empty"
         return Decision(
             plan="view_cart answered; report the total.",
-            text=f"Your cart total is {money(ctx.turn.cart_total)} ({items}).",
+            text=f"Your cart total is {dollars(ctx.turn.cart_total)} ({items}).",
         )
     seen = ctx.conversation.cart_total
     if seen is not None and not ctx.wants_fresh_cart:
         return Decision(
-            plan=f"An earlier cart result in this conversation says {money(seen)}; no tool needed.",
-            text=f"Your cart total is {money(seen)} (as of my last cart update).",
+            plan=f"An earlier cart result in this conversation says {dollars(seen)}; no tool needed.",
+            text=f"Your cart total is {dollars(seen)} (as of my last cart update).",
         )
     why = "The instructions say the cart can change" if seen is not None else "I have not seen the cart yet"
     return Decision(plan=f"{why}; call view_cart.", calls=(ctx.call("view_cart"),))
