@@ -48,6 +48,9 @@ def add(book_id: int, quantity: int, call_id: str = "add-1") -> ToolCall:
         (add(5, 3), None),  # 3 x 9.99: at the limits, not over them
         (add(7, 1), None),
         (add(999, 10), None),  # no such book: the tool refuses it anyway, nothing to approve
+        # Unvalidated arguments as a model may send them: numeric strings count, the rest is the tool's to refuse.
+        (ToolCall(name="add_to_cart", args={"book_id": "7", "quantity": "10"}, id="s", type="tool_call"), TEN_ORCHARDS),
+        (ToolCall(name="add_to_cart", args={"book_id": 7, "quantity": "ten"}, id="t", type="tool_call"), None),
         (ToolCall(name="check_stock", args={"book_id": 7}, id="c", type="tool_call"), None),
     ],
 )
