@@ -39,7 +39,8 @@ class AgentLimits:
     max_tokens: int | None = 20_000
     """Total tokens (input + output, summed over every model call), checked after each tool round."""
     max_duration: float | None = None
-    """Wall-clock seconds for the whole run, checked after each tool round."""
+    """Wall-clock seconds for the whole run. Checked after each tool round, and each model call is also cut off
+    by what is left of it, so a reply that never comes still stops the run (TIME_BUDGET)."""
     max_repeats: int | None = 2
     """How often one tool may run with the same arguments; later identical calls get an error."""
     max_consecutive_errors: int | None = 3
@@ -86,11 +87,11 @@ class TraceEvent:
 
 _USER_MESSAGES: dict[StopReason, str] = {
     StopReason.MAX_STEPS: "I couldn't finish this within the allowed number of steps. "
-    "Part of the request may not be done; please check your cart before relying on it.",
+    "Part of the request may not be done; please check what was done before relying on it.",
     StopReason.TOKEN_BUDGET: "I stopped because this request used more than its budget. "
-    "Part of it may not be done; please check your cart.",
+    "Part of it may not be done; please check what was done before relying on it.",
     StopReason.TIME_BUDGET: "I stopped because this took longer than allowed. "
-    "Part of the request may not be done; please check your cart.",
+    "Part of the request may not be done; please check what was done before relying on it.",
     StopReason.CANCELLED: "The request was cancelled before it finished.",
     StopReason.INVALID_RESPONSE: "Something went wrong while answering; nothing more was done.",
     StopReason.TOO_MANY_ERRORS: "I kept running into errors and stopped. "
