@@ -1,6 +1,7 @@
 """The chat models both agents run on: the embedded `ScriptedChatModel` and a checked `ChatOllama`.
 
-`make_model("scripted")` gives the deterministic default model, so every demo and test runs offline;
+`make_model("scripted")` gives the default model, whose decisions are deterministic, so every demo and test runs
+offline (its tool-call ids also carry a per-instance `id_salt`, random unless fixed);
 `make_model("ollama:qwen3:4b")` gives the real local model the seed article used, after a cheap check
 that Ollama is up and the model is pulled (so a missing server is one clear line, not a traceback from
 deep inside httpx). `ScriptedChatModel` is only LangChain plumbing (tool binding, usage, ids, reasoning
@@ -112,10 +113,12 @@ _SCHEMAS: dict[tuple[str, str, type], dict[str, Any]] = {}
 
 
 class ScriptedChatModel(BaseChatModel):
-    """A deterministic chat model whose replies come from a persona policy reading the history.
+    """A chat model whose replies come from a persona policy reading the history.
 
-    Stateless (each reply is derived from the messages alone), so one instance is safe to share between
-    threads and event loops. See `personas.PERSONAS` for what each persona does.
+    Stateless: each reply's decisions (plan, tool calls, text) are derived from the messages alone, so they are
+    deterministic, and one instance is safe to share between threads and event loops. The tool-call ids also
+    carry the per-instance `id_salt` (random unless fixed), so two instances give different ids for the same
+    history. See `personas.PERSONAS` for what each persona does.
     """
 
     # A typo such as persna="looper" must fail, not silently give the shopper.
