@@ -69,6 +69,11 @@ def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
         assert "check_stock failed: RuntimeError: orders db refused connection" in places["trace"]
     else:
         assert {where for where, text in places.items() if FAKE_SECRET in text} == set()
+        # The e-mail mask would hide FAKE_SECRET in the trace even if the whole message got there; the message's
+        # unmasked start shows that none of it did.
+        unmasked = FAILURE_MESSAGE.split(":")[0]
+        assert unmasked == "orders db refused connection"
+        assert {where for where, text in places.items() if unmasked in text} == set()
         assert "check_stock failed." in places["model"]
 
 
