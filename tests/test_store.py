@@ -19,6 +19,7 @@ from shared_tools.store import (
     Cart,
     InvalidQuantity,
     OutOfStock,
+    RequestIdReused,
     StoreError,
     UnknownBook,
     money,
@@ -242,6 +243,25 @@ def test_replay_returns_the_first_result_even_after_the_cart_changed(store: Book
     again = store.add_to_cart("c1", 7, 1, request_id="call_1")
     assert again.cart_total == first.cart_total == Decimal("16.50")
     assert store.cart("c1").total == Decimal("30.30")
+
+
+@pytest.mark.parametrize(("book_id", "quantity"), [(12, 2), (7, 3)], ids=["other book", "other quantity"])
+def test_a_request_id_reused_for_a_different_add_raises_and_changes_nothing(
+    store: BookStore, book_id: int, quantity: int
+) -> None:
+    store.add_to_cart("c1", 7, 2, request_id="call_1")
+    before = store.cart("c1")
+
+    with pytest.raises(RequestIdReused, match=r"call id call_1 already added 2 x .*\(id 7\)") as caught:
+        store.add_to_cart("c1", book_id, quantity, request_id="call_1")
+
+    assert caught.value.request_id == "call_1"
+    assert store.cart("c1") == before
+    assert store.check_invariants() == []
+    # The first add's record is untouched: the original request still replays as itself.
+    again = store.add_to_cart("c1", 7, 2, request_id="call_1")
+    assert again.replayed and (again.book.id, again.quantity) == (7, 2)
+    assert store.cart("c1") == before
 
 
 def test_different_request_ids_or_none_add_again(store: BookStore) -> None:
