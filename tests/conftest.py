@@ -6,7 +6,7 @@ is written once and must hold for both (the style of mini-swe-agent's `model_fac
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -33,8 +33,10 @@ def build_agent(kind: str, model: BaseChatModel, tools: list[BaseTool], **option
 
 
 @pytest.fixture
-def store() -> BookStore:
-    return BookStore()
+def store() -> Iterator[BookStore]:
+    """A fresh in-memory store with the seed catalog, closed after the test."""
+    with BookStore() as s:
+        yield s
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

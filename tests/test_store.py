@@ -29,12 +29,6 @@ from shared_tools.store import (
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def store() -> BookStore:
-    with BookStore() as s:
-        yield s
-
-
 def snapshot(store: BookStore, *customers: str) -> tuple[list[Cart], list[int]]:
     """Everything a rejected write could have touched: the carts and the stock of every book."""
     return [store.cart(c) for c in customers], [store.stock(b.id) for b in store.books()]
