@@ -7,7 +7,6 @@ import asyncio
 import threading
 import time
 from decimal import Decimal
-from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, ToolMessage
@@ -16,26 +15,16 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from pydantic import ValidationError
 
-from shared_tools.faults import FAKE_SECRET, Faults
+from shared_tools.faults import FAKE_SECRET, FaultInjector, Faults
 from shared_tools.guards import invalid_args_error, tool_failure_text
 from shared_tools.store import BookStore
 from shared_tools.tools import TOOL_NAMES, make_tools, read_result, to_json, tools_by_name
-
-
-@pytest.fixture
-def store() -> BookStore:
-    with BookStore() as s:
-        yield s
+from tests.doubles import call
 
 
 @pytest.fixture
 def tools(store: BookStore) -> dict[str, BaseTool]:
     return tools_by_name(make_tools(store))
-
-
-def call(name: str, call_id: str, **args: Any) -> dict[str, Any]:
-    """A ToolCall dict as a model reply carries it."""
-    return {"name": name, "args": args, "id": call_id, "type": "tool_call"}
 
 
 # --- the tool set ------------------------------------------------------------------------------------------
@@ -335,15 +324,25 @@ def test_sync_latency_is_applied(store: BookStore) -> None:
     assert time.monotonic() - started >= 0.05
 
 
-async def test_async_latency_awaits_and_can_be_cancelled(store: BookStore) -> None:
+async def test_async_latency_awaits_and_can_be_cancelled(store: BookStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    waiting = asyncio.Event()
+    finished: list[str] = []
+    original = FaultInjector.abefore_call
+
+    async def spy(self: FaultInjector, tool_name: str) -> None:
+        waiting.set()  # nothing between here and the injected asyncio.sleep yields to the event loop
+        await original(self, tool_name)
+        finished.append(tool_name)
+
+    monkeypatch.setattr(FaultInjector, "abefore_call", spy)
     add = tools_by_name(make_tools(store, faults=Faults(latency_s=30)))["add_to_cart"]
     task = asyncio.create_task(add.ainvoke(call("add_to_cart", "call_1", book_id=7)))
-    for _ in range(5):
-        await asyncio.sleep(0)  # let the tool start and reach its injected wait
+    await asyncio.wait_for(waiting.wait(), timeout=10)  # the tool has reached its injected wait
     assert not task.done(), "the tool is waiting out its latency"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert finished == [], "the cancellation ended the injected wait, not the wait running out"
     assert store.cart("c1").lines == (), "the latency runs before the store is touched"
 
 
