@@ -56,6 +56,13 @@ class RecordedRequest:
     """Parsed JSON body (None for a GET)."""
 
 
+def free_port() -> int:
+    """A loopback port that was free a moment ago, with nothing listening on it (a server that is gone)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def _pieces(text: str) -> list[str]:
     """Split like a token stream: word plus trailing space, so the pieces join back to the exact text."""
     return re.findall(r"\s*\S+\s*|\s+", text)

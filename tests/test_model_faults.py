@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from typing import Any
 
 import httpx
 import pytest
 
+from shared_tools.guards import MODEL_TIMED_OUT_DETAIL
 from shared_tools.models import ModelCallFailed, ModelUnavailable, make_model
 from shared_tools.ollama_model import CheckedChatOllama
 from shared_tools.results import AgentLimits, AgentResult, StopReason
@@ -29,7 +29,7 @@ from shared_tools.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.store import BookStore
 from shared_tools.tools import make_tools
 from tests.conftest import IMPLEMENTATIONS, build_agent
-from tests.ollama_replay import OllamaReplayServer, ReplayReply
+from tests.ollama_replay import OllamaReplayServer, ReplayReply, free_port
 
 MODES = ("sync", "async")
 
@@ -78,9 +78,7 @@ def test_server_gone_mid_run_is_one_clear_error(kind: str, mode: str, monkeypatc
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind", IMPLEMENTATIONS)
 def test_a_never_opened_port_is_refused_the_same_way(kind: str, mode: str) -> None:
-    with socket.socket() as probe:  # a port that was free a moment ago, with nothing listening
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     model = CheckedChatOllama(model="qwen3:4b", base_url=f"http://127.0.0.1:{port}", client_kwargs={"timeout": 5})
     store = BookStore()
     with pytest.raises(ModelCallFailed, match="refused the connection"):
@@ -128,7 +126,7 @@ def test_a_reply_slower_than_the_time_budget_stops_the_run(
         result = run(kind, mode, ollama_model(monkeypatch, server), store, AgentLimits(max_duration=0.3))
     assert result.stop_reason is StopReason.TIME_BUDGET
     assert (result.model_calls, result.tool_calls, result.tokens, result.answer) == (1, 0, 0, None)
-    assert [e.detail for e in result.trace] == ["no reply within the time budget"]
+    assert [e.detail for e in result.trace] == [MODEL_TIMED_OUT_DETAIL]
     assert_untouched(store)
 
 

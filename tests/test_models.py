@@ -1,7 +1,7 @@
 """Tests for `shared_tools.models` and `shared_tools.personas`: the scripted model's behaviour and `make_model`.
 
 Most tests drive `ScriptedChatModel` through a ten-line loop over small local tools that return the tool
-contract's JSON (so these tests do not depend on the real store's timing); one test uses the real
+contract's JSON (so these tests are independent of the real catalog); one test uses the real
 `make_tools` + `BookStore`. The Ollama tests talk to `tests/ollama_replay.py`, a loopback replay of
 Ollama's wire format: ChatOllama's real HTTP code runs, no real Ollama or model does.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import ollama
 import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
@@ -38,7 +38,10 @@ from shared_tools.models import (
     make_model,
     ollama_base_url,
 )
-from tests.ollama_replay import OllamaReplayServer, ReplayReply
+from shared_tools.personas import POLICIES
+from shared_tools.store import BookStore
+from shared_tools.tools import make_tools
+from tests.ollama_replay import OllamaReplayServer, ReplayReply, free_port
 
 GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
 INSTRUCTIONS = "You are the assistant of a small bookstore. Use the tools; never invent stock or prices."
@@ -453,6 +456,7 @@ def test_silent_returns_an_empty_reply_with_usage() -> None:
 
 def test_every_persona_has_a_description() -> None:
     assert set(PERSONAS) == {"shopper", "parallel", "hallucinator", "gullible", "looper", "silent"}
+    assert set(POLICIES) == set(PERSONAS), "personas.py keeps descriptions and policies in two dicts"
     assert all(PERSONAS.values())
 
 
@@ -567,10 +571,8 @@ def test_a_misspelled_field_is_rejected() -> None:
 
 
 def test_shopper_drives_the_real_tools_and_store() -> None:
-    tools_module = pytest.importorskip("shared_tools.tools")
-    store_module = pytest.importorskip("shared_tools.store")
-    store = store_module.BookStore()
-    tools = tools_module.make_tools(store)
+    store = BookStore()
+    tools = make_tools(store)
 
     messages = run(ScriptedChatModel(), tools, GOAL)
 
@@ -614,14 +616,8 @@ def test_ollama_host_is_normalised(host: str, url: str) -> None:
     assert ollama_base_url(host) == url
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_make_model_without_ollama_says_to_start_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    port = _closed_port()
+    port = free_port()
     monkeypatch.setenv("OLLAMA_HOST", f"127.0.0.1:{port}")
 
     with pytest.raises(ModelUnavailable) as caught:
@@ -713,6 +709,9 @@ def test_replay_fault_modes_fail_the_way_a_broken_server_would(monkeypatch: pyte
                 model.invoke("hello")
             causes.append(type(caught.value.__cause__))
         assert causes == [httpx.RemoteProtocolError, json.JSONDecodeError, httpx.ReadTimeout]
-        with pytest.raises(Exception, match="replay script exhausted"):
+        # The replay answers HTTP 500 once its script is spent: ollama.ResponseError, translated like the rest.
+        spent_script = r"answered HTTP 500 \(ResponseError: replay script exhausted"
+        with pytest.raises(ModelCallFailed, match=spent_script) as spent:
             model.invoke("hello")
+        assert isinstance(spent.value.__cause__, ollama.ResponseError)
         assert server.remaining == 0 and len(server.chat_requests) == 4
