@@ -510,9 +510,47 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
     return lines
 
 
-def summary_table(records: list[RunRecord], *, show_turn: bool = False) -> Table:
+def shows_goal(records: Sequence[RunRecord]) -> bool:
+    """Several goals in one turn (orders asks two questions): each run must name its goal, or a contender appears
+    twice unexplained. The HTML report applies the same rule (its goal column, `report.summary_table`)."""
+    return len({r.goal for r in records}) > 1 and len({r.turn for r in records}) == 1
+
+
+def run_label(record: RunRecord, *, turn: bool = False, goal: bool = False, variant: bool = False) -> str:
+    """How a run is named where runs of one contender must be told apart: ``langgraph · turn 2 (persisted)``."""
+    label = record.contender
+    if turn:
+        label += f" · turn {record.turn}"
+    if goal:
+        label += f" · {record.goal!r}"
+    if variant:
+        label += f" ({record.variant})"
+    return label
+
+
+def same_traces(records: Sequence[RunRecord], labels: Sequence[str]) -> list[str | None]:
+    """Per run, the label of an earlier run with the very same trace (calls, results, tokens), or None.
+
+    A run that raised is always printed, since its error is not part of the trace.
+    """
+    first: dict[tuple[Any, ...], str] = {}
+    same: list[str | None] = []
+    for record, label in zip(records, labels, strict=True):
+        key = tuple((e["step"], e["name"], e["detail"], e["tokens"], e["is_error"]) for e in record.trace)
+        same.append(first.get(key) if record.error is None else None)
+        first.setdefault(key, label)
+    return same
+
+
+def print_trace(console: Console, trace: Sequence[dict[str, Any]]) -> None:
+    """`trace_lines` on the console, one screen line each."""
+    for line in trace_lines(trace, console.width):
+        console.print(line, overflow="ellipsis", no_wrap=True)
+
+
+def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: str | None = None) -> Table:
     """The side-by-side table, one row per run; the answers are listed under it (see `answer_grid`)."""
-    table = Table(expand=True, padding=(0, 1))
+    table = Table(expand=True, padding=(0, 1), title=title, title_justify="left", title_style="bold")
     if show_turn:
         table.add_column("turn", justify="right", width=4)
     table.add_column("contender", no_wrap=True, min_width=18)
@@ -539,13 +577,13 @@ def summary_table(records: list[RunRecord], *, show_turn: bool = False) -> Table
     return table
 
 
-def answer_grid(records: list[RunRecord], *, show_turn: bool = False) -> Table:
+def answer_grid(records: list[RunRecord], *, show_turn: bool = False, show_goal: bool = False) -> Table:
     """What each run would show the user: the answer when done, an honest sentence (or the error) otherwise."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column(ratio=1)
     for r in records:
-        who = f"{r.contender} turn {r.turn}:" if show_turn else f"{r.contender}:"
+        who = run_label(r, turn=show_turn, goal=show_goal) + ":"
         grid.add_row(Text(who, style="bold"), Text(r.user_message, style="" if r.error is None else "yellow"))
     return grid
 
@@ -567,33 +605,40 @@ def render_scenario(
     console.print(Text(scenario.description, style="bold"))
     console.print(Text(scenario.lesson))
     show_turn = scenario.multi_turn
-    printed: dict[tuple[Any, ...], str] = {}
-    """Traces already shown in this scenario, so an identical one is named instead of printed again."""
+    several_variants = len(scenario.variants) > 1
+    shown = [r for v in scenario.variants for r in pick(records, variant=v.name)]
+    show_goal = shows_goal(shown)
+    labels = {id(r): run_label(r, turn=show_turn, goal=show_goal, variant=several_variants) for r in shown}
+    # Traces already shown in this scenario (across its variants) are named instead of printed again.
+    same = dict(zip((id(r) for r in shown), same_traces(shown, [labels[id(r)] for r in shown]), strict=True))
     for variant in scenario.variants:
         runs = pick(records, variant=variant.name)
         if not runs:
             continue
-        if len(scenario.variants) > 1:
+        if several_variants:
             console.print(Text("\nvariant ", style="bold") + Text(f"{variant.name}: {variant.label}", style="bold"))
         if trace:
             for r in runs:
-                turn = f" · turn {r.turn}" if show_turn else ""
-                who = f"{r.contender}{turn}" + (f" ({variant.name})" if len(scenario.variants) > 1 else "")
-                key = tuple((e["step"], e["name"], e["detail"], e["tokens"], e["is_error"]) for e in r.trace)
-                if key in printed and r.error is None:
-                    same = f"the same trace as {printed[key]} (same calls, results and tokens)."
-                    console.print(Text(f"\n{who}: ", style="bold") + Text(same))
+                if same[id(r)] is not None:
+                    text = f"the same trace as {same[id(r)]} (same calls, results and tokens)."
+                    console.print(Text(f"\n{labels[id(r)]}: ", style="bold") + Text(text))
                     continue
-                printed.setdefault(key, who)
+                turn = f" · turn {r.turn}" if show_turn else ""
                 console.print(Text(f"\n{r.contender}{turn}: ", style="bold") + Text(r.goal))
-                for line in trace_lines(r.trace, console.width):
-                    console.print(line, overflow="ellipsis", no_wrap=True)
+                print_trace(console, r.trace)
                 if r.error is not None:
                     console.print(Text(f"raised {r.error}", style="yellow"), overflow="ellipsis", no_wrap=True)
             console.print()
-        console.print(summary_table(runs, show_turn=show_turn))
+        if show_goal:
+            # A goal column leaves no room in 100 columns: one table per goal, titled with it, instead.
+            by_goal = [pick(runs, goal=goal) for goal in dict.fromkeys(r.goal for r in runs)]
+            for same_goal in by_goal:
+                console.print(summary_table(same_goal, show_turn=show_turn, title=f"goal: {same_goal[0].goal}"))
+            runs = [r for same_goal in by_goal for r in same_goal]
+        else:
+            console.print(summary_table(runs, show_turn=show_turn))
         console.print(Text("What the user sees:", style="bold"))
-        console.print(answer_grid(runs, show_turn=show_turn))
+        console.print(answer_grid(runs, show_turn=show_turn, show_goal=show_goal))
     points = notice_points(scenario, records)
     if points:
         console.print(Text("\nWhat to notice:", style="bold"))

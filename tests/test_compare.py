@@ -376,6 +376,102 @@ def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
     assert OWNERS_SUMMARY in terminal and OWNERS_SUMMARY in page
 
 
+def records_of(full_run: dict[str, Any], scenario: str) -> list[Any]:
+    from shared_tools.render import RunRecord
+
+    return [RunRecord(**{k: v for k, v in r.items() if k != "outcome"}) for r in runs_of(full_run, scenario)]
+
+
+def test_every_notice_point_is_one_line_and_one_report_bullet(full_run: dict[str, Any]) -> None:
+    from shared_tools.render import notice, notice_points
+
+    page = full_run["report"]
+    for scenario in SCENARIOS:
+        points = notice_points(scenario, records_of(full_run, scenario.name))
+        text = notice(scenario, records_of(full_run, scenario.name))
+        assert len(points) >= 2, scenario.name
+        assert text.splitlines() == [" ".join(p.split()) for p in points], scenario.name
+        section = page[page.index(f'<section id="{scenario.name}">') :]
+        section = section[: section.index("</section>")]
+        bullets = section[section.index('<div class="notice">') :]
+        assert bullets.count("<li>") == len(points), scenario.name
+
+
+def test_report_tells_the_two_orders_questions_apart(full_run: dict[str, Any]) -> None:
+    page = full_run["report"]
+    section = page[page.index('<section id="orders">') :]
+    section = section[: section.index("</section>")]
+    table = section[section.index("<table>") :]
+    assert table.index("<th>goal</th>") < table.index("<th>contender</th>")
+    goals = ("Where is my order 4512?", "Where is my order 9999?")
+    for goal in goals:
+        assert table.count(f"<td>{goal}</td>") == len(CONTENDERS), goal
+        assert section.count(f"<div><b>“{goal}”</b>: ") == 1, "one chart legend group per question"
+    bookstore = page[page.index('<section id="bookstore">') :]
+    assert "<th>goal</th>" not in bookstore[: bookstore.index("</section>")], "one goal: no goal column"
+
+
+def test_terminal_tells_the_two_orders_questions_apart(full_run: dict[str, Any]) -> None:
+    import re
+
+    from shared_tools.render import make_console, render_scenario
+    from shared_tools.scenarios import SCENARIOS_BY_NAME
+
+    buffer = io.StringIO()
+    render_scenario(make_console(buffer), 2, SCENARIOS_BY_NAME["orders"], records_of(full_run, "orders"))
+    out = buffer.getvalue()
+    text = " ".join(out.split())  # long lines wrap at 100 columns
+    goals = ("Where is my order 4512?", "Where is my order 9999?")
+    same = re.findall(r"(\S+ · '[^']+'): the same trace as (\S+ · '[^']+')", text)
+    assert len(same) == 2 * (len(CONTENDERS) - 1), "each contender after the first, per question"
+    assert len(set(same)) == len(same), "no two runs named alike"
+    assert sorted(same) == sorted(
+        (f"{contender} · {goal!r}", f"handwritten · {goal!r}") for contender in list(CONTENDERS)[1:] for goal in goals
+    )
+    answers = text[text.index("What the user sees:") :]
+    for contender in CONTENDERS:
+        for goal in goals:
+            assert answers.count(f"{contender} · {goal!r}:") == 1, (contender, goal)
+    # one table per question, titled with it, each with every contender once
+    tables = re.split(r"^goal: ", out[: out.index("What the user sees:")], flags=re.MULTILINE)[1:]
+    assert [table.splitlines()[0].strip() for table in tables] == list(goals)
+    for table in tables:
+        rows = [line.split("│")[1].strip() for line in table.splitlines() if line.startswith("│")]
+        assert rows == list(CONTENDERS)
+
+
+def test_same_traces_names_the_first_identical_run() -> None:
+    from shared_tools.render import same_traces
+
+    def record(contender: str, detail: str, error: str | None = None) -> Any:
+        from shared_tools.render import RunRecord
+
+        event = {"step": 1, "name": "get_order", "detail": detail, "tokens": 0, "is_error": False, "duration_s": 0}
+        return RunRecord(
+            "orders", "default", "", contender, "goal", 1, None if error else "done", error, None, "", 1, 1, 1,
+            [1], 0.0, [event], [], "0.00",
+        )
+
+    runs = [record("a", "x"), record("b", "y"), record("c", "x"), record("d", "y"), record("e", "x", "Boom: no")]
+    assert same_traces(runs, ["A", "B", "C", "D", "E"]) == [None, None, "A", "B", None]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "shown"),
+    [
+        ([5, 6, 7, 8, 9, 10, 11, 12], "5 6 7 8 9 10 11 12"),
+        ([5, 6, 7, 8, 9, 10, 11, 12, 13], "5 6 7 … 12 13"),
+        (list(range(1, 31)), "1 2 3 … 29 30"),
+        ([], ""),
+    ],
+)
+def test_tokens_per_step_cell_shortens_only_long_runs(tokens: list[int], shown: str) -> None:
+    from shared_tools.render import _per_step
+
+    assert _per_step(tokens) == shown
+
+
+
 # --- the command line ----------------------------------------------------------------------------------------
 
 
