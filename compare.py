@@ -8,7 +8,8 @@ instructions, goal, limits, faults and model. A contender that raises (LangGraph
 exception) is a result to show, not a crash. `--json` writes every run's full record, `--report` a
 self-contained HTML page (`shared_tools.report`), `--store-db` keeps the bookstore in a SQLite file instead of
 memory, and `python compare.py chat` is a multi-turn conversation.
-This is the only module that prints; the agents and tools log.
+Output: compare.py decides where it goes (stdout, or stderr when `--json -` takes stdout); `shared_tools.render`
+draws on the console it is given; library code (agents, tools, store) only logs.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from shared_tools.render import (
     render_guard_matrix,
     render_list,
     render_scenario,
+    render_turn,
     render_who_owns_what,
-    trace_lines,
 )
 from shared_tools.report import render_report
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
@@ -228,9 +229,14 @@ def run_gated_graph(agent: Any, instructions: str, goal: str, human: DemoHuman) 
     return replace(result, trace=trace)
 
 
-def model_spec_for(spec: str, scenario: Scenario) -> str:
-    """Plain "scripted" plays the scenario's persona; any other spec (a persona, a real model) is used as is."""
-    return f"scripted:{scenario.persona}" if spec == "scripted" else spec
+def model_spec_for(spec: str, persona: str) -> str:
+    """Plain "scripted" plays `persona` (a scenario's); any other spec (a persona, a real model) is used as is."""
+    return f"scripted:{persona}" if spec == "scripted" else spec
+
+
+def is_scripted(spec: str) -> bool:
+    """The embedded scripted model: instant replies, so no progress spinner and only the goals it knows."""
+    return spec.startswith("scripted")
 
 
 # --- running scenarios -------------------------------------------------------------------------------------
@@ -303,31 +309,46 @@ def open_store(options: RunOptions, scenario: Scenario) -> Iterator[tuple[BookSt
         store.close()
 
 
+def scenario_tools(store: BookStore, customer: str, scenario: Scenario, variant: Variant) -> list[Any]:
+    """The tools of one run: the customer's, with the variant's faults and search size."""
+    return make_tools(store, customer, scenario.faults_for(variant), search_max_results=variant.search_max_results)
+
+
+def attempt(run: Callable[[], AgentResult], what: str) -> AgentResult | Exception:
+    """`run()`, or what it raised: a contender that raises is a result to show (see the module docstring).
+
+    An unreachable model or an exhausted script is not a contender's result: it ends the whole command.
+    """
+    try:
+        return run()
+    except (ModelUnavailable, ScriptExhausted):
+        raise
+    except Exception as exc:
+        log.info("%s raised: %s", what, error_text(exc))
+        return exc
+
+
 def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, options: RunOptions) -> RunRecord:
     """One contender, one goal, a fresh store (or a fresh customer in the --store-db file)."""
     with open_store(options, scenario) as (store, customer):
-        tools = make_tools(
-            store, customer, scenario.faults_for(variant), search_max_results=variant.search_max_results
-        )
-        model = make_model(model_spec_for(options.model, scenario))
+        tools = scenario_tools(store, customer, scenario, variant)
+        model = make_model(model_spec_for(options.model, scenario.persona))
         events: list[TraceEvent] = []
         on_event = _collector(events, options.progress)
         human = DemoHuman(store) if variant.approval_gate else None
         agent = build_contender(contender, model, tools, scenario.limits_for(variant), variant, on_event, human)
         base = _base(scenario, variant, contender, goal, 1)
         instructions = scenario.instructions_for(variant)
+        what = f"{contender} in {scenario.name}/{variant.name}"
         started = time.perf_counter()
-        try:
-            if human is not None and contender != "handwritten":
-                result = run_gated_graph(agent, instructions, goal, human)
-            else:
-                result = agent.run(instructions, goal)
-        except (ModelUnavailable, ScriptExhausted):
-            raise
-        except Exception as exc:  # a contender that raises is a result to show (see the module docstring)
-            log.info("%s raised in %s/%s: %s", contender, scenario.name, variant.name, error_text(exc))
-            return _record(base, store, customer, events, time.perf_counter() - started, exc=exc)
-        record = _record(base, store, customer, events, time.perf_counter() - started, result=result)
+        if human is not None and contender != "handwritten":
+            result = attempt(lambda: run_gated_graph(agent, instructions, goal, human), what)
+        else:
+            result = attempt(lambda: agent.run(instructions, goal), what)
+        wall_s = time.perf_counter() - started
+        if isinstance(result, Exception):
+            return _record(base, store, customer, events, wall_s, exc=result)
+        record = _record(base, store, customer, events, wall_s, result=result)
         if human is not None:
             record.facts.update(human.facts(contender))
         if scenario.injection is not None:
@@ -444,9 +465,7 @@ def run_session(scenario: Scenario, variant: Variant, contender: str, options: R
 def _run_session(
     scenario: Scenario, variant: Variant, contender: str, options: RunOptions, store: BookStore, customer: str
 ) -> list[RunRecord]:
-    tools = make_tools(
-        store, customer, scenario.faults_for(variant), search_max_results=variant.search_max_results
-    )
+    tools = scenario_tools(store, customer, scenario, variant)
     instructions = scenario.instructions_for(variant)
     limits = scenario.limits_for(variant)
     events: list[TraceEvent] = []
@@ -459,7 +478,7 @@ def _run_session(
     thread = f"{scenario.name}-{variant.name}"
 
     def new_agent() -> Any:
-        model = make_model(model_spec_for(options.model, scenario))
+        model = make_model(model_spec_for(options.model, scenario.persona))
         return build_contender(contender, model, tools, limits, variant, on_event)
 
     conversation = open_conversation(contender, new_agent(), instructions, thread, db, resume=False)
@@ -473,16 +492,14 @@ def _run_session(
             events.clear()
             base = _base(scenario, variant, contender, goal, turn)
             started = time.perf_counter()
-            try:
-                result = conversation.ask(goal)
-            except (ModelUnavailable, ScriptExhausted):
-                raise
-            except Exception as exc:
-                error = error_text(exc)
-                log.info("%s raised in %s/%s turn %d: %s", contender, scenario.name, variant.name, turn, error)
-                records.append(_record(base, store, customer, events, time.perf_counter() - started, exc=exc))
+            result = attempt(
+                lambda goal=goal: conversation.ask(goal), f"{contender} in {scenario.name}/{variant.name} turn {turn}"
+            )
+            wall_s = time.perf_counter() - started
+            if isinstance(result, Exception):
+                records.append(_record(base, store, customer, events, wall_s, exc=result))
                 break
-            record = _record(base, store, customer, events, time.perf_counter() - started, result=result)
+            record = _record(base, store, customer, events, wall_s, result=result)
             record.facts.update(conversation.facts())
             if changed:
                 record.facts["changed_behind_the_agent"] = changed
@@ -675,7 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             contenders=contenders,
             session_db=args.session_db or Path(scratch) / "sessions.db",
             store_db=args.store_db,
-            progress=None if args.model.startswith("scripted") else Progress(console),
+            progress=None if is_scripted(args.model) else Progress(console),
         )
         try:
             records, done, interrupted = run_and_render(console, scenarios, options, trace=not args.no_trace)
@@ -763,7 +780,8 @@ def chat_main(argv: Sequence[str]) -> int:
     args = build_chat_parser().parse_args(argv)
     _configure_logging(args.verbose)
     console = make_console(sys.stdout)
-    spec = "scripted:shopper" if args.model == "scripted" else args.model
+    spec = model_spec_for(args.model, "shopper")
+    scripted = is_scripted(spec)
     try:
         model = make_model(spec)
     except ModelSpecError as exc:
@@ -777,7 +795,7 @@ def chat_main(argv: Sequence[str]) -> int:
     # The cart lives in a store file beside the sessions, so a resumed conversation and the cart agree.
     store = BookStore(args.store_db or db.with_name(f"{db.stem}.store.db"))
     events: list[TraceEvent] = []
-    progress = None if spec.startswith("scripted") else Progress(console)
+    progress = None if scripted else Progress(console)
     agent = build_contender(
         args.contender, model, make_tools(store, CUSTOMER_ID), AgentLimits(), Variant(), _collector(events, progress)
     )
@@ -790,16 +808,11 @@ def chat_main(argv: Sequence[str]) -> int:
             f"{facts['messages']} message(s) so far. Empty line or 'quit' ends."
         )
     )
-    scripted = spec.startswith("scripted")
     if scripted:
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
 
     def show(result: AgentResult) -> None:
-        for line in trace_lines([asdict(e) for e in result.trace], console.width):
-            console.print(line, overflow="ellipsis", no_wrap=True)
-        console.print(Text("assistant> ", style="bold") + Text(result.user_message()))
-        if result.stop_reason is not StopReason.DONE:
-            console.print(Text(f"(stop reason: {result.stop_reason})"))
+        render_turn(console, [asdict(e) for e in result.trace], result.user_message(), result.stop_reason)
 
     try:
         # A turn a crash or an outage cut short is finished from its last checkpoint before anything new.

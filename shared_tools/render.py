@@ -548,6 +548,14 @@ def print_trace(console: Console, trace: Sequence[dict[str, Any]]) -> None:
         console.print(line, overflow="ellipsis", no_wrap=True)
 
 
+def render_turn(console: Console, trace: Sequence[dict[str, Any]], user_message: str, stop_reason: str) -> None:
+    """One chat turn: its trace, what the assistant says, and the stop reason when it is not 'done'."""
+    print_trace(console, trace)
+    console.print(Text("assistant> ", style="bold") + Text(user_message))
+    if stop_reason != StopReason.DONE:
+        console.print(Text(f"(stop reason: {stop_reason})"))
+
+
 def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: str | None = None) -> Table:
     """The side-by-side table, one row per run; the answers are listed under it (see `answer_grid`)."""
     table = Table(expand=True, padding=(0, 1), title=title, title_justify="left", title_style="bold")

@@ -729,3 +729,15 @@ def test_truncation_marker_is_what_guards_truncate_writes() -> None:
 
     assert TRUNCATION_MARKER == "... [truncated"
     assert TRUNCATION_MARKER in truncate("x" * 50, 10) and TRUNCATION_MARKER not in truncate("x" * 5, 10)
+
+
+@pytest.mark.parametrize(("reason", "says_why"), [(StopReason.DONE, False), (StopReason.MAX_STEPS, True)])
+def test_a_chat_turn_shows_its_trace_the_answer_and_an_unusual_stop(reason: StopReason, says_why: bool) -> None:
+    from shared_tools.render import make_console, render_turn
+
+    event = {"step": 1, "name": "view_cart", "detail": "{} -> []", "tokens": 0, "is_error": False, "duration_s": 0}
+    buffer = io.StringIO()
+    render_turn(make_console(buffer), [event], "Your cart is empty.", reason)
+    lines = buffer.getvalue().splitlines()
+    assert lines[:2] == ["[step 1] view_cart         0,0s  {} -> []", "assistant> Your cart is empty."]
+    assert lines[2:] == ([f"(stop reason: {reason})"] if says_why else [])
