@@ -30,6 +30,7 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
 
+from compare import CUSTOMER_ID
 from handwritten import AgentLoop
 from langgraph_version import GraphAgent, GraphSession, create_agent_contender
 from shared_tools.models import make_model
@@ -93,7 +94,7 @@ def variants(scratch: Path) -> dict[str, _common.Prepare]:
 
     def fresh() -> tuple[BookStore, list[BaseTool]]:
         store = BookStore()
-        return store, make_tools(store)
+        return store, make_tools(store, CUSTOMER_ID)
 
     def floor() -> Job:
         store, tools = fresh()
@@ -177,7 +178,7 @@ def check(all_variants: dict[str, _common.Prepare]) -> None:
         job = prepare()
         assert isinstance(job, Job)
         job()
-        cart = job.store.cart("c1")
+        cart = job.store.cart(CUSTOMER_ID)
         if cart.total != Decimal("16.50") or [line.book.id for line in cart.lines] != [7]:
             raise SystemExit(f"{name} did not do the seed job: cart {cart}")
 
