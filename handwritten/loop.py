@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -80,10 +81,28 @@ def run_blocking(make: Callable[[], Coroutine[Any, Any, T]], *, instead: str) ->
             # (benchmarks/overhead.py).
             box.append(await make())
 
-        asyncio.run(main())
+        loop = _new_event_loop()
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:  # the Runner closes the loop
+            runner.run(main())
         return box[0]
     # asyncio.run would fail here anyway, with a message that doesn't say what to do.
     raise RuntimeError(f"called from inside a running event loop; use `await {instead}` instead")
+
+
+def _new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop, built with Ctrl-C held back for the moment it takes.
+
+    A KeyboardInterrupt that lands while an event loop is being constructed leaves a half-made loop whose
+    `__del__` prints a traceback at exit; held back, the Ctrl-C arrives right after, as an ordinary
+    KeyboardInterrupt (found by sending SIGINT to `python compare.py` at random moments).
+    """
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        return asyncio.new_event_loop()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        return asyncio.new_event_loop()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 # --- one run's state -------------------------------------------------------------------------------------------

@@ -888,3 +888,30 @@ def test_a_warehouse_timeout_goes_back_to_the_model() -> None:
     assert tool_messages(result)[1].content == "check_stock failed."
     assert result.stop_reason is StopReason.DONE
     assert cart_of(store) == [("The Quiet Orchard", 1)]
+
+
+def test_ctrl_c_while_the_event_loop_is_built_arrives_after_it_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGINT during `new_event_loop` used to leave a half-made loop whose __del__ printed a traceback."""
+    import gc
+    import os
+    import signal
+
+    from handwritten.loop import _new_event_loop
+
+    built: list[asyncio.AbstractEventLoop] = []
+    real = asyncio.new_event_loop
+
+    def interrupted_while_building() -> asyncio.AbstractEventLoop:
+        os.kill(os.getpid(), signal.SIGINT)  # lands inside construction, as a user's Ctrl-C can
+        built.append(real())
+        return built[-1]
+
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    monkeypatch.setattr(asyncio, "new_event_loop", interrupted_while_building)
+    with pytest.raises(KeyboardInterrupt):  # the Ctrl-C is delivered, not swallowed
+        _new_event_loop()
+    assert len(built) == 1, "the loop was finished before the interrupt arrived"
+    built[0].close()
+    gc.collect()
+    assert unraisable == []
