@@ -1,15 +1,15 @@
 """The front door: run the same bookstore goals through every contender and show, side by side, what each did.
 
-`python compare.py` runs the eleven scenarios of `shared_tools.scenarios` on the embedded scripted model and
+`python compare.py` runs the eleven scenarios of `shared_tools.comparison.scenarios` on the embedded scripted model and
 prints, per scenario, each contender's trace in the seed's format, a side-by-side table (stop reason, calls,
 tokens per step, wall time, cart, answer) and what to notice in those numbers; at the end a guard matrix built
 from the runs and the seed's "who owns what" table. Every contender gets a fresh store and the same
 instructions, goal, limits, faults and model. A contender that raises (LangGraph's defaults re-raise a tool's
 exception) is a result to show, not a crash. `--json` writes every run's full record, `--report` a
-self-contained HTML page (`shared_tools.report`), `--store-db` keeps the bookstore in a SQLite file instead of
-memory, and `python compare.py chat` is a multi-turn conversation.
-Output: compare.py decides where it goes (stdout, or stderr when `--json -` takes stdout); `shared_tools.render`
-draws on the console it is given; library code (agents, tools, store) only logs.
+self-contained HTML page (`shared_tools.comparison.report`), `--store-db` keeps the bookstore in a SQLite file
+instead of memory, and `python compare.py chat` is a multi-turn conversation.
+Output: compare.py decides where it goes (stdout, or stderr when `--json -` takes stdout);
+`shared_tools.comparison.render` draws on the console it is given; library code (agents, tools, store) only logs.
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.text import Text
 
-from shared_tools.approval import RiskyWritePolicy
-from shared_tools.guards import mask_pii
-from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
-from shared_tools.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
-from shared_tools.render import (
+from shared_tools.bookstore.approval import RiskyWritePolicy
+from shared_tools.bookstore.store import BookStore, money
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.render import (
     RunRecord,
     guard_matrix,
     make_console,
@@ -47,9 +46,8 @@ from shared_tools.render import (
     render_turn,
     render_who_owns_what,
 )
-from shared_tools.report import render_report
-from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
-from shared_tools.scenarios import (
+from shared_tools.comparison.report import render_report
+from shared_tools.comparison.scenarios import (
     APPROVAL_CONTENDERS,
     CONTENDERS,
     INSTRUCTIONS,
@@ -60,8 +58,10 @@ from shared_tools.scenarios import (
     Scenario,
     Variant,
 )
-from shared_tools.store import BookStore, money
-from shared_tools.tools import make_tools
+from shared_tools.guards import mask_pii
+from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
+from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
+from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
 
 log = logging.getLogger("compare")
 

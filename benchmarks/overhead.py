@@ -33,11 +33,11 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from compare import CUSTOMER_ID
 from handwritten import AgentLoop
 from langgraph_version import GraphAgent, GraphSession, create_agent_contender
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits
-from shared_tools.scenarios import INSTRUCTIONS, SEED_GOAL
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
 
 MODEL_CALLS, TOOL_CALLS = 5, 4
 DURABILITIES = ("sync", "async", "exit")

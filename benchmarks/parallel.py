@@ -21,12 +21,12 @@ import _common
 
 from handwritten import AgentLoop
 from langgraph_version import GraphAgent
-from shared_tools.faults import Faults
+from shared_tools.bookstore.faults import Faults
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.scenarios import INSTRUCTIONS
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentResult, StopReason
-from shared_tools.scenarios import INSTRUCTIONS
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
 
 LATENCY_S = 0.2
 CALLS = (2, 4, 8)

@@ -90,11 +90,11 @@ def build_costs(runs: int) -> dict[str, _common.Stats]:
     """What building each contender costs (µs), fresh tools every time, as compare.py builds them."""
     from handwritten import AgentLoop
     from langgraph_version import GraphAgent, create_agent_contender
+    from shared_tools.bookstore.store import BookStore
+    from shared_tools.bookstore.tools import make_tools
+    from shared_tools.comparison.scenarios import INSTRUCTIONS
     from shared_tools.models import make_model
     from shared_tools.results import AgentLimits
-    from shared_tools.scenarios import INSTRUCTIONS
-    from shared_tools.store import BookStore
-    from shared_tools.tools import make_tools
 
     limits = AgentLimits()
 

@@ -21,8 +21,8 @@ from typing import Any
 import _common
 
 import compare
-from shared_tools.render import RunRecord
-from shared_tools.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
+from shared_tools.comparison.render import RunRecord
+from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
 
 JOBS_PER_DAY = 1_000
 DAYS_PER_MONTH = 30

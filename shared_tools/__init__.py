@@ -1,1 +1,8 @@
-"""What both agents use: the bookstore, its tools, the models, the scenarios and the result types."""
+"""What both agents share, and what they run against.
+
+At the top, the agent contract both loops implement: `results` (limits, options, stop reasons, trace events,
+the result), `steps` (the three shapes of a model reply), `guards` (the texts and checks every guard uses) and
+`sync` (driving an async agent from sync code). Below it, three parts neither loop imports: `bookstore` (the
+store, its tools, faults, the approval rule), `models` (the scripted model and its personas, Ollama) and
+`comparison` (the scenarios, the runner and the renderers behind `compare.py`).
+"""

@@ -13,8 +13,8 @@ import pytest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 
+from shared_tools.bookstore.store import BookStore
 from shared_tools.results import AgentLimits, AgentResult
-from shared_tools.store import BookStore
 
 IMPLEMENTATIONS = ("handwritten", "langgraph")
 

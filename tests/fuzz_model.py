@@ -23,8 +23,8 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
+from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.results import AgentLimits
-from shared_tools.tools import TOOL_NAMES
 
 HUGE = 50_000
 FINAL_TEXT = "That is all I can do."

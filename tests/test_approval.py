@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from langchain_core.messages import ToolCall, ToolMessage
 
-from shared_tools.approval import RiskyWritePolicy
+from shared_tools.bookstore.approval import RiskyWritePolicy
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools, tools_by_name
 from shared_tools.guards import approval_rejected
 from shared_tools.results import AgentLimits, AgentResult, StopReason
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools, tools_by_name
 from tests.conftest import AgentFactory
 from tests.doubles import ScriptModel, ai, call
 
@@ -223,9 +223,9 @@ RESUME_IN_ANOTHER_PROCESS = """
 import json, sys
 from langchain_core.messages import ToolMessage
 from langgraph_version import GraphAgent, GraphSession
-from shared_tools.approval import RiskyWritePolicy
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
+from shared_tools.bookstore.approval import RiskyWritePolicy
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
 from tests.doubles import ScriptModel, ai
 
 store = BookStore(sys.argv[1])
@@ -314,9 +314,9 @@ def test_the_node_rerun_after_a_resume_adds_once_only_with_the_call_id(
 
 def run_gullible(store: BookStore, **options: Any) -> AgentResult:
     from handwritten import AgentLoop
+    from shared_tools.comparison.scenarios import INSTRUCTIONS as SHOP_INSTRUCTIONS
+    from shared_tools.comparison.scenarios import SEED_GOAL
     from shared_tools.models import make_model
-    from shared_tools.scenarios import INSTRUCTIONS as SHOP_INSTRUCTIONS
-    from shared_tools.scenarios import SEED_GOAL
 
     return AgentLoop(make_model("scripted:gullible"), make_tools(store), **options).run(SHOP_INSTRUCTIONS, SEED_GOAL)
 

@@ -16,11 +16,11 @@ import pytest
 from langchain_core.messages import AIMessage, ToolMessage
 
 from shared_tools import guards
-from shared_tools.faults import FAKE_SECRET, Faults
+from shared_tools.bookstore.faults import FAKE_SECRET, Faults
+from shared_tools.bookstore.store import BookStore, UnknownBook
+from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, StopReason, TraceEvent
-from shared_tools.store import BookStore, UnknownBook
-from shared_tools.tools import make_tools
 from tests.conftest import IMPLEMENTATIONS, build_agent, tool_calls_in_order
 from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
 

@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 import compare
+from shared_tools.bookstore.tools import TOOL_NAMES
+from shared_tools.comparison.render import WIDTH
+from shared_tools.comparison.scenarios import CONTENDERS, SCENARIOS, SEED_GOAL
 from shared_tools.guards import approval_rejected, unknown_tool_error
-from shared_tools.render import WIDTH
 from shared_tools.results import AgentResult, StopReason
-from shared_tools.scenarios import CONTENDERS, SCENARIOS, SEED_GOAL
-from shared_tools.tools import TOOL_NAMES
 
 ROOT = Path(__file__).resolve().parent.parent
 GUARDED = ("handwritten", "langgraph")
@@ -298,7 +298,7 @@ def test_prompt_injection_notice_names_where_the_note_was(full_run: dict[str, An
 
 
 def test_store_db_keeps_every_run_in_one_file_as_its_own_customer(tmp_path: Path) -> None:
-    from shared_tools.store import BookStore, load_catalog
+    from shared_tools.bookstore.store import BookStore, load_catalog
 
     store_db, path = tmp_path / "store.db", tmp_path / "runs.json"
     argv = ["bookstore", "prompt-injection", "--contenders", "handwritten,langgraph", "--no-trace"]
@@ -355,9 +355,9 @@ def test_report_guard_matrix_has_a_cell_per_contender_and_guard(full_run: dict[s
 
 
 def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
-    from shared_tools.render import make_console, render_guard_matrix, render_who_owns_what
-    from shared_tools.report import render_report
-    from shared_tools.scenarios import GUARD_LEGEND, OWNERS_SUMMARY
+    from shared_tools.comparison.render import make_console, render_guard_matrix, render_who_owns_what
+    from shared_tools.comparison.report import render_report
+    from shared_tools.comparison.scenarios import GUARD_LEGEND, OWNERS_SUMMARY
 
     buffer = io.StringIO()
     console = make_console(buffer)
@@ -377,13 +377,13 @@ def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
 
 
 def records_of(full_run: dict[str, Any], scenario: str) -> list[Any]:
-    from shared_tools.render import RunRecord
+    from shared_tools.comparison.render import RunRecord
 
     return [RunRecord(**{k: v for k, v in r.items() if k != "outcome"}) for r in runs_of(full_run, scenario)]
 
 
 def test_every_notice_point_is_one_line_and_one_report_bullet(full_run: dict[str, Any]) -> None:
-    from shared_tools.render import notice, notice_points
+    from shared_tools.comparison.render import notice, notice_points
 
     page = full_run["report"]
     for scenario in SCENARIOS:
@@ -414,8 +414,8 @@ def test_report_tells_the_two_orders_questions_apart(full_run: dict[str, Any]) -
 def test_terminal_tells_the_two_orders_questions_apart(full_run: dict[str, Any]) -> None:
     import re
 
-    from shared_tools.render import make_console, render_scenario
-    from shared_tools.scenarios import SCENARIOS_BY_NAME
+    from shared_tools.comparison.render import make_console, render_scenario
+    from shared_tools.comparison.scenarios import SCENARIOS_BY_NAME
 
     buffer = io.StringIO()
     render_scenario(make_console(buffer), 2, SCENARIOS_BY_NAME["orders"], records_of(full_run, "orders"))
@@ -441,10 +441,10 @@ def test_terminal_tells_the_two_orders_questions_apart(full_run: dict[str, Any])
 
 
 def test_same_traces_names_the_first_identical_run() -> None:
-    from shared_tools.render import same_traces
+    from shared_tools.comparison.render import same_traces
 
     def record(contender: str, detail: str, error: str | None = None) -> Any:
-        from shared_tools.render import RunRecord
+        from shared_tools.comparison.render import RunRecord
 
         event = {"step": 1, "name": "get_order", "detail": detail, "tokens": 0, "is_error": False, "duration_s": 0}
         return RunRecord(
@@ -466,7 +466,7 @@ def test_same_traces_names_the_first_identical_run() -> None:
     ],
 )
 def test_tokens_per_step_cell_shortens_only_long_runs(tokens: list[int], shown: str) -> None:
-    from shared_tools.render import _per_step
+    from shared_tools.comparison.render import _per_step
 
     assert _per_step(tokens) == shown
 
@@ -543,9 +543,9 @@ def test_chat_keeps_the_conversation_and_resumes_it(
 ) -> None:
     from handwritten import AgentLoop, Session
     from langgraph_version import GraphAgent, GraphSession
+    from shared_tools.bookstore.store import BookStore
+    from shared_tools.bookstore.tools import make_tools
     from shared_tools.models import make_model
-    from shared_tools.store import BookStore
-    from shared_tools.tools import make_tools
 
     tools = make_tools(BookStore())
     for contender in GUARDED:
@@ -573,7 +573,7 @@ def test_chat_keeps_the_conversation_and_resumes_it(
 def test_chat_store_db_puts_the_cart_where_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from shared_tools.store import BookStore
+    from shared_tools.bookstore.store import BookStore
 
     db, store_db = tmp_path / "chat.db", tmp_path / "elsewhere" / "shop.db"
     store_db.parent.mkdir()
@@ -604,9 +604,9 @@ def test_python_dash_m_compare_works() -> None:
 def test_ctrl_c_prints_what_ran_exits_130_and_keeps_the_session_files(tmp_path: Path) -> None:
     from handwritten import AgentLoop, Session
     from langgraph_version import GraphAgent, GraphSession
+    from shared_tools.bookstore.store import BookStore
+    from shared_tools.bookstore.tools import make_tools
     from shared_tools.models import make_model
-    from shared_tools.store import BookStore
-    from shared_tools.tools import make_tools
 
     path, db = tmp_path / "runs.json", tmp_path / "sessions.db"
     # parallel-tools sleeps in its tools for seconds, so the interrupt lands while it runs.
@@ -698,8 +698,8 @@ def test_chat_finishes_a_turn_an_outage_cut_short(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from langgraph_version import GraphAgent, GraphSession
-    from shared_tools.store import BookStore
-    from shared_tools.tools import make_tools
+    from shared_tools.bookstore.store import BookStore
+    from shared_tools.bookstore.tools import make_tools
     from tests.doubles import ScriptModel
 
     def outage(_: Any) -> Any:
@@ -724,8 +724,8 @@ def test_chat_finishes_a_turn_an_outage_cut_short(
         assert "TRK-88" in session.messages[-1].content
 
 def test_truncation_marker_is_what_guards_truncate_writes() -> None:
+    from shared_tools.comparison.render import TRUNCATION_MARKER
     from shared_tools.guards import truncate
-    from shared_tools.render import TRUNCATION_MARKER
 
     assert TRUNCATION_MARKER == "... [truncated"
     assert TRUNCATION_MARKER in truncate("x" * 50, 10) and TRUNCATION_MARKER not in truncate("x" * 5, 10)
@@ -733,7 +733,7 @@ def test_truncation_marker_is_what_guards_truncate_writes() -> None:
 
 @pytest.mark.parametrize(("reason", "says_why"), [(StopReason.DONE, False), (StopReason.MAX_STEPS, True)])
 def test_a_chat_turn_shows_its_trace_the_answer_and_an_unusual_stop(reason: StopReason, says_why: bool) -> None:
-    from shared_tools.render import make_console, render_turn
+    from shared_tools.comparison.render import make_console, render_turn
 
     event = {"step": 1, "name": "view_cart", "detail": "{} -> []", "tokens": 0, "is_error": False, "duration_s": 0}
     buffer = io.StringIO()

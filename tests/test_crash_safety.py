@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
-from shared_tools.scenarios import INSTRUCTIONS, SEED_GOAL
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDER_QUESTION = "Where is my order 4512?"
@@ -33,11 +33,11 @@ QUIET_ORCHARD = 7
 CHILD = """
 import sys, time
 from langgraph_version import GraphAgent, GraphSession
-from shared_tools.faults import Faults
+from shared_tools.bookstore.faults import Faults
 from shared_tools.models import make_model
-from shared_tools.scenarios import INSTRUCTIONS, SEED_GOAL
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
+from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
 
 store_path, thread_path, marker, kill_at, idempotent = sys.argv[1:6]
 

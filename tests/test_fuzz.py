@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import ValidationError
 
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import TOOL_NAMES, AddToCartArgs, make_tools
 from shared_tools.guards import call_key, repeat_error, usage_tokens
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
-from shared_tools.store import BookStore
-from shared_tools.tools import TOOL_NAMES, AddToCartArgs, make_tools
 from tests.conftest import IMPLEMENTATIONS, build_agent
 from tests.fuzz_model import FuzzModel, limits, scripts
 

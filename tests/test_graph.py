@@ -30,12 +30,12 @@ from langgraph_version.agent import NO_STEP_LIMIT_RECURSION
 from langgraph_version.contender import tool_call_cap
 from langgraph_version.state import fresh_counters
 from shared_tools import guards
-from shared_tools.faults import FAKE_SECRET, Faults
+from shared_tools.bookstore.faults import FAKE_SECRET, Faults
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
 from shared_tools.guards import CANCELLED_CALL_TEXT
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, StopReason, TraceEvent
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
 from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
 
 INSTRUCTIONS = "You are the assistant of an online bookstore. Use the tools; answer briefly."

@@ -38,12 +38,12 @@ from handwritten import (
     Session,
     classify,
 )
-from shared_tools.faults import FAKE_SECRET, Faults
+from shared_tools.bookstore.faults import FAKE_SECRET, Faults
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
 from shared_tools.guards import MODEL_TIMED_OUT_DETAIL, truncate
 from shared_tools.models import ScriptedChatModel
 from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
 from tests.doubles import ScriptModel, ai, call
 
 SYSTEM = "You are a test assistant."

@@ -21,13 +21,13 @@ from typing import Any
 import httpx
 import pytest
 
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.guards import MODEL_TIMED_OUT_DETAIL
 from shared_tools.models import ModelCallFailed, ModelUnavailable, make_model
-from shared_tools.ollama_model import CheckedChatOllama
+from shared_tools.models.ollama import CheckedChatOllama
 from shared_tools.results import AgentLimits, AgentResult, StopReason
-from shared_tools.scenarios import INSTRUCTIONS, SEED_GOAL
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
 from tests.conftest import IMPLEMENTATIONS, build_agent
 from tests.ollama_replay import OllamaReplayServer, ReplayReply, free_port
 

@@ -1,4 +1,4 @@
-"""Tests for `shared_tools.models` and `shared_tools.personas`: the scripted model's behaviour and `make_model`.
+"""Tests for `shared_tools.models` and `shared_tools.models.personas`: the scripted model's behaviour and `make_model`.
 
 Most tests drive `ScriptedChatModel` through a ten-line loop over small local tools that return the tool
 contract's JSON (so these tests are independent of the real catalog); one test uses the real
@@ -24,23 +24,20 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_ollama import ChatOllama
 from pydantic import ValidationError
 
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
 from shared_tools.guards import plan_of, repeat_error, unknown_tool_error
 from shared_tools.models import (
-    FRESH_CART_INSTRUCTION,
-    FRESH_CART_PHRASES,
     PERSONAS,
     ModelCallFailed,
     ModelSpecError,
     ModelUnavailable,
     ScriptedChatModel,
     ScriptExhausted,
-    ToolNotBound,
     make_model,
     ollama_base_url,
 )
-from shared_tools.personas import POLICIES
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
+from shared_tools.models.personas import FRESH_CART_INSTRUCTION, FRESH_CART_PHRASES, POLICIES, ToolNotBound
 from tests.ollama_replay import OllamaReplayServer, ReplayReply, free_port
 
 GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."

@@ -20,13 +20,13 @@ import pytest
 from langchain_core.messages import BaseMessage
 
 import compare
-from shared_tools.faults import FAILURE_MESSAGE, FAKE_SECRET, Faults
+from shared_tools.bookstore.faults import FAILURE_MESSAGE, FAKE_SECRET, Faults
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.render import make_console, render_scenario
+from shared_tools.comparison.scenarios import CONTENDERS, INSTRUCTIONS, SEED_GOAL, Scenario, Variant
 from shared_tools.models import make_model
-from shared_tools.render import make_console, render_scenario
 from shared_tools.results import AgentLimits, TraceEvent
-from shared_tools.scenarios import CONTENDERS, INSTRUCTIONS, SEED_GOAL, Scenario, Variant
-from shared_tools.store import BookStore
-from shared_tools.tools import make_tools
 from tests.conftest import IMPLEMENTATIONS, build_agent
 from tests.doubles import ScriptModel, ai, call
 

@@ -1,4 +1,4 @@
-"""Tests for `shared_tools.store.BookStore`: catalog facts, search ranking, cart rules, idempotent adds,
+"""Tests for `shared_tools.bookstore.store.BookStore`: catalog facts, search ranking, cart rules, idempotent adds,
 SQLite files shared between objects, threads and processes, and invariants under random operation sequences."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared_tools.store import (
+from shared_tools.bookstore.store import (
     MAX_QUANTITY,
     BookStore,
     Cart,
@@ -345,7 +345,7 @@ def test_another_process_changes_the_cart_behind_our_back(tmp_path: Path) -> Non
     with BookStore(path) as store:
         store.add_to_cart("c1", 7, 1)
         script = (
-            "import sys; from shared_tools.store import BookStore\n"
+            "import sys; from shared_tools.bookstore.store import BookStore\n"
             "with BookStore(sys.argv[1]) as s:\n"
             "    s.remove_from_cart('c1', 7)\n"
             "    s.add_to_cart('c1', 12, 2, request_id='web-1')\n"

@@ -1,5 +1,6 @@
-"""Tests for `shared_tools.tools` and `shared_tools.faults`: the exact JSON each tool returns, the errors it raises,
-the model-facing schemas, the injected tool-call id that makes add_to_cart idempotent, and every opt-in fault."""
+"""Tests for `shared_tools.bookstore.tools` and `shared_tools.bookstore.faults`: the exact JSON each tool returns, the
+errors it raises, the model-facing schemas, the injected tool-call id that makes add_to_cart idempotent,
+and every opt-in fault."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from pydantic import ValidationError
 
-from shared_tools.faults import FAKE_SECRET, FaultInjector, Faults
+from shared_tools.bookstore.faults import FAKE_SECRET, FaultInjector, Faults
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import TOOL_NAMES, make_tools, read_result, to_json, tools_by_name
 from shared_tools.guards import invalid_args_error, tool_failure_text
-from shared_tools.store import BookStore
-from shared_tools.tools import TOOL_NAMES, make_tools, read_result, to_json, tools_by_name
 from tests.doubles import call
 
 

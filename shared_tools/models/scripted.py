@@ -1,12 +1,9 @@
-"""The chat models both agents run on: the embedded `ScriptedChatModel` and a checked `ChatOllama`.
+"""`ScriptedChatModel`: a deterministic, offline chat model that behaves like a tool-calling LLM.
 
-`make_model("scripted")` gives the default model, whose decisions are deterministic, so every demo and test runs
-offline (its tool-call ids also carry a per-instance `id_salt`, random unless fixed);
-`make_model("ollama:qwen3:4b")` gives the real local model the seed article used, after a cheap check
-that Ollama is up and the model is pulled (so a missing server is one clear line, not a traceback from
-deep inside httpx). `ScriptedChatModel` is only LangChain plumbing (tool binding, usage, ids, reasoning
-text); the decisions come from the persona policies in `personas.py`. The model reads tool results only
-from the message history it is given, never from the store, exactly like a real model.
+It is only LangChain plumbing (tool binding, usage, ids, reasoning text); the decisions come from the persona
+policies in `personas.py`. It reads tool results only from the message history it is given, never from the
+store, exactly like a real model. Its decisions are deterministic; its tool-call ids also carry a per-instance
+`id_salt` (random unless fixed), as a real provider's ids differ between conversations.
 """
 
 from __future__ import annotations
@@ -15,13 +12,10 @@ import copy
 import hashlib
 import json
 import logging
-import os
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
@@ -34,48 +28,13 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, field_validator
 
-from shared_tools.personas import (
-    FRESH_CART_INSTRUCTION,
-    FRESH_CART_PHRASES,
+from shared_tools.models.personas import (
     PERSONAS,
     Decision,
-    ScriptExhausted,
-    ToolNotBound,
     decide,
 )
 
-__all__ = [
-    "DEFAULT_OLLAMA_URL",
-    "FRESH_CART_INSTRUCTION",
-    "FRESH_CART_PHRASES",
-    "PERSONAS",
-    "ModelCallFailed",
-    "ModelSpecError",
-    "ModelUnavailable",
-    "ScriptExhausted",
-    "ScriptedChatModel",
-    "ToolNotBound",
-    "make_model",
-    "ollama_base_url",
-]
-
 logger = logging.getLogger(__name__)
-
-DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
-_REACHABILITY_TIMEOUT_S = 3.0
-
-
-class ModelSpecError(ValueError):
-    """A model spec string that `make_model` does not understand."""
-
-
-class ModelUnavailable(RuntimeError):
-    """The requested real model cannot be used right now; the message says what to run."""
-
-
-class ModelCallFailed(ModelUnavailable):
-    """A real model call failed mid-run (refused, cut off, garbled or timed out); see `ollama_model`."""
-
 
 def _history_digest(messages: Sequence[BaseMessage], salt: str = "") -> str:
     """A stable fingerprint of the conversation so far, under one model instance's `salt`.
@@ -216,79 +175,3 @@ class ScriptedChatModel(BaseChatModel):
             additional_kwargs={"reasoning_content": decision.plan},
             response_metadata={"model_name": self.model, "model_provider": "scripted", "persona": self.persona},
         )
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# make_model
-
-
-def ollama_base_url(host: str | None = None) -> str:
-    """`OLLAMA_HOST` (or `host`) as a full URL: "host:port" and bare hosts get a scheme and the default port."""
-    raw = (host if host is not None else os.environ.get("OLLAMA_HOST", "")).strip()
-    if not raw:
-        return DEFAULT_OLLAMA_URL
-    if "://" not in raw:
-        raw = "http://" + raw
-    parts = urlsplit(raw)
-    hostname = parts.hostname or "127.0.0.1"
-    if ":" in hostname:  # IPv6 literal
-        hostname = f"[{hostname}]"
-    port = parts.port or (443 if parts.scheme == "https" else 11434)
-    return f"{parts.scheme}://{hostname}:{port}{parts.path.rstrip('/')}"
-
-
-def _with_tag(name: str) -> str:
-    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
-
-
-def _check_ollama(base_url: str, model: str) -> None:
-    """Raise `ModelUnavailable` (one line, with the command to run) unless `model` is pulled at `base_url`."""
-    start = f"start it with `ollama serve`, then `ollama pull {model}`."
-    try:
-        response = httpx.get(f"{base_url}/api/tags", timeout=_REACHABILITY_TIMEOUT_S)
-    except httpx.HTTPError as exc:
-        raise ModelUnavailable(f"Ollama is not reachable at {base_url} - {start}") from exc
-    if response.status_code != 200:
-        raise ModelUnavailable(
-            f"Ollama at {base_url} answered HTTP {response.status_code} to /api/tags - check the server, or {start}"
-        )
-    try:
-        listed = response.json().get("models", [])
-    except (ValueError, AttributeError) as exc:
-        raise ModelUnavailable(f"{base_url} does not answer like Ollama (bad /api/tags) - {start}") from exc
-    pulled = {_with_tag(str(m.get(k))) for m in listed if isinstance(m, dict) for k in ("name", "model") if m.get(k)}
-    if _with_tag(model) not in pulled:
-        raise ModelUnavailable(f"Model {model} is not pulled in Ollama at {base_url} - run `ollama pull {model}`.")
-
-
-def _spec_error(spec: str) -> ModelSpecError:
-    personas = ", ".join(f"scripted:{p}" for p in PERSONAS)
-    return ModelSpecError(
-        f"Unknown model spec {spec!r}; use 'scripted', {personas}, or 'ollama:<model>' (e.g. ollama:qwen3:4b)."
-    )
-
-
-def make_model(spec: str, *, timeout_s: float | None = 120.0) -> BaseChatModel:
-    """Build the model named by `spec`: "scripted", "scripted:<persona>" or "ollama:<model>"."""
-    kind, colon, rest = spec.strip().partition(":")
-    if kind == "scripted":
-        persona = rest if colon else "shopper"
-        if persona not in PERSONAS:
-            raise _spec_error(spec)
-        return ScriptedChatModel(persona=persona)
-    if kind == "ollama" and rest:
-        # Imported here so scripted runs never load the Ollama client.
-        from shared_tools.ollama_model import CheckedChatOllama
-
-        base_url = ollama_base_url()
-        _check_ollama(base_url, rest)
-        return CheckedChatOllama(
-            model=rest,
-            temperature=0,
-            seed=42,
-            reasoning=True,
-            base_url=base_url,
-            # The ollama client's default timeout is None (wait forever); a stuck server must not hang a run.
-            client_kwargs={"timeout": timeout_s},
-        )
-    raise _spec_error(spec)

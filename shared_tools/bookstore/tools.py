@@ -23,8 +23,8 @@ from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
-from shared_tools.faults import FaultInjector, Faults
-from shared_tools.store import MAX_QUANTITY, MIN_QUANTITY, Book, BookStore, StoreError, money
+from shared_tools.bookstore.faults import FaultInjector, Faults
+from shared_tools.bookstore.store import MAX_QUANTITY, MIN_QUANTITY, Book, BookStore, StoreError, money
 
 log = logging.getLogger(__name__)
 

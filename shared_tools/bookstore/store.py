@@ -246,7 +246,7 @@ def _book_from_row(row: tuple[Any, ...]) -> Book:
 
 def load_catalog() -> dict[str, Any]:
     """The seed data from ``catalog.json`` (books with stock, and orders), as plain JSON values."""
-    text = resources.files(__package__ or "shared_tools").joinpath("catalog.json").read_text(encoding="utf-8")
+    text = resources.files(__package__ or "shared_tools.bookstore").joinpath("catalog.json").read_text(encoding="utf-8")
     return json.loads(text)
 
 

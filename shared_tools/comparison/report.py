@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from shared_tools.scenarios import GUARD_LEGEND, OWNERS_SUMMARY
+from shared_tools.comparison.scenarios import GUARD_LEGEND, OWNERS_SUMMARY
 
 CHART_WIDTH, CHART_HEIGHT = 640, 260
 _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 56, 16, 14, 34
@@ -264,7 +264,7 @@ def scenario_section(number: int, scenario: dict[str, Any], runs: Sequence[dict[
             parts.append(f"<h3>variant {_e(variant['name'])}: {_e(variant['label'])}</h3>")
         parts.append(summary_table(variant_runs))
         parts += [trace_block(r, multi_turn=scenario.get("multi_turn", False)) for r in variant_runs]
-    points = scenario.get("notice", "").splitlines()  # one point per line: see shared_tools.render.notice
+    points = scenario.get("notice", "").splitlines()  # one point per line: see shared_tools.comparison.render.notice
     if points:
         items = "".join(f"<li>{_e(point)}</li>" for point in points)
         parts.append(f'<div class="notice"><strong>What to notice:</strong><ul>{items}</ul></div>')

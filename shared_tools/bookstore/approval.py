@@ -18,7 +18,7 @@ from decimal import Decimal
 
 from langchain_core.messages import ToolCall
 
-from shared_tools.store import BookStore, StoreError, money
+from shared_tools.bookstore.store import BookStore, StoreError, money
 
 log = logging.getLogger(__name__)
 

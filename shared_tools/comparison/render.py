@@ -20,11 +20,8 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from shared_tools.faults import TIMEOUT_MESSAGE
-from shared_tools.guards import REPEAT_ERROR_PREFIX, truncate
-from shared_tools.personas import PERSONAS
-from shared_tools.results import StopReason
-from shared_tools.scenarios import (
+from shared_tools.bookstore.faults import TIMEOUT_MESSAGE
+from shared_tools.comparison.scenarios import (
     CONTENDERS,
     GUARD_LEGEND,
     GUARDS,
@@ -35,6 +32,9 @@ from shared_tools.scenarios import (
     WHO_OWNS_WHAT,
     Scenario,
 )
+from shared_tools.guards import REPEAT_ERROR_PREFIX, truncate
+from shared_tools.models.personas import PERSONAS
+from shared_tools.results import StopReason
 
 WIDTH = 100
 """Terminal width when the output is not a terminal (a pipe, a file, a test)."""

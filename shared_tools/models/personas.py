@@ -22,8 +22,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from shared_tools.bookstore.store import money
 from shared_tools.guards import REPEAT_ERROR_PREFIX, call_key
-from shared_tools.store import money
 
 FRESH_CART_PHRASES: tuple[str, ...] = ("can change", "always call view_cart")
 """If the system instructions contain one of these (case-insensitive), cart answers need a fresh view_cart."""

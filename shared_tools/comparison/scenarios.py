@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from shared_tools.faults import Faults
-from shared_tools.personas import FRESH_CART_INSTRUCTION
+from shared_tools.bookstore.faults import Faults
+from shared_tools.models.personas import FRESH_CART_INSTRUCTION
 from shared_tools.results import AgentLimits
 
 CONTENDERS: dict[str, str] = {
@@ -64,7 +64,7 @@ class Variant:
     faults: Faults | None = None
     """Faults that replace the scenario's for this variant."""
     approval_gate: bool = False
-    """Risky writes need a human's yes (`shared_tools.approval.RiskyWritePolicy`); the demo's human says no."""
+    """Risky writes need a human's yes (`shared_tools.bookstore.RiskyWritePolicy`); the demo's human says no."""
     contenders: tuple[str, ...] | None = None
     """Only these contenders run this variant (None: the scenario's), for a knob the others do not have."""
 

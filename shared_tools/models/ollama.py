@@ -21,7 +21,7 @@ import ollama
 from langchain_core.messages import BaseMessage
 from langchain_ollama import ChatOllama
 
-from shared_tools.models import ModelCallFailed
+from shared_tools.models.errors import ModelCallFailed
 
 WIRE_ERRORS = (httpx.HTTPError, json.JSONDecodeError, ollama.ResponseError)
 
