@@ -3,6 +3,9 @@
 Nothing here knows about the bookstore or about either loop: the hand-written loop calls these
 functions inline, the LangGraph version calls them from its nodes. Keeping the wording in one place
 is what lets the tests assert that both implementations feed the model *identical* error results.
+Every refusal carries its `Guard` as well as its text (`Refusal`), and `tool_answer` puts that fact
+on the trace line, so what a guard decided is recorded where it is decided, never recovered later
+from the wording.
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ValidationError
 
-from shared_tools.results import AgentLimits
+from shared_tools.results import AgentLimits, Guard, TraceEvent
 
 CANCELLED_CALL_TEXT = "Cancelled before it ran."
 """The result given to a tool call a cancelled run never answered, so the history stays valid for a next turn."""
@@ -68,8 +72,18 @@ def invalid_args_error(tool: BaseTool, args: Any) -> str | None:
     return None
 
 
-def screen(call: ToolCall, tools: Mapping[str, BaseTool], seen: dict[str, int], limits: AgentLimits) -> BaseTool | str:
-    """The tool to run for `call`, or the error text the model gets instead of running anything.
+@dataclass(frozen=True)
+class Refusal:
+    """A guard's decision not to run a call: which guard, and the error text the model gets instead."""
+
+    guard: Guard
+    text: str
+
+
+def screen(
+    call: ToolCall, tools: Mapping[str, BaseTool], seen: dict[str, int], limits: AgentLimits
+) -> BaseTool | Refusal:
+    """The tool to run for `call`, or the refusal the model gets instead of running anything.
 
     Order: unknown tool first (nothing to count or validate, and the list of real names is the most useful
     correction); then the repeat rule, counting every call in `seen` like the seed (blocked and invalid calls
@@ -80,12 +94,18 @@ def screen(call: ToolCall, tools: Mapping[str, BaseTool], seen: dict[str, int], 
     name, args = call["name"], call["args"]
     tool = tools.get(name)
     if tool is None:
-        return unknown_tool_error(name, list(tools))
+        return Refusal(Guard.UNKNOWN_TOOL, unknown_tool_error(name, list(tools)))
     key = call_key(name, args)
     count = seen[key] = seen.get(key, 0) + 1
     if limits.repeat_blocked(count - 1):
-        return repeat_error(name, count - 1)
-    return invalid_args_error(tool, args) or tool
+        return Refusal(Guard.REPEAT, repeat_error(name, count - 1))
+    if problem := invalid_args_error(tool, args):
+        return Refusal(Guard.INVALID_ARGS, problem)
+    return tool
+
+
+def approval_refusal(name: str, reason: str) -> Refusal:
+    return Refusal(Guard.APPROVAL_REFUSED, approval_rejected(name, reason))
 
 
 def tool_result(call: ToolCall, text: str, *, is_error: bool) -> ToolMessage:
@@ -117,6 +137,12 @@ def _call_schema(tool: BaseTool) -> Any:
 
 
 _CALL_SCHEMAS: dict[tuple[str, type], Any] = {}
+
+
+def tool_failure(name: str, exc: Exception, *, detailed: bool) -> tuple[str, Guard | None]:
+    """`tool_failure_text`, and `Guard.ERROR_HIDDEN` when the exception's own text was kept from the model."""
+    hidden = not detailed and not isinstance(exc, ToolException)
+    return tool_failure_text(name, exc, detailed=detailed), Guard.ERROR_HIDDEN if hidden else None
 
 
 def tool_failure_text(name: str, exc: Exception, *, detailed: bool) -> str:
@@ -162,6 +188,41 @@ def compact_json(value: Any) -> str:
 def tool_detail(args: Mapping[str, Any] | Any, result: str) -> str:
     """A tool trace line's detail, in the seed's `args -> result` form, personal data masked."""
     return mask_pii(f"{compact_json(args)} -> {result}")
+
+
+def tool_event(
+    step: int, call: ToolCall, text: str, duration_s: float, *, is_error: bool, guard: Guard | None = None
+) -> TraceEvent:
+    """The trace line of one answered tool call; every contender builds its tool lines here."""
+    return TraceEvent(step, call["name"], duration_s, tool_detail(call["args"], text), is_error=is_error, guard=guard)
+
+
+def tool_answer(
+    step: int,
+    call: ToolCall,
+    text: str,
+    duration_s: float,
+    *,
+    is_error: bool,
+    guard: Guard | None = None,
+    max_chars: int | None = None,
+) -> tuple[ToolMessage, TraceEvent]:
+    """The one ToolMessage a call gets and its trace line, after the truncation guard (both our agents)."""
+    cut = truncate(text, max_chars)
+    if cut != text and guard is None:
+        guard = Guard.TRUNCATED
+    event = tool_event(step, call, cut, duration_s, is_error=is_error, guard=guard)
+    return tool_result(call, cut, is_error=is_error), event
+
+
+def model_event(step: int, reply: AIMessage, duration_s: float) -> TraceEvent:
+    """The trace line of one model call: its tool calls, its plan, its tokens."""
+    return TraceEvent(step, "model", duration_s, model_detail(reply), usage_tokens(reply))
+
+
+def model_timeout_event(step: int, duration_s: float) -> TraceEvent:
+    """The trace line of a model call the time budget cut off: counted as a step, with no reply and no tokens."""
+    return TraceEvent(step, "model", duration_s, MODEL_TIMED_OUT_DETAIL, guard=Guard.MODEL_TIMEOUT)
 
 
 def plan_of(message: AIMessage) -> str | None:

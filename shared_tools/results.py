@@ -1,19 +1,24 @@
-"""The contract both agents return: limits in, a result with an honest stop reason out.
+"""The contract both agents share: options and limits in, a result with an honest stop reason out.
 
-`AgentLimits` is the one place where budgets live (``None`` means "no limit"), `StopReason` says
-why a run ended as a value a program can branch on (never only text in a message), `TraceEvent`
-is one line of the per-step trace, and `AgentResult` is what `handwritten.AgentLoop` and
-`langgraph_version.GraphAgent` both return, so `compare.py` can put them side by side without
-knowing which one produced a result.
+`AgentOptions` is the one set of knobs both agents take, with one set of defaults; `AgentLimits` is the one
+place where budgets live (``None`` means "no limit") and, with `AgentLimits.check`, the one rule for when a
+run must stop, judged on the `RunUsage` the run has spent so far (PydanticAI's `UsageLimits` works the same
+way). `StopReason` says why a run ended as a value a program can branch on (never only text in a message);
+`RunStopped` is how a run ends itself from deep inside a step. `TraceEvent` is one line of the per-step
+trace, with the guard that decided a tool result as a typed field (`Guard`), so no reader has to recognise a
+guard by its wording. `AgentResult` is what `handwritten.AgentLoop` and `langgraph_version.GraphAgent` both
+return, so the comparison can put them side by side without knowing which one produced a result.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, ToolCall
 
 
 class StopReason(StrEnum):
@@ -28,6 +33,52 @@ class StopReason(StrEnum):
     TOO_MANY_ERRORS = "too many consecutive tool errors"
     AWAITING_APPROVAL = "awaiting approval"
     """Paused, not finished: a tool call needs a human's yes or no (`AgentResult.pending` says which)."""
+
+
+class RunStopped(Exception):
+    """Ends a run from wherever the reason is found; the agent catches it once and builds the result from it.
+
+    The hand-written loop ends every run this way (a final answer included), as mini-swe-agent does; the
+    graphs end through their state instead and raise it only where a graph has no state to stop through.
+    """
+
+    def __init__(self, reason: StopReason, answer: str | None = None) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+        self.answer = answer
+
+
+@dataclass
+class RunUsage:
+    """What one run has spent so far. A fresh one per run is what makes every budget per run (per question)."""
+
+    model_calls: int = 0
+    tool_calls: int = 0
+    tokens: int = 0
+    error_rounds: int = 0
+    """Tool rounds in a row that had at least one error result (a clean round resets it)."""
+    started: float = field(default_factory=time.monotonic)
+    """`time.monotonic()` when the run started."""
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def end_round(self, had_error: bool) -> None:
+        """Count a finished tool round: consecutive error rounds go up, or back to zero."""
+        self.error_rounds = self.error_rounds + 1 if had_error else 0
+
+    @classmethod
+    def of_trace(cls, trace: Iterable[TraceEvent]) -> RunUsage:
+        """The counts a trace shows: for agents whose framework keeps no counters of its own."""
+        usage = cls()
+        for event in trace:
+            if event.is_model:
+                usage.model_calls += 1
+                usage.tokens += event.tokens
+            else:
+                usage.tool_calls += 1
+        return usage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,18 +104,72 @@ class AgentLimits:
             if value is not None and value < lowest:
                 raise ValueError(f"AgentLimits.{name} must be None or >= {lowest}, got {value!r}")
 
-    def exceeded_tokens(self, tokens: int) -> bool:
-        return self.max_tokens is not None and tokens > self.max_tokens
+    def check(self, usage: RunUsage) -> StopReason | None:
+        """Why the run must stop after a tool round, or None to ask the model again.
 
-    def exceeded_duration(self, elapsed_s: float) -> bool:
-        return self.max_duration is not None and elapsed_s > self.max_duration
+        One order for both agents: consecutive error rounds, tokens, time, then steps, so a run that is both
+        out of steps and over its token budget says "token budget exceeded" in either loop.
+        """
+        if self.too_many_errors(usage.error_rounds):
+            return StopReason.TOO_MANY_ERRORS
+        if self.max_tokens is not None and usage.tokens > self.max_tokens:
+            return StopReason.TOKEN_BUDGET
+        if self.max_duration is not None and usage.elapsed > self.max_duration:
+            return StopReason.TIME_BUDGET
+        if self.max_steps is not None and usage.model_calls >= self.max_steps:
+            return StopReason.MAX_STEPS
+        return None
 
-    def exceeded_errors(self, consecutive_error_rounds: int) -> bool:
+    def too_many_errors(self, consecutive_error_rounds: int) -> bool:
         return self.max_consecutive_errors is not None and consecutive_error_rounds > self.max_consecutive_errors
+
+    def time_left(self, usage: RunUsage) -> float | None:
+        """Seconds left of the time budget (may be negative), or None without one; bounds each model call."""
+        return None if self.max_duration is None else self.max_duration - usage.elapsed
 
     def repeat_blocked(self, times_seen_before: int) -> bool:
         """True when a call seen `times_seen_before` times already may not run again."""
         return self.max_repeats is not None and times_seen_before >= self.max_repeats
+
+
+NeedsApproval = Callable[[ToolCall], str | None]
+"""A rule saying which calls a human must approve first: a reason (for the human) or None (just run it)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentOptions:
+    """How an agent runs, the same for every agent and with the same defaults, documented once here.
+
+    An agent that cannot honour an option says so when it is built (the "LangGraph defaults" graph has no
+    approval gate, for example); it never ignores one silently.
+    """
+
+    limits: AgentLimits = field(default_factory=lambda: AgentLimits())
+    detailed_errors: bool = False
+    """Show a tool's own exception text to the model. Off: a generic "X failed." (a `ToolException`'s text,
+    written for the model, is always shown), because an exception may carry internals such as a password."""
+    parallel_tools: bool = False
+    """Run the calls of one reply concurrently. Off, as in the seed: one after another, in the model's order.
+    Guard decisions are made in call order either way."""
+    max_tool_result_chars: int | None = None
+    """Cut longer tool results to this many characters and say how much was cut. None: never cut."""
+    needs_approval: NeedsApproval | None = None
+    """Which calls a human must approve first (see `shared_tools.bookstore.RiskyWritePolicy`)."""
+    on_event: Callable[[TraceEvent], None] | None = None
+    """Called with each trace line as it happens (from inside the run, so a cancel it sets is seen next)."""
+
+
+class Guard(StrEnum):
+    """Which guard decided a tool result, as a fact on the trace line (`TraceEvent.guard`)."""
+
+    UNKNOWN_TOOL = "unknown tool"
+    REPEAT = "repeated call"
+    INVALID_ARGS = "invalid arguments"
+    APPROVAL_REFUSED = "approval refused"
+    ERROR_HIDDEN = "error details hidden"
+    TRUNCATED = "result truncated"
+    CANCELLED = "cancelled before it ran"
+    MODEL_TIMEOUT = "model call cut by the time budget"
 
 
 @dataclass(frozen=True)
@@ -79,10 +184,19 @@ class TraceEvent:
     """For a model call: the tokens that call used (input + output). 0 for tool calls."""
     is_error: bool = False
     """For a tool call: the model was given an error result."""
+    guard: Guard | None = None
+    """The guard that decided this result (None: the tool ran and its result went back as it was)."""
 
     @property
     def is_model(self) -> bool:
         return self.name == "model"
+
+    def line(self) -> str:
+        """The event as one plain-text trace line, as the agents log it."""
+        tokens = f" [{self.tokens} tokens]" if self.is_model else ""
+        error = " [error]" if self.is_error else ""
+        guard = f" [{self.guard}]" if self.guard else ""
+        return f"[step {self.step}] {self.name:<16} {self.duration_s:7.3f}s  {self.detail}{tokens}{error}{guard}"
 
 
 _USER_MESSAGES: dict[StopReason, str] = {

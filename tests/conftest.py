@@ -14,22 +14,22 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool
 
 from shared_tools.bookstore.store import BookStore
-from shared_tools.results import AgentLimits, AgentResult
+from shared_tools.results import AgentLimits, AgentOptions, AgentResult
 
 IMPLEMENTATIONS = ("handwritten", "langgraph")
 
 
 def build_agent(kind: str, model: BaseChatModel, tools: list[BaseTool], **options: Any) -> Any:
-    """One of the two guarded implementations, with identical options."""
+    """One of the two guarded implementations, with identical `AgentOptions` (`approve` goes to the loop only:
+    the graph asks its human through `interrupt()`)."""
+    approve = options.pop("approve", None)
     if kind == "handwritten":
         from handwritten import AgentLoop
 
-        return AgentLoop(model, tools, **options)
+        return AgentLoop(model, tools, AgentOptions(**options), approve=approve)
     from langgraph_version import GraphAgent
 
-    # The graph's own default is parallel; the behaviour tests compare like with like.
-    options.setdefault("parallel_tools", False)
-    return GraphAgent(model, tools, guards=True, **options)
+    return GraphAgent(model, tools, AgentOptions(**options))
 
 
 @pytest.fixture
