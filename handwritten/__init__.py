@@ -1,21 +1,11 @@
 """The from-scratch agent: `AgentLoop` (one run toward a goal) and `Session` (a conversation of several runs).
 
 Written without an agent framework, over any langchain-core chat model and any LangChain tools, so every
-stopping rule and guard is visible in `loop.py`; `session.py` keeps the history between questions.
+stopping rule and guard is visible in `loop.py`; `session.py` keeps the history between questions. The typed
+steps a reply is classified into are shared with the graph, in `shared_tools.steps`.
 """
 
-from handwritten.loop import CANCELLED_CALL_TEXT, AgentCancelled, AgentLoop
+from handwritten.loop import AgentCancelled, AgentLoop, Approve
 from handwritten.session import Session
-from shared_tools.steps import AgentStep, CallTools, FinalAnswer, InvalidResponse, classify
 
-__all__ = [
-    "CANCELLED_CALL_TEXT",
-    "AgentCancelled",
-    "AgentLoop",
-    "AgentStep",
-    "CallTools",
-    "FinalAnswer",
-    "InvalidResponse",
-    "Session",
-    "classify",
-]
+__all__ = ["AgentCancelled", "AgentLoop", "Approve", "Session"]

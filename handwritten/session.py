@@ -20,8 +20,9 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, messages_from_dict, messages_to_dict
 
-from handwritten.loop import AgentCancelled, AgentLoop, run_blocking
+from handwritten.loop import AgentCancelled, AgentLoop
 from shared_tools.results import AgentResult
+from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
 

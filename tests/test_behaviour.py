@@ -20,7 +20,7 @@ from shared_tools.bookstore.faults import FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore, UnknownBook
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
-from shared_tools.results import AgentLimits, StopReason, TraceEvent
+from shared_tools.results import AgentLimits, Guard, StopReason, TraceEvent
 from tests.conftest import IMPLEMENTATIONS, build_agent, tool_calls_in_order
 from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
 
@@ -174,6 +174,7 @@ def test_repeat_rule_blocks_the_third_identical_call(make_agent: Any, store: Boo
     name, _args = tool_calls_in_order(result)[0]
     assert len(set(map(str, tool_calls_in_order(result)))) == 1, "the looper asks the same thing every time"
     assert [m.content for m in results[2:]] == [guards.repeat_error(name, n) for n in (2, 3, 4)]
+    assert [e.guard for e in result.trace if not e.is_model] == [None, None, Guard.REPEAT, Guard.REPEAT, Guard.REPEAT]
 
 
 def test_consecutive_error_rounds_stop_the_run(make_agent: Any, store: BookStore) -> None:
@@ -204,6 +205,7 @@ def test_unknown_tool_gets_the_list_and_the_model_recovers(make_agent: Any, stor
     assert invented not in {t.name for t in tools}
     assert first.status == "error"
     assert first.content == guards.unknown_tool_error(invented, [t.name for t in tools])
+    assert next(e.guard for e in result.trace if not e.is_model) is Guard.UNKNOWN_TOOL
     assert result.stop_reason is StopReason.DONE
     assert tool_calls_in_order(result)[1:] == SEED_CALLS
     assert cart_lines(store) == [("The Quiet Orchard", 1)]
@@ -222,6 +224,7 @@ def test_invalid_arguments_name_the_field_and_run_nothing(make_agent: Any, store
     assert first.status == second.status == "error"
     assert first.content.startswith("Invalid arguments for check_stock: book_id:")
     assert second.content.startswith("Invalid arguments for add_to_cart: quantity:")
+    assert [e.guard for e in result.trace if not e.is_model] == [Guard.INVALID_ARGS, Guard.INVALID_ARGS]
     assert cart_lines(store) == []
     assert result.stop_reason is StopReason.DONE
 
@@ -231,6 +234,7 @@ def test_tool_exception_text_reaches_the_model(make_agent: Any, store: BookStore
     result = make_agent(model, make_tools(store)).run(INSTRUCTIONS, "add book 999")
     (message,) = tool_messages(result)
     assert (message.status, message.content) == ("error", str(UnknownBook(999)))
+    assert [e.guard for e in result.trace if not e.is_model] == [None], "the tool's own words: no guard decided"
     assert cart_lines(store) == []
 
 
@@ -243,11 +247,14 @@ def test_error_details_are_hidden_unless_asked_for(make_agent: Any, store: BookS
     assert result.stop_reason is StopReason.DONE
     assert cart_lines(store) == []
     seen = " ".join([str(m.content) for m in result.messages] + [e.detail for e in result.trace])
+    failed_guards = [e.guard for e in result.trace if e.is_error]
     if detailed:
         assert FAKE_SECRET in failures[0].content
+        assert failed_guards == [None, None]
     else:
         assert failures[0].content == "check_stock failed."
         assert FAKE_SECRET not in seen
+        assert failed_guards == [Guard.ERROR_HIDDEN, Guard.ERROR_HIDDEN]
 
 
 def test_flaky_warehouse_is_retried(make_agent: Any, store: BookStore) -> None:
@@ -274,6 +281,8 @@ def test_truncation_cuts_big_results_and_saves_tokens(make_agent: Any) -> None:
     assert cut_search.endswith(f"[truncated {len(full_search) - 2000} characters]")
     assert runs[2000].tokens < runs[None].tokens
     assert runs[2000].stop_reason is runs[None].stop_reason is StopReason.DONE
+    assert next(e.guard for e in runs[2000].trace if not e.is_model) is Guard.TRUNCATED
+    assert all(e.guard is None for e in runs[None].trace)
 
 
 @pytest.mark.parametrize("parallel", [False, True])

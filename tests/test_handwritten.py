@@ -28,22 +28,14 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
-from handwritten import (
-    CANCELLED_CALL_TEXT,
-    AgentCancelled,
-    AgentLoop,
-    CallTools,
-    FinalAnswer,
-    InvalidResponse,
-    Session,
-    classify,
-)
+from handwritten import AgentCancelled, AgentLoop, Session
 from shared_tools.bookstore.faults import FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.guards import MODEL_TIMED_OUT_DETAIL, truncate
+from shared_tools.guards import CANCELLED_CALL_TEXT, MODEL_TIMED_OUT_DETAIL, truncate
 from shared_tools.models import ScriptedChatModel
-from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
+from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason, TraceEvent
+from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 from tests.doubles import ScriptModel, ai, call
 
 SYSTEM = "You are a test assistant."
@@ -145,7 +137,7 @@ class StallModel(BaseChatModel):
 
 def loop_of(replies: Sequence[Any], tools: Sequence[BaseTool], **kwargs: Any) -> tuple[AgentLoop, ScriptModel]:
     model = ScriptModel(replies=list(replies))
-    return AgentLoop(model, tools, **kwargs), model
+    return AgentLoop(model, tools, AgentOptions(**kwargs)), model
 
 
 def tool_messages(result: AgentResult) -> list[ToolMessage]:
@@ -436,7 +428,7 @@ def test_time_budget_is_checked_after_the_tool_round() -> None:
 
 async def test_a_model_slower_than_the_time_budget_ends_the_run(tools: Tools) -> None:
     model = StallModel(replies=[ai("", call("echo", "c1", text="a"))])
-    loop = AgentLoop(model, tools.all, limits=AgentLimits(max_duration=0.05))
+    loop = AgentLoop(model, tools.all, AgentOptions(limits=AgentLimits(max_duration=0.05)))
     result = await loop.arun(SYSTEM, "go")
     assert (result.stop_reason, result.answer, result.steps) == (StopReason.TIME_BUDGET, None, 2)
     assert [e.detail for e in result.trace if e.is_model][-1] == MODEL_TIMED_OUT_DETAIL
@@ -451,7 +443,7 @@ class ProviderTimeoutModel(StallModel):
 
 
 async def test_a_models_own_timeout_error_is_not_the_time_budget(tools: Tools) -> None:
-    loop = AgentLoop(ProviderTimeoutModel(), tools.all, limits=AgentLimits(max_duration=60))
+    loop = AgentLoop(ProviderTimeoutModel(), tools.all, AgentOptions(limits=AgentLimits(max_duration=60)))
     with pytest.raises(TimeoutError, match="provider timed out"):
         await loop.arun(SYSTEM, "go")
 
@@ -546,7 +538,7 @@ async def test_task_cancel_during_a_tool_leaves_the_store_unchanged_and_history_
         loop = AgentLoop(
             ScriptModel(replies=[ai("", call("add_to_cart", "c1", book_id=7, quantity=1))]),
             make_tools(store, faults=Faults(latency_s=60)),
-            on_event=lambda event: started.set(),
+            AgentOptions(on_event=lambda event: started.set()),
         )
         task = asyncio.create_task(loop.arun(SYSTEM, "Add The Quiet Orchard."))
         await started.wait()
@@ -718,7 +710,7 @@ def test_session_second_ask_sees_the_first_turn_with_fresh_budgets(tools: Tools)
         ai("Second."),
     ]
     model = ScriptModel(replies=replies)
-    session = Session(AgentLoop(model, tools.all, limits=AgentLimits(max_steps=2, max_repeats=1)), SYSTEM)
+    session = Session(AgentLoop(model, tools.all, AgentOptions(limits=AgentLimits(max_steps=2, max_repeats=1))), SYSTEM)
     first = session.ask("one")
     second = session.ask("two")
 
@@ -832,7 +824,7 @@ def test_the_seed_trace() -> None:
 
 def shop(persona: str, faults: Faults | None = None, **kwargs: Any) -> tuple[AgentResult, BookStore]:
     store = BookStore()
-    loop = AgentLoop(ScriptedChatModel(persona=persona), make_tools(store, faults=faults), **kwargs)
+    loop = AgentLoop(ScriptedChatModel(persona=persona), make_tools(store, faults=faults), AgentOptions(**kwargs))
     return loop.run(SEED_INSTRUCTIONS, SEED_GOAL), store
 
 
@@ -888,30 +880,3 @@ def test_a_warehouse_timeout_goes_back_to_the_model() -> None:
     assert tool_messages(result)[1].content == "check_stock failed."
     assert result.stop_reason is StopReason.DONE
     assert cart_of(store) == [("The Quiet Orchard", 1)]
-
-
-def test_ctrl_c_while_the_event_loop_is_built_arrives_after_it_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A SIGINT during `new_event_loop` used to leave a half-made loop whose __del__ printed a traceback."""
-    import gc
-    import os
-    import signal
-
-    from handwritten.loop import _new_event_loop
-
-    built: list[asyncio.AbstractEventLoop] = []
-    real = asyncio.new_event_loop
-
-    def interrupted_while_building() -> asyncio.AbstractEventLoop:
-        os.kill(os.getpid(), signal.SIGINT)  # lands inside construction, as a user's Ctrl-C can
-        built.append(real())
-        return built[-1]
-
-    unraisable: list[Any] = []
-    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    monkeypatch.setattr(asyncio, "new_event_loop", interrupted_while_building)
-    with pytest.raises(KeyboardInterrupt):  # the Ctrl-C is delivered, not swallowed
-        _new_event_loop()
-    assert len(built) == 1, "the loop was finished before the interrupt arrived"
-    built[0].close()
-    gc.collect()
-    assert unraisable == []
