@@ -128,7 +128,7 @@ class AgentLoop:
             raise RunStopped(StopReason.TIME_BUDGET) from None
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
-        reply = guards.with_call_ids(reply)
+        reply = guards.with_call_ids(reply, run.history)
         run.usage.model_calls += 1
         run.usage.tokens += guards.usage_tokens(reply)
         run.history.append(reply)
@@ -141,20 +141,21 @@ class AgentLoop:
         Guard decisions (`admit`) are always made in call order, before a call runs, so the repeat count doesn't
         depend on which parallel call finishes first.
         """
+        admitted: list[ToolCall] = []  # the calls of this reply allowed to run so far, for the approval rule
         if self.options.parallel_tools:
-            admitted = [(call, self.admit(run, call)) for call in calls]
-            answers = await asyncio.gather(*(self.run_tool(run, call, verdict) for call, verdict in admitted))
+            verdicts = [(call, self.admit(run, call, admitted)) for call in calls]
+            answers = await asyncio.gather(*(self.run_tool(run, call, verdict) for call, verdict in verdicts))
             for answer in answers:
                 self._record(run, answer)
         else:
             answers = []
             for call in calls:
-                answers.append(await self.run_tool(run, call, self.admit(run, call)))
+                answers.append(await self.run_tool(run, call, self.admit(run, call, admitted)))
                 self._record(run, answers[-1])  # live: on_event sees each call as soon as it is answered
         return any(message.status == "error" for message, _ in answers)
 
-    def admit(self, run: _Run, call: ToolCall) -> BaseTool | guards.Refusal:
-        """The tool to run for `call`, or the refusal the model gets instead.
+    def admit(self, run: _Run, call: ToolCall, admitted: list[ToolCall]) -> BaseTool | guards.Refusal:
+        """The tool to run for `call`, or the refusal the model gets instead; `admitted` collects the calls let through.
 
         `screen` applies the shared checks in their fixed order (unknown tool, repeat rule, arguments); the
         approval gate comes last, so a human is only asked about a call that would really run.
@@ -163,14 +164,23 @@ class AgentLoop:
         verdict = guards.screen(call, self.tools, run.seen, self.limits)
         if isinstance(verdict, guards.Refusal):
             return verdict
-        return self.check_approval(call) or verdict
+        if refusal := self.check_approval(run, call, admitted):
+            return refusal
+        admitted.append(call)
+        return verdict
 
-    def check_approval(self, call: ToolCall) -> guards.Refusal | None:
-        """The refusal when `call` needs approval and does not get it; None when it may run."""
+    def check_approval(self, run: _Run, call: ToolCall, earlier: Sequence[ToolCall]) -> guards.Refusal | None:
+        """The refusal when `call` needs approval and does not get it; None when it may run.
+
+        The time a human takes to decide is not the agent's time: the run's clock is moved on by the wait, as
+        the graph's clock is when a paused run is resumed.
+        """
         needs_approval = self.options.needs_approval
-        if needs_approval is None or (reason := needs_approval(call)) is None:
+        if needs_approval is None or (reason := needs_approval(call, earlier)) is None:
             return None
+        asked = time.monotonic()
         approved = self.approve is not None and self.approve(call, reason)
+        run.usage.started += time.monotonic() - asked
         log.info("approval for %s (%s): %s", call["name"], reason, "yes" if approved else "no")
         return None if approved else guards.approval_refusal(call["name"], reason)
 

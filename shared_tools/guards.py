@@ -11,13 +11,14 @@ from the wording.
 from __future__ import annotations
 
 import json
+import math
 import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolCall, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ValidationError
 
@@ -170,15 +171,31 @@ def truncate(text: str, max_chars: int | None) -> str:
 # The lookbehind starts a match only where a run of address characters starts. Without it, a 50,000-letter
 # argument with no "@" was rescanned from every position (quadratic: 6 s per trace line, found by fuzzing).
 _EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
+# Between the words of an address: white space, or white space as it reads inside JSON text ("12\nBaker St").
+_GAP = r"(?:\s|\\[nrt])+"
 _STREET = re.compile(
-    r"\b\d{1,5}\s+(?:[A-Z][a-z]+\s+){1,3}"
-    r"(?:Street|St|Avenue|Ave|Road|Rd|Lane|Ln|Boulevard|Blvd|Drive|Dr|Court|Ct|Way|Place|Pl)\b\.?"
+    rf"\b\d{{1,5}}[A-Za-z]?{_GAP}(?:[A-Za-z][\w'-]*{_GAP}){{1,3}}"
+    r"(?:Street|St|Avenue|Ave|Road|Rd|Lane|Ln|Boulevard|Blvd|Drive|Dr|Court|Ct|Way|Place|Pl)\b\.?",
+    re.IGNORECASE,
 )
+# Everything between "://" and "@" is a URL's userinfo: "user:password", ":password" and a bare token alike.
+_URL_USERINFO = re.compile(r"(?<=://)[^/\s@]+@")
 
 
 def mask_pii(text: str) -> str:
-    """Mask e-mail addresses and street addresses before a line reaches a trace or a log."""
-    return _STREET.sub("<address>", _EMAIL.sub("<email>", text))
+    """Mask e-mail addresses, street addresses and URL credentials before text reaches a trace, a log or a record."""
+    return _STREET.sub("<address>", _EMAIL.sub("<email>", _URL_USERINFO.sub("<credentials>@", text)))
+
+
+def mask_values(value: Any) -> Any:
+    """`mask_pii` on every string inside a JSON-like value (keys too), before it is encoded."""
+    if isinstance(value, str):
+        return mask_pii(value)
+    if isinstance(value, Mapping):
+        return {mask_pii(str(k)): mask_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_values(v) for v in value]
+    return value
 
 
 def compact_json(value: Any) -> str:
@@ -186,15 +203,21 @@ def compact_json(value: Any) -> str:
 
 
 def tool_detail(args: Mapping[str, Any] | Any, result: str) -> str:
-    """A tool trace line's detail, in the seed's `args -> result` form, personal data masked."""
-    return mask_pii(f"{compact_json(args)} -> {result}")
+    """A tool trace line's detail, in the seed's `args -> result` form, personal data masked.
+
+    The arguments are masked as values, before encoding, so an address split by a newline is still one
+    address; the result is already text, and `mask_pii` reads JSON escapes as the white space they stand for.
+    """
+    return f"{compact_json(mask_values(args))} -> {mask_pii(result)}"
 
 
 def tool_event(
     step: int, call: ToolCall, text: str, duration_s: float, *, is_error: bool, guard: Guard | None = None
 ) -> TraceEvent:
     """The trace line of one answered tool call; every contender builds its tool lines here."""
-    return TraceEvent(step, call["name"], duration_s, tool_detail(call["args"], text), is_error=is_error, guard=guard)
+    # The name too is the model's text: an e-mail sent as a tool name must not reach a record or a log.
+    name = mask_pii(str(call["name"]))
+    return TraceEvent(step, name, duration_s, tool_detail(call["args"], text), is_error=is_error, guard=guard)
 
 
 def tool_answer(
@@ -240,16 +263,43 @@ def model_detail(message: AIMessage) -> str:
     return f"{detail}; plan: {mask_pii(plan)}" if plan else detail
 
 
-def with_call_ids(reply: AIMessage) -> AIMessage:
-    """The reply with an id on every tool call. langchain-core allows a call without one, but the result
-    (a ToolMessage) must name the id it answers, so a call the model left unnamed gets a fresh id here."""
-    if all(call["id"] for call in reply.tool_calls):
+def with_call_ids(reply: AIMessage, history: Sequence[BaseMessage] = ()) -> AIMessage:
+    """The reply with an id on every tool call that no other call of this conversation has.
+
+    langchain-core allows a call without an id, but its result (a ToolMessage) must name the id it answers, so
+    an unnamed call gets a fresh id. A call whose id an earlier reply in `history` (or an earlier call of this
+    reply) already used gets a fresh one too: some providers number their calls call_0, call_1... afresh in
+    every reply, and the store takes the id as the request key of an add, so a reused id would turn the next
+    turn's "one more copy" into a replay of the old add. The renamed reply is the one kept in the history,
+    so a re-run of this same reply (a retry, a resumed graph node) still carries the new ids and still replays.
+    """
+    used = {call["id"] for message in history if isinstance(message, AIMessage) for call in message.tool_calls}
+    calls: list[ToolCall] = []
+    for call in reply.tool_calls:
+        if not call["id"] or call["id"] in used:
+            call = {**call, "id": f"{call['id'] or 'call'}_{uuid.uuid4().hex[:12]}"}
+        used.add(call["id"])
+        calls.append(call)
+    if calls == reply.tool_calls:
         return reply
-    calls = [call if call["id"] else {**call, "id": f"call_{uuid.uuid4().hex[:12]}"} for call in reply.tool_calls]
     return reply.model_copy(update={"tool_calls": calls})
 
 
 def usage_tokens(message: AIMessage) -> int:
-    """Total tokens a reply reports; 0 where a model reports none."""
+    """Total tokens a reply reports; 0 where a model reports none.
+
+    Read defensively, because a budget is only as good as its meter: a negative count would pay tokens back and
+    a total below its parts would hide them, either switching the token budget off. Each count that is not a
+    non-negative finite number counts as 0, and the larger of the total and input + output is taken.
+    """
     usage = message.usage_metadata
-    return int(usage.get("total_tokens", 0)) if usage else 0
+    if not usage:
+        return 0
+    parts = _count(usage.get("input_tokens")) + _count(usage.get("output_tokens"))
+    return max(_count(usage.get("total_tokens")), parts)
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return 0
+    return int(value)

@@ -13,7 +13,7 @@ return, so the comparison can put them side by side without knowing which one pr
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -132,8 +132,9 @@ class AgentLimits:
         return self.max_repeats is not None and times_seen_before >= self.max_repeats
 
 
-NeedsApproval = Callable[[ToolCall], str | None]
-"""A rule saying which calls a human must approve first: a reason (for the human) or None (just run it)."""
+NeedsApproval = Callable[[ToolCall, Sequence[ToolCall]], str | None]
+"""A rule saying which calls a human must approve first: a reason (for the human) or None (just run it). It is
+given the call and the calls of the same reply admitted before it, so it can judge what they add up to."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -299,6 +299,27 @@ def test_several_calls_in_one_turn_are_answered_in_call_order(
     assert [e.name for e in result.trace] == ["model", "check_stock", "nope", "check_stock", "model"]
 
 
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"input_tokens": -5000, "output_tokens": 0, "total_tokens": -5000},
+        {"input_tokens": 60, "output_tokens": 10, "total_tokens": 0},  # a total below its parts
+    ],
+    ids=["negative", "total below parts"],
+)
+def test_absurd_usage_cannot_switch_the_token_budget_off(
+    make_agent: Any, store: BookStore, usage: dict[str, int]
+) -> None:
+    """A model reporting negative (or hidden) usage once must not buy the rest of the run a free budget."""
+    liar = AIMessage("", tool_calls=[call("view_cart", "v0")], usage_metadata=usage)  # type: ignore[arg-type]
+    honest = [ai("", call("check_stock", f"s{i}", book_id=i), tokens=40) for i in range(1, 6)]
+    model = ScriptModel(replies=[liar, *honest])
+    result = make_agent(model, make_tools(store), AgentLimits(max_tokens=100, max_steps=None)).run(INSTRUCTIONS, "go")
+    assert result.stop_reason is StopReason.TOKEN_BUDGET
+    assert result.tokens > 100
+    assert result.tokens_per_step[0] == (0 if usage["input_tokens"] < 0 else 70)
+
+
 def test_tokens_are_the_sum_of_reported_usage(make_agent: Any, store: BookStore) -> None:
     model = ScriptModel(replies=[ai("", call("view_cart", "v"), tokens=123), ai("Empty.", tokens=77)])
     result = make_agent(model, make_tools(store)).run(INSTRUCTIONS, "cart?")

@@ -303,9 +303,10 @@ def test_the_answer_is_the_final_text_without_surrounding_whitespace(kind: str) 
 
 
 @pytest.mark.parametrize("kind", IMPLEMENTATIONS)
-def test_a_call_id_reused_for_a_different_add_is_not_taken_for_a_retry(kind: str) -> None:
-    """Found by the fuzzer: a model that numbers its calls call_0 in every reply had its second add silently
-    dropped, with a success result naming the first book. Now it is an honest error; a true retry still replays."""
+def test_a_provider_that_numbers_its_calls_call_0_in_every_reply_gets_every_add(kind: str) -> None:
+    """A provider that numbers its calls call_0 in every reply: the next reply's "one more copy" was a silent
+    replay of the first add (or, for another book, an error), told a stale cart total. Each reply is a new
+    request now: a reused id is renamed when the reply enters the history, so the store sees a new key."""
 
     def add(book_id: int, quantity: int) -> AIMessage:
         call = {"name": "add_to_cart", "args": {"book_id": book_id, "quantity": quantity}, "id": "call_0"}
@@ -315,9 +316,12 @@ def test_a_call_id_reused_for_a_different_add_is_not_taken_for_a_retry(kind: str
     assert check_example(example) == []
     assert example.result is not None
     answers = [m for m in example.result.messages if isinstance(m, ToolMessage)]
-    assert [a.status for a in answers] == ["success", "error", "success"]  # the third is a retry of the first
-    assert "Nothing was added: call id call_0 already added 1 x The Quiet Orchard" in answers[1].text
-    assert cart_of(example.store) == ((7, 1),)
+    assert [a.status for a in answers] == ["success", "success", "success"]
+    assert [json.loads(a.text)["cartTotal"] for a in answers] == [16.5, 44.1, 60.6]
+    assert all("replayed" not in json.loads(a.text) for a in answers)
+    ids = [c["id"] for m in example.result.messages if isinstance(m, AIMessage) for c in m.tool_calls]
+    assert ids[0] == "call_0" and len(set(ids)) == 3, ids
+    assert cart_of(example.store) == ((7, 2), (12, 2))
 
 
 @pytest.mark.parametrize("kind", IMPLEMENTATIONS)

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from shared_tools.bookstore.faults import FAKE_SECRET, FaultInjector, Faults
 from shared_tools.bookstore.store import BookStore
-from shared_tools.bookstore.tools import TOOL_NAMES, make_tools, read_result, to_json, tools_by_name
+from shared_tools.bookstore.tools import REPLAYED_NOTE, TOOL_NAMES, make_tools, read_result, to_json, tools_by_name
 from shared_tools.guards import invalid_args_error, tool_failure_text
 from tests.doubles import call
 
@@ -145,7 +145,8 @@ def test_add_to_cart_with_a_tool_call_returns_a_tool_message(tools: dict[str, Ba
 def test_add_to_cart_dedupes_on_the_tool_call_id(tools: dict[str, BaseTool], store: BookStore) -> None:
     first = tools["add_to_cart"].invoke(call("add_to_cart", "call_1", book_id=7, quantity=2))
     again = tools["add_to_cart"].invoke(call("add_to_cart", "call_1", book_id=7, quantity=2))
-    assert again.content == first.content == '{"added":"The Quiet Orchard","quantity":2,"cartTotal":33.00}'
+    assert first.content == '{"added":"The Quiet Orchard","quantity":2,"cartTotal":33.00}'
+    assert read_result(again) == {**read_result(first), "replayed": REPLAYED_NOTE}
     assert store.cart("c1").quantity_of(7) == 2
     other = tools["add_to_cart"].invoke(call("add_to_cart", "call_2", book_id=7, quantity=2))
     assert other.content == '{"added":"The Quiet Orchard","quantity":2,"cartTotal":66.00}'
@@ -231,9 +232,13 @@ def test_a_re_run_tool_node_adds_once(store: BookStore) -> None:
     builder.add_edge(START, "tools")
     graph = builder.compile()
     request = AIMessage(content="", tool_calls=[call("add_to_cart", "call_7", book_id=7)])
-    for _ in range(2):
-        out = graph.invoke({"messages": [request]})
-        assert out["messages"][-1].content == '{"added":"The Quiet Orchard","quantity":1,"cartTotal":16.50}'
+    first = graph.invoke({"messages": [request]})["messages"][-1].content
+    again = graph.invoke({"messages": [request]})["messages"][-1].content
+    assert first == '{"added":"The Quiet Orchard","quantity":1,"cartTotal":16.50}'
+    assert again == (
+        '{"added":"The Quiet Orchard","quantity":1,"cartTotal":16.50,'
+        '"replayed":"this call already ran; nothing more was added"}'
+    )
     assert store.cart("c1").quantity_of(7) == 1
 
 
@@ -246,7 +251,8 @@ async def test_every_tool_works_async(tools: dict[str, BaseTool], store: BookSto
     assert "shipped" in await tools["get_order_status"].ainvoke({"order_id": 4512})
     first = await tools["add_to_cart"].ainvoke(call("add_to_cart", "call_1", book_id=7))
     again = await tools["add_to_cart"].ainvoke(call("add_to_cart", "call_1", book_id=7))
-    assert isinstance(first, ToolMessage) and first.content == again.content
+    assert isinstance(first, ToolMessage) and isinstance(again, ToolMessage)
+    assert read_result(again) == {**read_result(first), "replayed": REPLAYED_NOTE}
     assert read_result(await tools["view_cart"].ainvoke({}))["cartTotal"] == Decimal("16.50")
     with pytest.raises(ToolException, match="Book 99"):
         await tools["check_stock"].ainvoke({"book_id": 99})

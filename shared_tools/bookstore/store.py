@@ -16,7 +16,7 @@ import logging
 import re
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -92,6 +92,7 @@ class AddResult:
     book: Book
     quantity: int
     cart_total: Decimal
+    """The cart's total right after this add (for a replay: the total now)."""
     replayed: bool = False
     """True when this request id was seen before and nothing was added this time."""
 
@@ -401,10 +402,11 @@ class BookStore:
 
         Raises `InvalidQuantity` (outside 1..10), `UnknownBook`, or `OutOfStock` (cart quantity plus this add
         would exceed the stock); a refused add changes nothing. With a `request_id`, a second add with the
-        same (customer, request id) changes nothing and returns the first add's result, so a retried tool call
-        or a re-run graph node adds once. A retry asks for the same book and quantity: the same request id with a
-        different book or quantity raises `RequestIdReused` instead of pretending the first add was this one
-        (some models number their calls call_0, call_1... afresh in every reply).
+        same (customer, request id) changes nothing and returns the first add's book and quantity with the cart
+        total as it is now (`replayed=True`), so a retried tool call or a re-run graph node adds once. A retry
+        asks for the same book and quantity: the same request id with a different book or quantity raises
+        `RequestIdReused` instead of pretending the first add was this one (some models number their calls
+        call_0, call_1... afresh in every reply; the agents rename such reused ids, see `guards.with_call_ids`).
         """
         with self._write() as db:
             if request_id is not None:
@@ -419,7 +421,8 @@ class BookStore:
                     if (seen[0], seen[1]) != (book_id, quantity):
                         raise RequestIdReused(request_id, found[0], seen[1])
                     log.info("add_to_cart replay: customer=%s request=%s changed nothing", customer_id, request_id)
-                    return AddResult(found[0], seen[1], _from_cents(seen[2]), replayed=True)
+                    # The cart as it is now, not as it was then: a stale total would mislead whoever reads it.
+                    return AddResult(found[0], seen[1], _from_cents(self._cart_total_cents(db, customer_id)), True)
 
             if isinstance(quantity, bool) or not isinstance(quantity, int):
                 raise InvalidQuantity(quantity)
@@ -455,6 +458,19 @@ class BookStore:
         """A customer's cart as it is now (an empty cart when they have none)."""
         with self._read() as db:
             return self._cart_in(db, customer_id)
+
+    def applied_requests(self, customer_id: str, request_ids: Iterable[str]) -> set[str]:
+        """Which of these request ids already added to the customer's cart (a second add with one is a replay)."""
+        wanted = list(dict.fromkeys(request_ids))
+        if not wanted:
+            return set()
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT request_id FROM cart_requests WHERE customer_id = ? AND request_id IN "
+                f"({','.join('?' * len(wanted))})",
+                (customer_id, *wanted),
+            ).fetchall()
+        return {row[0] for row in rows}
 
     @staticmethod
     def _cart_in(db: sqlite3.Connection, customer_id: str) -> Cart:

@@ -65,6 +65,10 @@ def _book_json(book: Book) -> dict[str, Any]:
     }
 
 
+REPLAYED_NOTE = "this call already ran; nothing more was added"
+"""What a replayed add_to_cart (the same call id again: a retry, a re-run node) tells the model."""
+
+
 # --- argument schemas (what the model sees) ----------------------------------------------------------------
 
 
@@ -208,7 +212,10 @@ def make_tools(
 
     def add_to_cart(book_id: int, quantity: int = 1, tool_call_id: str | None = None) -> str:
         added = store.add_to_cart(customer_id, book_id, quantity, request_id=tool_call_id if idempotent else None)
-        return to_json({"added": added.book.title, "quantity": added.quantity, "cartTotal": added.cart_total})
+        result: dict[str, Any] = {"added": added.book.title, "quantity": added.quantity, "cartTotal": added.cart_total}
+        if added.replayed:
+            result["replayed"] = REPLAYED_NOTE
+        return to_json(result)
 
     def view_cart() -> str:
         cart = store.cart(customer_id)
