@@ -144,9 +144,15 @@ class AgentLoop:
         admitted: list[ToolCall] = []  # the calls of this reply allowed to run so far, for the approval rule
         if self.options.parallel_tools:
             verdicts = [(call, self.admit(run, call, admitted)) for call in calls]
-            answers = await asyncio.gather(*(self.run_tool(run, call, verdict) for call, verdict in verdicts))
-            for answer in answers:
-                self._record(run, answer)
+            tasks = [asyncio.ensure_future(self.run_tool(run, call, verdict)) for call, verdict in verdicts]
+            try:
+                await asyncio.gather(*tasks)
+            finally:
+                # Also when the round is cancelled: a call that finished (and may have written) keeps its real
+                # result; the others are answered by `answer_open_calls`.
+                answers = [task.result() for task in tasks if task.done() and not task.cancelled()]
+                for answer in answers:
+                    self._record(run, answer)
         else:
             answers = []
             for call in calls:
@@ -192,6 +198,7 @@ class AgentLoop:
         if isinstance(admitted, guards.Refusal):
             text, is_error, guard = admitted.text, True, admitted.guard
         else:
+            run.running.add(call["id"])
             text, is_error, guard = await self._execute(admitted, call)
         return guards.tool_answer(
             run.usage.model_calls,
@@ -224,6 +231,7 @@ class AgentLoop:
 
     def _record(self, run: _Run, answer: tuple[ToolMessage, TraceEvent]) -> None:
         message, event = answer
+        run.running.discard(message.tool_call_id)
         run.history.append(message)
         self._emit(run, event)
 
@@ -244,6 +252,8 @@ class _Run:
     usage: RunUsage = field(default_factory=RunUsage)
     seen: dict[str, int] = field(default_factory=dict)
     """How often each call (name and arguments, `guards.call_key`) was asked for in this run."""
+    running: set[str] = field(default_factory=set)
+    """Ids of calls whose tool has started and has not been answered yet."""
     trace: list[TraceEvent] = field(default_factory=list)
 
     def check_cancel(self) -> None:
@@ -251,7 +261,7 @@ class _Run:
             raise RunStopped(StopReason.CANCELLED)
 
     def result(self, reason: StopReason, answer: str | None = None) -> AgentResult:
-        answer_open_calls(self.history)
+        answer_open_calls(self.history, self.running)
         usage = self.usage
         log.info(
             "stop: %s after %d step(s), %d tool call(s), %d tokens",
@@ -278,18 +288,21 @@ class AgentCancelled(asyncio.CancelledError):
         self.result = result
 
 
-def answer_open_calls(history: list[BaseMessage]) -> None:
+def answer_open_calls(history: list[BaseMessage], running: set[str]) -> None:
     """Give every unanswered call of the last AIMessage an error result; providers reject a dangling call.
 
-    Only a cancellation leaves calls unanswered. The text says "before it ran", which is true for a call the
-    loop never started; a sync tool already running in a worker thread cannot be stopped and may still finish.
+    Only a cancellation leaves calls unanswered. A call that never started is told so; a call in `running` was
+    cut off mid-run, and its write may still land (a worker thread cannot be stopped), so it says it may have
+    completed: told "it did not run", a model would do it again.
     """
     for i in range(len(history) - 1, -1, -1):
         reply = history[i]
         if isinstance(reply, AIMessage):
             answered = {m.tool_call_id for m in history[i + 1 :] if isinstance(m, ToolMessage)}
-            open_calls = [call for call in reply.tool_calls if call["id"] not in answered]
-            history.extend(guards.tool_result(call, guards.CANCELLED_CALL_TEXT, is_error=True) for call in open_calls)
+            for call in reply.tool_calls:
+                if call["id"] not in answered:
+                    text = guards.CANCELLED_WHILE_RUNNING_TEXT if call["id"] in running else guards.CANCELLED_CALL_TEXT
+                    history.append(guards.tool_result(call, text, is_error=True))
             return
 
 

@@ -25,7 +25,11 @@ from pydantic import ValidationError
 from shared_tools.results import AgentLimits, Guard, TraceEvent
 
 CANCELLED_CALL_TEXT = "Cancelled before it ran."
-"""The result given to a tool call a cancelled run never answered, so the history stays valid for a next turn."""
+"""The result given to a tool call a cancelled run never started, so the history stays valid for a next turn."""
+
+CANCELLED_WHILE_RUNNING_TEXT = "Cancelled while it was running: it may have completed. Check before doing it again."
+"""The result given to a tool call a cancel cut off mid-run: its write may have landed (a store commit, a worker
+thread that cannot be stopped), so the model must not be told it did not run."""
 
 MODEL_TIMED_OUT_DETAIL = "no reply within the time budget"
 """Trace detail of a model call that the time budget cut off."""

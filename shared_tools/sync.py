@@ -2,17 +2,21 @@
 
 Both agents are written once, async (`arun`, `aask`, `aresume`); their sync methods (`run`, `ask`, `resume`)
 are thin drivers over this, as PydanticAI's `run_sync` is over `run`. It exists, instead of a bare
-`asyncio.run`, for three small reasons: a clear error naming the async method to await when it is called
-from inside a running event loop, a Ctrl-C that lands while the event loop is being built, and keeping the
-finished result out of asyncio's task repr.
+`asyncio.run`, for four small reasons: a clear error naming the async method to await when it is called
+from inside a running event loop; a Ctrl-C that lands while the event loop is being built; keeping the
+finished result out of asyncio's task repr; and a blocking call that never returns (a sync-only model that
+hangs) must not hold the caller after the time budget ended the run, which `asyncio.run` would, because it
+waits for its executor's threads on the way out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import signal
 import threading
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -31,6 +35,7 @@ def run_blocking(make: Callable[[], Coroutine[Any, Any, T]], *, instead: str) ->
             box.append(await make())
 
         loop = _new_event_loop()
+        loop.set_default_executor(_DaemonThreads())
         with asyncio.Runner(loop_factory=lambda: loop) as runner:  # the Runner closes the loop
             runner.run(main())
         return box[0]
@@ -52,3 +57,58 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
         return asyncio.new_event_loop()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class _DaemonThreads(ThreadPoolExecutor):
+    """The event loop's executor for sync work (sync models, sync tools): a small pool of daemon threads.
+
+    asyncio's own pool joins its threads when the loop closes and again at interpreter exit, so one sync call
+    that never returns would hold `run` (and the process) forever, although the agent's time budget has
+    already stopped the run. A daemon thread still stuck then is left behind instead.
+    """
+
+    def __init__(self, max_workers: int = 8) -> None:
+        # A ThreadPoolExecutor only because asyncio accepts nothing else as its default executor; none of the
+        # base class's threads are ever started, since submit and shutdown are this class's own.
+        super().__init__(max_workers)
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._waiting = 0  # threads blocked on the queue
+        self._queued = 0  # jobs no thread has taken yet
+        self._started = 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            self._queued += 1
+            # One thread per job not yet taken, so a stuck job never holds up the jobs queued behind it.
+            if self._queued > self._waiting and self._started < self._max_workers:
+                self._started += 1
+                threading.Thread(target=self._work, daemon=True, name="agent-sync-call").start()
+        self._jobs.put((future, lambda: fn(*args, **kwargs)))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._waiting += 1
+            job = self._jobs.get()
+            with self._lock:
+                self._waiting -= 1
+                self._queued -= job is not None
+            if job is None:
+                return
+            future, call = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # handed to whoever awaits the future, as ThreadPoolExecutor does
+                future.set_exception(exc)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Let idle threads end; never wait for a busy one (that is the point of this executor)."""
+        with self._lock:
+            started = self._started
+        for _ in range(started):
+            self._jobs.put(None)

@@ -7,9 +7,13 @@ stop reasons, step and call counts, the exact texts the model reads, the cart, a
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import sqlite3
 import threading
+import time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,6 +157,30 @@ def test_cooperative_cancel_keeps_the_partial_run(make_agent: Any, store: BookSt
     assert cart_lines(store) == []
     assert store.check_invariants() == []
     assert_every_call_answered_once(result)
+
+
+async def test_a_store_locked_by_another_process_cannot_freeze_a_cancel(make_agent: Any, tmp_path: Path) -> None:
+    """The store's blocking wait for a lock ran on the event loop, so nothing could stop the run until SQLite's
+    busy timeout ran out. It runs in a worker thread now: a cancel lands at once, and the cart is untouched."""
+    path = tmp_path / "store.db"
+    other_process = sqlite3.connect(path, isolation_level=None)
+    try:
+        with BookStore(path, busy_timeout_s=5) as store:
+            other_process.execute("BEGIN EXCLUSIVE")
+            model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=1))])
+            task = asyncio.create_task(make_agent(model, make_tools(store)).arun(INSTRUCTIONS, "add it"))
+            await asyncio.sleep(0.3)
+            cancelled_at = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - cancelled_at < 1, "the cancel waited for SQLite's busy timeout"
+            other_process.close()  # the abandoned write in its worker thread may finish now
+    finally:
+        other_process.close()
+    with BookStore(path) as store:
+        assert store.check_invariants() == []
+        assert store.cart("c1").quantity_of(7) in (0, 1), "one add at most, whether or not it landed"
 
 
 def test_a_model_error_propagates_instead_of_becoming_a_result(make_agent: Any, store: BookStore) -> None:

@@ -32,7 +32,7 @@ from handwritten import AgentCancelled, AgentLoop, Session
 from shared_tools.bookstore.faults import FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.guards import CANCELLED_CALL_TEXT, MODEL_TIMED_OUT_DETAIL, truncate
+from shared_tools.guards import CANCELLED_CALL_TEXT, CANCELLED_WHILE_RUNNING_TEXT, MODEL_TIMED_OUT_DETAIL, truncate
 from shared_tools.models import ScriptedChatModel
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason, TraceEvent
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
@@ -368,7 +368,7 @@ async def test_cancelled_error_in_a_tool_is_never_a_result() -> None:
     with pytest.raises(AgentCancelled) as info:
         await loop.arun(SYSTEM, "go")
     [message] = tool_messages(info.value.result)
-    assert message.content == CANCELLED_CALL_TEXT
+    assert message.content == CANCELLED_WHILE_RUNNING_TEXT  # the tool had started: it may have done its work
 
 
 def test_on_event_exceptions_propagate_and_are_not_tool_results(tools: Tools) -> None:
@@ -552,8 +552,46 @@ async def test_task_cancel_during_a_tool_leaves_the_store_unchanged_and_history_
         assert store.cart("c1").lines == ()
         assert store.stock(7) == 15
         [message] = tool_messages(result)
-        assert (message.tool_call_id, message.content, message.status) == ("c1", CANCELLED_CALL_TEXT, "error")
+        assert (message.tool_call_id, message.content, message.status) == ("c1", CANCELLED_WHILE_RUNNING_TEXT, "error")
         assert_valid_history(result.messages)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+async def test_a_cancel_mid_round_keeps_the_results_of_calls_that_finished(parallel: bool) -> None:
+    """A call that already committed was labelled "Cancelled before it ran.", so the model added the book again
+    next turn. Now each call says what really happened: its result, cut off mid-run, or never started."""
+    with BookStore() as store:
+        slow = asyncio.Event()
+
+        async def slow_lookup() -> str:
+            slow.set()
+            await asyncio.sleep(60)
+            return "never"
+
+        lookup = StructuredTool.from_function(coroutine=slow_lookup, name="slow_lookup", description="Slow.")
+        turn = ai(
+            "",
+            call("add_to_cart", "add", book_id=7, quantity=1),
+            call("slow_lookup", "slow"),
+            call("view_cart", "view"),
+        )
+        loop, _ = loop_of([turn], [*make_tools(store), lookup], parallel_tools=parallel)
+        task = asyncio.create_task(loop.arun(SYSTEM, "go"))
+        await slow.wait()
+        await asyncio.sleep(0.05)  # the add (and, in parallel, the cart view) has finished by now
+        task.cancel()
+        with pytest.raises(AgentCancelled) as info:
+            await task
+
+        answers = {m.tool_call_id: m for m in tool_messages(info.value.result)}
+        assert store.cart("c1").quantity_of(7) == 1
+        assert answers["add"].status == "success" and '"added":"The Quiet Orchard"' in answers["add"].text
+        assert answers["slow"].content == CANCELLED_WHILE_RUNNING_TEXT
+        if parallel:
+            assert answers["view"].status == "success"  # it ran beside the slow call
+        else:
+            assert answers["view"].content == CANCELLED_CALL_TEXT  # it never started
+        assert_valid_history(info.value.result.messages)
 
 
 async def test_a_session_continues_after_a_cancelled_ask(tools: Tools) -> None:

@@ -7,6 +7,8 @@ import gc
 import os
 import signal
 import sys
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -47,3 +49,40 @@ def test_ctrl_c_while_the_event_loop_is_built_arrives_after_it_is_whole(monkeypa
     built[0].close()
     gc.collect()
     assert unraisable == []
+
+
+def test_a_blocking_call_that_never_returns_does_not_hold_the_caller() -> None:
+    """asyncio.run waits for its executor's threads on the way out: a hung sync model held `run` forever."""
+    release = threading.Event()
+
+    async def give_up_on_a_stuck_call() -> str:
+        stuck = asyncio.get_running_loop().run_in_executor(None, release.wait)
+        try:
+            await asyncio.wait_for(stuck, 0.1)
+        except TimeoutError:
+            return "gave up"
+        return "returned"
+
+    backstop = threading.Timer(3, release.set)  # so a regression fails this test instead of hanging it
+    backstop.start()
+    started = time.monotonic()
+    try:
+        assert run_blocking(give_up_on_a_stuck_call, instead="x") == "gave up"
+        assert time.monotonic() - started < 2
+    finally:
+        release.set()
+        backstop.cancel()
+
+
+def test_a_stuck_call_does_not_hold_up_the_next_one() -> None:
+    release = threading.Event()
+
+    async def one_stuck_one_quick() -> int:
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, release.wait)
+        return await asyncio.wait_for(loop.run_in_executor(None, lambda: 7), 2)
+
+    try:
+        assert run_blocking(one_stuck_one_quick, instead="x") == 7
+    finally:
+        release.set()

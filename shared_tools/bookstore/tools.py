@@ -12,6 +12,7 @@ experiments.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -158,10 +159,11 @@ def _structured(
         return run_body(**kwargs)
 
     async def coroutine(**kwargs: Any) -> str:
-        # The store call itself is a short local SQLite transaction, so it runs inline; only the injected
-        # latency is awaited, which is what lets parallel calls overlap and a cancellation land mid-tool.
         await injector.abefore_call(name)
-        return run_body(**kwargs)
+        # The store call is blocking I/O: usually a millisecond, but a file another process has locked makes
+        # SQLite wait up to its busy timeout. In a worker thread, that wait never freezes the event loop, so a
+        # cancel or the time budget still ends the run on time.
+        return await asyncio.to_thread(run_body, **kwargs)
 
     return StructuredTool.from_function(
         func=func,
