@@ -6,6 +6,6 @@ steps a reply is classified into are shared with the graph, in `shared_tools.ste
 """
 
 from handwritten.loop import AgentCancelled, AgentLoop, Approve
-from handwritten.session import Session
+from handwritten.session import CustomerMismatch, Session, SessionConflict
 
-__all__ = ["AgentCancelled", "AgentLoop", "Approve", "Session"]
+__all__ = ["AgentCancelled", "AgentLoop", "Approve", "CustomerMismatch", "Session", "SessionConflict"]

@@ -28,7 +28,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
-from handwritten import AgentCancelled, AgentLoop, Session
+from handwritten import AgentCancelled, AgentLoop, CustomerMismatch, Session, SessionConflict
 from shared_tools.bookstore.faults import FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
@@ -808,20 +808,84 @@ def test_a_saved_session_loads_in_a_new_process(tools: Tools, tmp_path: Path) ->
 
 def test_a_failed_save_leaves_the_previous_file_and_no_temp_files(tools: Tools, tmp_path: Path) -> None:
     path = tmp_path / "session.json"
-    session = Session(AgentLoop(ScriptModel(replies=[ai("Hello.")]), tools.all), SYSTEM)
+    # Half-way through writing, json meets something it cannot serialize, as a crash mid-save would.
+    bad = AIMessage(content="odd", additional_kwargs={"handle": object()})
+    session = Session(AgentLoop(ScriptModel(replies=[ai("Hello."), bad]), tools.all), SYSTEM)
     session.ask("hi")
     session.save(path)
     before = path.read_bytes()
 
-    # Half-way through writing, json meets something it cannot serialize, as a crash mid-save would.
-    bad = AIMessage(content="odd", additional_kwargs={"handle": object()})
-    broken = Session(session.loop, SYSTEM, [*session.messages, HumanMessage("again"), bad])
+    session.ask("again")
     with pytest.raises(TypeError):
-        broken.save(path)
+        session.save(path)
 
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["session.json"]
     assert json.loads(before)["messages"][-1]["data"]["content"] == "Hello."
+
+
+def test_a_reply_cut_off_mid_emoji_still_saves_and_loads(tools: Tools, tmp_path: Path) -> None:
+    """A lone surrogate (half an emoji) made every later save raise, so the conversation could never be saved."""
+    path = tmp_path / "session.json"
+    cut = "Here is your book \ud83d"
+    session = Session(AgentLoop(ScriptModel(replies=[ai(cut)]), tools.all), SYSTEM)
+    session.ask("hi")
+    session.save(path)
+    assert Session.load(path, session.loop).messages[-1].content == cut
+
+
+def test_two_processes_saving_one_session_file_is_a_clear_error_not_a_lost_turn(tools: Tools, tmp_path: Path) -> None:
+    path = tmp_path / "session.json"
+    first = Session(AgentLoop(ScriptModel(replies=[ai("One.")]), tools.all), SYSTEM)
+    first.ask("one")
+    first.save(path)
+    mine = Session.load(path, AgentLoop(ScriptModel(replies=[ai("Two.")]), tools.all))
+    theirs = Session.load(path, AgentLoop(ScriptModel(replies=[ai("Three.")]), tools.all))
+    mine.ask("two")
+    mine.save(path)
+    theirs.ask("three")
+    with pytest.raises(SessionConflict, match="saved by another session"):
+        theirs.save(path)
+    kept = Session.load(path, mine.loop)
+    assert [m.content for m in kept.messages if isinstance(m, HumanMessage)] == ["one", "two"]
+
+
+async def test_two_asks_at_once_on_one_session_both_keep_their_turn(tools: Tools) -> None:
+    """Two tasks on one Session each ran from the same history, and the later one's result replaced the other's."""
+    model = ScriptModel(replies=[ai("", call("slow_echo", "s1", text="a")), ai("First."), ai("Second.")])
+    session = Session(AgentLoop(model, [*tools.all, slow_echo_tool()]), SYSTEM)
+    first, second = await asyncio.gather(session.aask("one"), session.aask("two"))
+    assert (first.answer, second.answer) == ("First.", "Second.")
+    assert [m.content for m in session.messages if isinstance(m, HumanMessage)] == ["one", "two"]
+    assert_valid_history(session.messages)
+
+
+def slow_echo_tool() -> BaseTool:
+    async def slow_echo(text: str) -> str:
+        await asyncio.sleep(0.05)
+        return text
+
+    return StructuredTool.from_function(coroutine=slow_echo, name="slow_echo", description="Echo, slowly.")
+
+
+def test_a_conversation_is_bound_to_its_customer(tools: Tools, tmp_path: Path) -> None:
+    path = tmp_path / "session.json"
+    session = Session(AgentLoop(ScriptModel(replies=[ai("Hi Ann.")]), tools.all), SYSTEM, customer_id="ann")
+    session.ask("I am Ann, of 12 Baker Street")
+    session.save(path)
+    with pytest.raises(CustomerMismatch, match="customer 'ann', not of 'bob'"):
+        Session.load(path, session.loop, customer_id="bob")
+    assert Session.load(path, session.loop, customer_id="ann").customer_id == "ann"
+
+
+@pytest.mark.parametrize(
+    "content", ['{"format": "agent-loop-compare/session/2"', '{"format": "agent-loop-compare/session/2"}', "[1, 2]"]
+)
+def test_a_truncated_or_wrong_shape_session_file_is_a_clear_error(tmp_path: Path, tools: Tools, content: str) -> None:
+    path = tmp_path / "session.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=r"is (not|a damaged) (a )?saved session"):
+        Session.load(path, AgentLoop(ScriptModel(replies=[]), tools.all))
 
 
 def test_loading_something_else_is_refused(tmp_path: Path, tools: Tools) -> None:
