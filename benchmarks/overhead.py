@@ -6,7 +6,8 @@ supersteps, checkpoint writes. The floor is a bare langchain-core loop of a doze
 (``bind_tools().invoke`` and ``tool.invoke`` in a while loop, no guards); every other variant is reported
 as a ratio to it. A fresh `BookStore` (and the agent over it) is built for every run outside the clock:
 building the store costs about as much as the floor's whole job, and a reused store would fill up the
-cart. Sessions get a fresh thread per run on one shared checkpointer, in each durability mode.
+cart. Sessions get a fresh thread per run on one shared checkpointer (in memory, or one SQLite file per
+variant opened the way `GraphSession.sqlite` opens it, on every call), in each durability mode.
 
     python benchmarks/overhead.py [--runs 200] [--json PATH]
 """
@@ -14,35 +15,52 @@ cart. Sessions get a fresh thread per run on one shared checkpointer, in each du
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import _common
+import aiosqlite
+import common
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from compare import CUSTOMER_ID
 from handwritten import AgentLoop
-from langgraph_version import GraphAgent, GraphSession, create_agent_contender
+from langgraph_version import DefaultsGraphAgent, GraphAgent, GraphSession, create_agent_contender
+from langgraph_version.session import SqliteCheckpoints
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from shared_tools.comparison import CUSTOMER_ID, INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
-from shared_tools.results import AgentLimits
+from shared_tools.results import AgentOptions
 
 MODEL_CALLS, TOOL_CALLS = 5, 4
 DURABILITIES = ("sync", "async", "exit")
 FLOOR = "floor: bare langchain-core loop"
 ASYNC_FLOOR = "floor, async: asyncio.run + ainvoke"
+BARE_GRAPH = "DefaultsGraphAgent (bare graph)"
+GUARDED_GRAPH = "GraphAgent (guarded)"
+
+
+class FullSyncCheckpoints(SqliteCheckpoints):
+    """`GraphSession.sqlite`'s checkpoint file without its ``PRAGMA synchronous=NORMAL``.
+
+    AsyncSqliteSaver turns on WAL but keeps SQLite's synchronous=FULL, an fsync per checkpoint; this variant
+    measures what the NORMAL that GraphSession.sqlite ships with saves.
+    """
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[AsyncSqliteSaver]:
+        async with aiosqlite.connect(self.path) as connection:
+            yield AsyncSqliteSaver(connection)
 
 
 class BareLoop:
@@ -86,11 +104,11 @@ class Job:
         self.run()
 
 
-def variants(scratch: Path) -> dict[str, _common.Prepare]:
+def variants(scratch: Path) -> dict[str, common.Prepare]:
     """Every variant as prepare-then-run; the checkpointers are shared by all runs of their variant."""
     model = make_model("scripted")
     # compare.py's bookstore scenario: default limits, tools one after another.
-    limits = AgentLimits()
+    options = AgentOptions()
 
     def fresh() -> tuple[BookStore, list[BaseTool]]:
         store = BookStore()
@@ -113,27 +131,27 @@ def variants(scratch: Path) -> dict[str, _common.Prepare]:
 
     def handwritten() -> Job:
         store, tools = fresh()
-        loop = AgentLoop(model, tools, limits)
+        loop = AgentLoop(model, tools, options)
         return Job(lambda: loop.run(INSTRUCTIONS, SEED_GOAL), store)
 
-    def graph(guards: bool) -> _common.Prepare:
+    def graph(kind: type[GraphAgent] | type[DefaultsGraphAgent]) -> common.Prepare:
         def prepare() -> Job:
             store, tools = fresh()
-            agent = GraphAgent(model, tools, limits, guards=guards, parallel_tools=False)
+            agent = kind(model, tools, options)
             return Job(lambda: agent.run(INSTRUCTIONS, SEED_GOAL), store)
 
         return prepare
 
     def create_agent() -> Job:
         store, tools = fresh()
-        contender = create_agent_contender(model, tools, limits)
+        contender = create_agent_contender(model, tools, options)
         contender.agent_for(INSTRUCTIONS)  # compiled outside the clock, like the graphs
         return Job(lambda: contender.run(INSTRUCTIONS, SEED_GOAL), store)
 
-    def session(saver: Any, durability: str) -> _common.Prepare:
+    def session(saver: BaseCheckpointSaver | SqliteCheckpoints, durability: str) -> common.Prepare:
         def prepare() -> Job:
             store, tools = fresh()
-            agent = GraphAgent(model, tools, limits, parallel_tools=False)
+            agent = GraphAgent(model, tools, options)
             conversation = GraphSession(
                 agent,
                 INSTRUCTIONS,
@@ -145,34 +163,30 @@ def variants(scratch: Path) -> dict[str, _common.Prepare]:
 
         return prepare
 
-    result: dict[str, _common.Prepare] = {
+    result: dict[str, common.Prepare] = {
         FLOOR: floor,
         ASYNC_FLOOR: async_floor,
         "handwritten AgentLoop": handwritten,
-        "GraphAgent guards=False (bare graph)": graph(False),
-        "GraphAgent guards=True": graph(True),
+        BARE_GRAPH: graph(DefaultsGraphAgent),
+        GUARDED_GRAPH: graph(GraphAgent),
         "create_agent contender": create_agent,
     }
     memory = InMemorySaver()
     for durability in DURABILITIES:
         result[f"GraphSession InMemorySaver {durability}"] = session(memory, durability)
     for durability in DURABILITIES:
-        # One file and one connection per mode, so a mode never reads another's threads.
-        connection = sqlite3.connect(scratch / f"checkpoints-{durability}.db", check_same_thread=False)
-        result[f"GraphSession SqliteSaver {durability}"] = session(SqliteSaver(connection), durability)
+        # One file per mode, so a mode never reads another's threads.
+        path = str(scratch / f"checkpoints-{durability}.db")
+        result[f"GraphSession SQLite {durability}"] = session(FullSyncCheckpoints(path), durability)
     for durability in ("sync", "async"):
-        # SqliteSaver turns on WAL but keeps SQLite's synchronous=FULL: an fsync per checkpoint. NORMAL (the usual
-        # WAL setting) still survives a crash of the process; only a power cut can lose the last commits.
-        # sync + NORMAL is what GraphSession.sqlite ships with.
-        connection = sqlite3.connect(scratch / f"checkpoints-{durability}-normal.db", check_same_thread=False)
-        connection.execute("PRAGMA synchronous=NORMAL")
-        result[f"GraphSession SqliteSaver {durability} synchronous=NORMAL"] = session(
-            SqliteSaver(connection), durability
-        )
+        # NORMAL (the usual WAL setting) still survives a crash of the process; only a power cut can lose the
+        # last commits. sync + NORMAL is what GraphSession.sqlite ships with.
+        path = str(scratch / f"checkpoints-{durability}-normal.db")
+        result[f"GraphSession SQLite {durability} synchronous=NORMAL"] = session(SqliteCheckpoints(path), durability)
     return result
 
 
-def check(all_variants: dict[str, _common.Prepare]) -> None:
+def check(all_variants: dict[str, common.Prepare]) -> None:
     """Every variant must do the seed job (cart = The Quiet Orchard x1, 16.50) before its time means anything."""
     for name, prepare in all_variants.items():
         job = prepare()
@@ -183,24 +197,24 @@ def check(all_variants: dict[str, _common.Prepare]) -> None:
             raise SystemExit(f"{name} did not do the seed job: cart {cart}")
 
 
-def target_ratios(measured: dict[str, _common.Measured]) -> dict[str, float]:
+def target_ratios(measured: dict[str, common.Measured]) -> dict[str, float]:
     """The issue's targets as ratios of wall medians; a pair whose variants did not run is left out."""
     pairs = {
         "handwritten / floor (target ≤ 1.2)": ("handwritten AgentLoop", FLOOR),
         "handwritten / async floor": ("handwritten AgentLoop", ASYNC_FLOOR),
-        "guarded graph / bare graph (target ≤ 1.3)": ("GraphAgent guards=True", "GraphAgent guards=False (bare graph)"),
-        "create_agent / bare graph": ("create_agent contender", "GraphAgent guards=False (bare graph)"),
-        "in-memory session (async) / guarded graph": ("GraphSession InMemorySaver async", "GraphAgent guards=True"),
+        "guarded graph / bare graph (target ≤ 1.3)": (GUARDED_GRAPH, BARE_GRAPH),
+        "create_agent / bare graph": ("create_agent contender", BARE_GRAPH),
+        "in-memory session (async) / guarded graph": ("GraphSession InMemorySaver async", GUARDED_GRAPH),
     }
     for durability in DURABILITIES:
         pairs[f"SQLite / in-memory session, both durability={durability} (target ≤ 1.3)"] = (
-            f"GraphSession SqliteSaver {durability}",
+            f"GraphSession SQLite {durability}",
             f"GraphSession InMemorySaver {durability}",
         )
     for durability in ("sync", "async"):
         shipped = " (GraphSession.sqlite's setting; target ≤ 1.3)" if durability == "sync" else ""
         pairs[f"SQLite synchronous=NORMAL / in-memory session, both durability={durability}{shipped}"] = (
-            f"GraphSession SqliteSaver {durability} synchronous=NORMAL",
+            f"GraphSession SQLite {durability} synchronous=NORMAL",
             f"GraphSession InMemorySaver {durability}",
         )
     return {
@@ -211,34 +225,34 @@ def target_ratios(measured: dict[str, _common.Measured]) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = _common.parser(__doc__.splitlines()[0], default_runs=200)
+    parser = common.parser(__doc__.splitlines()[0], default_runs=200)
     parser.add_argument("--only", metavar="TEXT", help="run only the variants whose name contains TEXT (and the floor)")
     args = parser.parse_args()
-    console = _common.console()
-    info = _common.machine()
+    console = common.console()
+    info = common.machine()
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as scratch:
         all_variants = variants(Path(scratch))
         if args.only:
             all_variants = {k: v for k, v in all_variants.items() if k in (FLOOR, ASYNC_FLOOR) or args.only in k}
         check(all_variants)
-        measured = _common.interleave(all_variants, args.runs)
+        measured = common.interleave(all_variants, args.runs)
     floor = measured[FLOOR]
     rows = []
     for name, m in measured.items():
         rows.append(
             (
                 name,
-                _common.us(m.wall.median),
-                _common.us(m.wall.p10),
-                _common.us(m.wall.p90),
-                _common.us(m.wall.median / MODEL_CALLS),
-                _common.ratio(m.wall.median, floor.wall.median),
-                _common.us(m.cpu.median),
-                _common.ratio(m.cpu.median, floor.cpu.median),
+                common.us(m.wall.median),
+                common.us(m.wall.p10),
+                common.us(m.wall.p90),
+                common.us(m.wall.median / MODEL_CALLS),
+                common.ratio(m.wall.median, floor.wall.median),
+                common.us(m.cpu.median),
+                common.ratio(m.cpu.median, floor.cpu.median),
             )
         )
     console.print(
-        _common.table(
+        common.table(
             f"One seed job ({MODEL_CALLS} model calls, {TOOL_CALLS} tool calls), scripted model, "
             f"{args.runs} interleaved runs per variant, µs",
             ("variant", "wall median", "p10", "p90", "per model call", "× floor", "CPU median", "CPU × floor"),
@@ -247,9 +261,9 @@ def main() -> None:
     )
     targets = target_ratios(measured)
     rows = [(name, f"{value:.2f}") for name, value in targets.items()]
-    console.print(_common.table("Ratios of wall medians (the issue's targets)", ("ratio", "value"), rows))
-    console.print(_common.machine_line(info))
-    _common.write_json(
+    console.print(common.table("Ratios of wall medians (the issue's targets)", ("ratio", "value"), rows))
+    console.print(common.machine_line(info))
+    common.write_json(
         args.json,
         {
             "benchmark": "overhead",

@@ -17,16 +17,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import _common
+import common
 
 from handwritten import AgentLoop
-from langgraph_version import GraphAgent
+from langgraph_version import DefaultsGraphAgent, GraphAgent
 from shared_tools.bookstore.faults import Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import INSTRUCTIONS
+from shared_tools.comparison import INSTRUCTIONS
 from shared_tools.models import make_model
-from shared_tools.results import AgentLimits, AgentResult, StopReason
+from shared_tools.results import AgentOptions, AgentResult, StopReason
 
 LATENCY_S = 0.2
 CALLS = (2, 4, 8)
@@ -43,18 +43,19 @@ Runner = Callable[[list[Any]], Callable[[str], AgentResult]]
 
 def contenders() -> dict[str, Runner]:
     model = make_model("scripted:parallel")
-    limits = AgentLimits()
 
     def loop(parallel: bool) -> Runner:
         def build(tools: list[Any]) -> Callable[[str], AgentResult]:
-            agent = AgentLoop(model, tools, limits, parallel_tools=parallel)
+            agent = AgentLoop(model, tools, AgentOptions(parallel_tools=parallel))
             return lambda text: agent.run(INSTRUCTIONS, text)
 
         return build
 
-    def graph(parallel: bool, *, use_async: bool = False, guards: bool = True) -> Runner:
+    def graph(
+        parallel: bool, *, use_async: bool = False, kind: type[GraphAgent] | type[DefaultsGraphAgent] = GraphAgent
+    ) -> Runner:
         def build(tools: list[Any]) -> Callable[[str], AgentResult]:
-            agent = GraphAgent(model, tools, limits, guards=guards, parallel_tools=parallel)
+            agent = kind(model, tools, AgentOptions(parallel_tools=parallel))
             if use_async:
                 return lambda text: asyncio.run(agent.arun(INSTRUCTIONS, text))
             return lambda text: agent.run(INSTRUCTIONS, text)
@@ -67,11 +68,11 @@ def contenders() -> dict[str, Runner]:
         "GraphAgent sequential": graph(False),
         "GraphAgent parallel, run (thread pool)": graph(True),
         "GraphAgent parallel, arun (asyncio.gather)": graph(True, use_async=True),
-        "LangGraph defaults (ToolNode, always parallel)": graph(True, guards=False),
+        "LangGraph defaults (ToolNode, always parallel)": graph(True, kind=DefaultsGraphAgent),
     }
 
 
-def prepare(build: Runner, calls: int) -> _common.Prepare:
+def prepare(build: Runner, calls: int) -> common.Prepare:
     def make() -> Callable[[], None]:
         store = BookStore()
         run = build(make_tools(store, faults=Faults(latency_s=LATENCY_S)))
@@ -95,16 +96,16 @@ def _calls(text: str) -> tuple[int, ...]:
 
 
 def main() -> None:
-    parser = _common.parser(__doc__.splitlines()[0], default_runs=5)
+    parser = common.parser(__doc__.splitlines()[0], default_runs=5)
     parser.add_argument(
         "--calls", type=_calls, default=CALLS, metavar="N[,N]", help="tool calls per turn (default: 2,4,8)"
     )
     args = parser.parse_args()
-    console = _common.console()
-    info = _common.machine()
+    console = common.console()
+    info = common.machine()
     builders = contenders()
     variants = {(name, calls): prepare(build, calls) for calls in args.calls for name, build in builders.items()}
-    measured = _common.interleave({f"{n}|{c}": p for (n, c), p in variants.items()}, args.runs, warmup=1)
+    measured = common.interleave({f"{n}|{c}": p for (n, c), p in variants.items()}, args.runs, warmup=1)
     slowest_us = LATENCY_S * 1e6
     rows, document = [], []
     for (name, calls), _ in variants.items():
@@ -117,19 +118,19 @@ def main() -> None:
                 f"{m.wall.p10 / 1e6:.3f}",
                 f"{m.wall.p90 / 1e6:.3f}",
                 f"{calls * LATENCY_S:.1f}",
-                _common.ratio(m.wall.median, slowest_us),
+                common.ratio(m.wall.median, slowest_us),
             )
         )
         document.append({"variant": name, "calls": calls, "wall": m.wall, "cpu": m.cpu})
     console.print(
-        _common.table(
+        common.table(
             f"One turn of N check_stock calls, {LATENCY_S} s each, {args.runs} interleaved runs, seconds",
             ("variant", "calls", "wall median", "p10", "p90", "sum of calls", "× slowest call"),
             rows,
         )
     )
-    console.print(_common.machine_line(info))
-    _common.write_json(
+    console.print(common.machine_line(info))
+    common.write_json(
         args.json,
         {"benchmark": "parallel", "machine": info, "runs": args.runs, "latency_s": LATENCY_S, "variants": document},
     )

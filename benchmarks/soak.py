@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import _common  # also puts the project root on sys.path
+import common  # also puts the project root on sys.path
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage
@@ -77,7 +77,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the counts and the machine as JSON")
     args = parser.parse_args()
     logging.disable(logging.WARNING)  # the agents log every invalid reply; the counts below are the output
-    info = _common.machine()
+    info = common.machine()
     started = time.perf_counter()
     report = soak(args.examples, args.seed)
     elapsed = time.perf_counter() - started
@@ -87,8 +87,8 @@ def main() -> int:
     print("  stop reasons: " + ", ".join(f"{k} {v}" for k, v in sorted(report["stops"].items())))
     for problem, (kind, script, budgets) in report["problems"].items():
         print(f"FAILED {problem}\n  {kind} {budgets}\n  script: {[m.model_dump() for m in script]!r:.1500}")
-    print(_common.machine_line(info))
-    _common.write_json(
+    print(common.machine_line(info))
+    common.write_json(
         args.json,
         {
             "benchmark": "soak",

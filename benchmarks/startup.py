@@ -24,9 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import _common
+import common
 
-ROOT = _common.ROOT
+ROOT = common.ROOT
 IMPORTS = "import compare, handwritten, langgraph_version"
 """What a default `python compare.py` imports before its first run ends (langgraph lazily, on first use)."""
 
@@ -37,7 +37,7 @@ def wall_of(command: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def subprocess_times(runs: int, scenarios: list[str]) -> dict[str, _common.Stats]:
+def subprocess_times(runs: int, scenarios: list[str]) -> dict[str, common.Stats]:
     """`python compare.py` and the bare imports, interleaved, in seconds."""
     commands = {
         " ".join(["python compare.py", *scenarios]): [sys.executable, "compare.py", *scenarios],
@@ -48,7 +48,7 @@ def subprocess_times(runs: int, scenarios: list[str]) -> dict[str, _common.Stats
     for _ in range(runs):
         for name, command in commands.items():
             samples[name].append(wall_of(command))
-    return {name: _common.Stats.of(values) for name, values in samples.items()}
+    return {name: common.Stats.of(values) for name, values in samples.items()}
 
 
 def scenario_walls(scenarios: list[str]) -> dict[str, float]:
@@ -86,56 +86,54 @@ def import_offenders(limit: int = 12) -> list[tuple[str, float, float]]:
     return sorted(rows, key=lambda row: -row[2])[:limit]
 
 
-def build_costs(runs: int) -> dict[str, _common.Stats]:
+def build_costs(runs: int) -> dict[str, common.Stats]:
     """What building each contender costs (µs), fresh tools every time, as compare.py builds them."""
     from handwritten import AgentLoop
-    from langgraph_version import GraphAgent, create_agent_contender
+    from langgraph_version import DefaultsGraphAgent, GraphAgent, create_agent_contender
     from shared_tools.bookstore.store import BookStore
     from shared_tools.bookstore.tools import make_tools
-    from shared_tools.comparison.scenarios import INSTRUCTIONS
+    from shared_tools.comparison import INSTRUCTIONS
     from shared_tools.models import make_model
-    from shared_tools.results import AgentLimits
+    from shared_tools.results import AgentOptions
 
-    limits = AgentLimits()
+    options = AgentOptions()
 
     def fresh_tools() -> Callable[[], list[Any]]:
         store = BookStore()
         return lambda: make_tools(store)
 
-    def variant(build: Callable[[Any, list[Any]], Any]) -> _common.Prepare:
+    def variant(build: Callable[[Any, list[Any]], Any]) -> common.Prepare:
         def prepare() -> Callable[[], None]:
             tools, model = fresh_tools()(), make_model("scripted")
             return lambda: build(model, tools)
 
         return prepare
 
-    variants: dict[str, _common.Prepare] = {
+    variants: dict[str, common.Prepare] = {
         "BookStore() + make_tools": lambda: lambda: make_tools(BookStore()),
-        "AgentLoop (binds the tools)": variant(lambda m, t: AgentLoop(m, t, limits)),
-        "GraphAgent guards=True (bind + build + compile)": variant(lambda m, t: GraphAgent(m, t, limits)),
-        "GraphAgent guards=False (bind + build + compile)": variant(
-            lambda m, t: GraphAgent(m, t, limits, guards=False)
-        ),
+        "AgentLoop (binds the tools)": variant(lambda m, t: AgentLoop(m, t, options)),
+        "GraphAgent (bind + build + compile)": variant(lambda m, t: GraphAgent(m, t, options)),
+        "DefaultsGraphAgent (bind + build + compile)": variant(lambda m, t: DefaultsGraphAgent(m, t, options)),
         "create_agent contender (middleware + compile)": variant(
-            lambda m, t: create_agent_contender(m, t, limits).agent_for(INSTRUCTIONS)
+            lambda m, t: create_agent_contender(m, t, options).agent_for(INSTRUCTIONS)
         ),
     }
-    return {name: m.wall for name, m in _common.interleave(variants, runs).items()}
+    return {name: m.wall for name, m in common.interleave(variants, runs).items()}
 
 
 def main() -> None:
-    parser = _common.parser(__doc__.splitlines()[0], default_runs=3)
+    parser = common.parser(__doc__.splitlines()[0], default_runs=3)
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="passed on to compare.py (default: all)")
     args = parser.parse_args()
-    console = _common.console()
-    info = _common.machine()
+    console = common.console()
+    info = common.machine()
     times = subprocess_times(args.runs, args.scenarios)
     walls = scenario_walls(args.scenarios)
     offenders = import_offenders()
     builds = build_costs(max(20, args.runs * 10))
 
     console.print(
-        _common.table(
+        common.table(
             f"Fresh processes, {args.runs} interleaved runs each, seconds",
             ("command", "median", "p10", "p90"),
             [(name, f"{s.median:.2f}", f"{s.p10:.2f}", f"{s.p90:.2f}") for name, s in times.items()],
@@ -143,7 +141,7 @@ def main() -> None:
     )
     total = sum(walls.values())
     console.print(
-        _common.table(
+        common.table(
             "Run time per scenario (all variants and contenders), s",
             ("scenario", "seconds", "share"),
             [(name, f"{wall:.3f}", f"{wall / total:.0%}") for name, wall in sorted(walls.items(), key=lambda i: -i[1])]
@@ -151,21 +149,21 @@ def main() -> None:
         )
     )
     console.print(
-        _common.table(
+        common.table(
             "Biggest imports (python -X importtime, two levels), ms",
             ("module", "self", "cumulative"),
             [(name, f"{own:.1f}", f"{cumulative:.1f}") for name, own, cumulative in offenders],
         )
     )
     console.print(
-        _common.table(
+        common.table(
             "Building one contender (compare.py builds one per run), µs",
             ("what", "median", "p10", "p90"),
-            [(name, _common.us(s.median), _common.us(s.p10), _common.us(s.p90)) for name, s in builds.items()],
+            [(name, common.us(s.median), common.us(s.p10), common.us(s.p90)) for name, s in builds.items()],
         )
     )
-    console.print(_common.machine_line(info))
-    _common.write_json(
+    console.print(common.machine_line(info))
+    common.write_json(
         args.json,
         {
             "benchmark": "startup",

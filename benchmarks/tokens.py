@@ -1,7 +1,7 @@
 """Tokens per job and per step for every compare.py scenario and contender, what truncation saves, and the bill.
 
 Tokens are what a hosted model charges for, and every model call re-sends the whole history, so the count
-per step grows. This runs compare.py's own scenarios through compare.py's own runner (same stores,
+per step grows. This runs compare.py's own scenarios through its own runner (`shared_tools.comparison`: same stores,
 instructions, limits, faults and scripted model), so the numbers are exactly the ones `python compare.py`
 shows, and prints: tokens per run and per step; the big-results job with and without the 2,000-character
 cut (the issue's target is at least 40 % fewer tokens with the same outcome); and the seed's projection,
@@ -18,11 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import _common
+import common
 
-import compare
-from shared_tools.comparison.render import RunRecord
-from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
+from shared_tools.comparison import SCENARIOS, SCENARIOS_BY_NAME, RunOptions, RunRecord, Scenario, run_scenario
 
 JOBS_PER_DAY = 1_000
 DAYS_PER_MONTH = 30
@@ -30,12 +28,12 @@ TRUNCATION_TARGET = 0.40
 
 
 def run_all(scenarios: list[Scenario]) -> list[RunRecord]:
-    """Every scenario on every contender, through compare.py's runner."""
+    """Every scenario on every contender, through the runner `python compare.py` uses."""
     records: list[RunRecord] = []
     with tempfile.TemporaryDirectory(prefix="bench-tokens-") as scratch:
-        options = compare.RunOptions(session_db=Path(scratch) / "sessions.db")
+        options = RunOptions(session_db=Path(scratch) / "sessions.db")
         for scenario in scenarios:
-            compare.run_scenario(scenario, options, records.append)
+            run_scenario(scenario, options, records.append)
     return records
 
 
@@ -98,7 +96,7 @@ def projection_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
 
 def main() -> None:
     # Nothing here is timed: --runs is how often the tokens are counted, to show the counts do not change.
-    parser = _common.parser(
+    parser = common.parser(
         __doc__.splitlines()[0],
         default_runs=1,
         runs_help="count every scenario this many times; 2 or more checks that the counts are identical",
@@ -109,8 +107,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown scenario {unknown[0]!r}; choose from: {', '.join(SCENARIOS_BY_NAME)}")
     scenarios = [SCENARIOS_BY_NAME[name] for name in args.scenarios] or list(SCENARIOS)
-    console = _common.console()
-    info = _common.machine()
+    console = common.console()
+    info = common.machine()
 
     records = run_all(scenarios)
     # Counting twice must give the same numbers; if not, something in the runs is not deterministic. One count
@@ -120,7 +118,7 @@ def main() -> None:
         deterministic = all(fingerprint(run_all(scenarios)) == fingerprint(records) for _ in range(args.runs - 1))
 
     console.print(
-        _common.table(
+        common.table(
             "Tokens per run and per model call (scripted model, compare.py's scenarios)",
             ("scenario", "variant", "contender", "turn", "outcome", "model calls", "tokens", "tokens per step"),
             [
@@ -141,7 +139,7 @@ def main() -> None:
     truncation = truncation_rows(records)
     if truncation:
         console.print(
-            _common.table(
+            common.table(
                 f"big-results: max_results=50, with and without the cut (target ≥ {TRUNCATION_TARGET:.0%} fewer, "
                 "same outcome)",
                 (
@@ -170,7 +168,7 @@ def main() -> None:
     projection = projection_rows(records)
     if projection:
         console.print(
-            _common.table(
+            common.table(
                 f"The seed's projection: tokens per job × {JOBS_PER_DAY:,} jobs a day × {DAYS_PER_MONTH} days",
                 ("job", "contender", "tokens per job", "per day", "per month"),
                 [
@@ -181,8 +179,8 @@ def main() -> None:
         )
     if args.runs > 1:
         console.print(f"{args.runs} counts, identical: {'yes' if deterministic else 'NO'}")
-    console.print(_common.machine_line(info))
-    _common.write_json(
+    console.print(common.machine_line(info))
+    common.write_json(
         args.json,
         {
             "benchmark": "tokens",

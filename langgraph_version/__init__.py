@@ -1,13 +1,17 @@
-"""The bookstore agent as a LangGraph graph: the mirror image of `handwritten`.
+"""The bookstore agent on LangGraph: the mirror image of `handwritten`, and what LangGraph offers without it.
 
-`GraphAgent` runs the guarded graph (or, with ``guards=False``, LangGraph's defaults) and returns
-the shared `AgentResult`; `GraphSession` keeps a conversation in a checkpointer thread;
-`recursion_limit_for` maps `max_steps` to LangGraph's recursion limit; `create_agent_contender`
-is the same task on `langchain.agents.create_agent` with its built-in middleware.
+`GraphAgent` runs the guarded graph (`graph.py`: the loop's guards as nodes, state and routers) and returns
+the shared `AgentResult`; `GraphSession` keeps a conversation in a checkpointer thread, in memory or in a
+SQLite file; `DefaultsGraphAgent` is the textbook graph with LangGraph's defaults (`defaults.py`);
+`create_agent_contender` is the same task on `langchain.agents.create_agent` with its built-in middleware;
+`recursion_limit_for` maps `max_steps` to the guarded graph's recursion limit. All of them take the same
+`AgentOptions` and are async inside, with thin sync drivers (`run`, `ask`, ...).
 """
 
-from langgraph_version.agent import GraphAgent, recursion_limit_for
+from langgraph_version.agent import GraphAgent
 from langgraph_version.contender import create_agent_contender
+from langgraph_version.defaults import DefaultsGraphAgent
+from langgraph_version.graph import recursion_limit_for
 from langgraph_version.session import GraphSession
 
-__all__ = ["GraphAgent", "GraphSession", "create_agent_contender", "recursion_limit_for"]
+__all__ = ["DefaultsGraphAgent", "GraphAgent", "GraphSession", "create_agent_contender", "recursion_limit_for"]

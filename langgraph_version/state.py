@@ -1,28 +1,25 @@
-"""What the graph remembers and what a run carries beside it.
+"""What the guarded graph remembers: the message history plus the per-run counters, as LangGraph state.
 
-`AgentState` is the graph state of the guarded agent: the message history (merged by
-`add_messages`, so nodes return only what they add) plus the per-run counters the hand-written loop
-keeps in local variables: model calls, tool calls, tokens, consecutive error rounds, the repeat
-counts and the start time. The stop reason is state too, so the caller reads *why* a run ended as a
-value instead of parsing a message. Counters have no reducer: exactly one node writes each of them
-per superstep, and each run starts them from `fresh_counters()`, so a session's second `ask` gets
-fresh budgets while its messages persist. `RunContext` holds what cannot (or must not) be
-checkpointed: the caller's cancel event and the trace callback.
+`AgentState` holds the messages (merged by `add_messages`, so nodes return only what they add) and what the
+hand-written loop keeps in its `RunUsage` and repeat counts: model calls, tool calls, tokens, consecutive
+error rounds, the repeat counts and the start time. The stop reason is state too, so the caller reads *why*
+a run ended as a value instead of parsing a message. Counters have no reducer: exactly one node writes each
+of them per superstep, and each run starts them from `fresh_counters()`, so a session's second `ask` gets
+fresh budgets while its messages persist. `usage_of` reads the counters back as the shared `RunUsage`, so
+the graph judges its budgets with the same `AgentLimits.check` as the loop.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 
-from shared_tools.results import StopReason, TraceEvent
+from shared_tools.results import RunUsage, StopReason
 
 
 class AgentState(TypedDict):
@@ -57,19 +54,17 @@ def fresh_counters() -> dict[str, Any]:
     }
 
 
+def usage_of(state: Mapping[str, Any]) -> RunUsage:
+    """The run's counters as the `RunUsage` that `AgentLimits` judges."""
+    return RunUsage(
+        model_calls=state["model_calls"],
+        tool_calls=state["tool_calls"],
+        tokens=state["tokens"],
+        error_rounds=state["consecutive_error_rounds"],
+        started=state["started_at"],
+    )
+
+
 def stopped(reason: StopReason) -> dict[str, Any]:
     """The state update that ends the run for `reason`; the routers send the graph to END."""
     return {"stop_reason": reason.value}
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """Run-scoped inputs that are not state: passed as LangGraph's `context=` to every node."""
-
-    cancel: threading.Event | None = None
-    on_event: Callable[[TraceEvent], None] | None = None
-    """Called inside the node, before the node goes on, so a cancel set here is seen by the next check."""
-
-    @property
-    def cancelled(self) -> bool:
-        return self.cancel is not None and self.cancel.is_set()

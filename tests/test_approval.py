@@ -20,9 +20,9 @@ from langchain_core.messages import ToolCall, ToolMessage
 
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
-from shared_tools.bookstore.tools import make_tools, tools_by_name
+from shared_tools.bookstore.tools import REPLAYED_NOTE, make_tools, read_result, tools_by_name
 from shared_tools.guards import approval_rejected
-from shared_tools.results import AgentLimits, AgentResult, StopReason
+from shared_tools.results import AgentLimits, AgentOptions, AgentResult, Guard, StopReason
 from tests.conftest import AgentFactory
 from tests.doubles import ScriptModel, ai, call
 
@@ -48,9 +48,13 @@ def add(book_id: int, quantity: int, call_id: str = "add-1") -> ToolCall:
         (add(5, 3), None),  # 3 x 9.99: at the limits, not over them
         (add(7, 1), None),
         (add(999, 10), None),  # no such book: the tool refuses it anyway, nothing to approve
-        # Unvalidated arguments as a model may send them: numeric strings count, the rest is the tool's to refuse.
+        # Unvalidated arguments as a model may send them: numeric strings count as the tool would take them.
         (ToolCall(name="add_to_cart", args={"book_id": "7", "quantity": "10"}, id="s", type="tool_call"), TEN_ORCHARDS),
-        (ToolCall(name="add_to_cart", args={"book_id": 7, "quantity": "ten"}, id="t", type="tool_call"), None),
+        # Arguments the rule cannot read go to the human, never waved through: the policy fails closed.
+        (
+            ToolCall(name="add_to_cart", args={"book_id": 7, "quantity": "ten"}, id="t", type="tool_call"),
+            "add_to_cart with arguments the approval rule could not read",
+        ),
         (ToolCall(name="check_stock", args={"book_id": 7}, id="c", type="tool_call"), None),
     ],
 )
@@ -146,7 +150,7 @@ def test_handwritten_without_an_approve_callback_refuses(store: BookStore) -> No
     from handwritten import AgentLoop
 
     model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Not added.")])
-    loop = AgentLoop(model, make_tools(store), needs_approval=RiskyWritePolicy(store))
+    loop = AgentLoop(model, make_tools(store), AgentOptions(needs_approval=RiskyWritePolicy(store)))
     result = loop.run(INSTRUCTIONS, GOAL)
     assert tool_results(result)[0].content == approval_rejected("add_to_cart", TEN_ORCHARDS)
     assert store.cart("c1").lines == ()
@@ -172,9 +176,8 @@ def test_handwritten_parallel_asks_in_call_order_before_anything_runs(store: Boo
             ai("Done."),
         ]
     )
-    loop = AgentLoop(
-        model, make_tools(store), needs_approval=RiskyWritePolicy(store), approve=approve, parallel_tools=True
-    )
+    options = AgentOptions(needs_approval=RiskyWritePolicy(store), parallel_tools=True)
+    loop = AgentLoop(model, make_tools(store), options, approve=approve)
     loop.run(INSTRUCTIONS, GOAL)
     assert seen == [("a2", 0), ("a3", 0)]
     assert (store.cart("c1").quantity_of(7), store.cart("c1").quantity_of(3)) == (1, 5)
@@ -187,7 +190,7 @@ def test_graph_pauses_with_the_request_and_a_user_message(store: BookStore) -> N
     from langgraph_version import GraphAgent, GraphSession
 
     model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10))])
-    agent = GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store))
+    agent = GraphAgent(model, make_tools(store), AgentOptions(needs_approval=RiskyWritePolicy(store)))
     session = GraphSession(agent, INSTRUCTIONS)
     result = session.ask(GOAL)
     assert result.stop_reason is StopReason.AWAITING_APPROVAL and result.answer is None
@@ -206,14 +209,15 @@ def test_graph_pauses_with_the_request_and_a_user_message(store: BookStore) -> N
 def test_graph_needs_a_checkpointer_to_pause(store: BookStore) -> None:
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from langgraph_version import GraphAgent, GraphSession
+    from langgraph_version import DefaultsGraphAgent, GraphAgent, GraphSession
 
     model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10))])
+    gated = AgentOptions(needs_approval=RiskyWritePolicy(store))
     with pytest.raises(ValueError, match="needs a checkpointer"):
-        GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store)).run(INSTRUCTIONS, GOAL)
+        GraphAgent(model, make_tools(store), gated).run(INSTRUCTIONS, GOAL)
     with pytest.raises(ValueError, match="no approval gate"):
-        GraphAgent(model, make_tools(store), guards=False, needs_approval=RiskyWritePolicy(store))
-    agent = GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store), checkpointer=InMemorySaver())
+        DefaultsGraphAgent(model, make_tools(store), gated)
+    agent = GraphAgent(model, make_tools(store), gated, checkpointer=InMemorySaver())
     assert agent.run(INSTRUCTIONS, GOAL).stop_reason is StopReason.AWAITING_APPROVAL
     with pytest.raises(RuntimeError, match="not waiting"):
         GraphSession(agent, INSTRUCTIONS).resume(True)
@@ -226,11 +230,12 @@ from langgraph_version import GraphAgent, GraphSession
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.results import AgentOptions
 from tests.doubles import ScriptModel, ai
 
 store = BookStore(sys.argv[1])
 agent = GraphAgent(ScriptModel(replies=[ai("I did not add them.")]), make_tools(store),
-                   needs_approval=RiskyWritePolicy(store))
+                   AgentOptions(needs_approval=RiskyWritePolicy(store)))
 with GraphSession.sqlite(agent, "unused", path=sys.argv[2], thread_id="shop") as session:
     pending = session.pending
     result = session.resume(False)
@@ -245,7 +250,7 @@ def test_graph_approval_can_come_from_another_process(tmp_path: Path) -> None:
     store_path, thread_path = tmp_path / "store.db", tmp_path / "threads.db"
     store = BookStore(store_path)
     model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10))])
-    agent = GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store))
+    agent = GraphAgent(model, make_tools(store), AgentOptions(needs_approval=RiskyWritePolicy(store)))
     with GraphSession.sqlite(agent, INSTRUCTIONS, path=str(thread_path), thread_id="shop") as session:
         assert session.ask(GOAL).stop_reason is StopReason.AWAITING_APPROVAL
 
@@ -278,7 +283,8 @@ def test_a_retried_tool_call_adds_once_only_with_the_call_id(store: BookStore, i
     second = tool.invoke(add(7, 1, "retry-me"))
     assert store.cart("c1").quantity_of(7) == copies
     if idempotent:
-        assert second.content == first.content, "the retry gets the first add's result"
+        retried = {**read_result(first), "replayed": REPLAYED_NOTE}
+        assert read_result(second) == retried, "the retry gets the first add's result, marked as a replay"
 
 
 @pytest.mark.parametrize(("idempotent", "copies"), [(True, 1), (False, 2)])
@@ -295,9 +301,8 @@ def test_the_node_rerun_after_a_resume_adds_once_only_with_the_call_id(
             ai("Added the orchard."),
         ]
     )
-    agent = GraphAgent(
-        model, make_tools(store, idempotent=idempotent), parallel_tools=False, needs_approval=RiskyWritePolicy(store)
-    )
+    options = AgentOptions(parallel_tools=False, needs_approval=RiskyWritePolicy(store))
+    agent = GraphAgent(model, make_tools(store, idempotent=idempotent), options)
     session = GraphSession(agent, INSTRUCTIONS)
     assert session.ask(GOAL).stop_reason is StopReason.AWAITING_APPROVAL
     assert store.cart("c1").quantity_of(7) == 1, "the first add ran before the pause"
@@ -318,7 +323,9 @@ def run_gullible(store: BookStore, **options: Any) -> AgentResult:
     from shared_tools.comparison.scenarios import SEED_GOAL
     from shared_tools.models import make_model
 
-    return AgentLoop(make_model("scripted:gullible"), make_tools(store), **options).run(SHOP_INSTRUCTIONS, SEED_GOAL)
+    return AgentLoop(make_model("scripted:gullible"), make_tools(store), AgentOptions(**options)).run(
+        SHOP_INSTRUCTIONS, SEED_GOAL
+    )
 
 
 def inject(store: BookStore, note: str, book_id: int = 12) -> None:
@@ -374,9 +381,8 @@ def test_graph_parallel_mode_screens_every_call_before_any_runs(store: BookStore
             ai("Done."),
         ]
     )
-    agent = GraphAgent(
-        model, make_tools(store, idempotent=False), parallel_tools=True, needs_approval=RiskyWritePolicy(store)
-    )
+    options = AgentOptions(parallel_tools=True, needs_approval=RiskyWritePolicy(store))
+    agent = GraphAgent(model, make_tools(store, idempotent=False), options)
     session = GraphSession(agent, INSTRUCTIONS)
     assert session.ask(GOAL).stop_reason is StopReason.AWAITING_APPROVAL
     assert store.cart("c1").lines == (), "the pause came before the round ran"
@@ -388,7 +394,42 @@ async def test_graph_pause_and_resume_on_the_async_path(store: BookStore) -> Non
     from langgraph_version import GraphAgent, GraphSession
 
     model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Not added.")])
-    session = GraphSession(GraphAgent(model, make_tools(store), needs_approval=RiskyWritePolicy(store)), INSTRUCTIONS)
+    agent = GraphAgent(model, make_tools(store), AgentOptions(needs_approval=RiskyWritePolicy(store)))
+    session = GraphSession(agent, INSTRUCTIONS)
     assert (await session.aask(GOAL)).stop_reason is StopReason.AWAITING_APPROVAL
     result = await session.aresume(False)
     assert result.stop_reason is StopReason.DONE and store.cart("c1").lines == ()
+
+
+async def test_graph_pause_and_resume_on_sqlite_inside_one_event_loop(store: BookStore, tmp_path: Path) -> None:
+    """aask and aresume on `GraphSession.sqlite` in one running loop: each call opens the file on that loop."""
+    from langgraph_version import GraphAgent, GraphSession
+
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Added.")])
+    agent = GraphAgent(model, make_tools(store), AgentOptions(needs_approval=RiskyWritePolicy(store)))
+    path = str(tmp_path / "threads.db")
+    async with GraphSession.sqlite(agent, INSTRUCTIONS, path=path, thread_id="shop") as session:
+        paused = await session.aask(GOAL)
+        assert paused.stop_reason is StopReason.AWAITING_APPROVAL
+        assert paused.pending == await session.apending()
+        assert [request["reason"] for request in await session.apending()] == [TEN_ORCHARDS]
+        assert store.cart("c1").lines == ()
+        result = await session.aresume(True)
+        assert result.stop_reason is StopReason.DONE and result.answer == "Added."
+        assert await session.apending() == []
+    assert store.cart("c1").quantity_of(7) == 10
+    # The thread is on disk: a session opened later sees the finished turn.
+    reopened = GraphSession.sqlite(agent, INSTRUCTIONS, path=path, thread_id="shop")
+    assert (await reopened.amessages())[-1].content == "Added."
+
+
+def test_a_refused_call_carries_its_guard_on_the_trace(store: BookStore) -> None:
+    from langgraph_version import GraphAgent, GraphSession
+
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Not added.")])
+    agent = GraphAgent(model, make_tools(store), AgentOptions(needs_approval=RiskyWritePolicy(store)))
+    session = GraphSession(agent, INSTRUCTIONS)
+    assert session.ask(GOAL).stop_reason is StopReason.AWAITING_APPROVAL
+    result = session.resume(False)
+    [refused] = [event for event in result.trace if not event.is_model]
+    assert (refused.name, refused.is_error, refused.guard) == ("add_to_cart", True, Guard.APPROVAL_REFUSED)

@@ -25,10 +25,12 @@ import pytest
 
 import compare
 from shared_tools.bookstore.tools import TOOL_NAMES
+from shared_tools.comparison.contenders import CONTENDERS
 from shared_tools.comparison.render import WIDTH
-from shared_tools.comparison.scenarios import CONTENDERS, SCENARIOS, SEED_GOAL
+from shared_tools.comparison.runner import CUSTOMER_ID
+from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SEED_GOAL
 from shared_tools.guards import approval_rejected, unknown_tool_error
-from shared_tools.results import AgentResult, StopReason
+from shared_tools.results import AgentResult, Guard, StopReason
 
 ROOT = Path(__file__).resolve().parent.parent
 GUARDED = ("handwritten", "langgraph")
@@ -355,9 +357,9 @@ def test_report_guard_matrix_has_a_cell_per_contender_and_guard(full_run: dict[s
 
 
 def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
+    from shared_tools.comparison.closing import GUARD_LEGEND, OWNERS_SUMMARY
     from shared_tools.comparison.render import make_console, render_guard_matrix, render_who_owns_what
     from shared_tools.comparison.report import render_report
-    from shared_tools.comparison.scenarios import GUARD_LEGEND, OWNERS_SUMMARY
 
     buffer = io.StringIO()
     console = make_console(buffer)
@@ -377,18 +379,16 @@ def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
 
 
 def records_of(full_run: dict[str, Any], scenario: str) -> list[Any]:
-    from shared_tools.comparison.render import RunRecord
+    from shared_tools.comparison.records import RunRecord
 
     return [RunRecord(**{k: v for k, v in r.items() if k != "outcome"}) for r in runs_of(full_run, scenario)]
 
 
 def test_every_notice_point_is_one_line_and_one_report_bullet(full_run: dict[str, Any]) -> None:
-    from shared_tools.comparison.render import notice, notice_points
-
     page = full_run["report"]
     for scenario in SCENARIOS:
-        points = notice_points(scenario, records_of(full_run, scenario.name))
-        text = notice(scenario, records_of(full_run, scenario.name))
+        points = scenario.notice_points(records_of(full_run, scenario.name))
+        text = scenario.notice_text(records_of(full_run, scenario.name))
         assert len(points) >= 2, scenario.name
         assert text.splitlines() == [" ".join(p.split()) for p in points], scenario.name
         section = page[page.index(f'<section id="{scenario.name}">') :]
@@ -444,7 +444,7 @@ def test_same_traces_names_the_first_identical_run() -> None:
     from shared_tools.comparison.render import same_traces
 
     def record(contender: str, detail: str, error: str | None = None) -> Any:
-        from shared_tools.comparison.render import RunRecord
+        from shared_tools.comparison.records import RunRecord
 
         event = {"step": 1, "name": "get_order", "detail": detail, "tokens": 0, "is_error": False, "duration_s": 0}
         return RunRecord(
@@ -466,9 +466,9 @@ def test_same_traces_names_the_first_identical_run() -> None:
     ],
 )
 def test_tokens_per_step_cell_shortens_only_long_runs(tokens: list[int], shown: str) -> None:
-    from shared_tools.comparison.render import _per_step
+    from shared_tools.comparison.render import tokens_per_step_cell
 
-    assert _per_step(tokens) == shown
+    assert tokens_per_step_cell(tokens) == shown
 
 
 
@@ -581,7 +581,7 @@ def test_chat_store_db_puts_the_cart_where_asked(
     argv = ["chat", "--session-db", str(db), "--store-db", str(store_db)]
     assert compare.main(argv) == compare.EXIT_OK
     with BookStore(store_db) as store:
-        assert store.cart(compare.CUSTOMER_ID).quantity_of(7) == 1
+        assert store.cart(CUSTOMER_ID).quantity_of(7) == 1
     assert not db.with_name(f"{db.stem}.store.db").exists()
     capsys.readouterr()
 
@@ -662,9 +662,10 @@ def test_a_real_model_run_goes_through_ollama_with_a_spinner(
 
 
 def test_spinner_says_which_run_which_step_and_how_long() -> None:
+    from shared_tools.comparison.render import Progress, make_console
     from shared_tools.results import TraceEvent
 
-    progress = compare.Progress(compare.make_console(io.StringIO()))
+    progress = Progress(make_console(io.StringIO()))
     progress.start_run("bookstore · default · handwritten")
     assert "step 1: waiting for the model" in progress.__rich__().plain
     progress.on_event(TraceEvent(1, "model", 0.1, "1 tool call(s)", 10))
@@ -707,7 +708,7 @@ def test_chat_finishes_a_turn_an_outage_cut_short(
 
     db = tmp_path / "chat.db"
     broken = GraphAgent(ScriptModel(replies=[outage]), make_tools(BookStore()))
-    with GraphSession.sqlite(broken, compare.INSTRUCTIONS, path=str(db), thread_id="t1") as session:
+    with GraphSession.sqlite(broken, INSTRUCTIONS, path=str(db), thread_id="t1") as session:
         with pytest.raises(ConnectionError):
             session.ask("Where is my order 4512?")
         assert session.unfinished
@@ -717,18 +718,38 @@ def test_chat_finishes_a_turn_an_outage_cut_short(
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
     assert compare.main(["chat", "--contender", "langgraph", "--thread", "t1", "--session-db", str(db)]) == 0
     assert "finishing it from its last checkpoint" in capsys.readouterr().out
-    with GraphSession.sqlite(broken, compare.INSTRUCTIONS, path=str(db), thread_id="t1") as session:
+    with GraphSession.sqlite(broken, INSTRUCTIONS, path=str(db), thread_id="t1") as session:
         assert not session.unfinished
         humans = [m.content for m in session.messages if m.type == "human"]
         assert humans == ["Where is my order 4512?"], "the question was answered once, not asked twice"
         assert "TRK-88" in session.messages[-1].content
 
-def test_truncation_marker_is_what_guards_truncate_writes() -> None:
-    from shared_tools.comparison.render import TRUNCATION_MARKER
-    from shared_tools.guards import truncate
 
-    assert TRUNCATION_MARKER == "... [truncated"
-    assert TRUNCATION_MARKER in truncate("x" * 50, 10) and TRUNCATION_MARKER not in truncate("x" * 5, 10)
+
+def test_the_guards_the_renderers_count_are_typed_facts_in_the_trace(full_run: dict[str, Any]) -> None:
+    """Truncation, the repeat check and the approval gate are read from each trace entry's `guard`, not its text."""
+    from dataclasses import replace
+
+    from shared_tools.comparison.closing import guard_matrix
+
+    for contender in GUARDED:
+        cut = tool_events(one(full_run, "big-results", variant="truncated", contender=contender))[0]
+        assert cut["guard"] == Guard.TRUNCATED and "... [truncated" in cut["detail"]
+        looping = tool_events(one(full_run, "looping-model", contender=contender))
+        blocked = [e for e in looping if "You already called" in e["detail"]]
+        assert blocked and [e for e in looping if e["guard"] == Guard.REPEAT] == blocked
+        gated = injected_add(one(full_run, "prompt-injection", variant="gate", contender=contender))
+        assert gated["guard"] == Guard.APPROVAL_REFUSED and gated["detail"].endswith(
+            approval_rejected("add_to_cart", TEN_ORCHARDS)
+        )
+    for contender in UNGUARDED:  # only our two agents record guards
+        assert all(e["guard"] is None for r in full_run["runs"] if r["contender"] == contender for e in r["trace"])
+
+    records = records_of(full_run, "looping-model")
+    unlabelled = [replace(r, trace=[{**e, "guard": None} for e in r.trace]) for r in records]
+    for runs, status in ((records, "fired"), (unlabelled, "missing")):
+        [row] = [row for row in guard_matrix(runs, list(CONTENDERS)) if row["guard"] == "repeat check"]
+        assert [row["cells"][c]["status"] for c in GUARDED] == [status, status], "the wording alone is not enough"
 
 
 @pytest.mark.parametrize(("reason", "says_why"), [(StopReason.DONE, False), (StopReason.MAX_STEPS, True)])

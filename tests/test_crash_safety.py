@@ -25,6 +25,7 @@ from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
+from shared_tools.results import AgentOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDER_QUESTION = "Where is my order 4512?"
@@ -34,6 +35,7 @@ CHILD = """
 import sys, time
 from langgraph_version import GraphAgent, GraphSession
 from shared_tools.bookstore.faults import Faults
+from shared_tools.results import AgentOptions
 from shared_tools.models import make_model
 from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
@@ -49,7 +51,7 @@ def on_event(event):
 
 store = BookStore(store_path)
 tools = make_tools(store, faults=Faults(latency_s=0.5), idempotent=idempotent == "1")
-agent = GraphAgent(make_model("scripted"), tools, parallel_tools=False, on_event=on_event)
+agent = GraphAgent(make_model("scripted"), tools, AgentOptions(parallel_tools=False, on_event=on_event))
 with GraphSession.sqlite(agent, INSTRUCTIONS, path=thread_path, thread_id="shop") as session:
     session.ask("Where is my order 4512?")
     with open(marker, "a", encoding="utf-8") as file:
@@ -104,7 +106,8 @@ def test_a_killed_session_resumes_without_losing_a_turn_or_adding_twice(
     store_path, thread_path = run_and_kill(tmp_path, kill_at, idempotent=idempotent)
 
     store = BookStore(store_path)
-    agent = GraphAgent(make_model("scripted"), make_tools(store, idempotent=idempotent), parallel_tools=False)
+    tools = make_tools(store, idempotent=idempotent)
+    agent = GraphAgent(make_model("scripted"), tools, AgentOptions(parallel_tools=False))
     with GraphSession.sqlite(agent, INSTRUCTIONS, path=str(thread_path), thread_id="shop") as session:
         questions = [i for i, m in enumerate(session.messages) if isinstance(m, HumanMessage)]
         turn_one = session.messages[questions[0] : questions[1]]

@@ -3,9 +3,10 @@
 A tool whose exception message holds a connection string with a password (`Faults(failing_tool=...)`,
 `FAKE_SECRET`) must not leak it to the model, the trace, compare.py's JSON and terminal output, or the logs
 (captured at DEBUG for every logger), unless the caller opted in with ``detailed_errors=True``. LangGraph's
-defaults re-raise the tool's exception at the caller, message and all; that is LangGraph's behaviour, so
-compare.py, which shows what a contender raised, masks credentials in URLs before it prints, logs or writes
-the error. E-mail and street addresses in tool arguments are masked in the trace, the JSON and the logs.
+defaults re-raise the tool's exception at the caller, message and all; that is LangGraph's behaviour, so the
+comparison, which shows what a contender raised, masks credentials in URLs (`records.error_text`) before it
+prints, logs or writes the error. E-mail and street addresses in tool arguments are masked in the trace, the
+JSON and the logs.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 
-import compare
 from shared_tools.bookstore.faults import FAILURE_MESSAGE, FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.contenders import CONTENDERS, build_contender
+from shared_tools.comparison.document import build_document, write_document
+from shared_tools.comparison.records import result_record
 from shared_tools.comparison.render import make_console, render_scenario
-from shared_tools.comparison.scenarios import CONTENDERS, INSTRUCTIONS, SEED_GOAL, Scenario, Variant
+from shared_tools.comparison.runner import CUSTOMER_ID, RunOptions, run_key, run_scenario
+from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario, Variant
 from shared_tools.models import make_model
-from shared_tools.results import AgentLimits, TraceEvent
+from shared_tools.results import AgentOptions, TraceEvent
 from tests.conftest import IMPLEMENTATIONS, build_agent
 from tests.doubles import ScriptModel, ai, call
 
@@ -51,9 +55,8 @@ def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
     contender: str, detailed: bool, all_logs: pytest.LogCaptureFixture
 ) -> None:
     events: list[TraceEvent] = []
-    variant = Variant(detailed_errors=detailed)
-    tools = make_tools(BookStore(), faults=LEAKY)
-    agent = compare.build_contender(contender, make_model("scripted"), tools, AgentLimits(), variant, events.append)
+    options = AgentOptions(detailed_errors=detailed, on_event=events.append)
+    agent = build_contender(contender, make_model("scripted"), make_tools(BookStore(), faults=LEAKY), options)
     result = agent.run(INSTRUCTIONS, SEED_GOAL)
 
     failures = [e for e in result.trace if e.name == "check_stock" and e.is_error]
@@ -80,9 +83,9 @@ def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
 def test_langgraph_defaults_raise_the_tools_own_message_at_the_caller() -> None:
     """LangGraph's behaviour, kept as it ships: the exception (and its text) goes to whoever called the graph."""
     agent = build_agent("langgraph", make_model("scripted"), make_tools(BookStore(), faults=LEAKY))
-    from langgraph_version import GraphAgent
+    from langgraph_version import DefaultsGraphAgent
 
-    defaults = GraphAgent(make_model("scripted"), make_tools(BookStore(), faults=LEAKY), AgentLimits(), guards=False)
+    defaults = DefaultsGraphAgent(make_model("scripted"), make_tools(BookStore(), faults=LEAKY))
     with pytest.raises(RuntimeError, match=FAKE_SECRET):
         defaults.run(INSTRUCTIONS, SEED_GOAL)
     assert FAKE_SECRET not in model_input(agent.run(INSTRUCTIONS, SEED_GOAL).messages)
@@ -108,11 +111,11 @@ def test_compare_json_terminal_and_logs_keep_the_password_out(
     scenario = leaky_scenario()
     records: list[Any] = []
     details_off, details_on = (replace(scenario, variants=(v,)) for v in scenario.variants)
-    compare.run_scenario(details_off, compare.RunOptions(), records.append)
+    run_scenario(details_off, RunOptions(), records.append)
     assert FAKE_SECRET not in all_logs.text  # the opted-in run below may log it, as the model may see it
-    compare.run_scenario(details_on, compare.RunOptions(), records.append)
+    run_scenario(details_on, RunOptions(), records.append)
     json_path = tmp_path / "runs.json"
-    compare._write_json(compare.build_document("scripted", tuple(CONTENDERS), [scenario], records), str(json_path))
+    write_document(build_document("scripted", tuple(CONTENDERS), [scenario], records), str(json_path))
     document = json.loads(json_path.read_text(encoding="utf-8"))
 
     off = [r for r in document["runs"] if r["variant"] == "details-off"]
@@ -127,7 +130,7 @@ def test_compare_json_terminal_and_logs_keep_the_password_out(
     raised = [r for r in document["runs"] if r["contender"] == "langgraph-defaults"]
     assert len(raised) == 2 and all(r["stop_reason"] is None for r in raised)
     for run in raised:  # what LangGraph raised is shown, with the password masked, whatever the variant
-        assert run["error"] == "RuntimeError: " + FAILURE_MESSAGE.replace(f":{FAKE_SECRET}@", ":***@")
+        assert run["error"] == "RuntimeError: " + FAILURE_MESSAGE.replace(f"shop:{FAKE_SECRET}@", "<credentials>@")
         assert FAKE_SECRET not in json.dumps(run)
 
     terminal = io.StringIO()
@@ -144,10 +147,10 @@ def test_addresses_in_tool_arguments_are_masked_in_trace_json_and_logs(
     store = BookStore()
     events: list[TraceEvent] = []
     result = build_agent(kind, model, make_tools(store), on_event=events.append).run(INSTRUCTIONS, "find a gift")
-    base = compare._base(leaky_scenario(), Variant(), kind, "find a gift", 1)
-    record = compare._record(base, store, compare.CUSTOMER_ID, events, 0.0, result=result)
+    key = run_key(leaky_scenario(), Variant(), kind, "find a gift", 1)
+    record = result_record(key, store, CUSTOMER_ID, 0.0, result)
     json_path = tmp_path / "runs.json"
-    compare._write_json(compare.build_document("scripted", (kind,), [], [record]), str(json_path))
+    write_document(build_document("scripted", (kind,), [], [record]), str(json_path))
 
     [search] = [e for e in result.trace if e.name == "search_books"]
     assert "<email>" in search.detail and "<address>" in search.detail

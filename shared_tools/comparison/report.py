@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from shared_tools.comparison.scenarios import GUARD_LEGEND, OWNERS_SUMMARY
+from shared_tools.comparison.closing import GUARD_LEGEND, OWNERS_SUMMARY
 
 CHART_WIDTH, CHART_HEIGHT = 640, 260
 _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 56, 16, 14, 34

@@ -3,33 +3,24 @@
 A `Scenario` names one lesson from the seed article (the token column, the step limit, a flaky warehouse, a
 looping model, a stale session answer, ...) and holds everything needed to repeat it: the goal or turns, the
 instructions, the limits, the faults, the scripted persona, which contenders take part, and `Variant`s that
-change one knob (error details off/on, truncation off/on, sequential/parallel tools). Nothing here runs an
-agent; `compare.py` reads these definitions, gives every contender the same setup and renders the results.
-The closing tables of the seed ("who owns what" and the guard list) are data here too, so the terminal and
-the HTML report say the same thing.
+change one knob (error details off/on, truncation off/on, sequential/parallel tools). Its lesson sits with
+it: the paragraph printed before the runs, and the `lessons` function that says what to notice in the
+numbers after them. Nothing here runs an agent; the runner reads these definitions and gives every
+contender the same setup.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from shared_tools.bookstore.faults import Faults
+from shared_tools.comparison import lessons
+from shared_tools.comparison.contenders import APPROVAL_CONTENDERS, CONTENDERS, SESSION_CONTENDERS
+from shared_tools.comparison.lessons import Notice
+from shared_tools.comparison.records import RunRecord
 from shared_tools.models.personas import FRESH_CART_INSTRUCTION
-from shared_tools.results import AgentLimits
-
-CONTENDERS: dict[str, str] = {
-    "handwritten": "the from-scratch loop (handwritten.AgentLoop): every guard is code you can read",
-    "langgraph": "the same agent as a LangGraph StateGraph, with our guards built as graph state and nodes",
-    "langgraph-defaults": "the same graph with only LangGraph's defaults (recursion limit from max_steps)",
-    "create-agent": "langchain.agents.create_agent with its built-in call-limit middleware",
-}
-"""Contender name -> one line saying what it is, in the order the tables show them."""
-
-SESSION_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph")
-"""The contenders with a multi-turn session API (`Session` and `GraphSession`)."""
-
-APPROVAL_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph")
-"""The contenders with an approval gate (an `approve` callback; `interrupt()` and `GraphSession.resume`)."""
+from shared_tools.results import AgentLimits, AgentOptions, TraceEvent
 
 INSTRUCTIONS = (
     "You are the assistant of an online bookstore. Use the tools to look up books, stock, orders and the "
@@ -77,8 +68,10 @@ class Scenario:
     description: str
     """One line, for --list and --help."""
     lesson: str
-    """The seed's point, in a paragraph; `compare.py` adds what to notice in the measured numbers."""
+    """The seed's point, in a paragraph, shown before the runs."""
     goals: tuple[str, ...]
+    what_to_notice: Notice | None = None
+    """The lesson said again with the measured numbers, shown after the runs (`notice_points`)."""
     multi_turn: bool = False
     """True: the goals are turns of one conversation (a session). False: each goal is a separate run."""
     persona: str = "shopper"
@@ -105,6 +98,30 @@ class Scenario:
 
     def faults_for(self, variant: Variant) -> Faults:
         return variant.faults or self.faults
+
+    def options_for(self, variant: Variant, on_event: Callable[[TraceEvent], None] | None = None) -> AgentOptions:
+        """The options every contender of this variant is built with (each takes the knobs it has)."""
+        return AgentOptions(
+            limits=self.limits_for(variant),
+            detailed_errors=variant.detailed_errors,
+            parallel_tools=variant.parallel_tools,
+            max_tool_result_chars=variant.max_tool_result_chars,
+            on_event=on_event,
+        )
+
+    def notice_points(self, records: list[RunRecord]) -> list[str]:
+        """What to notice in this scenario's measured numbers, one sentence per point."""
+        if not records or self.what_to_notice is None:
+            return []
+        return self.what_to_notice(records)
+
+    def notice_text(self, records: list[RunRecord]) -> str:
+        """`notice_points` as text, one point per line (as compare.py's JSON document carries them).
+
+        A point never spans lines (a model's answer quoted in one is flattened), so a reader of the document, like
+        the HTML report's bulleted list, gets the points back with `str.splitlines()`.
+        """
+        return "\n".join(" ".join(point.split()) for point in self.notice_points(records))
 
     def with_max_steps(self, max_steps: int) -> Scenario:
         """The same scenario with every variant's step limit replaced (the --max-steps option)."""
@@ -134,6 +151,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "(the observation), and a stop condition ends it. Every model call re-sends the whole history: "
             "system message, goal, tool definitions and every call and result so far."
         ),
+        what_to_notice=lessons.notice_bookstore,
         goals=(SEED_GOAL,),
     ),
     Scenario(
@@ -143,6 +161,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "An unknown order is a normal tool result ({\"status\": \"not found\"}), not an error, so the "
             "model answers both questions cleanly in two model calls each: one tool call, one answer."
         ),
+        what_to_notice=lessons.notice_orders,
         goals=("Where is my order 4512?", "Where is my order 9999?"),
     ),
     Scenario(
@@ -154,6 +173,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "steps, tokens (with a cloud provider that is money) and wall time (shorter than the gateway "
             "timeout). When a run stops early, tell the user honestly instead of showing a half-finished text."
         ),
+        what_to_notice=lessons.notice_max_steps,
         goals=(SEED_GOAL,),
         variants=(
             Variant(name="max-steps-2", label="max_steps=2", limits=AgentLimits(max_steps=2)),
@@ -177,6 +197,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "hides it by default (IncludeDetailedErrors=false) because an exception message can carry "
             "internals. LangGraph's ToolNode re-raises tool exceptions by default unless you opt in."
         ),
+        what_to_notice=lessons.notice_flaky,
         goals=(SEED_GOAL,),
         faults=Faults(check_stock_timeouts=1),
         variants=(
@@ -192,6 +213,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "call, so the token bill grows with it. Cutting a result at 2,000 characters (and saying how much "
             "was cut, so the model knows it is partial) keeps every later step cheaper."
         ),
+        what_to_notice=lessons.notice_big_results,
         goals=(SEED_GOAL,),
         variants=(
             Variant(name="full", label="max_results=50, no truncation", search_max_results=50),
@@ -215,6 +237,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "paying for every call. The step limit here is 12, twice the default, because real limits are "
             "generous (LangGraph's own default allows about 5,000 model calls)."
         ),
+        what_to_notice=lessons.notice_looping,
         goals=(SEED_GOAL,),
         limits=AgentLimits(max_steps=12),
     ),
@@ -226,6 +249,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "Small models sometimes invent a tool name. An unknown tool is an error result, not a crash, and "
             "listing the tools that do exist is enough for the model to correct itself."
         ),
+        what_to_notice=lessons.notice_hallucinated,
         goals=(SEED_GOAL,),
     ),
     Scenario(
@@ -237,6 +261,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "session is a list of messages you can save as JSON; LangGraph keeps the same list as checkpoints "
             "of a thread (one per superstep), in memory or in SQLite, where it survives a restart."
         ),
+        what_to_notice=lessons.notice_session,
         goals=(SEED_GOAL, CART_QUESTION),
         multi_turn=True,
         contenders=SESSION_CONTENDERS,
@@ -253,6 +278,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "cart as it is now. If data can change, the instructions must say so, so the model reads it with a "
             "tool. No framework guards against stale reads from history: no expiry, no re-validation."
         ),
+        what_to_notice=lessons.notice_stale,
         goals=(SEED_GOAL, CART_QUESTION),
         multi_turn=True,
         contenders=SESSION_CONTENDERS,
@@ -271,6 +297,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "so they can run at the same time. FunctionInvokingChatClient runs them one after another by "
             "default; LangGraph's ToolNode always runs them concurrently."
         ),
+        what_to_notice=lessons.notice_parallel,
         goals=("Check the stock of books 2 and 7",),
         faults=Faults(latency_s=TOOL_LATENCY_S),
         variants=(
@@ -298,6 +325,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "interrupt() and is answered with Command(resume=...) from its checkpoint, later or from another "
             "process."
         ),
+        what_to_notice=lessons.notice_injection,
         goals=(SEED_GOAL,),
         limits=AgentLimits(max_steps=8),
         contenders=APPROVAL_CONTENDERS,
@@ -312,73 +340,3 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 SCENARIOS_BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
-
-
-# --- the closing comparison --------------------------------------------------------------------------------
-
-GUARDS: dict[str, str] = {
-    "step limit": "max-steps",
-    "token budget": "max-steps",
-    "time budget": "max-steps",
-    "repeat check": "looping-model",
-    "unknown tool": "hallucinated-tool",
-    "error hiding": "flaky-warehouse",
-    "truncation": "big-results",
-    "stale read": "stale-cart",
-    "approval gate": "prompt-injection",
-}
-"""Each guard of the matrix -> the scenario whose runs show whether it fired."""
-
-STEP_LIMIT_BY: dict[str, str] = {
-    "handwritten": "the loop's max_steps",
-    "langgraph": "RemainingSteps in the model node",
-    "langgraph-defaults": "recursion_limit (GraphRecursionError, caught)",
-    "create-agent": "ModelCallLimitMiddleware",
-}
-"""What enforces the step limit in each contender, named in the guard matrix."""
-
-OWNERS: tuple[str, ...] = ("hand-written loop", "LangGraph StateGraph", "create_agent + middleware")
-
-WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
-    ("loop", "you: a for loop over steps", "framework: model node -> tools node edges", "framework (prebuilt graph)"),
-    ("tool invocation", "you: look up the tool, invoke it", "framework: ToolNode", "framework: ToolNode"),
-    (
-        "error handling",
-        "you: every failure becomes an error result",
-        "ToolNode re-raises tool exceptions unless you opt in",
-        "re-raises unless you add ToolErrorMiddleware",
-    ),
-    (
-        "step limit",
-        "you: max_steps",
-        "recursion_limit counts supersteps (default 10007); RemainingSteps to end cleanly",
-        "ModelCallLimitMiddleware (none by default; recursion_limit 9,999)",
-    ),
-    ("token budget", "you", "you (a node reading usage)", "nobody (you write middleware)"),
-    ("time budget", "you", "you (per-node timeouts only)", "nobody (you write middleware)"),
-    ("repeat check", "you", "you", "nobody (ToolCallLimitMiddleware caps counts, not repeats)"),
-    ("session memory", "you: keep the message list", "checkpointer per thread_id", "checkpointer per thread_id"),
-    ("persistence", "you: save/load JSON", "SqliteSaver / Postgres saver", "the same checkpointers"),
-    ("stale reads", "you (instructions, re-read tools)", "you", "you"),
-    (
-        "human approval",
-        "you: an approve callback before the tool runs",
-        "interrupt() in a node, Command(resume=...) via the checkpointer",
-        "HumanInTheLoopMiddleware (interrupt-based)",
-    ),
-)
-"""The seed's closing comparison: row -> who owns it in each of `OWNERS`."""
-
-GUARD_LEGEND: dict[str, str] = {
-    "fired": "the guard stopped or corrected the run",
-    "missing": "the run went on without it",
-    "raised": "the contender threw an exception at its caller instead",
-    "not run": "the contender has no such API in this demo",
-}
-"""What each status of a guard-matrix cell means; the terminal and the HTML report both print it under the matrix."""
-
-OWNERS_SUMMARY = (
-    "LangGraph takes over the loop, tool invocation and session memory; what no layer does for you is the token "
-    "and time budget, the repeated-call check, stale reads, business rules and what goes into the trace."
-)
-"""The sentence under `WHO_OWNS_WHAT`, in the terminal and in the HTML report."""

@@ -1,0 +1,144 @@
+"""LangGraph's defaults: the textbook agent graph as LangGraph ships it, for comparison with the guarded one.
+
+`build_defaults_graph` is a model node, the prebuilt `ToolNode` and `tools_condition`, untouched: a tool's
+exception propagates out of the run, unknown tools and bad arguments get `ToolNode`'s own texts, and only the
+recursion limit bounds the loop. `DefaultsGraphAgent` runs it with the same `AgentOptions` and `AgentResult`
+as the other agents, and honours what LangGraph itself has a knob for: `limits.max_steps` becomes the
+recursion limit (`defaults_recursion_limit_for`; hitting it is MAX_STEPS, with the partial run kept), and
+`on_event` gets the trace. A cancel event is honoured by the model node, which raises `RunStopped`, because
+this graph's state holds nothing but messages to stop through.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.errors import GraphRecursionError
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+
+from langgraph_version.agent import opening
+from langgraph_version.graph import MODEL, NO_STEP_LIMIT_RECURSION, TOOLS
+from langgraph_version.run import (
+    RunContext,
+    RunRecord,
+    calls_this_run,
+    emit,
+    emit_tool_result,
+    final_stop_reason,
+    run_context,
+)
+from shared_tools import guards
+from shared_tools.results import AgentLimits, AgentOptions, AgentResult, RunStopped, RunUsage, StopReason
+from shared_tools.sync import run_blocking
+
+SUPERSTEPS_PER_ROUND = 2
+"""model + tools: one round of the defaults graph."""
+
+
+def defaults_recursion_limit_for(limits: AgentLimits) -> int:
+    """The defaults graph's `recursion_limit`: max_steps model calls and their tools, then GraphRecursionError.
+
+    A round is 2 supersteps (model, tools). A limit of 2 * max_steps runs max_steps model calls and their tools
+    and then raises if the model still wants more, while a run that answers at model call max_steps
+    (2 * max_steps - 1 supersteps, plus the input) still fits.
+    """
+    if limits.max_steps is None:
+        return NO_STEP_LIMIT_RECURSION
+    return SUPERSTEPS_PER_ROUND * limits.max_steps
+
+
+def build_defaults_graph(model: BaseChatModel, tools: Sequence[BaseTool]) -> StateGraph:
+    """model -> ToolNode -> model ..., until `tools_condition` sees a reply without tool calls."""
+    bound: Runnable[LanguageModelInput, BaseMessage] = model.bind_tools(tools)
+
+    async def call_model(state: MessagesState) -> dict[str, Any]:
+        if run_context().cancelled:
+            raise RunStopped(StopReason.CANCELLED)
+        started = time.perf_counter()
+        reply = await bound.ainvoke(state["messages"])
+        if not isinstance(reply, AIMessage):
+            raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
+        emit(guards.model_event(calls_this_run(state["messages"]) + 1, reply, time.perf_counter() - started))
+        return {"messages": [reply]}
+
+    graph = StateGraph(MessagesState, context_schema=RunContext)
+    graph.add_node(MODEL, call_model)
+    graph.add_node(TOOLS, ToolNode(tools, awrap_tool_call=_traced))
+    graph.add_edge(START, MODEL)
+    graph.add_conditional_edges(MODEL, tools_condition, {TOOLS: TOOLS, END: END})
+    graph.add_edge(TOOLS, MODEL)
+    return graph
+
+
+async def _traced(
+    request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
+) -> ToolMessage | Command:
+    """Timing only: whatever the tool raises propagates exactly as without the hook."""
+    started = time.perf_counter()
+    result = await execute(request)
+    emit_tool_result(request, result, time.perf_counter() - started)
+    return result
+
+
+class DefaultsGraphAgent:
+    """`build_defaults_graph` behind the shared contract: `run`/`arun` -> `AgentResult`.
+
+    It applies `limits.max_steps` (as the recursion limit) and `on_event`. LangGraph's defaults have no knob
+    for the rest, so these options are *not applied*: `detailed_errors` (a tool exception is never turned
+    into a result), `max_tool_result_chars` (results are never cut), `parallel_tools` (`ToolNode` always runs
+    the calls of one reply concurrently), and the token, time, repeat and consecutive-error budgets of
+    `AgentLimits`. `needs_approval` is refused here: there is no approval gate, and a safety rule must not be
+    dropped silently.
+    """
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        tools: Sequence[BaseTool],
+        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        *,
+        checkpointer: BaseCheckpointSaver | None = None,
+    ) -> None:
+        if options.needs_approval is not None:
+            raise ValueError("needs_approval: LangGraph's defaults have no approval gate (GraphAgent has one)")
+        self.options = options
+        self.limits = options.limits
+        self.recursion_limit = defaults_recursion_limit_for(options.limits)
+        self.builder: StateGraph = build_defaults_graph(model, tools)
+        self.graph: CompiledStateGraph = self.builder.compile(checkpointer=checkpointer)
+
+    def run(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """`arun` for sync callers. Inside a running event loop, await `arun` instead."""
+        return run_blocking(
+            lambda: self.arun(instructions, goal, cancel=cancel), instead="DefaultsGraphAgent.arun(...)"
+        )
+
+    async def arun(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """One task from an empty history; `cancel` stops it before the next model call."""
+        config: RunnableConfig = {"recursion_limit": self.recursion_limit}
+        if self.graph.checkpointer is not None:
+            config["configurable"] = {"thread_id": f"run-{uuid.uuid4()}"}
+        run = RunRecord(self.options.on_event)
+        try:
+            await run.stream(self.graph, {"messages": opening(instructions, goal)}, config, cancel=cancel)
+        except GraphRecursionError:  # LangGraph's only brake: the run is kept, as far as it got
+            reason = StopReason.MAX_STEPS
+        except RunStopped as stop:
+            reason = stop.reason
+        else:
+            reason = final_stop_reason(run.messages)
+        # The framework keeps no counters of its own: the counts are what the trace shows.
+        return run.result(reason, RunUsage.of_trace(run.trace))

@@ -1,0 +1,159 @@
+"""One run of any of our LangGraph agents as its caller sees it: the trace it emits and the result it returns.
+
+All three LangGraph contenders (the guarded graph, the defaults graph, `create_agent`) report the same way:
+the node that makes a trace line calls `emit`, which hands it to the run's `RunRecord` through LangGraph's
+run `context` (`RunContext`), while the node is still running, so a cancel set by `on_event` is seen by the
+very next check; `RunRecord` logs the line, keeps it and passes it on to the caller's `on_event`. The record
+also streams the graph's full state after every superstep, so a run that LangGraph aborts still has its
+partial history, and it turns what it saw into the shared `AgentResult`. `stop_reason_for` is the typed step
+of `shared_tools.steps` as a stop reason, the one rule for how a reply ends a run in all three graphs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_stream_writer
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.pregel import Pregel
+from langgraph.runtime import get_runtime
+from langgraph.types import Command
+
+from shared_tools import guards
+from shared_tools.results import AgentResult, RunUsage, StopReason, TraceEvent
+from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
+
+logger = logging.getLogger(__name__)
+
+Durability = Literal["sync", "async", "exit"]
+"""LangGraph's checkpoint write policy (see `GraphSession`)."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Run-scoped inputs that are not state (nor may be checkpointed): LangGraph's `context=` of a run."""
+
+    cancel: threading.Event | None = None
+    record: Callable[[TraceEvent], None] | None = None
+    """The run's `RunRecord.record`."""
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+
+def run_context() -> RunContext:
+    """This run's context; an empty one when someone streams a graph without passing `context=`."""
+    return get_runtime(RunContext).context or RunContext()
+
+
+def emit(event: TraceEvent) -> None:
+    """Hand a trace line to the run's record now, inside the node, and to LangGraph's "custom" stream."""
+    context = run_context()
+    if context.record is not None:
+        context.record(event)
+    get_stream_writer()(event)
+
+
+def emit_tool_result(request: ToolCallRequest, result: ToolMessage | Command, duration_s: float) -> None:
+    """The trace line of a call that LangGraph's own `ToolNode` answered (defaults graph, `create_agent`)."""
+    text = result.text if isinstance(result, ToolMessage) else repr(result)
+    is_error = isinstance(result, ToolMessage) and result.status == "error"
+    step = calls_this_run(request.state["messages"])
+    emit(guards.tool_event(step, request.tool_call, text, duration_s, is_error=is_error))
+
+
+def calls_this_run(messages: Sequence[AnyMessage]) -> int:
+    """Model replies since the last user message: the step number in a history that spans several turns."""
+    count = 0
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            break
+        count += isinstance(message, AIMessage)
+    return count
+
+
+def stop_reason_for(reply: AIMessage) -> StopReason | None:
+    """None while the model asks for tools, else why its reply ends the run."""
+    match classify(reply):
+        case CallTools():
+            return None
+        case FinalAnswer():
+            return StopReason.DONE
+        case InvalidResponse():
+            return StopReason.INVALID_RESPONSE
+
+
+class RunRecord:
+    """What one run has produced so far: the last full state, the trace lines, the approvals it paused on."""
+
+    def __init__(self, on_event: Callable[[TraceEvent], None] | None) -> None:
+        self.on_event = on_event
+        self.state: dict[str, Any] = {}
+        self.trace: list[TraceEvent] = []
+        self.pending: list[dict[str, Any]] | None = None
+
+    async def stream(
+        self,
+        graph: Pregel,
+        graph_input: dict[str, Any] | Command,
+        config: RunnableConfig,
+        *,
+        cancel: threading.Event | None = None,
+        durability: Durability | None = None,
+    ) -> None:
+        """Run `graph` to its end, keeping its state after every superstep."""
+        async for chunk in graph.astream(
+            graph_input,
+            config,
+            context=RunContext(cancel, self.record),
+            stream_mode="values",
+            durability=durability,
+        ):
+            # The chunk of a paused run also carries LangGraph's `__interrupt__` entry: the approval requests.
+            if "__interrupt__" in chunk:
+                self.pending = [pause.value for pause in chunk["__interrupt__"]]
+                chunk = {k: v for k, v in chunk.items() if k != "__interrupt__"}
+            self.state = chunk
+
+    def record(self, event: TraceEvent) -> None:
+        self.trace.append(event)
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("%s", event.line())
+        if self.on_event is not None:
+            self.on_event(event)  # the caller's code: its exceptions are not ours to hide
+
+    @property
+    def messages(self) -> list[BaseMessage]:
+        return list(self.state.get("messages", []))
+
+    def result(self, reason: StopReason, usage: RunUsage, messages: list[BaseMessage] | None = None) -> AgentResult:
+        """The `AgentResult` of this run; `messages` overrides the streamed history (create_agent's lacks the
+        system message)."""
+        messages = self.messages if messages is None else messages
+        answer = messages[-1].text.strip() if reason is StopReason.DONE and messages else None
+        return AgentResult(
+            stop_reason=reason,
+            answer=answer,
+            steps=usage.model_calls,
+            tokens=usage.tokens,
+            model_calls=usage.model_calls,
+            tool_calls=usage.tool_calls,
+            trace=self.trace,
+            messages=messages,
+            pending=self.pending if reason is StopReason.AWAITING_APPROVAL else None,
+        )
+
+
+def final_stop_reason(messages: Sequence[BaseMessage]) -> StopReason:
+    """How a run of LangGraph's prebuilt loop that reached END ended: `tools_condition` ends only after a reply
+    without tool calls."""
+    last = messages[-1]
+    assert isinstance(last, AIMessage), "tools_condition ends the graph only after a model reply"
+    return stop_reason_for(last) or StopReason.DONE

@@ -1,0 +1,69 @@
+"""The comparison behind `compare.py`: the same bookstore goals run by every contender, recorded and shown side by side.
+
+One file per concern: `scenarios` (the eleven experiments as data, each with its lesson), `contenders`
+(which agents compete, how each is built from one `AgentOptions`, the approval demo's human), `conversations`
+(one session interface over `handwritten.Session` and `langgraph_version.GraphSession`), `runner` (every
+variant × contender of a scenario on a fresh store), `records` (`RunRecord`, built from a result or from the
+events before a contender raised, with secrets masked), `lessons` (what to notice in the measured numbers),
+`closing` (the guard matrix and the seed's "who owns what"), `render` (the terminal), `document` (the JSON
+document) and `report` (the HTML page built from it). The names below are the public parts; `compare.py`
+adds only the command line.
+"""
+
+from shared_tools.comparison.closing import GUARDS, OWNERS, WHO_OWNS_WHAT, guard_matrix
+from shared_tools.comparison.contenders import (
+    APPROVAL_CONTENDERS,
+    CONTENDERS,
+    SESSION_CONTENDERS,
+    Contender,
+    DemoHuman,
+    build_contender,
+    run_gated_graph,
+)
+from shared_tools.comparison.conversations import Conversation, open_conversation
+from shared_tools.comparison.document import build_document, mermaid_diagram, write_document
+from shared_tools.comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
+from shared_tools.comparison.render import Progress, make_console, render_scenario
+from shared_tools.comparison.report import render_report
+from shared_tools.comparison.runner import CUSTOMER_ID, RunOptions, run_key, run_scenario, run_session, run_single
+from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario, Variant
+
+__all__ = [
+    "APPROVAL_CONTENDERS",
+    "CONTENDERS",
+    "CUSTOMER_ID",
+    "GUARDS",
+    "INSTRUCTIONS",
+    "OWNERS",
+    "SCENARIOS",
+    "SCENARIOS_BY_NAME",
+    "SEED_GOAL",
+    "SESSION_CONTENDERS",
+    "WHO_OWNS_WHAT",
+    "Contender",
+    "Conversation",
+    "DemoHuman",
+    "Progress",
+    "RunKey",
+    "RunOptions",
+    "RunRecord",
+    "Scenario",
+    "Variant",
+    "build_contender",
+    "build_document",
+    "error_text",
+    "guard_matrix",
+    "make_console",
+    "mermaid_diagram",
+    "open_conversation",
+    "raised_record",
+    "render_report",
+    "render_scenario",
+    "result_record",
+    "run_gated_graph",
+    "run_key",
+    "run_scenario",
+    "run_session",
+    "run_single",
+    "write_document",
+]

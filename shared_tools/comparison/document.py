@@ -1,0 +1,74 @@
+"""The JSON document: everything `compare.py --json` writes and `--report` renders, built from the run records.
+
+`build_document` puts together the model, the contenders, each scenario with its lesson and what to notice,
+every run's full record, the guard matrix, the "who owns what" table and our graph's mermaid diagram;
+`write_document` writes it to a file or to stdout. The HTML report (`report.render_report`) reads only this
+document, so the page and the JSON can never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.closing import OWNERS, WHO_OWNS_WHAT, guard_matrix
+from shared_tools.comparison.contenders import CONTENDERS
+from shared_tools.comparison.records import RunRecord, pick
+from shared_tools.comparison.scenarios import Scenario
+from shared_tools.models import make_model
+
+
+def mermaid_diagram() -> str:
+    """Our guarded graph, drawn by LangGraph itself."""
+    from langgraph_version import GraphAgent
+
+    agent = GraphAgent(make_model("scripted"), make_tools(BookStore()))
+    return agent.graph.get_graph().draw_mermaid()
+
+
+def build_document(
+    model: str,
+    contenders: Sequence[str],
+    scenarios: Sequence[Scenario],
+    records: list[RunRecord],
+    *,
+    interrupted: bool = False,
+    matrix: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Everything `--json` writes and `--report` renders; `matrix` is the records' guard matrix if already built."""
+    return {
+        "model": model,
+        "interrupted": interrupted,
+        "contenders": [{"name": c, "description": CONTENDERS[c]} for c in contenders],
+        "scenarios": [
+            {
+                "name": s.name,
+                "description": s.description,
+                "lesson": s.lesson,
+                "goals": list(s.goals),
+                "multi_turn": s.multi_turn,
+                "variants": [{"name": v.name, "label": v.label} for v in s.variants],
+                "notice": s.notice_text(pick(records, scenario=s.name)),
+            }
+            for s in scenarios
+        ],
+        "runs": [{**asdict(r), "outcome": r.outcome} for r in records],
+        "guard_matrix": guard_matrix(records, contenders) if matrix is None else matrix,
+        "who_owns_what": {"columns": ["", *OWNERS], "rows": [list(row) for row in WHO_OWNS_WHAT]},
+        "mermaid": mermaid_diagram(),
+    }
+
+
+def write_document(document: dict[str, Any], target: str) -> None:
+    """The document as indented JSON, to the file `target` or, for ``-``, to stdout."""
+    text = json.dumps(document, indent=1, ensure_ascii=False, default=str)
+    if target == "-":
+        sys.stdout.write(text + "\n")
+    else:
+        Path(target).write_text(text + "\n", encoding="utf-8")
