@@ -31,19 +31,19 @@ async def test_inside_a_running_loop_it_names_the_method_to_await() -> None:
 
 
 def test_ctrl_c_while_the_event_loop_is_built_arrives_after_it_is_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A SIGINT during `new_event_loop` used to leave a half-made loop whose __del__ printed a traceback."""
+    """A SIGINT while an event loop was being built left a half-made loop whose __del__ printed a traceback."""
     built: list[asyncio.AbstractEventLoop] = []
-    real = asyncio.new_event_loop
+    real_init = asyncio.SelectorEventLoop.__init__
 
-    def interrupted_while_building() -> asyncio.AbstractEventLoop:
+    def interrupted_while_building(self: asyncio.SelectorEventLoop, *args: Any) -> None:
         os.kill(os.getpid(), signal.SIGINT)  # lands inside construction, as a user's Ctrl-C can
-        built.append(real())
-        return built[-1]
+        real_init(self, *args)
+        built.append(self)
 
     gc.collect()  # earlier tests' garbage is theirs: collect it before listening for this test's
     unraisable: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    monkeypatch.setattr(asyncio, "new_event_loop", interrupted_while_building)
+    monkeypatch.setattr(asyncio.SelectorEventLoop, "__init__", interrupted_while_building)
     with pytest.raises(KeyboardInterrupt):  # the Ctrl-C is delivered, not swallowed
         run_blocking(answer, instead="answer()")
     assert len(built) == 1, "the loop was finished before the interrupt arrived"

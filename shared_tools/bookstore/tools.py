@@ -144,9 +144,12 @@ _DESCRIPTIONS = {
 
 
 def _structured(
-    name: str, args_schema: type[BaseModel], body: Callable[..., str], injector: FaultInjector
+    name: str, args_schema: type[BaseModel], body: Callable[..., str], injector: FaultInjector, *, in_thread: bool
 ) -> StructuredTool:
-    """One tool with a sync and an async entry point that share `body`; store refusals become ToolException."""
+    """One tool with a sync and an async entry point that share `body`; store refusals become ToolException.
+
+    `in_thread`: the async entry point runs `body` in a worker thread (for a store file other processes share).
+    """
 
     def run_body(**kwargs: Any) -> str:
         try:
@@ -160,9 +163,11 @@ def _structured(
 
     async def coroutine(**kwargs: Any) -> str:
         await injector.abefore_call(name)
-        # The store call is blocking I/O: usually a millisecond, but a file another process has locked makes
-        # SQLite wait up to its busy timeout. In a worker thread, that wait never freezes the event loop, so a
-        # cancel or the time budget still ends the run on time.
+        if not in_thread:
+            return run_body(**kwargs)  # in memory: a short local transaction no other process can lock
+        # A file another process has locked makes SQLite wait up to its busy timeout: in a worker thread, that
+        # wait never freezes the event loop, so a cancel or the time budget still ends the run on time. (Not
+        # for every store: the hop to a thread costs more than an in-memory transaction.)
         return await asyncio.to_thread(run_body, **kwargs)
 
     return StructuredTool.from_function(
@@ -194,6 +199,7 @@ def make_tools(
     if faults is not None and faults.failing_tool is not None and faults.failing_tool not in TOOL_NAMES:
         raise ValueError(f"Faults.failing_tool {faults.failing_tool!r} is not one of {', '.join(TOOL_NAMES)}")
     injector = FaultInjector(faults)
+    shared = store.path is not None
 
     # LangChain passes only the arguments the model sent, so each body carries the schema's defaults itself.
     def search_books(query: str, max_results: int = search_max_results) -> str:
@@ -234,11 +240,11 @@ def make_tools(
         return to_json({"items": items, "cartTotal": cart.total})
 
     return [
-        _structured("search_books", _search_args(search_max_results), search_books, injector),
-        _structured("check_stock", CheckStockArgs, check_stock, injector),
-        _structured("get_order_status", GetOrderStatusArgs, get_order_status, injector),
-        _structured("add_to_cart", AddToCartArgs, add_to_cart, injector),
-        _structured("view_cart", ViewCartArgs, view_cart, injector),
+        _structured("search_books", _search_args(search_max_results), search_books, injector, in_thread=shared),
+        _structured("check_stock", CheckStockArgs, check_stock, injector, in_thread=shared),
+        _structured("get_order_status", GetOrderStatusArgs, get_order_status, injector, in_thread=shared),
+        _structured("add_to_cart", AddToCartArgs, add_to_cart, injector, in_thread=shared),
+        _structured("view_cart", ViewCartArgs, view_cart, injector, in_thread=shared),
     ]
 
 
