@@ -131,7 +131,7 @@ def _call_schema(tool: BaseTool) -> Any:
     """`tool.tool_call_schema`, remembered per (name, argument class) across tool objects.
 
     LangChain builds that pydantic model once per tool *object*; every run here makes fresh tools, so without
-    this each run paid for building it again on its first call of each tool (benchmarks/overhead.py).
+    this each run would pay for building it again on its first call of each tool.
     """
     if not isinstance(tool.args_schema, type):
         return tool.tool_call_schema
@@ -155,7 +155,8 @@ def tool_failure_text(name: str, exc: Exception, *, detailed: bool) -> str:
 
     A `ToolException` is the tool's own message, written to be safe to show. Anything else is a bug
     or an outage whose text may hold internals (a connection string, a host name), so the model gets a
-    generic line unless the caller opted in to details, as FunctionInvokingChatClient does.
+    generic line unless the caller opted in to details, as FunctionInvokingChatClient (the .NET piece that runs
+    tools in the seed article) does.
     """
     if isinstance(exc, ToolException):
         return str(exc) or f"{name} failed."

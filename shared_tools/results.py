@@ -7,7 +7,8 @@ way). `StopReason` says why a run ended as a value a program can branch on (neve
 `RunStopped` is how a run ends itself from deep inside a step. `TraceEvent` is one line of the per-step
 trace, with the guard that decided a tool result as a typed field (`Guard`), so no reader has to recognise a
 guard by its wording. `AgentResult` is what `handwritten.AgentLoop` and `langgraph_version.GraphAgent` both
-return, so the comparison can put them side by side without knowing which one produced a result.
+return, so the comparison can put them side by side without knowing which one produced a result. "The
+seed" is the .NET article this project ports ("Writing an Agent Loop from Scratch", see the README).
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class AgentLimits:
     max_repeats: int | None = 2
     """How often one tool may run with the same arguments; later identical calls get an error."""
     max_consecutive_errors: int | None = 3
-    """Tool rounds in a row that contain an error before the run stops (FunctionInvokingChatClient: 3)."""
+    """Tool rounds in a row that contain an error before the run stops (3, as in FunctionInvokingChatClient, the
+    .NET piece that runs tools in the seed article)."""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_tokens", "max_duration", "max_repeats", "max_consecutive_errors"):

@@ -6,11 +6,14 @@ is written once and must hold for both (the style of mini-swe-agent's `model_fac
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool
 
 from shared_tools.bookstore.store import BookStore
@@ -55,6 +58,20 @@ def make_agent(agent_kind: str) -> AgentFactory:
         return build_agent(agent_kind, model, tools, limits=limits or AgentLimits(), **options)
 
     return factory
+
+
+def tools_by_name(tools: list[BaseTool]) -> dict[str, BaseTool]:
+    """Index a tool list by name (each agent keeps its own index; tests want one too)."""
+    return {tool.name: tool for tool in tools}
+
+
+def read_result(result: str | ToolMessage) -> Any:
+    """Parse a tool's JSON result (text or the ToolMessage holding it); numbers with decimals become `Decimal`,
+    so money compares exactly."""
+    text = result.content if isinstance(result, ToolMessage) else result
+    if not isinstance(text, str):
+        raise TypeError(f"expected JSON text, got {type(text).__name__}")
+    return json.loads(text, parse_float=Decimal)
 
 
 def tool_calls_in_order(result: AgentResult) -> list[tuple[str, dict[str, Any]]]:

@@ -18,8 +18,9 @@ from pydantic import ValidationError
 
 from shared_tools.bookstore.faults import FAKE_SECRET, FaultInjector, Faults
 from shared_tools.bookstore.store import BookStore
-from shared_tools.bookstore.tools import REPLAYED_NOTE, TOOL_NAMES, make_tools, read_result, to_json, tools_by_name
+from shared_tools.bookstore.tools import REPLAYED_NOTE, TOOL_NAMES, make_tools, to_json
 from shared_tools.guards import invalid_args_error, tool_failure_text
+from tests.conftest import read_result, tools_by_name
 from tests.doubles import call
 
 

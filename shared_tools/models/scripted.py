@@ -57,8 +57,8 @@ def _history_digest(messages: Sequence[BaseMessage], salt: str = "") -> str:
 def _openai_schema(tool: dict[str, Any] | type | Callable[..., Any] | BaseTool) -> dict[str, Any]:
     """`convert_to_openai_tool`, remembered per (name, description, argument class) of a `BaseTool`.
 
-    Every run builds fresh tools and binds them again; converting them was a third of a scripted
-    `python compare.py` run's CPU (benchmarks/startup.py), and the schema only depends on these three.
+    Every run builds fresh tools and binds them again, converting them was a large part of a scripted run's CPU,
+    and the schema only depends on these three (benchmarks/README.md has the numbers).
     """
     if not (isinstance(tool, BaseTool) and isinstance(tool.args_schema, type)):
         return convert_to_openai_tool(tool)
@@ -159,8 +159,7 @@ class ScriptedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         # A script is a few microseconds of pure CPU, so it answers inline on the event loop. Without this method
-        # BaseChatModel hands every async call to a worker thread, and that hop cost more than the whole reply
-        # (benchmarks/overhead.py: the hand-written loop went from 1.87x to 1.45x the bare sync loop).
+        # BaseChatModel hands every async call to a worker thread, and that hop costs more than the whole reply.
         return self._generate(messages, stop, run_manager.get_sync() if run_manager else None, **kwargs)
 
     def _reply(self, decision: Decision, messages: Sequence[BaseMessage]) -> AIMessage:
