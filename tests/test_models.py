@@ -37,7 +37,8 @@ from shared_tools.models import (
     make_model,
     ollama_base_url,
 )
-from shared_tools.models.personas import FRESH_CART_INSTRUCTION, FRESH_CART_PHRASES, POLICIES, ToolNotBound
+from shared_tools.models.personas import FRESH_CART_INSTRUCTION, FRESH_CART_PHRASES, POLICIES, Noise, ToolNotBound
+from shared_tools.results import AgentLimits, AgentOptions
 from tests.ollama_replay import OllamaReplayServer, ReplayReply, free_port
 
 GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
@@ -578,6 +579,73 @@ def test_shopper_drives_the_real_tools_and_store() -> None:
     cart = store.cart("c1")
     assert [(line.book.title, line.quantity) for line in cart.lines] == [("The Quiet Orchard", 1)]
     assert str(cart.total) == "16.50"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The noisy persona
+
+
+def noisy_run(seed: int, noise: Noise | None = None) -> tuple[list[tuple[str, dict[str, Any]]], BookStore]:
+    """The noisy persona on the hand-written loop (whose guards answer its slips), 10 steps at most."""
+    from handwritten import AgentLoop
+
+    store = BookStore()
+    model = ScriptedChatModel(persona="noisy", seed=seed, noise=noise or Noise(), id_salt="fixed")
+    limits = AgentLimits(max_steps=10, max_repeats=None, max_consecutive_errors=None)
+    result = AgentLoop(model, make_tools(store), AgentOptions(limits=limits)).run(INSTRUCTIONS, GOAL)
+    return calls(result.messages), store
+
+
+def test_noisy_with_no_noise_is_the_shopper() -> None:
+    quiet = Noise(repeat=0, invented_tool=0, wrong_argument_type=0, obey_injection=0, forget_fresh_cart=0)
+    for seed in range(5):
+        assert noisy_run(seed, quiet)[0] == SEED_CALLS
+
+
+def test_noisy_replays_exactly_for_a_seed_and_differs_across_seeds() -> None:
+    runs = {seed: noisy_run(seed)[0] for seed in range(12)}
+    assert all(noisy_run(seed)[0] == runs[seed] for seed in (0, 5, 11)), "the same seed must slip the same way"
+    assert len({str(r) for r in runs.values()}) > 1, "different seeds must make different runs"
+    assert any(r == SEED_CALLS for r in runs.values()), "mostly the sensible plan"
+
+
+ONLY = dict.fromkeys(("repeat", "invented_tool", "wrong_argument_type", "obey_injection", "forget_fresh_cart"), 0.0)
+
+
+def test_an_invented_tool_at_rate_one_is_every_first_call() -> None:
+    made, store = noisy_run(3, Noise(**{**ONLY, "invented_tool": 1.0}))
+    assert {name for name, _ in made} == {"get_search_books"}, "it keeps inventing, and nothing real runs"
+    assert store.cart("c1").lines == ()
+
+
+def test_a_number_sent_as_a_word_is_refused_then_fixed() -> None:
+    """At rate 0.5 some seed spoils a book id; the tool refuses it, and the next call asks with the number."""
+    noise = Noise(**{**ONLY, "wrong_argument_type": 0.5})
+    for seed in range(40):
+        made, _ = noisy_run(seed, noise)
+        spoiled = [i for i, (_, args) in enumerate(made) if isinstance(args.get("book_id"), str)]
+        if spoiled and spoiled[0] + 1 < len(made):
+            assert made[spoiled[0]][1]["book_id"] in ("two", "seven")
+            fixed = made[spoiled[0] + 1]
+            assert isinstance(fixed[1].get("book_id"), int), f"seed {seed}: {made}"
+            return
+    pytest.fail("no seed in 40 spoiled a book id at rate 0.5")
+
+
+def test_a_repeat_at_rate_one_asks_for_the_last_call_again() -> None:
+    made, _ = noisy_run(1, Noise(**{**ONLY, "repeat": 1.0}))
+    assert made[:2] == [SEED_CALLS[0], SEED_CALLS[0]]
+
+
+@pytest.mark.parametrize("name", ["repeat", "invented_tool", "wrong_argument_type", "obey_injection"])
+def test_noise_rates_are_probabilities(name: str) -> None:
+    with pytest.raises(ValueError, match=rf"Noise\.{name} must be a probability"):
+        Noise(**{name: 1.5})
+
+
+def test_the_noisy_model_takes_its_seed_from_make_model() -> None:
+    model = make_model("scripted:noisy", seed=7)
+    assert isinstance(model, ScriptedChatModel) and (model.persona, model.seed) == ("noisy", 7)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -67,14 +67,18 @@ def _spec_error(spec: str) -> ModelSpecError:
     )
 
 
-def make_model(spec: str, *, timeout_s: float | None = 120.0) -> BaseChatModel:
-    """Build the model named by `spec`: "scripted", "scripted:<persona>" or "ollama:<model>"."""
+def make_model(spec: str, *, timeout_s: float | None = 120.0, seed: int | None = None) -> BaseChatModel:
+    """Build the model named by `spec`: "scripted", "scripted:<persona>" or "ollama:<model>".
+
+    `seed` is the model's own seed (Ollama's sampling seed, 42 when not given; the noisy persona's dice, 0);
+    an eval gives every trial a different one.
+    """
     kind, colon, rest = spec.strip().partition(":")
     if kind == "scripted":
         persona = rest if colon else "shopper"
         if persona not in PERSONAS:
             raise _spec_error(spec)
-        return ScriptedChatModel(persona=persona)
+        return ScriptedChatModel(persona=persona, seed=seed or 0)
     if kind == "ollama" and rest:
         # Imported here so scripted runs never load the Ollama client.
         from shared_tools.models.ollama import CheckedChatOllama
@@ -84,7 +88,7 @@ def make_model(spec: str, *, timeout_s: float | None = 120.0) -> BaseChatModel:
         return CheckedChatOllama(
             model=rest,
             temperature=0,
-            seed=42,
+            seed=42 if seed is None else seed,
             reasoning=True,
             base_url=base_url,
             # The ollama client's default timeout is None (wait forever); a stuck server must not hang a run.

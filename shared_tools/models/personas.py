@@ -13,6 +13,7 @@ ToolMessages (JSON text, per the tool contract) told it. A goal no script unders
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -257,6 +258,31 @@ def read_facts(messages: Sequence[BaseMessage]) -> Facts:
 
 
 @dataclass(frozen=True)
+class Noise:
+    """How often the `noisy` persona slips, per decision (each a probability from 0 to 1).
+
+    The defaults are a guess at a small local model on this task, not a measurement: mostly the sensible plan,
+    and now and then one of the mistakes the guards exist for. Evals on it are simulations and say so.
+    """
+
+    repeat: float = 0.10
+    """Ask again for the call it made last, instead of going on."""
+    invented_tool: float = 0.05
+    """Call a tool that does not exist (a plausible name, e.g. get_check_stock)."""
+    wrong_argument_type: float = 0.10
+    """Send a number as a word ("seven"), which the tool's schema refuses."""
+    obey_injection: float = 0.50
+    """Obey an instruction injected into a tool result (see `gullible`), when there is one."""
+    forget_fresh_cart: float = 0.30
+    """Answer a cart question from memory although the instructions say the cart can change."""
+
+    def __post_init__(self) -> None:
+        for name, rate in vars(self).items():
+            if not 0 <= rate <= 1:
+                raise ValueError(f"Noise.{name} must be a probability from 0 to 1, got {rate!r}")
+
+
+@dataclass(frozen=True)
 class Context:
     persona: str
     goal_text: str | None
@@ -267,9 +293,21 @@ class Context:
     conversation: Facts
     """Facts from the whole history, earlier turns included."""
     tool_names: tuple[str, ...]
+    messages: tuple[BaseMessage, ...] = ()
+    seed: int = 0
+    """The `noisy` persona's seed: the same seed and the same history give the same slips."""
+    noise: Noise = field(default_factory=Noise)
 
     @classmethod
-    def from_messages(cls, messages: Sequence[BaseMessage], tool_names: Sequence[str], persona: str) -> Context:
+    def from_messages(
+        cls,
+        messages: Sequence[BaseMessage],
+        tool_names: Sequence[str],
+        persona: str,
+        *,
+        seed: int = 0,
+        noise: Noise | None = None,
+    ) -> Context:
         last_human = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=None)
         instructions = "\n".join(_content_text(m) for m in messages if isinstance(m, SystemMessage))
         return cls(
@@ -279,7 +317,16 @@ class Context:
             turn=read_facts(messages[last_human + 1 :] if last_human is not None else messages),
             conversation=read_facts(messages),
             tool_names=tuple(tool_names),
+            messages=tuple(messages),
+            seed=seed,
+            noise=noise or Noise(),
         )
+
+    def draw(self, what: str) -> float:
+        """A number in [0, 1) fixed by the seed, the history and `what`: a dice roll that replays exactly."""
+        parts = [self.seed, what] + [[m.type, _content_text(m), _calls_of(m)] for m in self.messages]
+        text = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+        return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big") / 2**64
 
     @property
     def wants_fresh_cart(self) -> bool:
@@ -627,6 +674,53 @@ def silent(ctx: Context) -> Decision:
     return Decision(plan="I am not sure what to say, so I return nothing.")
 
 
+def _without_invalid_calls(facts: Facts) -> Facts:
+    def invalid(o: ToolOutcome) -> bool:
+        return not o.ok and o.text.startswith("Invalid arguments")
+
+    return replace(
+        facts,
+        outcomes=[o for o in facts.outcomes if not invalid(o)],
+        last_round=[o for o in facts.last_round if not invalid(o)],
+    )
+
+
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def noisy(ctx: Context) -> Decision:
+    """The shopper, slipping now and then as a small model does (`Noise` says how often; `Context.draw` rolls).
+
+    Per decision at most one slip: obey an injected instruction, answer the cart from memory against the
+    instructions, or spoil the planned calls (repeat the last call, invent a tool, send a number as a word).
+    """
+    goal = ctx.goal()
+    noise = ctx.noise
+    if find_injection(ctx.turn) is not None and ctx.draw("obey") < noise.obey_injection:
+        return gullible(ctx)
+    if isinstance(goal, CartTotal) and ctx.wants_fresh_cart and ctx.draw("forget") < noise.forget_fresh_cart:
+        return shopper(replace(ctx, instructions=""))  # as if the sentence about fresh carts was not there
+    # A model that read "Invalid arguments ... Fix the arguments and call it again" fixes them: the slip is
+    # forgotten, and the plan is made again from what did work.
+    decision = shopper(replace(ctx, turn=_without_invalid_calls(ctx.turn)))
+    if not decision.calls:
+        return decision
+    last = ctx.turn.outcomes[-1] if ctx.turn.outcomes else None
+    if last is not None and ctx.draw("repeat") < noise.repeat:
+        return Decision(plan=f"Let me run {last.name} again to be sure.", calls=(PlannedCall(last.name, last.args),))
+    first = decision.calls[0]
+    if ctx.draw("invent") < noise.invented_tool:
+        invented = PlannedCall(f"get_{first.name}", first.args)
+        return replace(decision, calls=(invented, *decision.calls[1:]))
+    numbers = [k for k, v in first.args.items() if isinstance(v, int) and not isinstance(v, bool)]
+    if numbers and ctx.draw("type") < noise.wrong_argument_type:
+        value = first.args[numbers[0]]
+        word = _NUMBER_WORDS[value] if 0 <= value < len(_NUMBER_WORDS) else "many"
+        spoiled = PlannedCall(first.name, {**first.args, numbers[0]: word})
+        return replace(decision, calls=(spoiled, *decision.calls[1:]))
+    return decision
+
+
 PERSONAS: dict[str, str] = {
     "shopper": "the seed's sensible path: search, check stock, fall back to the same author's novel, add, answer",
     "parallel": "like shopper, but asks for several tool calls in one reply (all stock checks at once)",
@@ -635,6 +729,8 @@ PERSONAS: dict[str, str] = {
     "search result's description (a prompt injection)",
     "looper": "calls check_stock(book_id=2) on every turn, whatever the results, and never answers",
     "silent": "returns an empty reply: no text, no tool calls",
+    "noisy": "like shopper, but seeded slips as a small model makes them: a repeated call, an invented tool, a "
+    "number sent as a word, obeying an injected instruction, answering the cart from memory (rates: Noise)",
 }
 """Persona name -> one-line description (for --list output)."""
 
@@ -645,9 +741,21 @@ POLICIES: dict[str, Callable[[Context], Decision]] = {
     "gullible": gullible,
     "looper": looper,
     "silent": silent,
+    "noisy": noisy,
 }
 
 
-def decide(messages: Sequence[BaseMessage], tool_names: Sequence[str], persona: str) -> Decision:
-    """The persona's next reply to `messages`, given the names of the bound tools."""
-    return POLICIES[persona](Context.from_messages(messages, tool_names, persona))
+def decide(
+    messages: Sequence[BaseMessage],
+    tool_names: Sequence[str],
+    persona: str,
+    *,
+    seed: int = 0,
+    noise: Noise | None = None,
+) -> Decision:
+    """The persona's next reply to `messages`, given the names of the bound tools (`seed`, `noise`: `noisy`)."""
+    return POLICIES[persona](Context.from_messages(messages, tool_names, persona, seed=seed, noise=noise))
+
+
+def _calls_of(message: BaseMessage) -> list[Any]:
+    return [[call["name"], call["args"]] for call in getattr(message, "tool_calls", None) or []]

@@ -28,11 +28,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, field_validator
 
-from shared_tools.models.personas import (
-    PERSONAS,
-    Decision,
-    decide,
-)
+from shared_tools.models.personas import PERSONAS, Decision, Noise, decide
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +96,11 @@ class ScriptedChatModel(BaseChatModel):
     id_salt: str = Field(default_factory=lambda: uuid.uuid4().hex[:8])
     """Mixed into tool-call ids: unique per instance, like a provider's ids; fix it to compare runs by id."""
 
+    seed: int = 0
+    """The `noisy` persona's seed (other personas have no randomness to seed)."""
+    noise: Noise = Field(default_factory=Noise)
+    """How often the `noisy` persona slips."""
+
     @field_validator("persona")
     @classmethod
     def _known_persona(cls, value: str) -> str:
@@ -139,7 +140,7 @@ class ScriptedChatModel(BaseChatModel):
     ) -> ChatResult:
         schemas: list[dict[str, Any]] = list(kwargs.get("tools") or [])
         names = [s["function"]["name"] for s in schemas]
-        decision = decide(messages, names, self.persona)
+        decision = decide(messages, names, self.persona, seed=self.seed, noise=self.noise)
         reply = self._reply(decision, messages)
         # Usage mirrors a real provider: the prompt is the whole history plus the tool schemas, so it
         # grows every step; that growth is what the seed's token column teaches.
