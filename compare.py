@@ -6,48 +6,83 @@ tokens per step, wall time, cart, answer) and what to notice in those numbers; a
 from the runs and the seed's "who owns what" table. `--json` writes every run's full record, `--report` a
 self-contained HTML page, `--store-db` keeps the bookstore in a SQLite file instead of memory, and
 `python compare.py chat` is a multi-turn conversation. This file is only the command line: argument parsing,
-exit codes, and where output goes (stdout, or stderr when `--json -` takes stdout); the running, recording
-and rendering live in the `shared_tools.comparison` package, and library code (agents, tools, store) only logs.
+the checks made before any work starts, exit codes, and where output goes (stdout, or stderr when `--json -`
+takes stdout); the running, recording and rendering live in the `shared_tools.comparison` package, and library
+code (agents, tools, store) only logs.
+
+Every way the command can fail that is not a bug ends with one line on stderr and one of the exit codes below,
+never a traceback: a bad command line, a model that cannot be reached, a file that cannot be used (checked
+before the first run, so nothing is written or left behind), and Ctrl-C at any moment, imports included.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import sys
-import tempfile
-from collections.abc import Sequence
-from contextlib import nullcontext
-from dataclasses import asdict
-from pathlib import Path
 
-from rich.console import Console
-from rich.text import Text
+EXIT_OK = 0
+EXIT_USAGE = 2
+"""A bad command line or setting: unknown scenario or contender, bad model spec, bad --thread, bad OLLAMA_HOST."""
+EXIT_UNAVAILABLE = 3
+"""The model cannot be used: Ollama not running, the model not pulled, or the server went away mid-run."""
+EXIT_FILE = 4
+"""A file cannot be used as asked: an output path, a store or session database, a saved conversation."""
+EXIT_INTERRUPTED = 130
+"""Ctrl-C (128 + SIGINT, what a shell reports for a process a Ctrl-C ended)."""
 
-from shared_tools.bookstore.store import BookStore
-from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.closing import guard_matrix
-from shared_tools.comparison.contenders import CONTENDERS, build_contender
-from shared_tools.comparison.conversations import open_conversation
-from shared_tools.comparison.document import build_document, mermaid_diagram, write_document
-from shared_tools.comparison.records import RunRecord
-from shared_tools.comparison.render import (
-    Progress,
-    make_console,
-    render_guard_matrix,
-    render_list,
-    render_scenario,
-    render_turn,
-    render_who_owns_what,
-)
-from shared_tools.comparison.report import render_report
-from shared_tools.comparison.runner import CUSTOMER_ID, RunOptions, collector, model_spec_for, run_scenario
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, Scenario
-from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
-from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
-from shared_tools.results import AgentOptions, AgentResult, TraceEvent
+try:
+    import argparse
+    import logging
+    import os
+    import tempfile
+    from collections.abc import Callable, Sequence
+    from contextlib import AbstractContextManager, nullcontext
+    from dataclasses import asdict
+    from pathlib import Path
 
-EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 2, 3, 130
+    from langchain_core.language_models import BaseChatModel
+    from rich.console import Console
+    from rich.text import Text
+
+    from shared_tools.bookstore.store import BookStore, StoreError
+    from shared_tools.bookstore.tools import make_tools
+    from shared_tools.comparison.closing import guard_matrix
+    from shared_tools.comparison.contenders import CONTENDERS, AskingHuman, build_contender
+    from shared_tools.comparison.conversations import (
+        ConversationNotSaved,
+        check_saved_conversation,
+        check_thread_name,
+        open_conversation,
+    )
+    from shared_tools.comparison.document import build_document, mermaid_diagram, write_document
+    from shared_tools.comparison.files import (
+        UnusableFile,
+        check_output_file,
+        check_session_db,
+        check_store_db,
+        write_output,
+    )
+    from shared_tools.comparison.records import RunRecord
+    from shared_tools.comparison.render import (
+        Progress,
+        make_console,
+        render_guard_matrix,
+        render_list,
+        render_scenario,
+        render_turn,
+        render_who_owns_what,
+    )
+    from shared_tools.comparison.report import render_report
+    from shared_tools.comparison.runner import RunOptions, collector, model_spec_for, run_scenario
+    from shared_tools.comparison.sanitize import clean_line, clean_text
+    from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, Scenario
+    from shared_tools.guards import mask_pii
+    from shared_tools.models import ModelSpecError, ModelUnavailable, make_model, ollama_base_url
+    from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
+    from shared_tools.results import AgentOptions, AgentResult, CustomerMismatch, TraceEvent
+except KeyboardInterrupt:
+    # Ctrl-C while the libraries load (about a second): nothing has started, so there is nothing to show or keep.
+    print("compare.py: interrupted while starting; nothing was run", file=sys.stderr)
+    raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 # --- command line ------------------------------------------------------------------------------------------
@@ -59,7 +94,27 @@ def is_scripted(spec: str) -> bool:
 
 
 class UsageError(Exception):
-    """A bad command line: one line on stderr, exit code 2."""
+    """A bad command line or setting: one line on stderr, exit code 2."""
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The documented exit code of a failure that is not a bug (see the constants at the top)."""
+    if isinstance(exc, ModelUnavailable):
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, UnusableFile | StoreError | ConversationNotSaved):
+        return EXIT_FILE
+    return EXIT_USAGE
+
+
+def say(prog: str, text: str) -> None:
+    """One line on stderr, made safe for the terminal: messages quote paths, hosts and what the user typed."""
+    print(f"{prog}: {clean_line(' '.join(text.split()))}", file=sys.stderr)
+
+
+def fail(prog: str, exc: BaseException) -> int:
+    """Say what went wrong in one line on stderr and return its exit code."""
+    say(prog, str(exc))
+    return exit_code_for(exc)
 
 
 def _csv(value: str) -> list[str]:
@@ -73,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the same bookstore goals through a hand-written agent loop and LangGraph, side by side.",
         epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
         "chat: python compare.py chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
-        "[--store-db PATH]",
+        "[--store-db PATH]\n\n"
+        "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (see below)")
@@ -124,23 +180,74 @@ def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
     return scenarios, contenders
 
 
-def _check_model(spec: str) -> None:
-    """Fail before any run: a bad spec raises ModelSpecError, an unreachable Ollama ModelUnavailable."""
-    make_model(spec)
+def _check_ollama_host(spec: str) -> None:
+    """A malformed OLLAMA_HOST ("garbage:::") is a setting to fix, said in one line (the ollama client raises a
+    bare ValueError for it as soon as it is imported)."""
+    if not spec.strip().startswith("ollama:"):
+        return
+    try:
+        ollama_base_url()
+    except ValueError as exc:
+        host = os.environ.get("OLLAMA_HOST", "")
+        raise UsageError(f"OLLAMA_HOST={host[:80]!r} is not a host, host:port or URL ({exc})") from None
+
+
+def check_model(spec: str) -> BaseChatModel:
+    """The model of `spec`, checked before any run: a bad spec or OLLAMA_HOST raises `UsageError` or
+    `ModelSpecError`, an unreachable Ollama `ModelUnavailable`."""
+    _check_ollama_host(spec)
+    try:
+        return make_model(spec)
+    except ModelSpecError:
+        raise
+    except ValueError as exc:  # a setting the models package did not put into words (see _check_ollama_host)
+        raise UsageError(f"cannot set up model {spec!r}: {exc}") from None
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """`--json`, `--report`, `--store-db` and `--session-db`, before the first run: a bad one is refused now,
+    not found after every run has been paid for."""
+    if args.json and args.json != "-":
+        check_output_file(args.json, "--json")
+    if args.report:
+        check_output_file(args.report, "--report")
+    if args.store_db is not None:
+        check_store_db(args.store_db)
+    if args.session_db is not None:
+        check_session_db(args.session_db)
+
+
+class _SafeLogFormatter(logging.Formatter):
+    """Log lines reach the terminal too: personal data masked, control characters made visible."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return clean_text(mask_pii(super().format(record)))
 
 
 def _configure_logging(verbose: int) -> None:
     # The agents log every tool failure as a warning; in this demo those failures are the point and are shown
     # in the traces, so the default shows only errors.
     level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python compare.py ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable, 130 interrupted)."""
+    """`python compare.py ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable, 4 unusable file,
+    130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["chat"]:
-        return chat_main(argv[1:])
+    chat = argv[:1] == ["chat"]
+    try:
+        return chat_main(argv[1:]) if chat else compare_main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C anywhere the stages below do not handle it themselves: parsing, the checks, opening the files.
+        say("compare.py chat" if chat else "compare.py", "interrupted")
+        return EXIT_INTERRUPTED
+
+
+def compare_main(argv: Sequence[str]) -> int:
+    """Every selected scenario on every selected contender, then the closing tables and the files asked for."""
     args = build_parser().parse_args(argv)
     _configure_logging(args.verbose)
     console = make_console(sys.stderr if args.json == "-" else sys.stdout)
@@ -153,13 +260,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     try:
         scenarios, contenders = _select(args)
-        _check_model(args.model)
-    except (UsageError, ModelSpecError) as exc:
-        print(f"compare.py: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ModelUnavailable as exc:
-        print(f"compare.py: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        _check_outputs(args)
+        check_model(args.model)
+    except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile) as exc:
+        return fail("compare.py", exc)
 
     with tempfile.TemporaryDirectory(prefix="agent-loop-compare-") as scratch:
         options = RunOptions(
@@ -171,13 +275,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         try:
             records, done, interrupted = run_and_render(console, scenarios, options, trace=not args.no_trace)
-        except ModelUnavailable as exc:  # the server went away in the middle of a run
-            print(f"compare.py: {exc}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
+        except (ModelUnavailable, StoreError) as exc:  # the server went away, or the store file was swapped
+            return fail("compare.py", exc)
         except ScriptExhausted as exc:  # --model scripted:<persona> on a goal that persona has no script for
-            print(f"compare.py: {' '.join(str(exc).split())}", file=sys.stderr)
-            return EXIT_USAGE
+            return fail("compare.py", UsageError(exc))
 
+    try:
+        finish(console, args, contenders, records, done, interrupted=interrupted)
+    except KeyboardInterrupt:
+        # The runs are over and shown; what was being written is written whole or not at all (files.write_output).
+        say("compare.py", "interrupted while the final tables and files were written; no file is half-written")
+        return EXIT_INTERRUPTED
+    except OSError as exc:  # the disk filled up, or the folder went away, during the run
+        return fail("compare.py", UnusableFile(f"could not write the results: {exc}"))
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def finish(
+    console: Console,
+    args: argparse.Namespace,
+    contenders: tuple[str, ...],
+    records: list[RunRecord],
+    done: list[Scenario],
+    *,
+    interrupted: bool,
+) -> None:
+    """The closing tables, then the JSON document and the HTML report when asked for."""
     rows = guard_matrix(records, contenders)
     if rows:
         render_guard_matrix(console, rows, contenders)
@@ -187,9 +310,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.json:
             write_document(document, args.json)
         if args.report:
-            Path(args.report).write_text(render_report(document), encoding="utf-8")
-            console.print(Text(f"Report written to {args.report}"))
-    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+            write_output(args.report, render_report(document))
+            console.print(Text(f"Report written to {clean_line(args.report)}"))
 
 
 def run_and_render(
@@ -225,9 +347,14 @@ def build_chat_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="compare.py chat",
         description="Talk to the bookstore assistant; the conversation and the cart are kept for the next time.",
+        epilog="exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
     )
     parser.add_argument("--contender", choices=("handwritten", "langgraph"), default="handwritten")
-    parser.add_argument("--thread", default="default", help="conversation name (resume it later with the same name)")
+    parser.add_argument(
+        "--thread",
+        default="default",
+        help="conversation name (resume it later with the same name); letters, digits, '.', '_', '-'",
+    )
     parser.add_argument(
         "--session-db",
         type=Path,
@@ -242,6 +369,56 @@ def build_chat_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def chat_customer(contender: str, thread: str) -> str:
+    """The customer who shops in a chat thread: one per thread and per contender, so no two share a cart.
+
+    Derived, not stored, so reopening the thread finds the same cart; the thread name is checked first
+    (`conversations.check_thread_name`), so it can be part of an id.
+    """
+    return f"chat-{contender}-{thread}"
+
+
+def _check_chat(args: argparse.Namespace, customer: str) -> Path:
+    """Everything chat is given, before anything is opened; returns the store file."""
+    try:
+        check_thread_name(args.thread)
+    except ValueError as exc:
+        raise UsageError(f"--thread: {exc}") from None
+    check_session_db(args.session_db)
+    db: Path = args.session_db
+    store_db: Path = args.store_db or db.with_name(f"{db.stem}.store.db")
+    check_store_db(store_db)
+    try:
+        check_saved_conversation(args.contender, args.thread, db, customer)
+    except ValueError as exc:  # damaged, wrong-shape, or another customer's (handwritten.CustomerMismatch)
+        raise UnusableFile(f"cannot resume thread {args.thread!r}: {exc}") from None
+    return store_db
+
+
+def scripted_knows(question: str) -> bool:
+    """Does the scripted model have a script for `question`?"""
+    try:
+        return parse_goal(question) is not None
+    except ValueError:  # an order number longer than Python turns into an int (4,300 digits): no script for it
+        return False
+
+
+def approval_prompt(console: Console, progress: Progress | None) -> Callable[[str], bool]:
+    """How chat asks the customer about a risky write: the reason, then y/n at the prompt (no input means no)."""
+
+    def ask(reason: str) -> bool:
+        pause: AbstractContextManager[None] = progress.paused() if progress is not None else nullcontext()
+        with pause:
+            console.print(Text("approval needed: ", style="bold") + Text(clean_line(reason)))
+            try:
+                answer = input("approve? [y/N] ")
+            except EOFError:
+                return False
+        return answer.strip().lower() in ("y", "yes")
+
+    return ask
+
+
 def chat_main(argv: Sequence[str]) -> int:
     """`python compare.py chat`: ask, see the trace, ask again; `quit` or an empty line ends it."""
     args = build_chat_parser().parse_args(argv)
@@ -249,45 +426,59 @@ def chat_main(argv: Sequence[str]) -> int:
     console = make_console(sys.stdout)
     spec = model_spec_for(args.model, "shopper")
     scripted = is_scripted(spec)
+    customer = chat_customer(args.contender, args.thread)
     try:
-        model = make_model(spec)
-    except ModelSpecError as exc:
-        print(f"compare.py chat: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ModelUnavailable as exc:
-        print(f"compare.py chat: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        store_db = _check_chat(args, customer)
+        model = check_model(spec)
+    except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile) as exc:
+        return fail("compare.py chat", exc)
 
-    db: Path = args.session_db
     # The cart lives in a store file beside the sessions, so a resumed conversation and the cart agree.
-    store = BookStore(args.store_db or db.with_name(f"{db.stem}.store.db"))
+    try:
+        store = BookStore(store_db)
+    except StoreError as exc:  # replaced since the check above
+        return fail("compare.py chat", exc)
+    try:
+        return _chat(console, args, model, store, customer, scripted)
+    finally:
+        store.close()
+
+
+def _chat(
+    console: Console, args: argparse.Namespace, model: BaseChatModel, store: BookStore, customer: str, scripted: bool
+) -> int:
+    """The conversation itself, on an open store: finish a cut-short turn, then ask until the customer stops."""
     events: list[TraceEvent] = []
     progress = None if scripted else Progress(console)
+    human = AskingHuman(store, customer, approval_prompt(console, progress))
     options = AgentOptions(on_event=collector(events, progress))
-    agent = build_contender(args.contender, model, make_tools(store, CUSTOMER_ID), options)
-    conversation = open_conversation(args.contender, agent, INSTRUCTIONS, args.thread, db, resume=True)
-    facts = conversation.facts()
+    agent = build_contender(args.contender, model, make_tools(store, customer), options, human)
+    conversation = open_conversation(
+        args.contender, agent, INSTRUCTIONS, args.thread, args.session_db, resume=True, customer_id=customer,
+        approve=human.approve,
+    )
+    try:
+        facts = conversation.facts()  # the graph checks whose thread it is on this first read
+    except CustomerMismatch as exc:
+        conversation.close()
+        return fail("compare.py chat", UnusableFile(f"cannot resume thread {args.thread!r}: {exc}"))
+    kept_in = clean_line(str(facts["kept_in"]))
     console.print(
         Text(args.contender, "bold")
-        + Text(
-            f" · thread {args.thread} · kept in {facts['kept_in']} · "
-            f"{facts['messages']} message(s) so far. Empty line or 'quit' ends."
-        )
+        + Text(f" · thread {args.thread} · kept in {kept_in} · {facts['messages']} message(s) so far. ")
+        + Text("Empty line or 'quit' ends.")
     )
     if scripted:
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
 
     def show(result: AgentResult) -> None:
+        # From the result, not a record: this is the customer's own screen, so the answer is shown unmasked.
         render_turn(console, [asdict(e) for e in result.trace], result.user_message(), result.stop_reason)
 
     try:
         # A turn a crash or an outage cut short is finished from its last checkpoint before anything new.
         events.clear()
-        try:
-            finished = conversation.finish_unfinished()
-        except ModelUnavailable as exc:
-            print(f"compare.py chat: {exc}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
+        finished = conversation.finish_unfinished()
         if finished is not None:
             console.print(Text("The last turn was cut short; finishing it from its last checkpoint:"))
             show(finished)
@@ -298,7 +489,7 @@ def chat_main(argv: Sequence[str]) -> int:
                 break
             if question.lower() in ("", "quit", "exit"):
                 break
-            if scripted and parse_goal(question) is None:
+            if scripted and not scripted_knows(question):
                 # Refused before asking, so an unknown goal never lands in the stored conversation.
                 console.print(Text("The scripted model has no script for that. It knows: " + " | ".join(KNOWN_GOALS)))
                 continue
@@ -308,18 +499,19 @@ def chat_main(argv: Sequence[str]) -> int:
                 with spin:
                     result = conversation.ask(question)
             except ScriptExhausted as exc:
-                console.print(Text(f"(scripted model) {exc}", style="yellow"))
+                console.print(Text(f"(scripted model) {clean_line(str(exc))}", style="yellow"))
                 continue
-            except ModelUnavailable as exc:  # the server went away mid-conversation: one line, not a traceback
-                print(f"compare.py chat: {exc}", file=sys.stderr)
-                return EXIT_UNAVAILABLE
+            except ConversationNotSaved as exc:  # the answer stands; the file keeps the other process's turns
+                show(exc.result)
+                return fail("compare.py chat", exc)
             show(result)
+    except ModelUnavailable as exc:  # the server went away mid-conversation: one line, not a traceback
+        return fail("compare.py chat", exc)
     except KeyboardInterrupt:
-        console.print(Text(f"\nInterrupted; the conversation is kept in {facts['kept_in']}."))
+        console.print(Text(f"\nInterrupted; the conversation is kept in {kept_in}."))
         return EXIT_INTERRUPTED
     finally:
         conversation.close()
-        store.close()
     return EXIT_OK
 
 

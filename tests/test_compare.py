@@ -27,7 +27,6 @@ import compare
 from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.comparison.contenders import CONTENDERS
 from shared_tools.comparison.render import WIDTH
-from shared_tools.comparison.runner import CUSTOMER_ID
 from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SEED_GOAL
 from shared_tools.guards import approval_rejected, unknown_tool_error
 from shared_tools.results import AgentResult, Guard, StopReason
@@ -549,8 +548,8 @@ def test_chat_keeps_the_conversation_and_resumes_it(
 
     tools = make_tools(BookStore())
     for contender in GUARDED:
-        # One shop per contender: chat keeps the cart beside the sessions, and two conversations that each
-        # add the book to one shared cart would rightly total $33.00.
+        # A folder per contender, so each starts from no saved conversation (the carts are apart anyway: every
+        # thread and contender is a customer of its own, see tests/test_front_door.py).
         db = tmp_path / contender / "chat.db"
         db.parent.mkdir()
         argv = ["chat", "--contender", contender, "--thread", "t1", "--session-db", str(db)]
@@ -581,7 +580,7 @@ def test_chat_store_db_puts_the_cart_where_asked(
     argv = ["chat", "--session-db", str(db), "--store-db", str(store_db)]
     assert compare.main(argv) == compare.EXIT_OK
     with BookStore(store_db) as store:
-        assert store.cart(CUSTOMER_ID).quantity_of(7) == 1
+        assert store.cart(compare.chat_customer("handwritten", "default")).quantity_of(7) == 1
     assert not db.with_name(f"{db.stem}.store.db").exists()
     capsys.readouterr()
 

@@ -652,6 +652,19 @@ def test_the_noisy_model_takes_its_seed_from_make_model() -> None:
 # make_model
 
 
+@pytest.mark.parametrize("host", ["garbage:::", "http://[::1", "127.0.0.1:99999", "a b", "ftp://x"])
+def test_an_unusable_ollama_host_is_one_clear_error_naming_the_variable(host: str) -> None:
+    with pytest.raises(ModelSpecError, match=r"OLLAMA_HOST=.* is not a usable"):
+        ollama_base_url(host)
+
+
+def test_an_order_number_longer_than_any_id_is_no_goal_not_a_crash() -> None:
+    from shared_tools.models.personas import parse_goal
+
+    assert parse_goal("Where is my order " + "9" * 5000 + "?") is None
+    assert parse_goal("Where is my order 4512?") is not None
+
+
 @pytest.mark.parametrize(("spec", "persona"), [("scripted", "shopper"), *((f"scripted:{p}", p) for p in PERSONAS)])
 def test_make_model_scripted_specs(spec: str, persona: str) -> None:
     model = make_model(spec)

@@ -161,3 +161,33 @@ def test_addresses_in_tool_arguments_are_masked_in_trace_json_and_logs(
     }.items():
         assert EMAIL not in text and STREET not in text, where
     assert query in model_input(result.messages), "the model itself still has the customer's words"
+
+
+def test_a_record_masks_the_answer_and_the_document_masks_facts_added_later(tmp_path: Any) -> None:
+    """The answer is the model's words to the customer, but a record is written to files that are passed around:
+    a model that repeats the customer's address puts it there. Facts added to a record after it was made (an
+    approval reason, a title) are masked when the document is built."""
+    answer = f"I will send it to {STREET}; the receipt goes to {EMAIL}."
+    model = ScriptModel(replies=[ai(answer)])
+    store = BookStore()
+    result = build_agent("handwritten", model, make_tools(store)).run(INSTRUCTIONS, "send it")
+    record = result_record(run_key(leaky_scenario(), Variant(), "handwritten", "send it", 1), store, CUSTOMER_ID,
+                           0.0, result)
+    assert record.answer == "I will send it to <address>; the receipt goes to <email>."
+    assert EMAIL not in record.user_message
+    record.facts["approval_asked"] = [f"ship to {STREET}"]
+    json_path = tmp_path / "runs.json"
+    write_document(build_document("scripted", ("handwritten",), [], [record]), str(json_path))
+    text = json_path.read_text(encoding="utf-8")
+    assert EMAIL not in text and STREET not in text
+    assert "ship to <address>" in text
+    assert result.answer == answer, "the result itself (what chat shows the customer) is not masked"
+
+
+def test_log_lines_on_the_terminal_are_masked_and_cannot_drive_it() -> None:
+    import compare
+
+    formatter = compare._SafeLogFormatter("%(levelname)s %(name)s: %(message)s")
+    record = logging.LogRecord("tool", logging.WARNING, __file__, 1, "%s failed for %s", ("\x1b]0;x\x07", EMAIL), None)
+    line = formatter.format(record)
+    assert line == "WARNING tool: \\x1b]0;x\\x07 failed for <email>"

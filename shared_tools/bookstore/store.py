@@ -17,7 +17,7 @@ import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from importlib import resources
@@ -104,15 +104,24 @@ class StoreError(Exception):
     """A request the store refused; the message is written for the customer (and the model) to read."""
 
 
+class NotABookstore(StoreError):
+    """The file given to `BookStore` is not a bookstore database: a directory, not SQLite, or another schema.
+
+    Raised before anything is written to the file, so pointing the store at the wrong file changes nothing.
+    """
+
+
 class UnknownBook(StoreError):
     def __init__(self, book_id: int) -> None:
-        super().__init__(f"Book {book_id} does not exist. Use search_books to find a book id.")
+        super().__init__(f"Book {_shown(book_id)} does not exist. Use search_books to find a book id.")
         self.book_id = book_id
 
 
 class InvalidQuantity(StoreError):
     def __init__(self, quantity: object) -> None:
-        super().__init__(f"Quantity must be a whole number from {MIN_QUANTITY} to {MAX_QUANTITY}; got {quantity}.")
+        super().__init__(
+            f"Quantity must be a whole number from {MIN_QUANTITY} to {MAX_QUANTITY}; got {_shown(quantity)}."
+        )
         self.quantity = quantity
 
 
@@ -239,6 +248,68 @@ CREATE TABLE IF NOT EXISTS orders (
 
 _BOOK_COLUMNS = "b.id, b.title, b.author, b.genre, b.price_cents, b.description"
 
+_SQLITE_INT_MIN, _SQLITE_INT_MAX = -(2**63), 2**63 - 1
+"""SQLite integers are 64-bit: a larger Python int (a 5,000-digit "order number") raises OverflowError when bound."""
+
+
+def _storable(number: object) -> bool:
+    """Can `number` be bound as an id? An int beyond SQLite's range is simply not there, like any unknown id;
+    anything else is left to SQLite, as before."""
+    return not isinstance(number, int) or _SQLITE_INT_MIN <= number <= _SQLITE_INT_MAX
+
+
+def _shown(number: object) -> str:
+    """`number` for a message; an int with more digits than Python will print (4,300) raises ValueError in str()."""
+    return str(number) if _storable(number) else "(a number far too large)"
+
+
+@functools.cache
+def _expected_columns() -> dict[str, frozenset[str]]:
+    """Table -> column names of the bookstore schema, read from `_SCHEMA` itself so the check cannot drift from it."""
+    with closing(sqlite3.connect(":memory:")) as db:
+        db.executescript(_SCHEMA)
+        return {table: _columns(db, table) for table in _tables(db)}
+
+
+def _tables(db: sqlite3.Connection) -> list[str]:
+    return [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+
+
+def _columns(db: sqlite3.Connection, table: str) -> frozenset[str]:
+    return frozenset(row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", (table,)))
+
+
+def check_store_file(path: str | Path) -> None:
+    """Raise `NotABookstore` unless `path` is new, empty, or a bookstore database; the file is never written.
+
+    The file is opened read-only: the store's own opening (WAL mode, CREATE TABLE IF NOT EXISTS) would otherwise
+    write to whatever file it was pointed at, another program's database included. A bookstore database has a
+    ``books`` table, and every bookstore table it has holds at least the bookstore's columns; a database with no
+    tables at all (a new, empty file) becomes a bookstore.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise NotABookstore(f"{path} is a directory, not a bookstore database file")
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            tables = set(_tables(db))
+            found = {table: _columns(db, table) for table in tables & _expected_columns().keys()}
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "database is locked", ...
+        raise NotABookstore(f"{path} cannot be read as a SQLite database ({exc})") from None
+    if not tables:
+        return
+    if "books" not in tables:
+        others = ", ".join(sorted(tables)[:5])
+        raise NotABookstore(f"{path} is a SQLite database of something else (tables: {others}), not a bookstore")
+    for table, columns in found.items():
+        missing = _expected_columns()[table] - columns
+        if missing:
+            raise NotABookstore(
+                f"{path} is not a bookstore database: its table {table} lacks {', '.join(sorted(missing))}"
+            )
+
 
 def _book_from_row(row: tuple[Any, ...]) -> Book:
     book_id, title, author, genre, price_cents, description = row[:6]
@@ -256,6 +327,8 @@ class BookStore:
 
     def __init__(self, path: str | Path | None = None, *, busy_timeout_s: float = 10.0) -> None:
         self.path = None if path is None else Path(path)
+        if self.path is not None:
+            check_store_file(self.path)  # before connecting: opening a file as a store writes to it
         # One connection per store object, shared by threads under a lock. isolation_level=None lets us write
         # BEGIN IMMEDIATE ourselves instead of letting the sqlite3 module open deferred transactions.
         self._db = sqlite3.connect(
@@ -346,6 +419,8 @@ class BookStore:
 
     @staticmethod
     def _find_book(db: sqlite3.Connection, book_id: int) -> tuple[Book, int] | None:
+        if not _storable(book_id):
+            return None
         row = db.execute(f"SELECT {_BOOK_COLUMNS}, b.stock FROM books b WHERE b.id = ?", (book_id,)).fetchone()
         return None if row is None else (_book_from_row(row), row[6])
 
@@ -389,6 +464,8 @@ class BookStore:
 
     def order_status(self, order_id: int) -> Order | None:
         """An order, or None when there is no such order (a normal answer, not an error)."""
+        if not _storable(order_id):
+            return None
         with self._read() as db:
             row = db.execute("SELECT order_id, status, tracking FROM orders WHERE order_id = ?", (order_id,)).fetchone()
         return None if row is None else Order(*row)

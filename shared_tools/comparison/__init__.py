@@ -6,8 +6,9 @@ One file per concern: `scenarios` (the eleven experiments as data, each with its
 variant × contender of a scenario on a fresh store), `records` (`RunRecord`, built from a result or from the
 events before a contender raised, with secrets masked), `lessons` (what to notice in the measured numbers),
 `closing` (the guard matrix and the seed's "who owns what"), `render` (the terminal), `document` (the JSON
-document) and `report` (the HTML page built from it). The names below are the public parts; `compare.py`
-adds only the command line.
+document) and `report` (the HTML page built from it), `sanitize` (untrusted text made harmless for a terminal,
+a page or JSON) and `files` (the paths the command line is given, checked before any work and written whole or
+not at all). The names below are the public parts; `compare.py` adds only the command line.
 """
 
 from shared_tools.comparison.closing import GUARDS, OWNERS, WHO_OWNS_WHAT, guard_matrix
@@ -15,17 +16,22 @@ from shared_tools.comparison.contenders import (
     APPROVAL_CONTENDERS,
     CONTENDERS,
     SESSION_CONTENDERS,
+    AskingHuman,
     Contender,
     DemoHuman,
+    Human,
     build_contender,
+    resume_until_answered,
     run_gated_graph,
 )
 from shared_tools.comparison.conversations import Conversation, open_conversation
 from shared_tools.comparison.document import build_document, mermaid_diagram, write_document
+from shared_tools.comparison.files import UnusableFile, check_output_file, write_output
 from shared_tools.comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
 from shared_tools.comparison.render import Progress, make_console, render_scenario
 from shared_tools.comparison.report import render_report
 from shared_tools.comparison.runner import CUSTOMER_ID, RunOptions, run_key, run_scenario, run_session, run_single
+from shared_tools.comparison.sanitize import clean_line, clean_text, escape_for_json
 from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario, Variant
 
 __all__ = [
@@ -40,18 +46,25 @@ __all__ = [
     "SEED_GOAL",
     "SESSION_CONTENDERS",
     "WHO_OWNS_WHAT",
+    "AskingHuman",
     "Contender",
     "Conversation",
     "DemoHuman",
+    "Human",
     "Progress",
     "RunKey",
     "RunOptions",
     "RunRecord",
     "Scenario",
+    "UnusableFile",
     "Variant",
     "build_contender",
     "build_document",
+    "check_output_file",
+    "clean_line",
+    "clean_text",
     "error_text",
+    "escape_for_json",
     "guard_matrix",
     "make_console",
     "mermaid_diagram",
@@ -60,10 +73,12 @@ __all__ = [
     "render_report",
     "render_scenario",
     "result_record",
+    "resume_until_answered",
     "run_gated_graph",
     "run_key",
     "run_scenario",
     "run_session",
     "run_single",
     "write_document",
+    "write_output",
 ]

@@ -2,15 +2,17 @@
 
 `CONTENDERS` names the four (the hand-written loop, our guarded graph, LangGraph's defaults, `create_agent`)
 in the order every table shows them; `build_contender` builds one of them from the same options, so the only
-difference between two runs is the contender. With a `DemoHuman`, risky writes need approval: the
-hand-written loop asks its `approve` callback, while the graph pauses and `run_gated_graph` answers each pause
-and resumes it, until the run ends. The agent packages are imported on first use, so `python compare.py
---list` and `--help` never pay for importing LangGraph.
+difference between two runs is the contender. With a `Human` (the demo's `DemoHuman`, who always says no, or
+chat's `AskingHuman`, who asks at the prompt), risky writes need approval: the hand-written loop asks its
+`approve` callback, while the graph pauses and `resume_until_answered` puts each pause to the human and
+resumes the run, until it ends (`run_gated_graph` for a single run). The agent packages are imported on first
+use, so `python compare.py --list` and `--help` never pay for importing LangGraph.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -21,6 +23,9 @@ from langchain_core.tools import BaseTool
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.results import AgentOptions, AgentResult, StopReason
+
+Approve = Callable[[ToolCall, str], bool]
+"""A human asked whether a tool call may run, given the reason it needs approval; True means yes."""
 
 CONTENDERS: dict[str, str] = {
     "handwritten": "the from-scratch loop (handwritten.AgentLoop): every guard is code you can read",
@@ -43,11 +48,26 @@ class Contender(Protocol):
     def run(self, instructions: str, goal: str) -> AgentResult: ...
 
 
+class Human(Protocol):
+    """Who answers approval requests: the rule that says which calls need a yes, and the one who gives it."""
+
+    policy: RiskyWritePolicy
+
+    def approve(self, call: ToolCall, reason: str) -> bool: ...
+
+
+class PausedSession(Protocol):
+    """What `resume_until_answered` needs of a graph session: answer the pause and go on."""
+
+    def resume(self, approved: bool) -> AgentResult: ...
+
+
 class DemoHuman:
     """The cautious customer of the approval demo: asked about a risky write, says no, and remembers the question."""
 
-    def __init__(self, store: BookStore) -> None:
-        self.policy = RiskyWritePolicy(store)
+    def __init__(self, store: BookStore, customer_id: str = "c1") -> None:
+        # The customer whose cart the rule judges: with --store-db every run shops as a customer of its own.
+        self.policy = RiskyWritePolicy(store, customer_id)
         self.asked: list[str] = []
         self.pauses = 0
         """How often the graph stopped with AWAITING_APPROVAL before it was resumed."""
@@ -66,8 +86,20 @@ class DemoHuman:
                 "pauses": self.pauses}
 
 
+class AskingHuman:
+    """The customer at `compare.py chat`: each risky write of their cart is put to them, through `ask`."""
+
+    def __init__(self, store: BookStore, customer_id: str, ask: Callable[[str], bool]) -> None:
+        """`ask(reason)` puts one question to the customer and returns their yes (True) or no."""
+        self.policy = RiskyWritePolicy(store, customer_id)
+        self.ask = ask
+
+    def approve(self, call: ToolCall, reason: str) -> bool:
+        return self.ask(reason)
+
+
 def build_contender(
-    name: str, model: BaseChatModel, tools: list[BaseTool], options: AgentOptions, human: DemoHuman | None = None
+    name: str, model: BaseChatModel, tools: list[BaseTool], options: AgentOptions, human: Human | None = None
 ) -> Contender:
     """One of the four contenders, built from the same `options`.
 
@@ -102,20 +134,40 @@ def build_contender(
     raise ValueError(f"unknown contender {name!r}")
 
 
-def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoHuman) -> AgentResult:
-    """Run the graph in a session; whenever it pauses for approval, the human answers and the run resumes.
+def decide(requests: Sequence[dict[str, Any]], approve: Approve | None) -> bool:
+    """The answer to one pause of the graph: every request it lists is put to the human; yes only if all are yes.
 
-    Each resume is a new stretch of the same run, so the record's trace is the stretches put together.
+    The guarded graph pauses on one call at a time, so a pause lists one request; the rule for several is the
+    cautious one. Without a human nobody can say yes, as in the hand-written loop without `approve`.
     """
+    if approve is None:
+        return False
+    answers = [approve(request["tool_call"], request["reason"]) for request in requests]
+    return bool(answers) and all(answers)
+
+
+def resume_until_answered(
+    session: PausedSession, result: AgentResult, approve: Approve | None
+) -> tuple[AgentResult, int]:
+    """Answer the graph's approval pauses, one after another, until the run ends; the result and the pauses.
+
+    Each resume is a new stretch of the same run (it may pause again on the next risky call), so the returned
+    result's trace is the stretches put together.
+    """
+    trace = list(result.trace)
+    pauses = 0
+    while result.stop_reason is StopReason.AWAITING_APPROVAL:
+        pauses += 1
+        result = session.resume(decide(result.pending or [], approve))
+        trace += result.trace
+    return replace(result, trace=trace), pauses
+
+
+def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoHuman) -> AgentResult:
+    """Run the graph in a session; whenever it pauses for approval, the human answers and the run resumes."""
     from langgraph_version import GraphSession
 
     session = GraphSession(agent, instructions, thread_id=f"approval-{uuid.uuid4().hex[:8]}")
-    result = session.ask(goal)
-    trace = list(result.trace)
-    while result.stop_reason is StopReason.AWAITING_APPROVAL:
-        human.pauses += 1
-        for request in result.pending or []:
-            human.approve(request["tool_call"], request["reason"])
-        result = session.resume(False)
-        trace += result.trace
-    return replace(result, trace=trace)
+    result, pauses = resume_until_answered(session, session.ask(goal), human.approve)
+    human.pauses += pauses
+    return result

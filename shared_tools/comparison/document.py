@@ -2,8 +2,10 @@
 
 `build_document` puts together the model, the contenders, each scenario with its lesson and what to notice,
 every run's full record, the guard matrix, the "who owns what" table and our graph's mermaid diagram;
-`write_document` writes it to a file or to stdout. The HTML report (`report.render_report`) reads only this
-document, so the page and the JSON can never disagree.
+`write_document` writes it to a file (whole or not at all) or to stdout. The HTML report
+(`report.render_report`) reads only this document, so the page and the JSON can never disagree. It is also
+where masking is made certain: every string of every run, and the notes built from them, passes through
+`guards.mask_pii` here, whatever a contender or a later fact put into a record.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.comparison.closing import OWNERS, WHO_OWNS_WHAT, guard_matrix
 from shared_tools.comparison.contenders import CONTENDERS
+from shared_tools.comparison.files import write_output
 from shared_tools.comparison.records import RunRecord, pick
+from shared_tools.comparison.sanitize import escape_for_json
 from shared_tools.comparison.scenarios import Scenario
+from shared_tools.guards import mask_pii, mask_values
 from shared_tools.models import make_model
 
 
@@ -54,21 +59,27 @@ def build_document(
                 "goals": list(s.goals),
                 "multi_turn": s.multi_turn,
                 "variants": [{"name": v.name, "label": v.label} for v in s.variants],
-                "notice": s.notice_text(pick(records, scenario=s.name)),
+                "notice": mask_pii(s.notice_text(pick(records, scenario=s.name))),
             }
             for s in scenarios
         ],
-        "runs": [{**asdict(r), "outcome": r.outcome} for r in records],
+        # Records are masked when they are made; facts added later (approval reasons, titles) are masked here.
+        "runs": [mask_values({**asdict(r), "outcome": r.outcome}) for r in records],
         "guard_matrix": guard_matrix(records, contenders) if matrix is None else matrix,
         "who_owns_what": {"columns": ["", *OWNERS], "rows": [list(row) for row in WHO_OWNS_WHAT]},
         "mermaid": mermaid_diagram(),
     }
 
 
+def document_json(document: dict[str, Any]) -> str:
+    """The document as indented JSON text, safe to print: no raw control character, and encodable as UTF-8."""
+    return escape_for_json(json.dumps(document, indent=1, ensure_ascii=False, default=str)) + "\n"
+
+
 def write_document(document: dict[str, Any], target: str) -> None:
-    """The document as indented JSON, to the file `target` or, for ``-``, to stdout."""
-    text = json.dumps(document, indent=1, ensure_ascii=False, default=str)
+    """The document as indented JSON, to the file `target` (whole or not at all) or, for ``-``, to stdout."""
+    text = document_json(document)
     if target == "-":
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(text)
     else:
-        Path(target).write_text(text + "\n", encoding="utf-8")
+        write_output(Path(target), text)

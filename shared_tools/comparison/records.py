@@ -3,7 +3,12 @@
 A record is made once, when a run ends: from the agent's `AgentResult` (`result_record`), or, when the
 contender raised instead of returning, from the trace events seen before it raised (`raised_record`), with
 what it raised masked by `error_text` (URL credentials, e-mails, street addresses) before it is shown,
-logged or written anywhere. The small readings of a record that the lessons and both renderers share
+logged or written anywhere. Everything else a model or a tool wrote is masked the same way as the record is
+made: the trace lines' tool names and details (our agents mask them already; a contender that did not would
+otherwise leak), and the answer. The answer is the model's words to the customer, but a record is not the
+customer's screen: it is written to files and pages that are passed around, and a model that repeats the
+customer's address or e-mail puts it there. `compare.py chat`, where the customer reads the answer, shows
+it from the result itself, unmasked. The small readings of a record that the lessons and both renderers share
 (`pick`, `first`, `cart_text`, `short_outcome`) live here too. Nothing here runs an agent.
 """
 
@@ -80,6 +85,15 @@ def error_text(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {mask_pii(' '.join(str(exc).split()))}"
 
 
+def masked_trace(events: Sequence[TraceEvent]) -> list[dict[str, Any]]:
+    """Trace events as record dicts, with the model's and tools' text (tool name, detail) masked."""
+    return [{**asdict(e), "name": mask_pii(e.name), "detail": mask_pii(e.detail)} for e in events]
+
+
+def _masked(text: str | None) -> str | None:
+    return None if text is None else mask_pii(text)
+
+
 def _cart_lines(store: BookStore, customer: str) -> tuple[list[dict[str, Any]], str]:
     cart = store.cart(customer)
     lines = [
@@ -96,14 +110,14 @@ def result_record(key: RunKey, store: BookStore, customer: str, wall_s: float, r
         **key,
         stop_reason=str(result.stop_reason),
         error=None,
-        answer=result.answer,
-        user_message=result.user_message(),
+        answer=_masked(result.answer),
+        user_message=mask_pii(result.user_message()),
         model_calls=result.model_calls,
         tool_calls=result.tool_calls,
         tokens=result.tokens,
         tokens_per_step=result.tokens_per_step,
         wall_s=wall_s,
-        trace=[asdict(e) for e in result.trace],
+        trace=masked_trace(result.trace),
         cart=cart,
         cart_total=total,
     )
@@ -126,7 +140,7 @@ def raised_record(
         tokens=usage.tokens,
         tokens_per_step=[e.tokens for e in events if e.is_model],
         wall_s=wall_s,
-        trace=[asdict(e) for e in events],
+        trace=masked_trace(events),
         cart=cart,
         cart_total=total,
     )

@@ -5,7 +5,9 @@ per scenario its lesson, each run's trace, a table of stop reasons, calls, token
 cart, what the user would be told, and what to notice; at the end the guard matrix and "who owns what".
 A run whose trace equals an earlier one in the same scenario is named instead of printed again. Output is
 readable at 100 columns on a pipe or in a file. `Progress` is the live spinner of a real-model run.
-Nothing here runs an agent or imports one.
+Every string that came from a model, a tool or a user (answers, trace details, tool names, cart titles, error
+texts) goes through `sanitize.clean_line` or `clean_text` on its way into a `Text`, so it cannot drive the
+terminal; strings are never handed to rich as markup. Nothing here runs an agent or imports one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, TextIO
 
 from rich.console import Console
 from rich.rule import Rule
+from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
@@ -32,6 +35,7 @@ from shared_tools.comparison.closing import (
 )
 from shared_tools.comparison.contenders import CONTENDERS
 from shared_tools.comparison.records import RunRecord, cart_text, pick, short_outcome
+from shared_tools.comparison.sanitize import clean_line, clean_text
 from shared_tools.comparison.scenarios import SCENARIOS, Scenario
 from shared_tools.models.personas import PERSONAS
 from shared_tools.results import StopReason, TraceEvent
@@ -74,14 +78,15 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
     """
     lines = []
     for event in trace:
-        prefix = f"[step {event['step']}] {event['name']:<16}{_seconds(event['duration_s']):>6}  "
+        name, detail = clean_line(event["name"]), clean_line(event["detail"])
+        prefix = f"[step {event['step']}] {name:<16}{_seconds(event['duration_s']):>6}  "
         if event["name"] == "model":
-            count, _, plan = event["detail"].partition("; plan: ")
+            count, _, plan = detail.partition("; plan: ")
             lines.append(Text(prefix + f"{count}, {event['tokens']} tokens"))
             if plan:
                 lines.append(Text(_shorten(f"{'':9}plan: {plan}", width), style="dim"))
         else:
-            body = _shorten(event["detail"], width - len(prefix))
+            body = _shorten(detail, width - len(prefix))
             lines.append(Text(prefix + body, style="red" if event["is_error"] else ""))
     return lines
 
@@ -127,12 +132,12 @@ def print_trace(console: Console, trace: Sequence[dict[str, Any]]) -> None:
 def render_turn(console: Console, trace: Sequence[dict[str, Any]], user_message: str, stop_reason: str) -> None:
     """One chat turn: its trace, what the assistant says, and the stop reason when it is not 'done'."""
     print_trace(console, trace)
-    console.print(Text("assistant> ", style="bold") + Text(user_message))
+    console.print(Text("assistant> ", style="bold") + Text(clean_text(user_message)))
     if stop_reason != StopReason.DONE:
-        console.print(Text(f"(stop reason: {stop_reason})"))
+        console.print(Text(f"(stop reason: {clean_line(str(stop_reason))})"))
 
 
-def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: str | None = None) -> Table:
+def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: Text | None = None) -> Table:
     """The side-by-side table, one row per run; the answers are listed under it (see `answer_grid`)."""
     table = Table(expand=True, padding=(0, 1), title=title, title_justify="left", title_style="bold")
     if show_turn:
@@ -149,13 +154,13 @@ def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: s
         row: list[Text] = [Text(str(r.turn))] if show_turn else []
         row += [
             Text(r.contender),
-            Text(short_outcome(r), style="" if r.error is None else "yellow"),
+            Text(clean_line(short_outcome(r)), style="" if r.error is None else "yellow"),
             Text(str(r.model_calls)),
             Text(str(r.tool_calls)),
             Text(f"{r.tokens:,}"),
             Text(tokens_per_step_cell(r.tokens_per_step)),
             Text(f"{r.wall_s:.2f}s"),
-            Text(cart_text(r)),
+            Text(clean_line(cart_text(r))),
         ]
         table.add_row(*row)
     return table
@@ -168,7 +173,8 @@ def answer_grid(records: list[RunRecord], *, show_turn: bool = False, show_goal:
     grid.add_column(ratio=1)
     for r in records:
         who = run_label(r, turn=show_turn, goal=show_goal) + ":"
-        grid.add_row(Text(who, style="bold"), Text(r.user_message, style="" if r.error is None else "yellow"))
+        message = clean_text(r.user_message)
+        grid.add_row(Text(who, style="bold"), Text(message, style="" if r.error is None else "yellow"))
     return grid
 
 
@@ -177,7 +183,7 @@ def _bullets(points: Sequence[str]) -> Table:
     grid.add_column(no_wrap=True)
     grid.add_column(ratio=1)
     for point in points:
-        grid.add_row(Text("  •"), Text(point))
+        grid.add_row(Text("  •"), Text(clean_line(point)))
     return grid
 
 
@@ -208,16 +214,18 @@ def render_scenario(
                     console.print(Text(f"\n{labels[id(r)]}: ", style="bold") + Text(text))
                     continue
                 turn = f" · turn {r.turn}" if show_turn else ""
-                console.print(Text(f"\n{r.contender}{turn}: ", style="bold") + Text(r.goal))
+                console.print(Text(f"\n{r.contender}{turn}: ", style="bold") + Text(clean_line(r.goal)))
                 print_trace(console, r.trace)
                 if r.error is not None:
-                    console.print(Text(f"raised {r.error}", style="yellow"), overflow="ellipsis", no_wrap=True)
+                    error = Text(f"raised {clean_line(r.error)}", style="yellow")
+                    console.print(error, overflow="ellipsis", no_wrap=True)
             console.print()
         if show_goal:
             # A goal column leaves no room in 100 columns: one table per goal, titled with it, instead.
             by_goal = [pick(runs, goal=goal) for goal in dict.fromkeys(r.goal for r in runs)]
             for same_goal in by_goal:
-                console.print(summary_table(same_goal, show_turn=show_turn, title=f"goal: {same_goal[0].goal}"))
+                title = Text(f"goal: {clean_line(same_goal[0].goal)}", style="bold")
+                console.print(summary_table(same_goal, show_turn=show_turn, title=title))
             runs = [r for same_goal in by_goal for r in same_goal]
         else:
             console.print(summary_table(runs, show_turn=show_turn))
@@ -243,7 +251,7 @@ def render_guard_matrix(console: Console, rows: list[dict[str, Any]], contenders
         # fold, not an ellipsis: the cells name classes (ModelCallLimitMiddleware) that must stay readable
         table.add_column(contender, width=max(16, len(contender)), overflow="fold")
     for row in rows:
-        cells = [Text(c["text"], style=STATUS_STYLE[c["status"]]) for c in row["cells"].values()]
+        cells = [Text(clean_line(c["text"]), style=STATUS_STYLE[c["status"]]) for c in row["cells"].values()]
         table.add_row(Text(f"{row['guard']} ({row['scenario']})"), *cells)
     console.print(table)
     console.print(guard_legend(" = ", "; "))
@@ -282,6 +290,8 @@ class Progress:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self._status: Status | None = None
+        """The live spinner while `spinning`, else None."""
         self.start_run("")
 
     def start_run(self, label: str) -> None:
@@ -303,5 +313,22 @@ class Progress:
 
     @contextmanager
     def spinning(self) -> Iterator[None]:
-        with self.console.status(self):
+        with self.console.status(self) as status:
+            self._status = status
+            try:
+                yield
+            finally:
+                self._status = None
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """The spinner stopped for a moment, so a question to the user (an approval) is not drawn over."""
+        status = self._status
+        if status is None:
             yield
+            return
+        status.stop()
+        try:
+            yield
+        finally:
+            status.start()

@@ -5,6 +5,7 @@ JavaScript, no external file, nothing fetched), so the page opens offline and ca
 per scenario, the lesson, a tokens-per-step chart with every contender, the side-by-side tables, what to
 notice and each run's trace; then the guard matrix, the "who owns what" table and the graph's mermaid
 diagram as text. It reads only the document (plain dicts and lists): no agent, model or store is imported.
+Every value reaches the page through `_e`, which makes control characters visible before HTML-escaping.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from html import escape
 from typing import Any
 
 from shared_tools.comparison.closing import GUARD_LEGEND, OWNERS_SUMMARY
+from shared_tools.comparison.sanitize import clean_line, clean_text
 
 CHART_WIDTH, CHART_HEIGHT = 640, 260
 _MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 56, 16, 14, 34
@@ -46,7 +48,12 @@ small { color: #555; }
 
 
 def _e(value: Any) -> str:
-    return escape(str(value), quote=True)
+    """Text for the page: control characters made visible (`sanitize.clean_text`), then HTML-escaped.
+
+    Escaping alone keeps ESC and the other controls, which HTML does not allow and which a terminal obeys when
+    the page is printed with `cat`; a lone surrogate (a reply cut off mid-emoji) could not be written as UTF-8.
+    """
+    return escape(clean_text(str(value)), quote=True)
 
 
 # --- the tokens-per-step chart -----------------------------------------------------------------------------
@@ -215,13 +222,15 @@ def trace_block(run: dict[str, Any], *, multi_turn: bool) -> str:
     """The run's full trace (nothing shortened, unlike the terminal), folded away."""
     lines = []
     for event in run["trace"]:
-        head = f"[step {event['step']}] {event['name']:<16}{event['duration_s']:7.3f}s  "
+        # One line per event: a line break inside a tool's text must not pass for a line of the trace.
+        name, detail = clean_line(event["name"]), clean_line(event["detail"])
+        head = f"[step {event['step']}] {name:<16}{event['duration_s']:7.3f}s  "
         if event["name"] == "model":
-            lines.append(f"{head}{event['detail']} · {event['tokens']} tokens")
+            lines.append(f"{head}{detail} · {event['tokens']} tokens")
         else:
-            lines.append(f"{head}{event['detail']}{'  [error]' if event['is_error'] else ''}")
+            lines.append(f"{head}{detail}{'  [error]' if event['is_error'] else ''}")
     if run["error"] is not None:
-        lines.append(f"raised {run['error']}")
+        lines.append(f"raised {clean_line(run['error'])}")
     turn = f" · turn {run['turn']}" if multi_turn else ""
     summary = f"trace: {run['contender']}{turn} · {run['variant']} · {run['goal']}"
     return f"<details><summary>{_e(summary)}</summary><pre>{_e(chr(10).join(lines))}</pre></details>"

@@ -35,7 +35,7 @@ from shared_tools.results import AgentResult, TraceEvent
 log = logging.getLogger("compare")
 
 CUSTOMER_ID = "c1"
-"""The customer who shops in an in-memory store (and in `compare.py chat`)."""
+"""The customer who shops in an in-memory store (`compare.py chat` gives every thread a customer of its own)."""
 
 
 @dataclass
@@ -131,7 +131,7 @@ def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, 
         model = make_model(model_spec_for(options.model, scenario.persona))
         events: list[TraceEvent] = []
         on_event = collector(events, options.progress)
-        human = DemoHuman(store) if variant.approval_gate else None
+        human = DemoHuman(store, customer) if variant.approval_gate else None
         agent = build_contender(contender, model, tools, scenario.options_for(variant, on_event), human)
         key = run_key(scenario, variant, contender, goal, 1)
         instructions = scenario.instructions_for(variant)
@@ -176,7 +176,9 @@ def _run_session(
         model = make_model(model_spec_for(options.model, scenario.persona))
         return build_contender(contender, model, tools, agent_options)
 
-    conversation = open_conversation(contender, new_agent(), instructions, thread, db, resume=False)
+    conversation = open_conversation(
+        contender, new_agent(), instructions, thread, db, resume=False, customer_id=customer
+    )
     records: list[RunRecord] = []
     try:
         for turn, goal in enumerate(scenario.goals, start=1):
@@ -203,7 +205,9 @@ def _run_session(
         conversation.close()
     if db is not None and records:
         # A restart: a new agent and a new session object read the same file; the conversation must be there.
-        reopened = open_conversation(contender, new_agent(), instructions, thread, db, resume=True)
+        reopened = open_conversation(
+            contender, new_agent(), instructions, thread, db, resume=True, customer_id=customer
+        )
         try:
             after = reopened.facts()
         finally:

@@ -22,17 +22,24 @@ _REACHABILITY_TIMEOUT_S = 3.0
 
 
 def ollama_base_url(host: str | None = None) -> str:
-    """`OLLAMA_HOST` (or `host`) as a full URL: "host:port" and bare hosts get a scheme and the default port."""
-    raw = (host if host is not None else os.environ.get("OLLAMA_HOST", "")).strip()
-    if not raw:
+    """`OLLAMA_HOST` (or `host`) as a full URL: "host:port" and bare hosts get a scheme and the default port.
+
+    Raises `ModelSpecError` naming `OLLAMA_HOST` for a value that is not a usable http(s) address.
+    """
+    given = (host if host is not None else os.environ.get("OLLAMA_HOST", "")).strip()
+    if not given:
         return DEFAULT_OLLAMA_URL
-    if "://" not in raw:
-        raw = "http://" + raw
-    parts = urlsplit(raw)
+    raw = given if "://" in given else "http://" + given
+    try:
+        parts = urlsplit(raw)
+        port = parts.port or (443 if parts.scheme == "https" else 11434)
+    except ValueError as exc:  # a port out of range or not a number, an unclosed IPv6 bracket
+        raise ModelSpecError(f"OLLAMA_HOST={given!r} is not a usable address ({exc}); e.g. 127.0.0.1:11434") from None
     hostname = parts.hostname or "127.0.0.1"
+    if parts.scheme not in ("http", "https") or any(c.isspace() for c in raw):
+        raise ModelSpecError(f"OLLAMA_HOST={given!r} is not a usable http(s) address; e.g. 127.0.0.1:11434")
     if ":" in hostname:  # IPv6 literal
         hostname = f"[{hostname}]"
-    port = parts.port or (443 if parts.scheme == "https" else 11434)
     return f"{parts.scheme}://{hostname}:{port}{parts.path.rstrip('/')}"
 
 
@@ -80,10 +87,10 @@ def make_model(spec: str, *, timeout_s: float | None = 120.0, seed: int | None =
             raise _spec_error(spec)
         return ScriptedChatModel(persona=persona, seed=seed or 0)
     if kind == "ollama" and rest:
+        base_url = ollama_base_url()  # first: the ollama package itself reads OLLAMA_HOST when imported
         # Imported here so scripted runs never load the Ollama client.
         from shared_tools.models.ollama import CheckedChatOllama
 
-        base_url = ollama_base_url()
         _check_ollama(base_url, rest)
         return CheckedChatOllama(
             model=rest,

@@ -1,0 +1,121 @@
+"""The files the command line is given: checked before any work starts, and written whole or not at all.
+
+`compare.py` takes paths for its output (`--json`, `--report`) and for the databases it keeps (`--store-db`,
+`--session-db`). A bad one used to be found only when it was used: the output at the very end, after every
+run (so the whole run was lost), a database mid-run with a traceback. Each check here raises `UnusableFile`
+with one line that names the option, the path and what is wrong, and checks without leaving anything behind:
+an output folder is probed with a temporary file that is removed again, and a database is opened read-only.
+`write_output` writes through a temporary file in the same folder and renames it over the target, so an
+interrupted or failed write leaves the old file (or none), never half a document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import stat
+import tempfile
+from contextlib import closing
+from pathlib import Path
+
+from shared_tools.bookstore.store import NotABookstore, check_store_file
+
+SESSION_TABLES = frozenset({"checkpoints", "writes", "turn_locks"})
+"""The tables of a session database: LangGraph's SQLite checkpointer's, and `GraphSession`'s turn locks. A SQLite
+file with tables but none of these is someone else's database."""
+
+
+class UnusableFile(Exception):
+    """A path given on the command line cannot be used as asked; the message is one line saying why."""
+
+
+def check_output_file(path: str | Path, option: str) -> None:
+    """Raise `UnusableFile` unless a document can be written at `path` (a new or existing file, or a device)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UnusableFile(f"{option}: {path} is a directory; give a file name")
+    if _is_special(path):
+        return  # /dev/null, a named pipe: written in place, nothing to probe
+    _check_folder(path, option)
+    try:
+        descriptor, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".probe")
+    except OSError as exc:
+        problem = f"{path.parent} refuses new files ({exc.strerror})"
+        raise UnusableFile(f"{option}: {path} cannot be written: {problem}") from None
+    os.close(descriptor)
+    os.unlink(probe)
+
+
+def write_output(path: str | Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temporary file beside it, then renamed over it."""
+    path = Path(path)
+    if _is_special(path):
+        path.write_text(text, encoding="utf-8")
+        return
+    mode = _mode_for(path)
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.chmod(temporary, mode)  # mkstemp makes the file private (0600); a report is meant to be shared
+        os.replace(temporary, path)
+    except BaseException:  # a Ctrl-C too: the temporary file must not be left behind
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def check_store_db(path: str | Path, option: str = "--store-db") -> None:
+    """Raise `UnusableFile` unless `path` is a bookstore database, or a new file in an existing folder."""
+    path = Path(path)
+    try:
+        check_store_file(path)
+    except NotABookstore as exc:
+        raise UnusableFile(f"{option}: {exc}") from None
+    if not path.exists():
+        _check_folder(path, option)
+
+
+def check_session_db(path: str | Path, option: str = "--session-db") -> None:
+    """Raise `UnusableFile` unless `path` is a session database (SQLite, LangGraph's checkpoint tables or no
+    tables yet), or a new file in an existing folder. Opened read-only: a wrong file is never written to."""
+    path = Path(path)
+    if path.is_dir():
+        raise UnusableFile(f"{option}: {path} is a directory; give a file name")
+    if not path.exists():
+        _check_folder(path, option)
+        return
+    if path.stat().st_size == 0:
+        return
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise UnusableFile(f"{option}: {path} cannot be read as a SQLite database ({exc})") from None
+    if tables and not tables & SESSION_TABLES:
+        others = ", ".join(sorted(tables)[:5])
+        raise UnusableFile(f"{option}: {path} is a SQLite database of something else (tables: {others})")
+
+
+def _check_folder(path: Path, option: str) -> None:
+    if not path.parent.is_dir():
+        raise UnusableFile(f"{option}: {path} cannot be created: the folder {path.parent} does not exist")
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions `path` has, or those a plain `open` would give a new file (0666 less the umask)."""
+    with contextlib.suppress(OSError):
+        return stat.S_IMODE(path.stat().st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _is_special(path: Path) -> bool:
+    """An existing character device or named pipe (``/dev/null``), which is written in place, never replaced."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
