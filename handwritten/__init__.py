@@ -6,6 +6,7 @@ steps a reply is classified into are shared with the graph, in `shared_tools.ste
 """
 
 from handwritten.loop import AgentCancelled, AgentLoop, Approve
-from handwritten.session import CustomerMismatch, Session, SessionConflict
+from handwritten.session import Session, SessionConflict
+from shared_tools.results import CustomerMismatch  # shared with GraphSession; still importable from here
 
 __all__ = ["AgentCancelled", "AgentLoop", "Approve", "CustomerMismatch", "Session", "SessionConflict"]

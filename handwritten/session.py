@@ -26,7 +26,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage, HumanMessage, messages_from_dict, messages_to_dict
 
 from handwritten.loop import AgentCancelled, AgentLoop
-from shared_tools.results import AgentResult
+from shared_tools.results import AgentResult, CustomerMismatch
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,6 @@ READABLE_FORMATS = ("agent-loop-compare/session/1", FORMAT)
 
 class SessionConflict(RuntimeError):
     """The session file was saved by someone else since this session read it; saving would lose their turns."""
-
-
-class CustomerMismatch(ValueError):
-    """A conversation was opened for another customer than the one it belongs to."""
 
 
 class Session:

@@ -4,11 +4,15 @@ The caller gives instructions and a goal and gets the same `AgentResult` as from
 built from the same `AgentOptions`. `arun` streams the guarded graph with a fresh set of per-run counters,
 reads the stop reason from the final state (or the approval requests a paused run carries) and the counts
 from the counters; `run` is a thin sync driver over it. `adrive` is the one place a graph run becomes an
-`AgentResult`; `GraphSession` uses it for every turn, resume and continuation of a checkpointer thread.
+`AgentResult`; `GraphSession` uses it for every turn, resume and continuation of a checkpointer thread. When
+the task running it is cancelled, `adrive` writes what happened into the thread before the cancellation goes
+on (`record_cancellation`), so the next question starts from a history that tells the truth.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import uuid
 from collections.abc import Sequence
@@ -23,11 +27,13 @@ from langgraph.graph import StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
-from langgraph_version.graph import build_guarded_graph, recursion_limit_for
-from langgraph_version.run import Durability, RunRecord
-from langgraph_version.state import fresh_counters, usage_of
+from langgraph_version.graph import CHECK, ERRORS, MODEL, TOOLS, build_guarded_graph, recursion_limit_for
+from langgraph_version.run import Durability, OpenCalls, RunRecord
+from langgraph_version.state import fresh_counters, stopped, usage_of
 from shared_tools.results import AgentOptions, AgentResult, StopReason
 from shared_tools.sync import run_blocking
+
+logger = logging.getLogger(__name__)
 
 
 class GraphAgent:
@@ -72,32 +78,73 @@ class GraphAgent:
     async def adrive(
         self,
         graph: CompiledStateGraph,
-        new_messages: list[BaseMessage] | Command,
+        new_messages: list[BaseMessage] | Command | None,
         config: RunnableConfig,
         *,
         cancel: threading.Event | None = None,
         durability: Durability | None = None,
+        started_at: float | None = None,
+        customer: str | None = None,
     ) -> AgentResult:
         """Run `graph` (this agent's, perhaps compiled with a session's checkpointer) to an `AgentResult`.
 
-        `new_messages` are appended to whatever the thread holds, with the per-run counters reset, so a
-        session's messages persist while its budgets start over with each question. A `Command` instead
-        continues the thread's paused or unfinished run, counters and all: it is the same run.
+        `new_messages` are appended to whatever the thread holds, with the per-run counters reset (and the
+        thread's `customer` recorded, when given), so a session's messages persist while its budgets start over
+        with each question. A `Command` (the answer to an approval) or None (no new input) instead goes on with
+        the thread's paused or unfinished run, counters and all: it is the same run, its clock moved on to
+        `started_at` (`RunContext.started_at`).
         """
-        graph_input: dict[str, Any] | Command = (
-            new_messages if isinstance(new_messages, Command) else {"messages": new_messages, **fresh_counters()}
-        )
+        graph_input: dict[str, Any] | Command | None
+        if isinstance(new_messages, list):
+            graph_input = {"messages": new_messages, **fresh_counters()}
+            if customer is not None:
+                graph_input["customer"] = customer
+        else:
+            graph_input = new_messages
         run = RunRecord(self.options.on_event)
-        await run.stream(
-            graph,
-            graph_input,
-            {**config, "recursion_limit": self.recursion_limit},
-            cancel=cancel,
-            durability=durability,
-        )
+        try:
+            await run.stream(
+                graph,
+                graph_input,
+                {**config, "recursion_limit": self.recursion_limit},
+                cancel=cancel,
+                durability=durability,
+                started_at=started_at,
+            )
+        except asyncio.CancelledError:
+            if graph.checkpointer is not None:
+                await record_cancellation(graph, config, run.calls)
+            raise  # never swallowed: the caller cancelled us
         # Every exit of the guarded graph writes its stop reason into state, except a pause for approval.
         reason = StopReason.AWAITING_APPROVAL if run.pending else StopReason(run.state["stop_reason"])
         return run.result(reason, usage_of(run.state))
+
+
+async def record_cancellation(graph: CompiledStateGraph, config: RunnableConfig, calls: OpenCalls) -> None:
+    """End the thread's run, cut off by a task cancel, the way a cooperative cancel would have ended it.
+
+    LangGraph drops the update of the node it cancelled and leaves the thread at the checkpoint before that
+    node, so the thread would read as unfinished (or, for a resumed run, as still waiting for the answer it was
+    given), and going on would run the node again: tools that already ran would run twice. Instead the node's
+    outcome is written as if it had returned it: stop reason CANCELLED and, for the tools node, one answer per
+    call of the round: the real result of a call that finished (it may have written), "cancelled while it was
+    running" for a call cut off mid-run, "cancelled before it ran" for the rest, as the hand-written loop
+    answers them. A run cancelled before its resumed tools node started is still waiting for its answer, and
+    a run that had already ended is left as it was.
+    """
+    snapshot = await graph.aget_state(config)
+    if len(snapshot.next) != 1 or snapshot.next[0] not in (MODEL, TOOLS, ERRORS, CHECK):
+        return
+    [node] = snapshot.next
+    if snapshot.interrupts and not (node == TOOLS and calls.started):
+        return
+    update = stopped(StopReason.CANCELLED)
+    if node == TOOLS:
+        reply = snapshot.values["messages"][-1]
+        update["messages"] = [calls.answer_for(call) for call in reply.tool_calls]
+        update["tool_calls"] = snapshot.values["tool_calls"] + len(reply.tool_calls)
+    await graph.aupdate_state(config, update, as_node=node)
+    logger.info("run cancelled in its %s node; the thread records it as cancelled", node)
 
 
 def opening(instructions: str, goal: str) -> list[BaseMessage]:

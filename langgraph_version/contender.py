@@ -30,7 +30,7 @@ from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
-from langgraph.errors import GraphRecursionError
+from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.types import Command
 
 from langgraph_version.run import RunContext, RunRecord, calls_this_run, emit, emit_tool_result, final_stop_reason
@@ -54,7 +54,17 @@ def tool_call_cap(limits: AgentLimits) -> int | None:
 
 
 class TraceMiddleware(AgentMiddleware):
-    """Timing instrumentation, not a guard: one trace line per model call and per executed tool call."""
+    """Timing instrumentation, not a guard: one trace line per model call and per executed tool call.
+
+    It sits inside `ToolErrorMiddleware` (see `_middleware`), so it sees a tool's exception before that is
+    turned into a result: its line then carries the text the model will read and the guard that hid the
+    details (`guards.tool_failure`, the same rule as `on_error`), and the exception goes on to the error
+    middleware unchanged.
+    """
+
+    def __init__(self, detailed_errors: bool = False) -> None:
+        super().__init__()
+        self.detailed_errors = detailed_errors
 
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
@@ -71,7 +81,16 @@ class TraceMiddleware(AgentMiddleware):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command]]
     ) -> ToolMessage | Command:
         started = time.perf_counter()
-        result = await handler(request)
+        try:
+            result = await handler(request)
+        except GraphBubbleUp:
+            raise  # LangGraph's own control flow (an interrupt), not a tool failure
+        except Exception as exc:
+            call, duration = request.tool_call, time.perf_counter() - started
+            text, guard = guards.tool_failure(call["name"], exc, detailed=self.detailed_errors)
+            step = calls_this_run(request.state["messages"])
+            emit(guards.tool_event(step, call, text, duration, is_error=True, guard=guard))
+            raise
         emit_tool_result(request, result, time.perf_counter() - started)
         return result
 
@@ -120,8 +139,9 @@ class CreateAgentContender:
         if self.limits.max_steps is not None:
             middleware.append(ModelCallLimitMiddleware(run_limit=self.limits.max_steps, exit_behavior="end"))
             middleware.append(ToolCallLimitMiddleware(run_limit=tool_call_cap(self.limits), exit_behavior="continue"))
-        # Listed before the error middleware so it wraps it and times the text the model really gets.
-        middleware += [TraceMiddleware(), ToolErrorMiddleware(on_error)]
+        # The first listed wraps the ones after it: the trace sits inside the error middleware, so it sees the
+        # exception itself and can say which guard hid its details.
+        middleware += [ToolErrorMiddleware(on_error), TraceMiddleware(self.options.detailed_errors)]
         return middleware
 
     def run(self, instructions: str, goal: str) -> AgentResult:

@@ -9,15 +9,18 @@ state machine, message merging, checkpoints, `interrupt()` for approvals and `Re
 (repeat rule, unknown tool, invalid arguments, hidden error details, truncation, approval, budgets) are ours,
 with the same `shared_tools.guards` texts as the hand-written loop. Nodes and routers are all async, pure
 ones included, because an async run hands every sync node or router to a worker thread; sync callers go
-through `GraphAgent.run`, which drives `arun`.
+through `GraphAgent.run`, which drives `arun`. Every node runs `on_the_run_clock`, which is how a resumed or
+continued run leaves the time it was not running off its time budget without writing to state from outside
+a node.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -27,7 +30,7 @@ from langchain_core.tools import BaseTool, ToolException
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
-from langgraph_version.run import RunContext, emit, run_context, stop_reason_for
+from langgraph_version.run import OpenCalls, RunContext, emit, run_context, stop_reason_for
 from langgraph_version.state import AgentState, stopped, usage_of
 from shared_tools import guards
 from shared_tools.results import AgentLimits, AgentOptions, Guard, StopReason, TraceEvent
@@ -66,10 +69,10 @@ def build_guarded_graph(model: BaseChatModel, tools: Sequence[BaseTool], options
     """model -> tools -> [errors ->] check -> model ..., every exit decided by `stop_reason` in state."""
     nodes = GuardedNodes(model, tools, options)
     graph = StateGraph(AgentState, context_schema=RunContext)
-    graph.add_node(MODEL, nodes.call_model)
-    graph.add_node(TOOLS, nodes.run_tools)
-    graph.add_node(ERRORS, nodes.count_error_round)
-    graph.add_node(CHECK, nodes.check_budgets)
+    graph.add_node(MODEL, on_the_run_clock(nodes.call_model))
+    graph.add_node(TOOLS, on_the_run_clock(nodes.run_tools))
+    graph.add_node(ERRORS, on_the_run_clock(nodes.count_error_round))
+    graph.add_node(CHECK, on_the_run_clock(nodes.check_budgets))
     graph.add_edge(START, MODEL)
     graph.add_conditional_edges(MODEL, route_after_model, {TOOLS: TOOLS, END: END})
     graph.add_conditional_edges(TOOLS, route_after_tools, {ERRORS: ERRORS, CHECK: CHECK, END: END})
@@ -106,6 +109,30 @@ def round_had_error(messages: Sequence[AnyMessage]) -> bool:
         if message.status == "error":
             return True
     return False
+
+
+Node = Callable[[AgentState], Awaitable[dict[str, Any]]]
+
+
+def on_the_run_clock(node: Node) -> Node:
+    """`node`, run on the clock of a resumed or continued run (`RunContext.started_at`), which it saves.
+
+    The time a human takes to answer an approval, or a thread lies unfinished after a crash or an outage, is
+    not the agent's time; the session works out how long that was and passes the moved clock in the run's
+    context. Only a node may write it to state: a `Command(update=...)` is stored on the paused checkpoint and
+    applied again with every later resume of it, and a second value for one key in one step is an error. The
+    clock only moves on, so the first node of the run saves it and the later ones find nothing to do; a node
+    that pauses again saves nothing, and the next resume moves the clock from the same checkpoint.
+    """
+
+    @functools.wraps(node)
+    async def timed(state: AgentState) -> dict[str, Any]:
+        started_at = run_context().started_at
+        if started_at is None or started_at <= state["started_at"]:
+            return await node(state)
+        return {"started_at": started_at, **await node({**state, "started_at": started_at})}
+
+    return timed
 
 
 # --- the nodes -------------------------------------------------------------------------------------------------
@@ -160,80 +187,114 @@ class GuardedNodes:
         return update
 
     async def run_tools(self, state: AgentState) -> dict[str, Any]:
-        """Answer every call of the last reply with one ToolMessage, in call order."""
+        """Answer every call of the last reply with one ToolMessage, in call order.
+
+        Each answer is also kept in the run's `OpenCalls` as soon as it is known, with the calls whose tool is
+        running: when the run's task is cancelled mid-round, LangGraph drops this node's update, and the agent
+        writes the round from there instead (`GraphAgent.adrive`).
+        """
         reply = state["messages"][-1]
         assert isinstance(reply, AIMessage), "the tools node runs only after a reply with tool calls"
         calls, step, seen = reply.tool_calls, state["model_calls"], dict(state["seen_calls"])
+        open_calls = run_context().calls or OpenCalls()
+        open_calls.start_round()
         admitted: list[ToolCall] = []  # the calls of this reply let through so far, for the approval rule
+        decisions: dict[str, bool] = {}  # the human's answers read so far in this node run, by call id
         answers: list[tuple[ToolMessage, TraceEvent]] = []
         if self.options.parallel_tools:
             if not run_context().cancelled:
                 # Every call is screened, in call order, before any runs: repeat counts never depend on timing.
-                verdicts = [(call, self.admit(call, seen, admitted)) for call in calls]
-                answers = await asyncio.gather(*(self.run_tool(step, call, verdict) for call, verdict in verdicts))
-                for _, event in answers:
-                    emit(event)
+                verdicts = [(call, self.admit(call, seen, admitted, decisions)) for call in calls]
+                tasks = [
+                    asyncio.ensure_future(self.run_tool(step, call, verdict, open_calls)) for call, verdict in verdicts
+                ]
+                try:
+                    await asyncio.gather(*tasks)
+                finally:
+                    # Also when the round is cancelled: a call that finished (and may have written) keeps its
+                    # real result, on the trace too.
+                    answers = [task.result() for task in tasks if task.done() and not task.cancelled()]
+                    for _, event in answers:
+                        emit(event)
         else:
             for call in calls:
                 if run_context().cancelled:
                     break
-                answers.append(await self.run_tool(step, call, self.admit(call, seen, admitted)))
+                verdict = self.admit(call, seen, admitted, decisions)
+                answers.append(await self.run_tool(step, call, verdict, open_calls))
                 emit(answers[-1][1])  # live: on_event may set the cancel that the next call checks
-        results = [message for message, _ in answers]
         # Calls a cancel stopped still get a result: a reply with unanswered calls is a broken history.
-        unanswered = calls[len(answers) :]
-        results += [guards.tool_result(call, guards.CANCELLED_CALL_TEXT, is_error=True) for call in unanswered]
+        results = [open_calls.answer_for(call) for call in calls]
         update: dict[str, Any] = {
             "messages": results,
             "tool_calls": state["tool_calls"] + len(calls),
             "seen_calls": seen,
         }
-        if unanswered:
+        if len(answers) < len(calls):
             update |= stopped(StopReason.CANCELLED)
         elif not any(message.status == "error" for message in results):
             update["consecutive_error_rounds"] = 0
         return update
 
-    def admit(self, call: ToolCall, seen: dict[str, int], admitted: list[ToolCall]) -> BaseTool | guards.Refusal:
+    def admit(
+        self, call: ToolCall, seen: dict[str, int], admitted: list[ToolCall], decisions: dict[str, bool]
+    ) -> BaseTool | guards.Refusal:
         """The tool to run for `call`, or the refusal the model gets instead; `admitted` collects the calls let
         through. `guards.screen` first (unknown tool, repeat rule, arguments), as in the loop; the approval gate
         comes last, so a human is only asked about a call that would really run."""
         verdict = guards.screen(call, self.tools, seen, self.limits)
         if isinstance(verdict, guards.Refusal):
             return verdict
-        if refusal := self.check_approval(call, admitted):
+        if refusal := self.check_approval(call, admitted, decisions):
             return refusal
         admitted.append(call)
         return verdict
 
-    def check_approval(self, call: ToolCall, earlier: Sequence[ToolCall]) -> guards.Refusal | None:
+    def check_approval(
+        self, call: ToolCall, earlier: Sequence[ToolCall], decisions: dict[str, bool]
+    ) -> guards.Refusal | None:
         """The refusal when `call` needs approval and is not approved; None when it may run.
 
         `interrupt()` pauses the graph here (the checkpointer keeps the thread), and the caller answers later,
-        maybe from another process, with ``Command(resume=True|False)``. LangGraph then runs this node again
-        from its start: calls screened before this one are screened again (same state, same counts), and in
-        sequential mode the calls before this one run a second time. That re-run is why add_to_cart is
-        idempotent (the store dedupes by tool-call id). In parallel mode every call is screened before any
-        runs, so nothing runs before the pause.
+        maybe from another process, with ``Command(resume={"tool_call_id": ..., "approved": True|False})``.
+        LangGraph then runs this node again from its start: calls screened before this one are screened again
+        (same state, same counts), and in sequential mode the calls before this one run a second time. That
+        re-run is why add_to_cart is idempotent (the store dedupes by tool-call id). In parallel mode every call
+        is screened before any runs, so nothing runs before the pause.
+
+        The re-run gets the answers given so far in the order its `interrupt()` calls come, not by question. The
+        order can change between runs: an add approved and run before the second pause is a replay the next time,
+        which the rule waves through without asking, and every later answer would move up one place (a "no" to
+        the second add read as the "yes" to the first). So each answer names its call, and `interrupt()` is
+        called until this call's answer turns up, or it pauses the run to ask for it; answers to other calls
+        read on the way are kept in `decisions` for them.
         """
         needs_approval = self.options.needs_approval
         if needs_approval is None or (reason := needs_approval(call, earlier)) is None:
             return None
         request = {"tool_call": {"id": call["id"], "name": call["name"], "args": call["args"]}, "reason": reason}
-        approved = interrupt(request) is True  # only an explicit yes approves
+        while call["id"] not in decisions:
+            answer = interrupt(request)  # the next answer given to this node, or a pause that asks about `call`
+            if isinstance(answer, dict):
+                decisions[str(answer.get("tool_call_id"))] = answer.get("approved") is True
+            else:  # a bare yes or no, as LangGraph's own examples resume: the answer to the question just asked
+                decisions[call["id"]] = answer is True
+        approved = decisions[call["id"]]  # only an explicit yes approves
         logger.info("approval for %s (%s): %s", call["name"], reason, "yes" if approved else "no")
         return None if approved else guards.approval_refusal(call["name"], reason)
 
     async def run_tool(
-        self, step: int, call: ToolCall, verdict: BaseTool | guards.Refusal
+        self, step: int, call: ToolCall, verdict: BaseTool | guards.Refusal, open_calls: OpenCalls
     ) -> tuple[ToolMessage, TraceEvent]:
-        """Run one admitted call (or pass on its refusal): its ToolMessage and its trace line."""
+        """Run one admitted call (or pass on its refusal): its ToolMessage and its trace line, also kept in
+        `open_calls` (the call is there as running while its tool runs)."""
         started = time.perf_counter()
         if isinstance(verdict, guards.Refusal):
             text, is_error, guard = verdict.text, True, verdict.guard
         else:
+            open_calls.running.add(call["id"])
             text, is_error, guard = await self._execute(verdict, call)
-        return guards.tool_answer(
+        message, event = guards.tool_answer(
             step,
             call,
             text,
@@ -242,6 +303,9 @@ class GuardedNodes:
             guard=guard,
             max_chars=self.options.max_tool_result_chars,
         )
+        open_calls.running.discard(call["id"])
+        open_calls.answers[call["id"]] = message
+        return message, event
 
     async def _execute(self, tool: BaseTool, call: ToolCall) -> tuple[str, bool, Guard | None]:
         """The tool's result text, whether it is an error, and the guard that hid its details, if one did."""

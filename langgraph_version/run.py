@@ -5,8 +5,10 @@ the node that makes a trace line calls `emit`, which hands it to the run's `RunR
 run `context` (`RunContext`), while the node is still running, so a cancel set by `on_event` is seen by the
 very next check; `RunRecord` logs the line, keeps it and passes it on to the caller's `on_event`. The record
 also streams the graph's full state after every superstep, so a run that LangGraph aborts still has its
-partial history, and it turns what it saw into the shared `AgentResult`. `stop_reason_for` is the typed step
-of `shared_tools.steps` as a stop reason, the one rule for how a reply ends a run in all three graphs.
+partial history, and it keeps the tool round in progress (`OpenCalls`), so a run whose task is cancelled
+mid-round can still tell the thread which calls finished, which were cut off and which never started. It
+turns what it saw into the shared `AgentResult`. `stop_reason_for` is the typed step of `shared_tools.steps`
+as a stop reason, the one rule for how a reply ends a run in all three graphs.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_stream_writer
 from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -35,6 +37,32 @@ Durability = Literal["sync", "async", "exit"]
 """LangGraph's checkpoint write policy (see `GraphSession`)."""
 
 
+@dataclass
+class OpenCalls:
+    """The tool round in progress: the answers given so far and the calls whose tool is running.
+
+    What `handwritten.loop` keeps in `_Run.running` and its history, for the graph: a node's answers reach the
+    state only when the node returns, so a cancelled node would otherwise take the truth about its round with it.
+    """
+
+    answers: dict[str, ToolMessage] = field(default_factory=dict)
+    running: set[str] = field(default_factory=set)
+    started: bool = False
+    """Whether a tool round started in this run (a resumed run re-runs the paused one)."""
+
+    def start_round(self) -> None:
+        self.answers.clear()
+        self.running.clear()
+        self.started = True
+
+    def answer_for(self, call: ToolCall) -> ToolMessage:
+        """The call's real answer if it has one; else what a cancel leaves it with (see `handwritten.loop`)."""
+        if call["id"] in self.answers:
+            return self.answers[call["id"]]
+        text = guards.CANCELLED_WHILE_RUNNING_TEXT if call["id"] in self.running else guards.CANCELLED_CALL_TEXT
+        return guards.tool_result(call, text, is_error=True)
+
+
 @dataclass(frozen=True)
 class RunContext:
     """Run-scoped inputs that are not state (nor may be checkpointed): LangGraph's `context=` of a run."""
@@ -42,6 +70,13 @@ class RunContext:
     cancel: threading.Event | None = None
     record: Callable[[TraceEvent], None] | None = None
     """The run's `RunRecord.record`."""
+    calls: OpenCalls | None = None
+    """The run's `RunRecord.calls`."""
+    started_at: float | None = None
+    """Where the clock of a resumed or continued run stands: the saved `started_at` moved on by the time since
+    the thread's last checkpoint was written (a human deciding, a process down, a model outage), which is not
+    the agent's time. The first node of the run writes it into the state (see `graph.on_the_run_clock`).
+    None for a new run."""
 
     @property
     def cancelled(self) -> bool:
@@ -98,21 +133,24 @@ class RunRecord:
         self.state: dict[str, Any] = {}
         self.trace: list[TraceEvent] = []
         self.pending: list[dict[str, Any]] | None = None
+        self.calls = OpenCalls()
 
     async def stream(
         self,
         graph: Pregel,
-        graph_input: dict[str, Any] | Command,
+        graph_input: dict[str, Any] | Command | None,
         config: RunnableConfig,
         *,
         cancel: threading.Event | None = None,
         durability: Durability | None = None,
+        started_at: float | None = None,
     ) -> None:
-        """Run `graph` to its end, keeping its state after every superstep."""
+        """Run `graph` to its end, keeping its state after every superstep. A None input goes on with the
+        thread's unfinished run; `started_at` is where its clock stands (`RunContext.started_at`)."""
         async for chunk in graph.astream(
             graph_input,
             config,
-            context=RunContext(cancel, self.record),
+            context=RunContext(cancel, self.record, self.calls, started_at),
             stream_mode="values",
             durability=durability,
         ):

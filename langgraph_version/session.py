@@ -7,16 +7,31 @@ and saves a checkpoint after every superstep. The system message is written once
 `ask` starts the per-run counters afresh, so budgets are per question, not per conversation. A run that
 paused for approval (`StopReason.AWAITING_APPROVAL`) is answered with `resume`, and a run a crash cut short
 is finished with `continue_unfinished`; both work from a new process on the same SQLite thread, because
-everything they need is in the checkpoints. Every method is written once, async (`aask`, `apending`, ...);
-the sync ones (`ask`, `pending`, ...) are thin drivers over them, each on an event loop of its own.
+everything they need is in the checkpoints, and neither counts the time the thread lay waiting against the
+run's time budget. Every method is written once, async (`aask`, `apending`, ...); the sync ones (`ask`,
+`pending`, ...) are thin drivers over them, each on an event loop of its own.
+
+What a checkpointer does not give you, written out here as `handwritten.Session` does for its JSON file: it
+takes any number of runs on one thread at once without a word (each forks from the checkpoint it read, and
+the thread goes on from whichever wrote last, so the other turn drops out of the conversation), so a session
+takes one turn at a time per thread: in this process always, and across processes for a SQLite thread
+(`SqliteCheckpoints.turn`; a checkpointer of your own shared between processes needs a lock of its own); and
+it knows nothing of whose conversation a thread is, so a session records its customer in the thread's state
+and refuses to open it for anyone else (`CustomerMismatch`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
 import threading
 import time
+import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -31,10 +46,27 @@ from langgraph.types import Command, StateSnapshot
 
 from langgraph_version.agent import GraphAgent, opening
 from langgraph_version.run import Durability
-from shared_tools.results import AgentResult
+from langgraph_version.serde import CheckpointSerializer
+from shared_tools.results import AgentResult, CustomerMismatch
 from shared_tools.sync import run_blocking
 
 T = TypeVar("T")
+
+HOST = socket.gethostname()
+
+TURN_LOCKS_TABLE = """
+CREATE TABLE IF NOT EXISTS turn_locks (
+    thread_id TEXT PRIMARY KEY,
+    owner     TEXT NOT NULL,  -- a fresh id for every turn taken
+    pid       INTEGER NOT NULL,
+    host      TEXT NOT NULL,
+    taken_at  REAL NOT NULL   -- time.time()
+)
+"""
+
+
+class ConcurrentTurn(RuntimeError):
+    """Another process kept a turn on this thread for longer than this session would wait for it."""
 
 
 class SqliteCheckpoints:
@@ -43,12 +75,17 @@ class SqliteCheckpoints:
     An `AsyncSqliteSaver` belongs to the event loop it was made on, and every sync call of a session runs on a
     fresh event loop (`run_blocking`), so each call opens the file on its own loop and closes it before it
     returns. aiosqlite runs a connection's statements in order and closes it after the last one, so a call's
-    checkpoints are all written when it returns: nothing is ever left pending, and nothing is left open.
+    checkpoints are all written when it returns (or raises): nothing is ever left pending, and nothing is left
+    open, which is why closing a session has nothing to wait for.
 
     `synchronous` is SQLite's ``PRAGMA synchronous``, NORMAL by default: the saver puts the file in WAL mode,
     where NORMAL still keeps every committed checkpoint through a killed process (the crash test SIGKILLs one)
     and only a power cut or OS crash can lose the last few, while SQLite's own default, FULL, adds an fsync
     per checkpoint (benchmarks/overhead.py measures both).
+
+    The file also holds one table of our own, `turn_locks`: one row per thread with a turn in progress (see
+    `turn`). Checkpoints are written with `CheckpointSerializer`, which also stores what msgpack cannot (a
+    model's 10**30), as does the session's default in-memory saver; a checkpointer you pass keeps its own.
     """
 
     def __init__(self, path: str, *, synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL") -> None:
@@ -56,14 +93,119 @@ class SqliteCheckpoints:
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
         self.path = path
         self.synchronous = synchronous
+        self._turn_table_ready = False
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[AsyncSqliteSaver]:
         async with aiosqlite.connect(self.path) as connection:
             await connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            saver = AsyncSqliteSaver(connection)
+            saver = AsyncSqliteSaver(connection, serde=CheckpointSerializer())
             await saver.setup()  # most methods do this on first use, but not `adelete_thread` on a new file
             yield saver
+
+    @asynccontextmanager
+    async def turn(self, thread_id: str, *, wait: float) -> AsyncIterator[None]:
+        """Hold the turn of `thread_id` for as long as the block runs, whichever process asks for it.
+
+        The row is taken in a short write transaction (``BEGIN IMMEDIATE``: SQLite lets one writer in at a
+        time, so two processes cannot both find the thread free) and deleted when the block ends. Another
+        process's turn is waited for, polling, at most `wait` seconds; then `ConcurrentTurn` says who holds it.
+        A process that died mid-turn (SIGKILL, a power cut) never deletes its row, so a row whose process no
+        longer exists on this host is stale and is taken over; a row from another host is always believed,
+        since its process cannot be checked from here (nor can a reused process id, which is rare).
+        """
+        owner = uuid.uuid4().hex
+        async with aiosqlite.connect(self.path, isolation_level=None) as db:
+            await db.execute(f"PRAGMA synchronous={self.synchronous}")
+            if not self._turn_table_ready:
+                await db.execute(TURN_LOCKS_TABLE)
+                self._turn_table_ready = True
+            deadline = time.monotonic() + wait
+            while (holder := await _take_turn(db, thread_id, owner)) is not None:
+                if time.monotonic() >= deadline:
+                    _, pid, host, taken_at = holder
+                    raise ConcurrentTurn(
+                        f"thread {thread_id!r} in {self.path} has a turn in progress in another process "
+                        f"(pid {pid} on {host}, started {time.time() - taken_at:.1f} s ago); waited {wait:g} s "
+                        "for it to finish. Ask again when it has finished."
+                    )
+                await asyncio.sleep(0.05)
+            _TURNS_HELD_HERE.add(owner)
+            try:
+                yield
+            finally:
+                _TURNS_HELD_HERE.discard(owner)  # from here on, a row left behind reads as stale
+                await db.execute("DELETE FROM turn_locks WHERE thread_id = ? AND owner = ?", (thread_id, owner))
+
+
+_TURNS_HELD_HERE: set[str] = set()
+"""Owners of the `turn_locks` rows this process holds now; a row with our pid and another owner is a leftover."""
+
+
+async def _take_turn(db: aiosqlite.Connection, thread_id: str, owner: str) -> tuple[Any, ...] | None:
+    """Take the thread's turn for `owner` if nobody holds it, or its holder is gone; else the holder's row."""
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        async with db.execute(
+            "SELECT owner, pid, host, taken_at FROM turn_locks WHERE thread_id = ?", (thread_id,)
+        ) as cursor:
+            holder = await cursor.fetchone()
+        if holder is None or _holder_gone(*holder[:3]):
+            await db.execute(
+                "INSERT OR REPLACE INTO turn_locks VALUES (?, ?, ?, ?, ?)",
+                (thread_id, owner, os.getpid(), HOST, time.time()),
+            )
+            holder = None
+        await db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            await db.execute("ROLLBACK")
+        raise
+    return None if holder is None else tuple(holder)
+
+
+def _holder_gone(owner: str, pid: int, host: str) -> bool:
+    if host != HOST:
+        return False
+    if pid == os.getpid():
+        return owner not in _TURNS_HELD_HERE
+    return not _process_alive(pid)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: is there such a process?
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # there is, and it belongs to someone else
+    # A zombie (dead, not yet reaped by its parent) still answers signal 0.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class _TurnLock:
+    """The turn of one thread within this process. A threading lock, not an asyncio one: sync calls from two
+    threads each run an event loop of their own (as in `handwritten.Session`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+_TURN_LOCKS: weakref.WeakValueDictionary[tuple[Any, ...], _TurnLock] = weakref.WeakValueDictionary()
+_TURN_LOCKS_GUARD = threading.Lock()
+
+
+def _turn_lock_for(key: tuple[Any, ...]) -> _TurnLock:
+    """The one lock of a thread (a checkpointer and a thread id) shared by every session on it in this process."""
+    with _TURN_LOCKS_GUARD:
+        lock = _TURN_LOCKS.get(key)
+        if lock is None:
+            lock = _TURN_LOCKS[key] = _TurnLock()
+        return lock
 
 
 class GraphSession:
@@ -77,21 +219,36 @@ class GraphSession:
         *,
         checkpointer: BaseCheckpointSaver | SqliteCheckpoints | None = None,
         durability: Durability | None = None,
+        customer_id: str | None = None,
+        turn_timeout: float = 30.0,
     ) -> None:
         """`durability` is LangGraph's write policy for every run: ``"sync"`` writes each checkpoint before the
         next superstep starts, ``"async"`` (LangGraph's default) while the next superstep runs, ``"exit"`` only
-        when the run ends (fastest; a crash loses the whole turn)."""
+        when the run ends (fastest; a crash loses the whole turn).
+
+        `customer_id` is whose conversation this is: the first turn records it in the thread, and a thread
+        recorded for another customer is refused (`CustomerMismatch`) before anything runs or is shown. Without
+        it nothing is checked (a thread nobody claimed is claimed by the first session with a customer to ask).
+
+        `turn_timeout` is how long a turn waits for another process's turn on the same SQLite thread before it
+        gives up with `ConcurrentTurn`; in this process a turn waits for the one before it however long it takes.
+        """
         self.agent = agent
         self.instructions = instructions
         self.thread_id = thread_id
         self.durability = durability
-        self.checkpointer = checkpointer if checkpointer is not None else InMemorySaver()
+        self.customer_id = customer_id
+        self.turn_timeout = turn_timeout
+        self.checkpointer = checkpointer if checkpointer is not None else InMemorySaver(serde=CheckpointSerializer())
         self.config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         self._closed = False
         if isinstance(self.checkpointer, SqliteCheckpoints):
             self._graph = agent.graph  # given the saver of each call in `_graph_here`
+            where: Any = ("sqlite", os.path.realpath(self.checkpointer.path))
         else:
             self._graph = agent.builder.compile(checkpointer=self.checkpointer)
+            where = ("saver", id(self.checkpointer))
+        self._turn_lock = _turn_lock_for((*where, thread_id))
 
     @classmethod
     def sqlite(
@@ -102,6 +259,8 @@ class GraphSession:
         path: str,
         thread_id: str = "t1",
         durability: Durability | None = "sync",
+        customer_id: str | None = None,
+        turn_timeout: float = 30.0,
     ) -> GraphSession:
         """A session whose thread lives in the SQLite file at `path` (see `SqliteCheckpoints`).
 
@@ -113,7 +272,15 @@ class GraphSession:
         model would be asked again and choose new ids (a real model does), and with ``"exit"`` the whole
         unfinished turn is lost. The price is one awaited write per superstep.
         """
-        return cls(agent, instructions, thread_id, checkpointer=SqliteCheckpoints(path), durability=durability)
+        return cls(
+            agent,
+            instructions,
+            thread_id,
+            checkpointer=SqliteCheckpoints(path),
+            durability=durability,
+            customer_id=customer_id,
+            turn_timeout=turn_timeout,
+        )
 
     @asynccontextmanager
     async def _graph_here(self) -> AsyncIterator[CompiledStateGraph]:
@@ -121,10 +288,45 @@ class GraphSession:
         if not isinstance(self.checkpointer, SqliteCheckpoints):
             yield self._graph
             return
-        if self._closed:
-            raise RuntimeError(f"the session on {self.checkpointer.path!r} is closed")
+        self._refuse_when_closed()
         async with self.checkpointer.open() as saver:
             yield self._graph.copy(update={"checkpointer": saver})
+
+    @asynccontextmanager
+    async def _turn(self) -> AsyncIterator[CompiledStateGraph]:
+        """`_graph_here`, for a call that writes to the thread: one at a time per thread (across processes too,
+        for a SQLite thread).
+
+        Two turns at once would each run from the same checkpoint, and the thread would go on from whichever
+        wrote last: the other question and its answer would drop out of the conversation.
+        """
+        self._refuse_when_closed()
+        # Polled, so that waiting never blocks an event loop and a cancel while waiting simply ends the wait.
+        while not self._turn_lock.lock.acquire(blocking=False):
+            await asyncio.sleep(0.005)
+        try:
+            if isinstance(self.checkpointer, SqliteCheckpoints):
+                async with self.checkpointer.turn(self.thread_id, wait=self.turn_timeout), self._graph_here() as graph:
+                    yield graph
+            else:
+                async with self._graph_here() as graph:
+                    yield graph
+        finally:
+            self._turn_lock.lock.release()
+
+    async def _snapshot(self, graph: CompiledStateGraph) -> StateSnapshot:
+        """The thread's latest state, once it is known to be this session's customer's (`CustomerMismatch`)."""
+        snapshot = await graph.aget_state(self.config)
+        owner = snapshot.values.get("customer")
+        if self.customer_id is not None and owner is not None and owner != self.customer_id:
+            raise CustomerMismatch(
+                f"thread {self.thread_id!r} is the conversation of customer {owner!r}, not of {self.customer_id!r}"
+            )
+        return snapshot
+
+    def _refuse_when_closed(self) -> None:
+        if self._closed and isinstance(self.checkpointer, SqliteCheckpoints):
+            raise RuntimeError(f"the session on {self.checkpointer.path!r} is closed")
 
     def _blocking(self, make: Callable[[], Coroutine[Any, Any, T]], instead: str) -> T:
         return run_blocking(make, instead=f"GraphSession.{instead}")
@@ -136,12 +338,20 @@ class GraphSession:
         return self._blocking(lambda: self.aask(text, cancel=cancel), "aask(...)")
 
     async def aask(self, text: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        """One user turn; the model sees every earlier turn of this thread."""
-        async with self._graph_here() as graph:
-            snapshot = await graph.aget_state(self.config)
+        """One user turn; the model sees every earlier turn of this thread. A second `aask` (another task,
+        another thread, another process) waits for this one, so neither question nor answer is lost."""
+        async with self._turn() as graph:
+            snapshot = await self._snapshot(graph)
             self._refuse_while_paused(snapshot)
             new_messages = [HumanMessage(text)] if snapshot.values.get("messages") else opening(self.instructions, text)
-            return await self.agent.adrive(graph, new_messages, self.config, cancel=cancel, durability=self.durability)
+            return await self.agent.adrive(
+                graph,
+                new_messages,
+                self.config,
+                cancel=cancel,
+                durability=self.durability,
+                customer=self.customer_id,
+            )
 
     def resume(self, approved: bool, *, cancel: threading.Event | None = None) -> AgentResult:
         """`aresume` for sync callers."""
@@ -150,33 +360,54 @@ class GraphSession:
     async def aresume(self, approved: bool, *, cancel: threading.Event | None = None) -> AgentResult:
         """Answer the request the run paused on (`pending`) and let the run go on from where it stopped.
 
-        LangGraph runs the paused tools node again from its start with ``Command(resume=approved)`` as the
-        answer of its `interrupt()`; the run's counters go on from the checkpoint, and the time budget starts
-        again, because the time a human took to answer is not the agent's time. The result's trace holds what
-        ran after the resume, including the calls of the paused round that ran again.
+        LangGraph runs the paused tools node again from its start, and its `interrupt()` returns the answer,
+        which names the call it answers (see `GuardedNodes.check_approval`); the run's counters go on from the
+        checkpoint. The time a human took to answer is not the agent's time, so the run's clock is moved on by
+        the time since that checkpoint was written (`_clock_after`); the time before the pause still counts. The
+        result's trace holds what ran after the resume, including the calls of the paused round that ran again.
         """
-        async with self._graph_here() as graph:
-            if not (await graph.aget_state(self.config)).interrupts:
+        async with self._turn() as graph:
+            snapshot = await self._snapshot(graph)
+            if not snapshot.interrupts:
                 raise RuntimeError(f"thread {self.thread_id!r} is not waiting for an approval")
-            command = Command(resume=approved, update={"started_at": time.monotonic()})
-            return await self.agent.adrive(graph, command, self.config, cancel=cancel, durability=self.durability)
+            [request] = [pause.value for pause in snapshot.interrupts]  # the graph asks one question at a time
+            answer = {"tool_call_id": request["tool_call"]["id"], "approved": approved is True}
+            return await self.agent.adrive(
+                graph,
+                Command(resume=answer),
+                self.config,
+                cancel=cancel,
+                durability=self.durability,
+                started_at=_clock_after(snapshot),
+            )
 
     def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
         """`acontinue_unfinished` for sync callers."""
         return self._blocking(lambda: self.acontinue_unfinished(cancel=cancel), "acontinue_unfinished(...)")
 
     async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
-        """Finish a turn a crash cut short, from its last checkpoint; None when there is nothing to finish.
+        """Finish a turn a crash or a model outage cut short, from its last checkpoint; None when there is
+        nothing to finish.
 
         The graph re-runs the node that was running when the process died, with the state saved before it (the
         same reply and tool-call ids), and goes on from there. Re-asking the question instead would add a second
-        copy of the question to the history and let the model choose new calls.
+        copy of the question to the history and let the model choose new calls. As for a resume, the time since
+        the last checkpoint (the outage, the process down) is kept off the run's clock. It may be called as often
+        as it takes (the model may still be down): it gives the graph no input at all, so a failed attempt leaves
+        nothing behind on the checkpoint for the next one to trip over.
         """
-        async with self._graph_here() as graph:
-            if not _unfinished(await graph.aget_state(self.config)):
+        async with self._turn() as graph:
+            snapshot = await self._snapshot(graph)
+            if not _unfinished(snapshot):
                 return None
-            command = Command(update={"started_at": time.monotonic()})
-            return await self.agent.adrive(graph, command, self.config, cancel=cancel, durability=self.durability)
+            return await self.agent.adrive(
+                graph,
+                None,
+                self.config,
+                cancel=cancel,
+                durability=self.durability,
+                started_at=_clock_after(snapshot),
+            )
 
     def _refuse_while_paused(self, snapshot: StateSnapshot) -> None:
         # A new question now would leave the paused call without a result, and a reply with an unanswered
@@ -199,7 +430,7 @@ class GraphSession:
 
     async def apending(self) -> list[dict[str, Any]]:
         async with self._graph_here() as graph:
-            return [pause.value for pause in (await graph.aget_state(self.config)).interrupts]
+            return [pause.value for pause in (await self._snapshot(graph)).interrupts]
 
     @property
     def unfinished(self) -> bool:
@@ -209,7 +440,7 @@ class GraphSession:
 
     async def aunfinished(self) -> bool:
         async with self._graph_here() as graph:
-            return _unfinished(await graph.aget_state(self.config))
+            return _unfinished(await self._snapshot(graph))
 
     @property
     def messages(self) -> list[BaseMessage]:
@@ -218,7 +449,7 @@ class GraphSession:
 
     async def amessages(self) -> list[BaseMessage]:
         async with self._graph_here() as graph:
-            return list((await graph.aget_state(self.config)).values.get("messages", []))
+            return list((await self._snapshot(graph)).values.get("messages", []))
 
     def history(self) -> list[StateSnapshot]:
         """The thread's checkpoints, newest first: one for each turn's input and one per superstep."""
@@ -226,6 +457,7 @@ class GraphSession:
 
     async def ahistory(self) -> list[StateSnapshot]:
         async with self._graph_here() as graph:
+            await self._snapshot(graph)
             return [snapshot async for snapshot in graph.aget_state_history(self.config)]
 
     def delete(self) -> None:
@@ -233,15 +465,20 @@ class GraphSession:
         self._blocking(self.adelete, "adelete()")
 
     async def adelete(self) -> None:
-        async with self._graph_here() as graph:
+        async with self._turn() as graph:
+            await self._snapshot(graph)
             assert graph.checkpointer is not None
             await graph.checkpointer.adelete_thread(self.thread_id)
 
     # --- closing ---------------------------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """End the session: a SQLite session refuses further calls. Every call has already closed its own
-        connection, after its last write, so there is nothing to wait for; in-memory sessions stay usable."""
+        """End the session: a SQLite session refuses further calls; in-memory sessions stay usable.
+
+        There is nothing to wait for: every call closes its own connection after its last write, before it
+        returns or raises, so when a `with` block is left, by an exception from `on_event` in the middle of a run
+        included, no write is pending (tests/test_graph_sessions.py runs that many times in fresh processes).
+        """
         self._closed = True
 
     async def aclose(self) -> None:
@@ -266,3 +503,15 @@ class GraphSession:
 
 def _unfinished(snapshot: StateSnapshot) -> bool:
     return bool(snapshot.next) and not snapshot.interrupts
+
+
+def _clock_after(snapshot: StateSnapshot) -> float:
+    """Where the clock of a run that goes on from `snapshot` stands: its `started_at` moved on by the time since
+    the checkpoint was written, which nobody spent on the run (a human deciding, a process down, an outage).
+
+    The time before the checkpoint counts; so does the paused or failed node's partial run, but only once: it
+    is run again from its start, and that run is on the clock. Both times are wall-clock, so this holds when
+    the run goes on in another process (hosts are assumed to agree on the time; a negative gap counts as none).
+    """
+    written = datetime.fromisoformat(snapshot.created_at).timestamp() if snapshot.created_at else time.time()
+    return snapshot.values["started_at"] + max(0.0, time.time() - written)

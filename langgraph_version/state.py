@@ -4,16 +4,18 @@
 hand-written loop keeps in its `RunUsage` and repeat counts: model calls, tool calls, tokens, consecutive
 error rounds, the repeat counts and the start time. The stop reason is state too, so the caller reads *why*
 a run ended as a value instead of parsing a message. Counters have no reducer: exactly one node writes each
-of them per superstep, and each run starts them from `fresh_counters()`, so a session's second `ask` gets
-fresh budgets while its messages persist. `usage_of` reads the counters back as the shared `RunUsage`, so
-the graph judges its budgets with the same `AgentLimits.check` as the loop.
+of them per superstep (nothing else ever writes them: a `Command(update=...)` on a resume is stored on the
+paused checkpoint and applied again, with every earlier one, on each later resume), and each run starts them
+from `fresh_counters()`, so a session's second `ask` gets fresh budgets while its messages persist. `customer`
+is not per run: the thread's owner, written with a session's first turn. `usage_of` reads the counters back
+as the shared `RunUsage`, so the graph judges its budgets with the same `AgentLimits.check` as the loop.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -23,7 +25,7 @@ from shared_tools.results import RunUsage, StopReason
 
 
 class AgentState(TypedDict):
-    """The guarded agent's graph state; everything except `messages` is per run."""
+    """The guarded agent's graph state; everything except `messages` and `customer` is per run."""
 
     messages: Annotated[list[AnyMessage], add_messages]
     remaining_steps: RemainingSteps
@@ -35,10 +37,16 @@ class AgentState(TypedDict):
     seen_calls: dict[str, int]
     """How often each `guards.call_key` was requested in this run, blocked calls included."""
     started_at: float
-    """`time.monotonic()` when the run started; only meaningful inside the process that runs it."""
+    """Wall-clock time (`time.time()`) the run started, moved on by every stretch that was not the agent's time
+    (a human deciding on an approval, a thread lying unfinished after a crash or an outage; see
+    `RunContext.started_at`). Wall clock, not monotonic: a paused or unfinished run may go on in another
+    process, where another process's monotonic time means nothing."""
     stop_reason: str | None
     """A `StopReason` value once the run has decided to end. Stored as plain text because checkpoints
     should hold no project types (the checkpoint serializer warns about unregistered classes)."""
+    customer: NotRequired[str]
+    """The customer this conversation belongs to (`GraphSession(customer_id=...)`), kept across runs; absent
+    from threads nobody claimed and from `GraphAgent.run`."""
 
 
 def fresh_counters() -> dict[str, Any]:
@@ -49,19 +57,23 @@ def fresh_counters() -> dict[str, Any]:
         "tokens": 0,
         "consecutive_error_rounds": 0,
         "seen_calls": {},
-        "started_at": time.monotonic(),
+        "started_at": time.time(),
         "stop_reason": None,
     }
 
 
 def usage_of(state: Mapping[str, Any]) -> RunUsage:
-    """The run's counters as the `RunUsage` that `AgentLimits` judges."""
+    """The run's counters as the `RunUsage` that `AgentLimits` judges.
+
+    `RunUsage` measures with this process's monotonic clock, so the wall-clock start is turned into the
+    monotonic time that lies as far in the past.
+    """
     return RunUsage(
         model_calls=state["model_calls"],
         tool_calls=state["tool_calls"],
         tokens=state["tokens"],
         error_rounds=state["consecutive_error_rounds"],
-        started=state["started_at"],
+        started=time.monotonic() - (time.time() - state["started_at"]),
     )
 
 

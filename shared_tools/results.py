@@ -4,11 +4,12 @@
 place where budgets live (``None`` means "no limit") and, with `AgentLimits.check`, the one rule for when a
 run must stop, judged on the `RunUsage` the run has spent so far (PydanticAI's `UsageLimits` works the same
 way). `StopReason` says why a run ended as a value a program can branch on (never only text in a message);
-`RunStopped` is how a run ends itself from deep inside a step. `TraceEvent` is one line of the per-step
-trace, with the guard that decided a tool result as a typed field (`Guard`), so no reader has to recognise a
-guard by its wording. `AgentResult` is what `handwritten.AgentLoop` and `langgraph_version.GraphAgent` both
-return, so the comparison can put them side by side without knowing which one produced a result. "The
-seed" is the .NET article this project ports ("Writing an Agent Loop from Scratch", see the README).
+`RunStopped` is how a run ends itself from deep inside a step; `CustomerMismatch` is how either session refuses
+to show one customer's conversation to another. `TraceEvent` is one line of the per-step trace, with the guard
+that decided a tool result as a typed field (`Guard`), so no reader has to recognise a guard by its wording.
+`AgentResult` is what `handwritten.AgentLoop` and `langgraph_version.GraphAgent` both return, so the comparison
+can put them side by side without knowing which one produced a result. "The seed" is the .NET article this
+project ports ("Writing an Agent Loop from Scratch", see the README).
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class RunStopped(Exception):
         super().__init__(reason.value)
         self.reason = reason
         self.answer = answer
+
+
+class CustomerMismatch(ValueError):
+    """A conversation was opened for another customer than the one it belongs to (`handwritten.Session.load`,
+    `langgraph_version.GraphSession`): it holds that customer's name, address and cart."""
 
 
 @dataclass

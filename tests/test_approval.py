@@ -2,8 +2,10 @@
 
 The hand-written loop asks a sync `approve` callback; the graph pauses with `interrupt()` and is answered with
 `GraphSession.resume` (here also from a second process on the same SQLite thread). A refused call becomes the
-shared error text and leaves the cart as it was. The idempotency tests show the double add that happens without
-the tool-call id: once for a plain retry, once for the node re-run that LangGraph does after a resume.
+shared error text and leaves the cart as it was. The time a human takes to decide is not the agent's: in both,
+the time before the question still counts against the time budget, the wait does not. The idempotency tests
+show the double add that happens without the tool-call id: once for a plain retry, once for the node re-run
+that LangGraph does after a resume.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import ToolCall, ToolMessage
+from langchain_core.tools import tool
 
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
@@ -181,6 +185,51 @@ def test_handwritten_parallel_asks_in_call_order_before_anything_runs(store: Boo
     loop.run(INSTRUCTIONS, GOAL)
     assert seen == [("a2", 0), ("a3", 0)]
     assert (store.cart("c1").quantity_of(7), store.cart("c1").quantity_of(3)) == (1, 5)
+
+
+@tool
+def nap(seconds: float) -> str:
+    """Take a while."""
+    time.sleep(seconds)
+    return "rested"
+
+
+HUMAN_WAIT_S = 1.0
+"""How long the human takes to answer: more than the whole time budget (0.8 s) on its own."""
+
+
+@pytest.mark.parametrize(
+    ("runs_long_after", "stop"),
+    [(True, StopReason.TIME_BUDGET), (False, StopReason.DONE)],
+    ids=["then runs long", "the wait alone"],
+)
+def test_a_humans_wait_is_not_the_agents_time_but_the_time_before_it_is(
+    agent_kind: str, make_agent: AgentFactory, store: BookStore, runs_long_after: bool, stop: StopReason
+) -> None:
+    """Budget 0.8 s: 0.45 s of tool time, then a write that needs a yes, which takes the human 1 s. Counting
+    the wait stopped the run right after the write (the hand-written loop did); forgetting the time before the
+    pause let a run that then naps another 0.45 s go on to its answer (the graph restarted its clock). Now the
+    first run ends with TIME_BUDGET after its third step, the second answers."""
+    replies = [ai("", call("nap", "n1", seconds=0.45)), ai("", call("add_to_cart", "a1", book_id=7, quantity=10))]
+    replies += [ai("", call("nap", "n2", seconds=0.45)), ai("Done.")] if runs_long_after else [ai("Done.")]
+    model, policy = ScriptModel(replies=replies), RiskyWritePolicy(store)
+    tools, limits = [*make_tools(store), nap], AgentLimits(max_duration=0.8)
+    if agent_kind == "handwritten":
+
+        def slow_human(tool_call: ToolCall, reason: str) -> bool:
+            time.sleep(HUMAN_WAIT_S)
+            return True
+
+        result = make_agent(model, tools, limits, needs_approval=policy, approve=slow_human).run(INSTRUCTIONS, GOAL)
+    else:
+        from langgraph_version import GraphSession
+
+        session = GraphSession(make_agent(model, tools, limits, needs_approval=policy), INSTRUCTIONS)
+        assert session.ask(GOAL).stop_reason is StopReason.AWAITING_APPROVAL
+        time.sleep(HUMAN_WAIT_S)
+        result = session.resume(True)
+    assert (result.stop_reason, result.model_calls) == (stop, 3)
+    assert store.cart("c1").quantity_of(7) == 10, "the approved write ran"
 
 
 # --- the graph's pause ---------------------------------------------------------------------------------------

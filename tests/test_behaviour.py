@@ -375,3 +375,165 @@ def test_every_tool_call_gets_exactly_one_result(make_agent: Any, store: BookSto
     result = make_agent(make_model(f"scripted:{persona}"), make_tools(store)).run(INSTRUCTIONS, SEED_GOAL)
     assert_every_call_answered_once(result)
     assert store.check_invariants() == []
+
+
+# --- sessions under attack (graph helper) ---------------------------------------------------------------------
+# A conversation, hand-written (`Session`) or a checkpointer thread (`GraphSession`, in memory or in SQLite),
+# attacked the same way: two turns at once, a task cancelled mid-round, another customer.
+
+SESSION_KINDS = ("handwritten", "langgraph", "langgraph-sqlite")
+
+
+def open_session(
+    kind: str, model: Any, tools: list[Any], path: Path, *, customer_id: str | None = None, **options: Any
+) -> Any:
+    """A conversation of `kind`: the hand-written one in memory, the graph's in memory or in `path`/threads.db."""
+    agent = build_agent("handwritten" if kind == "handwritten" else "langgraph", model, tools, **options)
+    if kind == "handwritten":
+        from handwritten import Session
+
+        return Session(agent, INSTRUCTIONS, customer_id=customer_id)
+    from langgraph_version import GraphSession
+
+    if kind == "langgraph":
+        return GraphSession(agent, INSTRUCTIONS, customer_id=customer_id)
+    return GraphSession.sqlite(agent, INSTRUCTIONS, path=str(path / "threads.db"), customer_id=customer_id)
+
+
+def slow_echo() -> Any:
+    from langchain_core.tools import StructuredTool
+
+    async def slow_echo(n: int) -> str:
+        await asyncio.sleep(0.05)
+        return str(n)
+
+    return StructuredTool.from_function(coroutine=slow_echo, name="slow_echo", description="Echo, slowly.")
+
+
+def questions_in(messages: list[Any]) -> list[str]:
+    from langchain_core.messages import HumanMessage
+
+    return [m.text for m in messages if isinstance(m, HumanMessage)]
+
+
+@pytest.mark.parametrize("kind", SESSION_KINDS)
+def test_two_asks_from_two_threads_at_once_both_keep_their_turn(kind: str, tmp_path: Path) -> None:
+    """Sync asks from two OS threads, each on an event loop of its own, on one conversation: one waits for the
+    other. Without that both ran from the same history, and one turn was lost."""
+    model = ScriptModel(replies=[ai("", call("slow_echo", "s1", n=1)), ai("First."), ai("Second.")])
+    session = open_session(kind, model, [slow_echo()], tmp_path)
+    answers: list[str | None] = []
+    askers = [threading.Thread(target=lambda q=q: answers.append(session.ask(q).answer)) for q in ("one", "two")]
+    for asker in askers:
+        asker.start()
+    for asker in askers:
+        asker.join(timeout=60)
+    assert sorted(a or "" for a in answers) == ["First.", "Second."]
+    assert sorted(questions_in(session.messages)) == ["one", "two"]
+    answered = [m.text for m in session.messages if isinstance(m, AIMessage) and not m.tool_calls]
+    assert sorted(answered) == ["First.", "Second."], "every question kept its answer"
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("kind", SESSION_KINDS)
+async def test_a_task_cancelled_mid_round_tells_the_next_turn_what_ran(
+    kind: str, parallel: bool, tmp_path: Path
+) -> None:
+    """The add has committed, the lookup is mid-run, the cart view has run (in parallel) or not (in turn) when
+    the ask's task is cancelled. The next turn's model reads the truth about each: the add's real result, "it
+    may have completed", "it did not run"; and nothing runs twice."""
+    from langchain_core.tools import StructuredTool
+
+    started = asyncio.Event()
+
+    async def slow_lookup() -> str:
+        started.set()
+        await asyncio.sleep(60)
+        return "never"
+
+    store = BookStore()
+    lookup = StructuredTool.from_function(coroutine=slow_lookup, name="slow_lookup", description="Slow.")
+    turn = ai(
+        "", call("add_to_cart", "add", book_id=7, quantity=1), call("slow_lookup", "slow"), call("view_cart", "view")
+    )
+    model = ScriptModel(replies=[turn, ai("It is in your cart.")])
+    session = open_session(kind, model, [*make_tools(store), lookup], tmp_path, parallel_tools=parallel)
+    task = asyncio.create_task(session.aask("Add the orchard."))
+    await started.wait()
+    await asyncio.sleep(0.05)  # the add (and, in parallel, the cart view) has finished by now
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    result = await session.aask("Is it in?")
+    assert result.answer == "It is in your cart."
+    told = {m.tool_call_id: m for m in model.prompts[-1] if isinstance(m, ToolMessage)}
+    assert told["add"].status == "success" and '"added":"The Quiet Orchard"' in told["add"].text
+    assert told["slow"].content == guards.CANCELLED_WHILE_RUNNING_TEXT
+    if parallel:
+        assert told["view"].status == "success"
+    else:
+        assert told["view"].content == guards.CANCELLED_CALL_TEXT
+    assert store.cart("c1").quantity_of(7) == 1, "added once"
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_a_cooperative_cancel_mid_round_keeps_every_result_that_exists(
+    make_agent: Any, store: BookStore, parallel: bool
+) -> None:
+    """The cancel is set (as by another thread) while the middle call runs. A cooperative cancel never cuts a call
+    off: the calls that ran keep their real results; in turn, the call after it never starts and says so."""
+    from langchain_core.tools import StructuredTool
+
+    cancel = threading.Event()
+
+    async def slow_lookup() -> str:
+        cancel.set()
+        await asyncio.sleep(0.1)
+        return "looked up"
+
+    lookup = StructuredTool.from_function(coroutine=slow_lookup, name="slow_lookup", description="Slow.")
+    turn = ai(
+        "", call("add_to_cart", "add", book_id=7, quantity=1), call("slow_lookup", "slow"), call("view_cart", "view")
+    )
+    model = ScriptModel(replies=[turn])  # a second model call would fail loudly
+    agent = make_agent(model, [*make_tools(store), lookup], parallel_tools=parallel)
+    result = agent.run(INSTRUCTIONS, "go", cancel=cancel)
+    assert (result.stop_reason, result.model_calls, result.tool_calls) == (StopReason.CANCELLED, 1, 3)
+    told = {m.tool_call_id: m for m in tool_messages(result)}
+    assert '"added":"The Quiet Orchard"' in told["add"].text and told["slow"].content == "looked up"
+    if parallel:
+        assert told["view"].status == "success"
+    else:
+        assert told["view"].content == guards.CANCELLED_CALL_TEXT
+    assert store.cart("c1").quantity_of(7) == 1
+    assert_every_call_answered_once(result)
+
+
+@pytest.mark.parametrize("kind", ["handwritten", "langgraph-sqlite"])
+def test_a_conversation_opened_for_another_customer_is_refused_before_anything_runs(kind: str, tmp_path: Path) -> None:
+    """Ann's conversation names her and her address; Bob opening it (the graph's default thread is "t1" for
+    everyone) is refused before his question reaches the model, while Ann can go on."""
+    from handwritten import AgentLoop, Session
+    from langgraph_version import GraphAgent, GraphSession
+    from shared_tools.results import CustomerMismatch
+
+    first = ScriptModel(replies=[ai("Hello Ann, we ship to 12 Baker Street.")])
+    ann = open_session(kind, first, [], tmp_path, customer_id="ann")
+    ann.ask("I am Ann, of 12 Baker Street.")
+    if kind == "handwritten":
+        ann.save(tmp_path / "session.json")
+
+    def reopen_and_ask(customer: str, model: ScriptModel) -> Any:
+        if kind == "handwritten":
+            session = Session.load(tmp_path / "session.json", AgentLoop(model, []), customer_id=customer)
+        else:
+            path = str(tmp_path / "threads.db")
+            session = GraphSession.sqlite(GraphAgent(model, []), INSTRUCTIONS, path=path, customer_id=customer)
+        return session.ask("Where do you ship my books?")
+
+    bobs = ScriptModel(replies=[ai("To you, Bob.")])
+    with pytest.raises(CustomerMismatch, match="customer 'ann', not of 'bob'"):
+        reopen_and_ask("bob", bobs)
+    assert bobs.calls == 0, "Bob's question never reached the model"
+    assert reopen_and_ask("ann", ScriptModel(replies=[ai("To 12 Baker Street.")])).answer == "To 12 Baker Street."

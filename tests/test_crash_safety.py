@@ -6,13 +6,15 @@ while a stock check runs, or right after add_to_cart has written to the store bu
 finished (the child's `on_event` blocks there, so the kill lands between the store's commit and the
 checkpoint). This process then reopens the same thread and store and finishes the turn with
 `continue_unfinished`, which re-runs the interrupted node with the saved tool-call ids. Without the call id
-(``idempotent=False``) the same crash adds the book twice, which is the point of the id.
+(``idempotent=False``) the same crash adds the book twice, which is the point of the id. The killed process
+never released its turn of the thread; the next process takes it over, because its holder is dead.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -61,8 +63,9 @@ print("the run was not killed")
 """
 
 
-def run_and_kill(tmp_path: Path, kill_at: str, *, idempotent: bool) -> tuple[Path, Path]:
-    """Start the child, wait until turn 2 reaches `kill_at` (as its on_event reports), SIGKILL it."""
+def run_and_kill(tmp_path: Path, kill_at: str, *, idempotent: bool) -> tuple[Path, Path, int]:
+    """Start the child, wait until turn 2 reaches `kill_at` (as its on_event reports), SIGKILL it; the paths
+    of its store and its threads, and its pid."""
     store_path, thread_path, marker = tmp_path / "store.db", tmp_path / "threads.db", tmp_path / "events.txt"
     marker.touch()
     child = subprocess.Popen(
@@ -86,7 +89,12 @@ def run_and_kill(tmp_path: Path, kill_at: str, *, idempotent: bool) -> tuple[Pat
             child.kill()
         child.communicate(timeout=30)
     assert child.returncode == -signal.SIGKILL
-    return store_path, thread_path
+    return store_path, thread_path, child.pid
+
+
+def turn_holders(thread_path: Path) -> list[tuple[str, int]]:
+    with sqlite3.connect(thread_path) as db:
+        return db.execute("SELECT thread_id, pid FROM turn_locks").fetchall()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
@@ -103,7 +111,8 @@ def test_a_killed_session_resumes_without_losing_a_turn_or_adding_twice(
 ) -> None:
     from langgraph_version import GraphAgent, GraphSession
 
-    store_path, thread_path = run_and_kill(tmp_path, kill_at, idempotent=idempotent)
+    store_path, thread_path, pid = run_and_kill(tmp_path, kill_at, idempotent=idempotent)
+    assert turn_holders(thread_path) == [("shop", pid)], "killed mid-turn, it never released the thread"
 
     store = BookStore(store_path)
     tools = make_tools(store, idempotent=idempotent)
@@ -119,6 +128,7 @@ def test_a_killed_session_resumes_without_losing_a_turn_or_adding_twice(
         assert result is not None and result.ok, result
         assert "The Quiet Orchard" in (result.answer or "")
         assert session.continue_unfinished() is None and not session.unfinished
+        assert turn_holders(thread_path) == [], "the dead process's turn was taken over, then released"
 
         messages = session.messages
         assert [m.content for m in messages if isinstance(m, HumanMessage)] == [ORDER_QUESTION, SEED_GOAL]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,10 +27,13 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import ValidationError
 
+from handwritten import AgentLoop, Session
+from langgraph_version import GraphAgent, GraphSession
+from shared_tools.bookstore import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import TOOL_NAMES, AddToCartArgs, make_tools
 from shared_tools.guards import call_key, repeat_error, usage_tokens
-from shared_tools.results import AgentLimits, AgentResult, StopReason, TraceEvent
+from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason, TraceEvent
 from tests.conftest import IMPLEMENTATIONS, build_agent
 from tests.fuzz_model import FuzzModel, limits, scripts
 
@@ -341,3 +345,90 @@ def test_the_model_cannot_choose_the_idempotency_key(kind: str) -> None:
 def test_the_fuzz_model_keeps_answering_after_its_script() -> None:
     model = FuzzModel(replies=[AIMessage("")])
     assert [model.invoke("x").text for _ in range(3)] == ["", "That is all I can do.", "That is all I can do."]
+
+
+# --- properties of the guards that involve a human or a conversation ----------------------------------------
+
+
+def over_the_limits(store: BookStore, policy: RiskyWritePolicy) -> set[int]:
+    """Books whose cart line is over the approval rule's limits (every book, when the cart total is)."""
+    cart = store.cart("c1")
+    if cart.total > policy.max_cart_total:
+        return {line.book.id for line in cart.lines}
+    return {
+        line.book.id
+        for line in cart.lines
+        if line.quantity > policy.max_quantity or line.line_total > policy.max_line_total
+    }
+
+
+def approved_book(call: dict[str, Any]) -> int | None:
+    add = expected_add(call["args"]) if isinstance(call["args"], dict) else None
+    return None if add is None else add[0]
+
+
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+@settings(settings.get_profile(PROFILE), max_examples=max(25, settings.get_profile(PROFILE).max_examples // 4))
+@given(script=scripts(), answers=st.lists(st.booleans(), max_size=12), parallel=st.booleans())
+def test_no_cart_line_goes_over_the_approval_limits_unless_a_human_said_yes(
+    kind: str, script: list[AIMessage], answers: list[bool], parallel: bool
+) -> None:
+    """Split, respelled or repeated, no write gets past the gate: whatever the script, every cart line over the
+    limits (more than 3 copies, a line over 50.00, a cart over 200.00) is of a book a human approved an add of."""
+    store = BookStore()
+    policy = RiskyWritePolicy(store)
+    said = iter(answers)
+    approved: set[int | None] = set()
+
+    def human(call: dict[str, Any], reason: str) -> bool:
+        yes = next(said, False)
+        if yes:
+            approved.add(approved_book(call))
+        return yes
+
+    options = AgentOptions(needs_approval=policy, parallel_tools=parallel)
+    model = FuzzModel(replies=script)
+    if kind == "handwritten":
+        result = AgentLoop(model, make_tools(store), options, approve=human).run(INSTRUCTIONS, GOAL)
+    else:
+        session = GraphSession(GraphAgent(model, make_tools(store), options), INSTRUCTIONS)
+        result = session.ask(GOAL)
+        while result.stop_reason is StopReason.AWAITING_APPROVAL and result.pending:
+            request = result.pending[0]
+            result = session.resume(human(request["tool_call"], request["reason"]))
+    assert result.stop_reason in ALLOWED_STOPS
+    assert store.check_invariants() == []
+    unapproved = over_the_limits(store, policy) - approved
+    assert not unapproved, f"cart {cart_of(store)} holds books {unapproved} over the limits with no human's yes"
+
+
+@pytest.mark.parametrize("kind", ["handwritten", "langgraph", "langgraph-sqlite"])
+@settings(settings.get_profile(PROFILE), max_examples=25)
+@given(questions=st.lists(st.sampled_from(["one", "two", "three", "four"]), min_size=1, max_size=4, unique=True))
+def test_every_turn_that_returned_a_result_is_in_the_history(kind: str, questions: list[str]) -> None:
+    """Turns asked at once on one conversation (asyncio tasks) are taken one at a time: none is lost."""
+    replies = [AIMessage(f"Answer {n}.") for n in range(len(questions))]
+
+    async def ask_all(tmp: str) -> tuple[list[Any], list[BaseMessage]]:
+        model = FuzzModel(replies=replies)
+        session: Any
+        if kind == "handwritten":
+            session = Session(AgentLoop(model, make_tools(BookStore())), INSTRUCTIONS)
+        elif kind == "langgraph":
+            session = GraphSession(GraphAgent(model, make_tools(BookStore())), INSTRUCTIONS)
+        else:
+            agent = GraphAgent(model, make_tools(BookStore()))
+            session = GraphSession.sqlite(agent, INSTRUCTIONS, path=f"{tmp}/thread.db")
+        outcomes = await asyncio.gather(*(session.aask(q) for q in questions), return_exceptions=True)
+        history = session.messages if kind == "handwritten" else await session.amessages()
+        return outcomes, history
+
+    with tempfile.TemporaryDirectory() as tmp:
+        outcomes, history = asyncio.run(ask_all(tmp))
+    asked = [m.content for m in history if isinstance(m, HumanMessage)]
+    answers = [m.content for m in history if isinstance(m, AIMessage)]
+    for question, outcome in zip(questions, outcomes, strict=True):
+        if isinstance(outcome, AgentResult):
+            assert question in asked, f"{question!r} returned {outcome.answer!r} but is not in the history"
+            assert outcome.answer in answers
+    assert sorted(asked) == sorted(questions) and len(answers) == len(questions)

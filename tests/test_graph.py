@@ -4,10 +4,11 @@ The shared guard behaviour is tested once for both agents in `test_behaviour.py`
 claims with real LangGraph runs: the recursion limits give exactly `max_steps` model calls in both graphs, the
 guarded graph never runs into its recursion limit whatever the limit, error rounds go through the `errors` node,
 the defaults graph behaves as LangGraph ships (a tool's exception propagates, ToolNode's own error texts, no
-repeat rule), the `create_agent` contender stops where its middleware says, checkpointer sessions (memory and
-SQLite, across a process restart, sync and inside one event loop) keep threads apart, and the graph's shape
-matches the committed Mermaid diagrams. Regenerate the diagrams after an intended change with
-``UPDATE_SNAPSHOTS=1 python -m pytest tests/test_graph.py``.
+repeat rule), the `create_agent` contender stops where its middleware says (and its trace says when its error
+middleware hid an exception's text), checkpointer sessions (memory and SQLite, across a process restart, sync
+and inside one event loop) keep threads apart, and the graph's shape matches the committed Mermaid diagrams.
+Regenerate the diagrams after an intended change with ``UPDATE_SNAPSHOTS=1 python -m pytest tests/test_graph.py``.
+Sessions under attack are in `test_graph_sessions.py`.
 """
 
 from __future__ import annotations
@@ -407,6 +408,13 @@ def test_contender_hides_error_details_like_the_guarded_agents(detailed: bool) -
         assert FAKE_SECRET in failures[0].content
     else:
         assert failures[0].content == "check_stock failed."
+    # The trace line says what the model was told and which guard, if any, hid the exception's own text: the
+    # trace middleware sits inside the error middleware and sees the exception (its lines had no guard at all).
+    failed = [e for e in result.trace if e.is_error]
+    assert len(failed) == len(failures)
+    assert [e.guard for e in failed] == [None if detailed else Guard.ERROR_HIDDEN] * len(failures)
+    assert failed[0].detail.endswith(f"-> {guards.mask_pii(failures[0].text)}")
+    assert detailed or FAKE_SECRET not in " ".join(e.detail for e in result.trace)
 
 
 def test_contender_has_no_repeat_rule_and_toolnode_texts() -> None:

@@ -97,8 +97,9 @@ _ADD = re.compile(
     r"\s*(?P<fallback>if\s+it\s+is\s+not\s+available,?\s+add\s+another\s+novel\s+by\s+the\s+same\s+author\s*\.?)?",
     _FLAGS,
 )
-# At most 19 digits: an order number the store can hold (a 64-bit id); a longer one is no goal a script knows.
-_ORDER = re.compile(r"where\s+is\s+my\s+order\s+(?:#|number\s+)?(?P<id>\d{1,19})\s*\??", _FLAGS)
+# At most 4,300 digits, what Python's int() reads by default; a longer number is no goal a script knows. (The
+# store answers any order number it does not hold, a 40-digit one too, with "not found".)
+_ORDER = re.compile(r"where\s+is\s+my\s+order\s+(?:#|number\s+)?(?P<id>\d{1,4300})\s*\??", _FLAGS)
 _CART = re.compile(r"what\s+is\s+my\s+cart\s+total(?:\s+now)?\s*\??", _FLAGS)
 _STOCK = re.compile(r"check\s+the\s+stock\s+of\s+books?\s+(?P<ids>\d+(?:\s*(?:,|and|&)\s*\d+)*)\s*\.?", _FLAGS)
 
