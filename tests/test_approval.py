@@ -11,6 +11,7 @@ that LangGraph does after a resume.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -24,10 +25,10 @@ from langchain_core.tools import tool
 
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
-from shared_tools.bookstore.tools import REPLAYED_NOTE, make_tools, read_result, tools_by_name
+from shared_tools.bookstore.tools import REPLAYED_NOTE, make_tools
 from shared_tools.guards import approval_rejected
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, Guard, StopReason
-from tests.conftest import AgentFactory
+from tests.conftest import AgentFactory, read_result, tools_by_name
 from tests.doubles import ScriptModel, ai, call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +79,7 @@ def test_risky_write_policy_limits_are_configurable(store: BookStore) -> None:
 
 
 def run_with_human(
-    agent_kind: str, make_agent: AgentFactory, model: Any, store: BookStore, answer: bool
+    agent_kind: str, make_agent: AgentFactory, model: Any, store: BookStore, answer: bool, **options: Any
 ) -> tuple[AgentResult, list[tuple[str, str]]]:
     """Run GOAL with the gate on; the "human" answers `answer` to every request. Returns the result and the
     (tool name, reason) of every request, asked through the callback or through the graph's pauses."""
@@ -90,11 +91,11 @@ def run_with_human(
             asked.append((tool_call["name"], reason))
             return answer
 
-        agent = make_agent(model, make_tools(store), needs_approval=policy, approve=approve)
+        agent = make_agent(model, make_tools(store), needs_approval=policy, approve=approve, **options)
         return agent.run(INSTRUCTIONS, GOAL), asked
     from langgraph_version import GraphSession
 
-    session = GraphSession(make_agent(model, make_tools(store), needs_approval=policy), INSTRUCTIONS)
+    session = GraphSession(make_agent(model, make_tools(store), needs_approval=policy, **options), INSTRUCTIONS)
     result = session.ask(GOAL)
     while result.stop_reason is StopReason.AWAITING_APPROVAL:
         assert result.pending == session.pending
@@ -148,6 +149,85 @@ def test_the_gate_comes_after_argument_validation(agent_kind: str, make_agent: A
     result, asked = run_with_human(agent_kind, make_agent, model, store, answer=True)
     assert asked == []
     assert tool_results(result)[0].content.startswith("Invalid arguments for add_to_cart")
+
+
+# --- the gate against an attacker: split, respelled, repeated over turns ---------------------------------------
+
+
+def test_a_write_split_into_small_calls_in_one_reply_is_judged_as_a_whole(
+    agent_kind: str, make_agent: AgentFactory, store: BookStore
+) -> None:
+    """3 + 3 + 2 + 2 copies in one reply: each call alone is under the limit, the cart line they make is not."""
+    split = [call("add_to_cart", f"s{i}", book_id=7, quantity=q) for i, q in enumerate((3, 3, 2, 2))]
+    model = ScriptModel(replies=[ai("", *split), ai("Done.")])
+    result, asked = run_with_human(agent_kind, make_agent, model, store, answer=False)
+    first_reason = asked[0][1]
+    assert first_reason.startswith("3 x The Quiet Orchard = 49.50, making 6 in the cart")
+    assert store.cart("c1").quantity_of(7) == 3, "only the first add, under the limit, ran"
+    assert [m.status for m in tool_results(result)] == ["success", "error", "error", "error"]
+
+
+def test_a_write_repeated_over_several_turns_is_judged_against_the_cart(
+    agent_kind: str, make_agent: AgentFactory, store: BookStore
+) -> None:
+    """3 copies a turn, three turns: the second turn's add would make 6, so a human is asked (and says no)."""
+    for turn in range(3):
+        model = ScriptModel(replies=[ai("", call("add_to_cart", f"t{turn}", book_id=7, quantity=3)), ai("Ok.")])
+        run_with_human(agent_kind, make_agent, model, store, answer=False)
+    assert store.cart("c1").quantity_of(7) == 3
+
+
+def test_a_reply_of_many_one_copy_adds_cannot_fill_the_cart(
+    agent_kind: str, make_agent: AgentFactory, store: BookStore
+) -> None:
+    """One copy each of every book: no line is over a limit, the cart total is, so the adds past 200.00 ask."""
+    adds = [call("add_to_cart", f"b{book.id}", book_id=book.id, quantity=1) for book in store.books()]
+    model = ScriptModel(replies=[ai("", *adds), ai("Done.")])
+    limits = AgentLimits(max_consecutive_errors=None)
+    agent_options = {"limits": limits}
+    result, asked = run_with_human(agent_kind, make_agent, model, store, answer=False, **agent_options)
+    assert asked, "somebody had to be asked"
+    assert store.cart("c1").total <= Decimal("200.00")
+    assert result.stop_reason is StopReason.DONE
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"book_id": "7", "quantity": "10.0"}, {"book_id": 7.0, "quantity": 10.0}, {"book_id": "7.0", "quantity": 10}],
+)
+def test_a_respelled_number_is_judged_as_the_tool_will_run_it(
+    agent_kind: str, make_agent: AgentFactory, store: BookStore, args: dict[str, Any]
+) -> None:
+    """The policy read the raw arguments with int(): "10.0" was no approval needed to it, and 10 copies to the tool."""
+    model = ScriptModel(replies=[ai("", {**call("add_to_cart", "r1"), "args": args}), ai("Not added.")])
+    result, asked = run_with_human(agent_kind, make_agent, model, store, answer=False)
+    if tool_results(result)[0].content.startswith("Invalid arguments"):
+        assert asked == []  # the schema refused the spelling itself: nothing ran, nobody needed asking
+    else:
+        assert asked == [("add_to_cart", TEN_ORCHARDS)]
+    assert store.cart("c1").lines == ()
+
+
+def test_an_id_beyond_sqlite_neither_raises_nor_wedges_the_run(
+    agent_kind: str, make_agent: AgentFactory, store: BookStore
+) -> None:
+    """book_id=2**63 raised OverflowError out of the run (and wedged a SQLite thread): it is an unknown book now."""
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "o1", book_id=2**63, quantity=1)), ai("Could not.")])
+    result, asked = run_with_human(agent_kind, make_agent, model, store, answer=False)
+    assert asked == [] and result.stop_reason is StopReason.DONE
+    assert tool_results(result)[0].status == "error"
+    assert store.cart("c1").lines == ()
+
+
+def test_a_rule_that_cannot_judge_asks_the_human_instead_of_raising(
+    store: BookStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(customer_id: str) -> Any:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(store, "cart", broken)
+    reason = RiskyWritePolicy(store)(add(7, 1))
+    assert reason == "add_to_cart with arguments the approval rule could not check (OperationalError)"
 
 
 def test_handwritten_without_an_approve_callback_refuses(store: BookStore) -> None:

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Any
 
-from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool, ToolException
 from pydantic import BaseModel, Field
 
@@ -45,14 +44,6 @@ def to_json(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ",".join(to_json(v) for v in value) + "]"
     return json.dumps(value, ensure_ascii=False)
-
-
-def read_result(result: str | ToolMessage) -> Any:
-    """Parse a tool's JSON result (text or the ToolMessage holding it); numbers with decimals become `Decimal`."""
-    text = result.content if isinstance(result, ToolMessage) else result
-    if not isinstance(text, str):
-        raise TypeError(f"expected JSON text, got {type(text).__name__}")
-    return json.loads(text, parse_float=Decimal)
 
 
 def _book_json(book: Book) -> dict[str, Any]:
@@ -246,8 +237,3 @@ def make_tools(
         _structured("add_to_cart", AddToCartArgs, add_to_cart, injector, in_thread=shared),
         _structured("view_cart", ViewCartArgs, view_cart, injector, in_thread=shared),
     ]
-
-
-def tools_by_name(tools: list[BaseTool]) -> dict[str, BaseTool]:
-    """Index a tool list by name (a convenience for tests and scripts; each loop keeps its own index)."""
-    return {tool.name: tool for tool in tools}
