@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
-from langchain_core.tools import BaseTool, ToolException
+from langchain_core.tools import BaseTool
 
 from shared_tools import guards
 from shared_tools.results import AgentOptions, AgentResult, RunStopped, RunUsage, StopReason, TraceEvent
@@ -199,7 +199,7 @@ class AgentLoop:
             text, is_error, guard = admitted.text, True, admitted.guard
         else:
             run.running.add(call["id"])
-            text, is_error, guard = await self._execute(admitted, call)
+            text, is_error, guard = await guards.execute(admitted, call, detailed_errors=self.options.detailed_errors)
         return guards.tool_answer(
             run.usage.model_calls,
             call,
@@ -209,23 +209,6 @@ class AgentLoop:
             guard=guard,
             max_chars=self.options.max_tool_result_chars,
         )
-
-    async def _execute(self, tool: BaseTool, call: ToolCall) -> tuple[str, bool, guards.Guard | None]:
-        """The tool's result text, whether it is an error, and the guard that hid its details, if one did.
-
-        Only `Exception`s become results: CancelledError and KeyboardInterrupt are BaseExceptions and propagate.
-        """
-        try:
-            # A ToolCall dict in, a ToolMessage out: LangChain fills InjectedToolCallId arguments from call["id"].
-            output = await tool.ainvoke({**call, "type": "tool_call"})
-        except Exception as exc:
-            text, guard = guards.tool_failure(call["name"], exc, detailed=self.options.detailed_errors)
-            # A ToolException is the tool talking to the model; anything else is a bug or an outage. The log gets
-            # what the model gets: the exception's own text may hold a secret (a connection string).
-            level = logging.INFO if isinstance(exc, ToolException) else logging.WARNING
-            log.log(level, "tool %s raised %s: %s", call["name"], type(exc).__name__, text)
-            return text, True, guard
-        return *guards.output_text(output), None
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
 

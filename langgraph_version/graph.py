@@ -26,14 +26,14 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolCall, ToolMessage
 from langchain_core.runnables import Runnable
-from langchain_core.tools import BaseTool, ToolException
+from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from langgraph_version.run import OpenCalls, RunContext, emit, run_context, stop_reason_for
 from langgraph_version.state import AgentState, stopped, usage_of
 from shared_tools import guards
-from shared_tools.results import AgentLimits, AgentOptions, Guard, StopReason, TraceEvent
+from shared_tools.results import AgentLimits, AgentOptions, StopReason, TraceEvent
 
 logger = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ class GuardedNodes:
             text, is_error, guard = verdict.text, True, verdict.guard
         else:
             open_calls.running.add(call["id"])
-            text, is_error, guard = await self._execute(verdict, call)
+            text, is_error, guard = await guards.execute(verdict, call, detailed_errors=self.options.detailed_errors)
         message, event = guards.tool_answer(
             step,
             call,
@@ -306,20 +306,6 @@ class GuardedNodes:
         open_calls.running.discard(call["id"])
         open_calls.answers[call["id"]] = message
         return message, event
-
-    async def _execute(self, tool: BaseTool, call: ToolCall) -> tuple[str, bool, Guard | None]:
-        """The tool's result text, whether it is an error, and the guard that hid its details, if one did."""
-        try:
-            # A ToolCall in, a ToolMessage out: LangChain fills InjectedToolCallId arguments from call["id"].
-            output = await tool.ainvoke({**call, "type": "tool_call"})
-        except Exception as exc:  # a tool failure is a result for the model; a cancellation (BaseException) is not
-            text, guard = guards.tool_failure(call["name"], exc, detailed=self.options.detailed_errors)
-            # A ToolException is the tool talking to the model; anything else is a bug or an outage. The log gets
-            # what the model gets: the exception's own text may hold a secret (a connection string).
-            level = logging.INFO if isinstance(exc, ToolException) else logging.WARNING
-            logger.log(level, "tool %s raised %s: %s", call["name"], type(exc).__name__, text)
-            return text, True, guard
-        return *guards.output_text(output), None
 
     async def count_error_round(self, state: AgentState) -> dict[str, Any]:
         """One more tool round in a row with an error result; too many of them end the run."""

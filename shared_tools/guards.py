@@ -11,6 +11,7 @@ from the wording.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import uuid
@@ -23,6 +24,8 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import ValidationError
 
 from shared_tools.results import AgentLimits, Guard, TraceEvent
+
+log = logging.getLogger(__name__)
 
 CANCELLED_CALL_TEXT = "Cancelled before it ran."
 """The result given to a tool call a cancelled run never started, so the history stays valid for a next turn."""
@@ -142,6 +145,25 @@ def _call_schema(tool: BaseTool) -> Any:
 
 
 _CALL_SCHEMAS: dict[tuple[str, type], Any] = {}
+
+
+async def execute(tool: BaseTool, call: ToolCall, *, detailed_errors: bool) -> tuple[str, bool, Guard | None]:
+    """Run one admitted call: its result text, whether it is an error, and the guard that hid its details, if any.
+
+    Only `Exception`s become results: a tool failure is something for the model to read, while CancelledError
+    and KeyboardInterrupt are BaseExceptions and propagate. A ToolException is the tool talking to the model;
+    anything else is a bug or an outage, logged louder. The log gets what the model gets: the exception's own
+    text may hold a secret (a connection string).
+    """
+    try:
+        # A ToolCall dict in, a ToolMessage out: LangChain fills InjectedToolCallId arguments from call["id"].
+        output = await tool.ainvoke({**call, "type": "tool_call"})
+    except Exception as exc:
+        text, guard = tool_failure(call["name"], exc, detailed=detailed_errors)
+        level = logging.INFO if isinstance(exc, ToolException) else logging.WARNING
+        log.log(level, "tool %s raised %s: %s", mask_pii(str(call["name"])), type(exc).__name__, text)
+        return text, True, guard
+    return *output_text(output), None
 
 
 def tool_failure(name: str, exc: Exception, *, detailed: bool) -> tuple[str, Guard | None]:
