@@ -29,15 +29,29 @@ EXIT_FILE = 4
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, what a shell reports for a process a Ctrl-C ended)."""
 
+INSTALLED_NAME = "agent-loop-compare"
+"""The command `pip install` puts on the PATH (pyproject.toml's [project.scripts]); it calls `main`."""
+
+
+def program_name(argv0: str | None = None) -> str:
+    """What the command calls itself in help and errors: ``agent-loop-compare`` when started as the installed
+    command, ``compare.py`` otherwise (``python compare.py``, ``python -m compare``, or `main` called from code).
+
+    Told from ``sys.argv[0]``: the console script is ``.../bin/agent-loop-compare`` (``agent-loop-compare.exe``
+    or ``agent-loop-compare-script.py`` on Windows).
+    """
+    name = (sys.argv[0] if argv0 is None else argv0).replace("\\", "/").rsplit("/", 1)[-1].lower()
+    return INSTALLED_NAME if name.startswith(INSTALLED_NAME) else "compare.py"
+
+
 try:
     import argparse
     import logging
     import os
     import tempfile
-    from collections.abc import Callable, Sequence
-    from contextlib import AbstractContextManager, nullcontext
-    from dataclasses import asdict
+    from collections.abc import Sequence
     from pathlib import Path
+    from typing import NoReturn
 
     from langchain_core.language_models import BaseChatModel
     from rich.console import Console
@@ -45,6 +59,7 @@ try:
 
     from shared_tools.bookstore.store import BookStore, StoreError
     from shared_tools.bookstore.tools import make_tools
+    from shared_tools.comparison.chat import approval_prompt, chat_customer, converse
     from shared_tools.comparison.closing import guard_matrix
     from shared_tools.comparison.contenders import CONTENDERS, AskingHuman, build_contender
     from shared_tools.comparison.conversations import (
@@ -67,21 +82,20 @@ try:
         make_console,
         render_guard_matrix,
         render_list,
+        render_not_run,
         render_scenario,
-        render_turn,
         render_who_owns_what,
     )
     from shared_tools.comparison.report import render_report
     from shared_tools.comparison.runner import RunOptions, collector, model_spec_for, run_scenario
-    from shared_tools.comparison.sanitize import clean_line, clean_text
+    from shared_tools.comparison.sanitize import SafeLogFormatter, clean_line
     from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, Scenario
-    from shared_tools.guards import mask_pii
     from shared_tools.models import ModelSpecError, ModelUnavailable, make_model, ollama_base_url
-    from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
-    from shared_tools.results import AgentOptions, AgentResult, CustomerMismatch, TraceEvent
+    from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted
+    from shared_tools.results import AgentOptions, CustomerMismatch, TraceEvent
 except KeyboardInterrupt:
     # Ctrl-C while the libraries load (about a second): nothing has started, so there is nothing to show or keep.
-    print("compare.py: interrupted while starting; nothing was run", file=sys.stderr)
+    print(f"{program_name()}: interrupted while starting; nothing was run", file=sys.stderr)
     raise SystemExit(EXIT_INTERRUPTED) from None
 
 
@@ -117,18 +131,23 @@ def fail(prog: str, exc: BaseException) -> int:
     return exit_code_for(exc)
 
 
-def _csv(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is a `UsageError` (one line on stderr, exit 2, like every other usage
+    mistake) instead of the usage block and a `SystemExit` that would escape `main`."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     scenario_lines = "\n".join(f"  {s.name:<18} {s.description}" for s in SCENARIOS)
-    parser = argparse.ArgumentParser(
-        prog="compare.py",
+    parser = _Parser(
+        prog=prog,
         description="Run the same bookstore goals through a hand-written agent loop and LangGraph, side by side.",
         epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
-        "chat: python compare.py chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
-        "[--store-db PATH]\n\n"
+        f"chat: {prog} chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
+        "[--store-db PATH]\n"
+        f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n\n"
         "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -140,8 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--contenders",
-        type=_csv,
-        action="extend",
+        action="append",
         metavar="NAME[,NAME]",
         help=f"which contenders run (default: all): {', '.join(CONTENDERS)}",
     )
@@ -161,20 +179,61 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--graph", action="store_true", help="print the LangGraph agent's mermaid diagram, then exit")
     parser.add_argument("--no-trace", action="store_true", help="tables and notes only, no per-step traces")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log the agents' steps (-vv: debug)")
+    parser.set_defaults(prog=prog)
     return parser
+
+
+def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
+    """The `--contenders` options (each a comma-separated list, the option may repeat) as contender names.
+
+    No option means all of them; an empty value (``--contenders ''``) or an empty item (``a,,b``, ``a,``) is a
+    mistake, not "all": a script that builds the list from an empty variable must not run everything.
+    """
+    if values is None:
+        return tuple(CONTENDERS)
+    names: list[str] = []
+    for value in values:
+        items = [item.strip() for item in value.split(",")]
+        if not all(items):
+            raise UsageError(
+                f"--contenders {value!r} names an empty contender; give NAME[,NAME] from: {', '.join(CONTENDERS)}"
+            )
+        names += items
+    bad = [c for c in names if c not in CONTENDERS]
+    if bad:
+        raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
+    return tuple(dict.fromkeys(names))
+
+
+def contenders_running(scenario: Scenario, contenders: Sequence[str]) -> list[str]:
+    """Which of `contenders` run at least one variant of `scenario` (the rule `runner.run_scenario` applies)."""
+    return [
+        c
+        for c in scenario.contenders
+        if c in contenders and any(c in (v.contenders or scenario.contenders) for v in scenario.variants)
+    ]
+
+
+def nothing_to_run(scenarios: Sequence[Scenario], contenders: Sequence[str]) -> str:
+    """Why this selection runs nothing: which contenders each scenario is run by, and which were chosen."""
+    supported = "; ".join(
+        f"{s.name} is run by {', '.join(c for c in s.contenders if contenders_running(s, [c]))}" for s in scenarios
+    )
+    return f"nothing to run: {supported}; --contenders chose {', '.join(contenders)}"
 
 
 def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
     unknown = [name for name in args.scenarios if name not in SCENARIOS_BY_NAME]
     if unknown:
+        if unknown[0] in ("chat", "eval"):
+            raise UsageError(f"'{unknown[0]}' must come first: {args.prog} {unknown[0]} [options]")
         raise UsageError(f"unknown scenario {unknown[0]!r}; choose from: {', '.join(SCENARIOS_BY_NAME)}")
-    contenders = tuple(args.contenders or CONTENDERS)
-    bad = [c for c in contenders if c not in CONTENDERS]
-    if bad:
-        raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
+    contenders = parse_contenders(args.contenders)
     if args.max_steps is not None and args.max_steps < 1:
         raise UsageError(f"--max-steps must be at least 1, got {args.max_steps}")
     scenarios = [SCENARIOS_BY_NAME[name] for name in dict.fromkeys(args.scenarios)] or list(SCENARIOS)
+    if not any(contenders_running(s, contenders) for s in scenarios):
+        raise UsageError(nothing_to_run(scenarios, contenders))
     if args.max_steps is not None:
         scenarios = [s.with_max_steps(args.max_steps) for s in scenarios]
     return scenarios, contenders
@@ -217,38 +276,43 @@ def _check_outputs(args: argparse.Namespace) -> None:
         check_session_db(args.session_db)
 
 
-class _SafeLogFormatter(logging.Formatter):
-    """Log lines reach the terminal too: personal data masked, control characters made visible."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return clean_text(mask_pii(super().format(record)))
-
-
 def _configure_logging(verbose: int) -> None:
     # The agents log every tool failure as a warning; in this demo those failures are the point and are shown
     # in the traces, so the default shows only errors.
     level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python compare.py ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable, 4 unusable file,
-    130 interrupted)."""
+def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
+    """`python compare.py ...` (and the installed `agent-loop-compare`); returns the exit code (0 ok, 2 usage,
+    3 model unavailable, 4 unusable file, 130 interrupted). `prog` is the name used in help and errors
+    (default: `program_name()`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    chat = argv[:1] == ["chat"]
+    prog = program_name() if prog is None else prog
+    command = argv[0] if argv[:1] in (["chat"], ["eval"]) else None
     try:
-        return chat_main(argv[1:]) if chat else compare_main(argv)
+        if command == "chat":
+            return chat_main(argv[1:], prog=f"{prog} chat")
+        if command == "eval":
+            from shared_tools.comparison.evaluation import eval_main
+
+            return eval_main(argv[1:], prog=f"{prog} eval")
+        return compare_main(argv, prog=prog)
     except KeyboardInterrupt:
         # Ctrl-C anywhere the stages below do not handle it themselves: parsing, the checks, opening the files.
-        say("compare.py chat" if chat else "compare.py", "interrupted")
+        say(f"{prog} {command}" if command else prog, "interrupted")
         return EXIT_INTERRUPTED
 
 
-def compare_main(argv: Sequence[str]) -> int:
+def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
     """Every selected scenario on every selected contender, then the closing tables and the files asked for."""
-    args = build_parser().parse_args(argv)
+    try:
+        # Intermixed: `compare.py bookstore --no-trace orders` names two scenarios, as a user would expect.
+        args = build_parser(prog).parse_intermixed_args(argv)
+    except UsageError as exc:
+        return fail(prog, exc)
     _configure_logging(args.verbose)
     console = make_console(sys.stderr if args.json == "-" else sys.stdout)
     if args.list:
@@ -263,7 +327,7 @@ def compare_main(argv: Sequence[str]) -> int:
         _check_outputs(args)
         check_model(args.model)
     except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile) as exc:
-        return fail("compare.py", exc)
+        return fail(prog, exc)
 
     with tempfile.TemporaryDirectory(prefix="agent-loop-compare-") as scratch:
         options = RunOptions(
@@ -276,18 +340,18 @@ def compare_main(argv: Sequence[str]) -> int:
         try:
             records, done, interrupted = run_and_render(console, scenarios, options, trace=not args.no_trace)
         except (ModelUnavailable, StoreError) as exc:  # the server went away, or the store file was swapped
-            return fail("compare.py", exc)
+            return fail(prog, exc)
         except ScriptExhausted as exc:  # --model scripted:<persona> on a goal that persona has no script for
-            return fail("compare.py", UsageError(exc))
+            return fail(prog, UsageError(exc))
 
     try:
         finish(console, args, contenders, records, done, interrupted=interrupted)
     except KeyboardInterrupt:
         # The runs are over and shown; what was being written is written whole or not at all (files.write_output).
-        say("compare.py", "interrupted while the final tables and files were written; no file is half-written")
+        say(prog, "interrupted while the final tables and files were written; no file is half-written")
         return EXIT_INTERRUPTED
     except OSError as exc:  # the disk filled up, or the folder went away, during the run
-        return fail("compare.py", UnusableFile(f"could not write the results: {exc}"))
+        return fail(prog, UnusableFile(f"could not write the results: {exc}"))
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 
@@ -325,6 +389,12 @@ def run_and_render(
     done: list[Scenario] = []
     try:
         for number, scenario in enumerate(scenarios, start=1):
+            running = contenders_running(scenario, options.contenders)
+            if not running:
+                # Said, not skipped silently: the scenario was asked for (or is part of "all").
+                supported = contenders_running(scenario, tuple(CONTENDERS))
+                render_not_run(console, number, scenario, supported, options.contenders)
+                continue
             current: list[RunRecord] = []
             try:
                 run_scenario(scenario, options, current.append)
@@ -343,9 +413,9 @@ def run_and_render(
 # --- chat: a multi-turn conversation -----------------------------------------------------------------------
 
 
-def build_chat_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="compare.py chat",
+def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog,
         description="Talk to the bookstore assistant; the conversation and the cart are kept for the next time.",
         epilog="exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
     )
@@ -366,16 +436,8 @@ def build_chat_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--model", default="scripted", help="'scripted' or 'ollama:<model>'")
     parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.set_defaults(prog=prog)
     return parser
-
-
-def chat_customer(contender: str, thread: str) -> str:
-    """The customer who shops in a chat thread: one per thread and per contender, so no two share a cart.
-
-    Derived, not stored, so reopening the thread finds the same cart; the thread name is checked first
-    (`conversations.check_thread_name`), so it can be part of an id.
-    """
-    return f"chat-{contender}-{thread}"
 
 
 def _check_chat(args: argparse.Namespace, customer: str) -> Path:
@@ -395,33 +457,12 @@ def _check_chat(args: argparse.Namespace, customer: str) -> Path:
     return store_db
 
 
-def scripted_knows(question: str) -> bool:
-    """Does the scripted model have a script for `question`?"""
-    try:
-        return parse_goal(question) is not None
-    except ValueError:  # an order number longer than Python turns into an int (4,300 digits): no script for it
-        return False
-
-
-def approval_prompt(console: Console, progress: Progress | None) -> Callable[[str], bool]:
-    """How chat asks the customer about a risky write: the reason, then y/n at the prompt (no input means no)."""
-
-    def ask(reason: str) -> bool:
-        pause: AbstractContextManager[None] = progress.paused() if progress is not None else nullcontext()
-        with pause:
-            console.print(Text("approval needed: ", style="bold") + Text(clean_line(reason)))
-            try:
-                answer = input("approve? [y/N] ")
-            except EOFError:
-                return False
-        return answer.strip().lower() in ("y", "yes")
-
-    return ask
-
-
-def chat_main(argv: Sequence[str]) -> int:
+def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
     """`python compare.py chat`: ask, see the trace, ask again; `quit` or an empty line ends it."""
-    args = build_chat_parser().parse_args(argv)
+    try:
+        args = build_chat_parser(prog).parse_args(argv)
+    except UsageError as exc:
+        return fail(prog, exc)
     _configure_logging(args.verbose)
     console = make_console(sys.stdout)
     spec = model_spec_for(args.model, "shopper")
@@ -431,13 +472,13 @@ def chat_main(argv: Sequence[str]) -> int:
         store_db = _check_chat(args, customer)
         model = check_model(spec)
     except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile) as exc:
-        return fail("compare.py chat", exc)
+        return fail(args.prog, exc)
 
     # The cart lives in a store file beside the sessions, so a resumed conversation and the cart agree.
     try:
         store = BookStore(store_db)
     except StoreError as exc:  # replaced since the check above
-        return fail("compare.py chat", exc)
+        return fail(args.prog, exc)
     try:
         return _chat(console, args, model, store, customer, scripted)
     finally:
@@ -461,7 +502,7 @@ def _chat(
         facts = conversation.facts()  # the graph checks whose thread it is on this first read
     except CustomerMismatch as exc:
         conversation.close()
-        return fail("compare.py chat", UnusableFile(f"cannot resume thread {args.thread!r}: {exc}"))
+        return fail(args.prog, UnusableFile(f"cannot resume thread {args.thread!r}: {exc}"))
     kept_in = clean_line(str(facts["kept_in"]))
     console.print(
         Text(args.contender, "bold")
@@ -471,42 +512,10 @@ def _chat(
     if scripted:
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
 
-    def show(result: AgentResult) -> None:
-        # From the result, not a record: this is the customer's own screen, so the answer is shown unmasked.
-        render_turn(console, [asdict(e) for e in result.trace], result.user_message(), result.stop_reason)
-
     try:
-        # A turn a crash or an outage cut short is finished from its last checkpoint before anything new.
-        events.clear()
-        finished = conversation.finish_unfinished()
-        if finished is not None:
-            console.print(Text("The last turn was cut short; finishing it from its last checkpoint:"))
-            show(finished)
-        while True:
-            try:
-                question = input("you> ").strip()
-            except EOFError:
-                break
-            if question.lower() in ("", "quit", "exit"):
-                break
-            if scripted and not scripted_knows(question):
-                # Refused before asking, so an unknown goal never lands in the stored conversation.
-                console.print(Text("The scripted model has no script for that. It knows: " + " | ".join(KNOWN_GOALS)))
-                continue
-            events.clear()
-            spin = progress.spinning() if progress is not None else nullcontext()
-            try:
-                with spin:
-                    result = conversation.ask(question)
-            except ScriptExhausted as exc:
-                console.print(Text(f"(scripted model) {clean_line(str(exc))}", style="yellow"))
-                continue
-            except ConversationNotSaved as exc:  # the answer stands; the file keeps the other process's turns
-                show(exc.result)
-                return fail("compare.py chat", exc)
-            show(result)
-    except ModelUnavailable as exc:  # the server went away mid-conversation: one line, not a traceback
-        return fail("compare.py chat", exc)
+        converse(console, conversation, scripted=scripted, progress=progress, events=events)
+    except (ConversationNotSaved, ModelUnavailable) as exc:  # another process saved meanwhile; the server went away
+        return fail(args.prog, exc)
     except KeyboardInterrupt:
         console.print(Text(f"\nInterrupted; the conversation is kept in {kept_in}."))
         return EXIT_INTERRUPTED

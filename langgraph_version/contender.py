@@ -5,21 +5,27 @@ This is what the framework offers natively, with no graph of our own: `ModelCall
 step's tool calls run before it ends the run; `ToolErrorMiddleware` with our `guards.tool_failure_text`
 turns tool exceptions into results and hides their details (`detailed_errors`), as
 FunctionInvokingChatClient does; `ToolCallLimitMiddleware` caps the tool calls of a run (see
-`tool_call_cap`). Unknown tools and bad arguments get the internal `ToolNode`'s own texts. The counts come
-from the trace (`RunUsage.of_trace`), and so does the stop reason: a last reply that no model call wrote is
-the middleware's "limits exceeded" message, recognised by that count, never by its text. The agent is async
-only; `run` is a thin sync driver over `arun`.
+`tool_call_cap`); with `needs_approval`, `HumanInTheLoopMiddleware` is the approval gate (see
+`approval_middleware`). Unknown tools and bad arguments get the internal `ToolNode`'s own texts. The counts
+come from the trace (`RunUsage.of_trace`), and so does the stop reason: a last reply that no model call wrote
+is the middleware's "limits exceeded" message, recognised by that count, never by its text. A conversation
+is `create_agent(..., checkpointer=...)` on one thread: `graph_for`, `turn_input` and `adrive` are what a
+checkpointer thread needs to run it turn by turn (`shared_tools.comparison.conversations.CheckpointThread`).
+The agent is async only; `run` is a thin sync driver over `arun`.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
     AgentMiddleware,
+    HumanInTheLoopMiddleware,
+    InterruptOnConfig,
     ModelCallLimitMiddleware,
     ModelRequest,
     ModelResponse,
@@ -28,14 +34,26 @@ from langchain.agents.middleware import (
 )
 from langchain.agents.middleware.types import ToolCallRequest
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp, GraphRecursionError
+from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
 from langgraph_version.run import RunContext, RunRecord, calls_this_run, emit, emit_tool_result, final_stop_reason
 from shared_tools import guards
-from shared_tools.results import AgentLimits, AgentOptions, AgentResult, RunUsage, StopReason
+from shared_tools.results import (
+    AgentLimits,
+    AgentOptions,
+    AgentResult,
+    Guard,
+    NeedsApproval,
+    RunUsage,
+    StopReason,
+    TraceEvent,
+)
 from shared_tools.sync import run_blocking
 
 TOOL_CALLS_PER_STEP = 2
@@ -95,14 +113,82 @@ class TraceMiddleware(AgentMiddleware):
         return result
 
 
+def earlier_calls(messages: Sequence[BaseMessage], call: ToolCall) -> list[ToolCall]:
+    """The calls of the reply `call` belongs to that come before it: what `needs_approval` calls `earlier`."""
+    reply = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    earlier: list[ToolCall] = []
+    for other in reply.tool_calls if reply is not None else []:
+        if other["id"] == call["id"]:
+            break
+        earlier.append(other)
+    return earlier
+
+
+def approval_middleware(needs_approval: NeedsApproval, tools: Sequence[BaseTool]) -> HumanInTheLoopMiddleware:
+    """`needs_approval` as LangChain's own gate: `HumanInTheLoopMiddleware`, asking only where the rule says so.
+
+    Every tool is listed in `interrupt_on`, with a `when` predicate that asks the rule (so a one-copy add of the
+    customer's book runs without a question, as in our loops) and a description that is the rule's reason.
+    The middleware runs in its default "batched" mode: after a model reply, one interrupt lists every call of
+    that reply the rule flags (`HITLRequest`), before any of them runs, so `earlier` is the reply's calls
+    before this one, none of them applied yet. It is answered with ``Command(resume={"decisions": [...]})``,
+    one ``{"type": "approve"}`` or ``{"type": "reject", "message": reason}`` per listed call, in order (see
+    `CreateAgentContender.resume_input`). A rejected call gets the middleware's own error result ("User
+    rejected the tool call for `add_to_cart` with reason: ...") and never runs. The predicate runs again on
+    resume, before the tools run, so it gives the same answer. The pause is LangGraph's `interrupt()`: the
+    agent needs a checkpointer.
+    """
+
+    def when(request: ToolCallRequest) -> bool:
+        call = request.tool_call
+        return needs_approval(call, earlier_calls(request.state["messages"], call)) is not None
+
+    def description(call: ToolCall, state: Any, runtime: Any) -> str:
+        reason = needs_approval(call, earlier_calls(state["messages"], call))
+        return reason or f"{call['name']} needs approval"
+
+    config = InterruptOnConfig(allowed_decisions=["approve", "reject"], description=description, when=when)
+    return HumanInTheLoopMiddleware(interrupt_on={tool.name: config for tool in tools})
+
+
+HITL_DECISION = "hitl_interrupt_decision"
+"""The `lc_source` HumanInTheLoopMiddleware marks the result it writes in place of a tool's with."""
+
+
+class RefusalTraceMiddleware(AgentMiddleware):
+    """Instrumentation, not a guard: a trace line for each call `HumanInTheLoopMiddleware` answered itself.
+
+    A rejected call never reaches the `ToolNode` (the middleware writes its error result in `after_model`), so
+    `TraceMiddleware` never sees it; this hook, before the next model call, finds those results after the last
+    reply and records each as a refused tool call (`Guard.APPROVAL_REFUSED`), as our loops record theirs.
+    """
+
+    async def abefore_model(self, state: Any, runtime: Any) -> None:
+        messages = state["messages"]
+        at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+        if at is None:
+            return
+        calls = {c["id"]: c for c in messages[at].tool_calls}
+        for message in messages[at + 1 :]:
+            if not isinstance(message, ToolMessage) or message.additional_kwargs.get("lc_source") != HITL_DECISION:
+                continue
+            call = calls.get(message.tool_call_id)
+            if call is None:
+                continue
+            rejected = message.status == "error"
+            guard = Guard.APPROVAL_REFUSED if rejected else None
+            emit(guards.tool_event(calls_this_run(messages), call, message.text, 0.0, is_error=rejected, guard=guard))
+
+
 class CreateAgentContender:
     """`run`/`arun` -> AgentResult, like GraphAgent, over a `create_agent` graph per instructions.
 
-    It applies `limits.max_steps`, `detailed_errors` and `on_event`. What the middleware cannot express, so
+    It applies `limits.max_steps`, `detailed_errors`, `on_event` and `needs_approval` (through
+    `HumanInTheLoopMiddleware`, which pauses with `interrupt()`, so it needs a `checkpointer`; a checkpointer
+    thread such as `conversations.CheckpointThread` swaps in its own). What the middleware cannot express, so
     these options are *not applied*: the token, time, repeat and consecutive-error budgets (the tool-call
     limit counts calls per tool name, not per name and arguments), `max_tool_result_chars`, `parallel_tools`
-    (its `ToolNode` always runs a reply's calls concurrently), and cooperative cancellation. `needs_approval`
-    is refused here: no approval gate is wired into it.
+    (its `ToolNode` always runs a reply's calls concurrently), and cooperative cancellation.
     """
 
     def __init__(
@@ -110,13 +196,20 @@ class CreateAgentContender:
         model: BaseChatModel,
         tools: Sequence[BaseTool],
         options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        *,
+        checkpointer: BaseCheckpointSaver | None = None,
     ) -> None:
-        if options.needs_approval is not None:
-            raise ValueError("needs_approval: the create_agent contender has no approval gate wired in")
+        if options.needs_approval is not None and checkpointer is None:
+            # Without a checkpointer LangGraph still stops at interrupt(), but keeps nothing to resume from.
+            raise ValueError(
+                "needs_approval: without a checkpointer create_agent has no approval gate "
+                "(HumanInTheLoopMiddleware pauses with interrupt(), which needs one): pass checkpointer=..."
+            )
         self.model = model
         self.tools = list(tools)
         self.options = options
         self.limits = options.limits
+        self.checkpointer = checkpointer
         self._agents: dict[str, Any] = {}
 
     def agent_for(self, instructions: str) -> Any:
@@ -128,14 +221,24 @@ class CreateAgentContender:
                 system_prompt=instructions,
                 middleware=self._middleware(),
                 context_schema=RunContext,
+                checkpointer=self.checkpointer,
             )
         return self._agents[instructions]
+
+    def graph_for(self, instructions: str) -> CompiledStateGraph:
+        """The graph a checkpointer thread runs (it swaps in its own checkpointer)."""
+        graph: CompiledStateGraph = self.agent_for(instructions)
+        return graph
 
     def _middleware(self) -> list[AgentMiddleware]:
         def on_error(exc: Exception, request: ToolCallRequest) -> str:
             return guards.tool_failure_text(request.tool_call["name"], exc, detailed=self.options.detailed_errors)
 
         middleware: list[AgentMiddleware] = []
+        if self.options.needs_approval is not None:
+            # First, so its tool wrapper sits outside the error middleware, as its documentation asks.
+            middleware.append(approval_middleware(self.options.needs_approval, self.tools))
+            middleware.append(RefusalTraceMiddleware())
         if self.limits.max_steps is not None:
             middleware.append(ModelCallLimitMiddleware(run_limit=self.limits.max_steps, exit_behavior="end"))
             middleware.append(ToolCallLimitMiddleware(run_limit=tool_call_cap(self.limits), exit_behavior="continue"))
@@ -149,26 +252,88 @@ class CreateAgentContender:
         return run_blocking(lambda: self.arun(instructions, goal), instead="CreateAgentContender.arun(...)")
 
     async def arun(self, instructions: str, goal: str) -> AgentResult:
+        config: RunnableConfig = {}
+        if self.checkpointer is not None:
+            config = {"configurable": {"thread_id": f"run-{uuid.uuid4()}"}}
+        graph = self.agent_for(instructions)
+        return await self.adrive(graph, self.turn_input(instructions, goal, first=True), config, instructions)
+
+    def turn_input(self, instructions: str, text: str, *, first: bool) -> dict[str, Any]:
+        """A turn's input: only the question, since create_agent keeps the system prompt out of its state."""
+        return {"messages": [HumanMessage(text)]}
+
+    def history(self, instructions: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """A thread's messages as the model sees them: the system prompt put back, so histories compare."""
+        return [SystemMessage(instructions), *messages]
+
+    async def adrive(
+        self,
+        graph: CompiledStateGraph,
+        graph_input: dict[str, Any] | Command | None,
+        config: RunnableConfig,
+        instructions: str,
+        *,
+        earlier: Sequence[TraceEvent] = (),
+    ) -> AgentResult:
+        """Run `graph` (perhaps with a thread's checkpointer) to an `AgentResult`.
+
+        A dict input is a new turn; a `Command` (the answer to a pause) or None goes on with the thread's run,
+        and `earlier` is the trace of that run's stretches before it, so the counts are the whole run's.
+        """
         run = RunRecord(self.options.on_event)
         try:
-            await run.stream(self.agent_for(instructions), {"messages": [HumanMessage(goal)]}, {})
+            await run.stream(graph, graph_input, config)
             out_of_supersteps = False
         except GraphRecursionError:  # only without max_steps: create_agent's own limit of 9999 supersteps
             out_of_supersteps = True
-        usage = RunUsage.of_trace(run.trace)
+        usage = RunUsage.of_trace([*earlier, *run.trace])
+        messages = self.history(instructions, run.messages)
+        if run.pending:
+            run.pending = approval_requests(run.pending, run.messages)
+            return run.result(StopReason.AWAITING_APPROVAL, usage, messages)
         # A last reply that no model call wrote is ModelCallLimitMiddleware's "end".
         if out_of_supersteps or calls_this_run(run.messages) > usage.model_calls:
             reason = StopReason.MAX_STEPS
         else:
             reason = final_stop_reason(run.messages)
-        # create_agent keeps the system prompt out of state; put it back so histories compare.
-        return run.result(reason, usage, [SystemMessage(instructions), *run.messages])
+        return run.result(reason, usage, messages)
+
+    @staticmethod
+    def resume_input(requests: Sequence[dict[str, Any]], approved: bool) -> Command:
+        """The answer to a `HumanInTheLoopMiddleware` pause, in its format: one decision per listed call."""
+        decisions = [
+            {"type": "approve"} if approved else {"type": "reject", "message": request["reason"]}
+            for request in requests
+        ]
+        return Command(resume={"decisions": decisions})
+
+
+def approval_requests(interrupts: Sequence[Any], messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """`HumanInTheLoopMiddleware`'s `HITLRequest`s as the shared ``{"tool_call", "reason"}`` requests.
+
+    An action request names the tool and its arguments but not the call id; the call is found again in the
+    reply that was paused on, in order.
+    """
+    reply = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    unmatched = list(reply.tool_calls) if reply is not None else []
+    requests: list[dict[str, Any]] = []
+    for value in interrupts:
+        for action in value.get("action_requests", []):
+            call = next((c for c in unmatched if c["name"] == action["name"] and c["args"] == action["args"]), None)
+            if call is None:
+                call = ToolCall(name=action["name"], args=action["args"], id=None)
+            else:
+                unmatched.remove(call)
+            requests.append({"tool_call": call, "reason": action.get("description", "")})
+    return requests
 
 
 def create_agent_contender(
     model: BaseChatModel,
     tools: Sequence[BaseTool],
     options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+    *,
+    checkpointer: BaseCheckpointSaver | None = None,
 ) -> CreateAgentContender:
     """The create_agent contender with the same `run`/`arun` -> AgentResult interface as GraphAgent."""
-    return CreateAgentContender(model, tools, options)
+    return CreateAgentContender(model, tools, options, checkpointer=checkpointer)

@@ -5,8 +5,11 @@ exception propagates out of the run, unknown tools and bad arguments get `ToolNo
 recursion limit bounds the loop. `DefaultsGraphAgent` runs it with the same `AgentOptions` and `AgentResult`
 as the other agents, and honours what LangGraph itself has a knob for: `limits.max_steps` becomes the
 recursion limit (`defaults_recursion_limit_for`; hitting it is MAX_STEPS, with the partial run kept), and
-`on_event` gets the trace. A cancel event is honoured by the model node, which raises `RunStopped`, because
-this graph's state holds nothing but messages to stop through.
+`on_event` gets the trace. A conversation is the same compiled graph with a checkpointer, on one thread
+(`graph_for`, `turn_input` and `adrive` are what `shared_tools.comparison.conversations.CheckpointThread`
+needs). It has no approval gate: `ToolNode` runs every call the model asks for. A cancel event is honoured
+by the model node, which raises `RunStopped`, because this graph's state holds nothing but messages to stop
+through.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -41,7 +44,15 @@ from langgraph_version.run import (
     run_context,
 )
 from shared_tools import guards
-from shared_tools.results import AgentLimits, AgentOptions, AgentResult, RunStopped, RunUsage, StopReason
+from shared_tools.results import (
+    AgentLimits,
+    AgentOptions,
+    AgentResult,
+    RunStopped,
+    RunUsage,
+    StopReason,
+    TraceEvent,
+)
 from shared_tools.sync import run_blocking
 
 SUPERSTEPS_PER_ROUND = 2
@@ -128,12 +139,45 @@ class DefaultsGraphAgent:
 
     async def arun(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """One task from an empty history; `cancel` stops it before the next model call."""
-        config: RunnableConfig = {"recursion_limit": self.recursion_limit}
+        config: RunnableConfig = {}
         if self.graph.checkpointer is not None:
             config["configurable"] = {"thread_id": f"run-{uuid.uuid4()}"}
+        graph_input = self.turn_input(instructions, goal, first=True)
+        return await self.adrive(self.graph, graph_input, config, instructions, cancel=cancel)
+
+    # --- what a checkpointer thread needs (`shared_tools.comparison.conversations.CheckpointThread`) -------------
+
+    def graph_for(self, instructions: str) -> CompiledStateGraph:
+        """The graph a checkpointer thread runs (it swaps in its own checkpointer); the instructions are state."""
+        return self.graph
+
+    def turn_input(self, instructions: str, text: str, *, first: bool) -> dict[str, Any]:
+        """A turn's input: the system message and the question on a new thread, the question alone after that."""
+        return {"messages": opening(instructions, text) if first else [HumanMessage(text)]}
+
+    def history(self, instructions: str, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        """A thread's messages; the system message is already in them."""
+        return list(messages)
+
+    async def adrive(
+        self,
+        graph: CompiledStateGraph,
+        graph_input: dict[str, Any] | Command | None,
+        config: RunnableConfig,
+        instructions: str = "",
+        *,
+        earlier: Sequence[TraceEvent] = (),
+        cancel: threading.Event | None = None,
+    ) -> AgentResult:
+        """Run `graph` (this agent's, or compiled with a thread's checkpointer) to an `AgentResult`.
+
+        A dict input is a new turn; None goes on with a thread's unfinished run, and `earlier` is the trace of
+        that run before it, so the counts are the whole run's. The recursion limit is per run, as LangGraph
+        counts it.
+        """
         run = RunRecord(self.options.on_event)
         try:
-            await run.stream(self.graph, {"messages": opening(instructions, goal)}, config, cancel=cancel)
+            await run.stream(graph, graph_input, {**config, "recursion_limit": self.recursion_limit}, cancel=cancel)
         except GraphRecursionError:  # LangGraph's only brake: the run is kept, as far as it got
             reason = StopReason.MAX_STEPS
         except RunStopped as stop:
@@ -141,4 +185,4 @@ class DefaultsGraphAgent:
         else:
             reason = final_stop_reason(run.messages)
         # The framework keeps no counters of its own: the counts are what the trace shows.
-        return run.result(reason, RunUsage.of_trace(run.trace))
+        return run.result(reason, RunUsage.of_trace([*earlier, *run.trace]))

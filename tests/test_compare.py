@@ -25,7 +25,8 @@ import pytest
 
 import compare
 from shared_tools.bookstore.tools import TOOL_NAMES
-from shared_tools.comparison.contenders import CONTENDERS
+from shared_tools.comparison.chat import chat_customer
+from shared_tools.comparison.contenders import CONTENDERS, NO_SEQUENTIAL_TOOLS
 from shared_tools.comparison.render import WIDTH
 from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SEED_GOAL
 from shared_tools.guards import approval_rejected, unknown_tool_error
@@ -85,8 +86,10 @@ def test_every_scenario_ran_on_every_contender(full_run: dict[str, Any]) -> None
         ran = {(r["variant"], r["contender"]) for r in full_run["runs"] if r["scenario"] == scenario.name}
         expected = {(v.name, c) for v in scenario.variants for c in scenario.contenders if c in (v.contenders or [c])}
         assert ran == expected, scenario.name
-    sequential = {r["contender"] for r in full_run["runs"] if r["variant"] == "sequential"}
-    assert sequential == {"handwritten", "langgraph"}, "ToolNode contenders have no sequential switch to show"
+    seq = {r["contender"]: r for r in full_run["runs"] if r["variant"] == "sequential"}
+    assert set(seq) == set(CONTENDERS), "every contender has a record, a run or a reason"
+    assert {c for c, r in seq.items() if r["stop_reason"] == "not available"} == set(UNGUARDED)
+    assert all(seq[c]["facts"]["not_available"] == NO_SEQUENTIAL_TOOLS for c in UNGUARDED), "ToolNode has no switch"
     assert all(s["notice"] for s in doc["scenarios"]), "every scenario says what to notice"
 
 
@@ -326,18 +329,19 @@ def test_guard_matrix_is_built_from_the_runs(full_run: dict[str, Any]) -> None:
         "step limit", "token budget", "time budget", "repeat check", "unknown tool", "error hiding", "truncation",
         "stale read", "approval gate",
     }
-    assert [rows["approval gate"][c]["status"] for c in CONTENDERS] == ["fired", "fired", "not run", "not run"]
+    assert [rows["approval gate"][c]["status"] for c in CONTENDERS] == ["fired", "fired", "not run", "fired"]
     for guard in ("token budget", "time budget", "repeat check", "truncation"):
         assert [rows[guard][c]["status"] for c in CONTENDERS] == ["fired", "fired", "missing", "missing"], guard
     assert rows["error hiding"]["langgraph-defaults"]["status"] == "raised"
-    assert rows["stale read"]["create-agent"]["status"] == "not run"
+    assert rows["stale read"]["create-agent"]["status"] == "missing"  # it runs the session now, and answers stale
     assert full_run["doc"]["who_owns_what"]["rows"][0][0] == "loop"
 
 
 def test_report_is_one_self_contained_page(full_run: dict[str, Any]) -> None:
     page = full_run["report"]
     assert page.startswith("<!DOCTYPE html>")
-    assert page.count("<svg xmlns") == len(SCENARIOS), "a tokens-per-step chart per scenario"
+    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="chart"') == len(SCENARIOS), "a chart each"
+    assert page.count('<svg xmlns="http://www.w3.org/2000/svg" class="diagram"') == 1, "and the graph's picture"
     assert "<script" not in page and 'src="http' not in page and "<link" not in page
     assert "graph TD;" in page and "__start__ --&gt; model;" in page, "the mermaid text, escaped"
 
@@ -362,15 +366,17 @@ def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
 
     buffer = io.StringIO()
     console = make_console(buffer)
-    render_guard_matrix(console, [], list(CONTENDERS))
+    cells = {c: {"status": "fired", "text": "stopped"} for c in CONTENDERS}
+    rows = [{"guard": "step limit", "scenario": "max-steps", "variant": "max-steps-2", "cells": cells}]
+    render_guard_matrix(console, rows, list(CONTENDERS))
     render_who_owns_what(console)
     terminal = " ".join(buffer.getvalue().split())
     document = {
-        "model": "scripted", "contenders": [], "scenarios": [], "runs": [], "guard_matrix": [], "mermaid": "",
-        "who_owns_what": {"columns": [], "rows": []},
+        "model": "scripted", "contenders": [{"name": c, "description": c} for c in CONTENDERS], "scenarios": [],
+        "runs": [], "guard_matrix": rows, "mermaid": "", "who_owns_what": {"columns": [], "rows": []},
     }
     page = " ".join(render_report(document).split())
-    assert set(GUARD_LEGEND) == {"fired", "missing", "raised", "not run"}
+    assert set(GUARD_LEGEND) == {"fired", "missing", "not exercised", "not measured", "raised", "not run"}
     for status, meaning in GUARD_LEGEND.items():
         assert f"{status} = {meaning}" in terminal
         assert f"{status}: {meaning}" in page
@@ -580,7 +586,7 @@ def test_chat_store_db_puts_the_cart_where_asked(
     argv = ["chat", "--session-db", str(db), "--store-db", str(store_db)]
     assert compare.main(argv) == compare.EXIT_OK
     with BookStore(store_db) as store:
-        assert store.cart(compare.chat_customer("handwritten", "default")).quantity_of(7) == 1
+        assert store.cart(chat_customer("handwritten", "default")).quantity_of(7) == 1
     assert not db.with_name(f"{db.stem}.store.db").exists()
     capsys.readouterr()
 
@@ -623,7 +629,7 @@ def test_ctrl_c_prints_what_ran_exits_130_and_keeps_the_session_files(tmp_path: 
     document = json.loads(path.read_text(encoding="utf-8"))
     assert document["interrupted"] is True
     session_runs = [r for r in document["runs"] if r["scenario"] == "session"]
-    assert len(session_runs) == 2 * 2 * 2, "two variants x two contenders x two turns"
+    assert len(session_runs) == 2 * len(CONTENDERS) * 2, "two variants x four contenders x two turns"
     kept = one({"runs": session_runs}, "session", variant="persisted", contender="langgraph", turn=2)
     tools = make_tools(BookStore())
     saved = Session.load(db.with_name(f"{db.stem}.session-persisted.json"), AgentLoop(make_model("scripted"), tools))
@@ -741,8 +747,10 @@ def test_the_guards_the_renderers_count_are_typed_facts_in_the_trace(full_run: d
         assert gated["guard"] == Guard.APPROVAL_REFUSED and gated["detail"].endswith(
             approval_rejected("add_to_cart", TEN_ORCHARDS)
         )
-    for contender in UNGUARDED:  # only our two agents record guards
-        assert all(e["guard"] is None for r in full_run["runs"] if r["contender"] == contender for e in r["trace"])
+    for contender in UNGUARDED:  # the defaults graph records no guard; create_agent only hidden error details
+        seen = {e["guard"] for r in full_run["runs"] if r["contender"] == contender for e in r["trace"]}
+        allowed = {None, Guard.ERROR_HIDDEN, Guard.APPROVAL_REFUSED} if contender == "create-agent" else {None}
+        assert seen <= allowed, (contender, seen)
 
     records = records_of(full_run, "looping-model")
     unlabelled = [replace(r, trace=[{**e, "guard": None} for e in r.trace]) for r in records]
@@ -759,5 +767,5 @@ def test_a_chat_turn_shows_its_trace_the_answer_and_an_unusual_stop(reason: Stop
     buffer = io.StringIO()
     render_turn(make_console(buffer), [event], "Your cart is empty.", reason)
     lines = buffer.getvalue().splitlines()
-    assert lines[:2] == ["[step 1] view_cart         0,0s  {} -> []", "assistant> Your cart is empty."]
+    assert lines[:2] == ["[step 1] view_cart           0 ms  {} -> []", "assistant> Your cart is empty."]
     assert lines[2:] == ([f"(stop reason: {reason})"] if says_why else [])

@@ -31,6 +31,7 @@ import compare
 from shared_tools.bookstore.store import BookStore, InvalidQuantity, NotABookstore, UnknownBook, check_store_file
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.comparison import runner
+from shared_tools.comparison.chat import chat_customer
 from shared_tools.comparison.files import check_output_file, write_output
 from shared_tools.comparison.sanitize import clean_line, clean_text, escape_for_json
 from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario
@@ -325,7 +326,7 @@ def test_chat_asks_the_human_before_a_risky_write(
     assert compare.main(["chat", "--contender", contender, "--thread", "t1", "--session-db", str(db)]) == 0
     out = capsys.readouterr().out
     assert "approval needed: 5 x The Quiet Orchard = 82.50, more than 3 copies and over 50.00" in out
-    assert cart_of(tmp_path / "chat.store.db", compare.chat_customer(contender, "t1")) == copies
+    assert cart_of(tmp_path / "chat.store.db", chat_customer(contender, "t1")) == copies
     if copies == 0:
         assert "did not approve add_to_cart" in out
 
@@ -351,7 +352,7 @@ def test_an_approval_left_unanswered_is_asked_again_when_the_graph_thread_reopen
     out = capsys.readouterr().out
     assert out.count("approval needed: 5 x The Quiet Orchard") == 2
     assert "finishing it from its last checkpoint" in out
-    assert cart_of(tmp_path / "chat.store.db", compare.chat_customer("langgraph", "t1")) == 5
+    assert cart_of(tmp_path / "chat.store.db", chat_customer("langgraph", "t1")) == 5
 
 
 def test_every_chat_thread_and_contender_has_its_own_cart(
@@ -365,13 +366,13 @@ def test_every_chat_thread_and_contender_has_its_own_cart(
         assert compare.main(argv) == compare.EXIT_OK
         out = capsys.readouterr().out
         assert "Your cart total is $16.50" in out and "$33.00" not in out, (contender, thread)
-    customers = {compare.chat_customer(c, t) for c, t in runs}
+    customers = {chat_customer(c, t) for c, t in runs}
     assert len(customers) == 3
     assert all(cart_of(tmp_path / "chat.store.db", customer) == 1 for customer in customers)
     from handwritten import AgentLoop, Session
 
     saved = Session.load(tmp_path / "chat.t1.json", AgentLoop(make_model("scripted"), make_tools(BookStore())))
-    assert saved.customer_id == compare.chat_customer("handwritten", "t1"), "the customer is kept with it"
+    assert saved.customer_id == chat_customer("handwritten", "t1"), "the customer is kept with it"
 
 
 def test_chat_refuses_a_graph_thread_of_another_customer(
@@ -512,7 +513,7 @@ def hostile_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """compare.py's runs with `hostile_scenario`, a model that plays `hostile_replies` and a check_stock whose
     exception holds a password (LangGraph's defaults re-raise it at the caller)."""
     monkeypatch.setitem(compare.SCENARIOS_BY_NAME, "hostile", hostile_scenario())
-    monkeypatch.setattr(runner, "make_model", lambda spec: ScriptModel(replies=hostile_replies()))
+    monkeypatch.setattr(runner, "make_model", lambda spec, seed=None: ScriptModel(replies=hostile_replies()))
     real = runner.scenario_tools
 
     def tools(*args: Any, **kwargs: Any) -> list[Any]:

@@ -28,6 +28,7 @@ from shared_tools.comparison.document import build_document, write_document
 from shared_tools.comparison.records import result_record
 from shared_tools.comparison.render import make_console, render_scenario
 from shared_tools.comparison.runner import CUSTOMER_ID, RunOptions, run_key, run_scenario
+from shared_tools.comparison.sanitize import SafeLogFormatter
 from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario, Variant
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, TraceEvent
@@ -185,9 +186,8 @@ def test_a_record_masks_the_answer_and_the_document_masks_facts_added_later(tmp_
 
 
 def test_log_lines_on_the_terminal_are_masked_and_cannot_drive_it() -> None:
-    import compare
 
-    formatter = compare._SafeLogFormatter("%(levelname)s %(name)s: %(message)s")
+    formatter = SafeLogFormatter("%(levelname)s %(name)s: %(message)s")
     record = logging.LogRecord("tool", logging.WARNING, __file__, 1, "%s failed for %s", ("\x1b]0;x\x07", EMAIL), None)
     line = formatter.format(record)
     assert line == "WARNING tool: \\x1b]0;x\\x07 failed for <email>"

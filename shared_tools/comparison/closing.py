@@ -1,20 +1,25 @@
 """The closing comparison of `python compare.py`: the guard matrix built from the runs, and the seed's tables.
 
-`guard_matrix` says, per guard and contender, whether the guard fired in the scenario that tests it, was
-missing, or the contender raised instead; `GUARDS` names that scenario per guard, and which guard fired is
-read from the typed ``guard`` of the trace entries where the agents record one. `WHO_OWNS_WHAT` is the seed's
-closing table (who owns the loop, the limits, the memory, ... in each approach), kept as data so the
-terminal and the HTML report say the same thing; `GUARD_LEGEND` and `OWNERS_SUMMARY` are printed under them.
+`guard_matrix` says, per guard and contender, what the records of the scenario that tests it show: the guard
+acted (a typed ``guard`` on a trace entry, or the stop reason it gives), the harm it exists to stop happened
+without it (identical calls past the repeat limit, a cart over the approval limits with no approval, a run
+past a budget), the run never needed it ("not exercised"), the records hold nothing to judge it by ("not
+measured"), or the contender raised. Nothing is read from the wording of a result or from which model ran;
+the limits a run used come from the record, or from the scenario it ran as (`guard_matrix`'s `scenarios`).
+`GUARDS` names that scenario per guard. `WHO_OWNS_WHAT` is the seed's closing table (who owns the loop, the
+limits, the memory, ... in each approach), kept as data so the terminal and the HTML report say the same
+thing; `GUARD_LEGEND` and `OWNERS_SUMMARY` are printed under them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from shared_tools.bookstore.faults import TIMEOUT_MESSAGE
-from shared_tools.comparison.lessons import answer_matches_cart, has_guard
-from shared_tools.comparison.records import RunRecord, cart_text, first
+from shared_tools.comparison import lessons
+from shared_tools.comparison.lessons import RunSettings, guarded, limit_text
+from shared_tools.comparison.records import RunRecord, cart_text, first, short_outcome
+from shared_tools.comparison.scenarios import SCENARIOS_BY_NAME, Scenario
 from shared_tools.results import Guard, StopReason
 
 GUARDS: dict[str, str] = {
@@ -71,8 +76,10 @@ WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
 """The seed's closing comparison: row -> who owns it in each of `OWNERS`."""
 
 GUARD_LEGEND: dict[str, str] = {
-    "fired": "the guard stopped or corrected the run",
-    "missing": "the run went on without it",
+    "fired": "the records show the guard acting (a typed guard on the trace, or the stop reason it gives)",
+    "missing": "the records show the harm the guard exists to stop, and nothing stopped it",
+    "not exercised": "the run never needed the guard (the cell says why)",
+    "not measured": "the records hold no fact to judge the guard by",
     "raised": "the contender threw an exception at its caller instead",
     "not run": "the contender has no such API in this demo",
 }
@@ -87,59 +94,153 @@ OWNERS_SUMMARY = (
 # --- the guard matrix, built from the runs -----------------------------------------------------------------
 
 FIRED, MISSING, RAISED, NOT_RUN = "fired", "missing", "raised", "not run"
+NOT_EXERCISED, NOT_MEASURED = "not exercised", "not measured"
+
+Cell = dict[str, str]
 
 
-def _guard_cell(guard: str, record: RunRecord | None) -> dict[str, str]:
-    """Did `guard` fire in this contender's run of the scenario that tests it?"""
-    if record is None:
-        return {"status": NOT_RUN, "text": "not run"}
-    if record.error is not None and guard not in ("stale read",):
-        return {"status": RAISED, "text": f"raised {record.error_type}"}
-    events = record.tool_events()
-    stop = record.stop_reason
-    checks: dict[str, tuple[bool, str, str]] = {
-        "step limit": (
-            stop == StopReason.MAX_STEPS,
-            f"stopped by {STEP_LIMIT_BY.get(record.contender, 'its step limit')}",
-            f"{stop} after {record.model_calls} calls",
-        ),
-        "token budget": (stop == StopReason.TOKEN_BUDGET, "stopped at the budget", f"ran on: {record.tokens:,} tokens"),
-        "time budget": (stop == StopReason.TIME_BUDGET, "stopped in time", f"ran on: {record.wall_s:.1f}s"),
-        "repeat check": (
-            any(has_guard(e, Guard.REPEAT) for e in events),
-            "blocked 3rd identical call",
-            f"{record.tool_calls} identical calls ran",
-        ),
-        "unknown tool": (
-            any(e["is_error"] for e in events) and stop == StopReason.DONE,
-            "error result, recovered",
-            record.outcome,
-        ),
-        # By the text, not by Guard.ERROR_HIDDEN: create_agent's ToolErrorMiddleware hides the exception too,
-        # but only our agents record guards, and the matrix must credit every contender that hides it.
-        "error hiding": (
-            any(e["is_error"] and TIMEOUT_MESSAGE not in e["detail"] for e in events),
-            "generic error text",
-            "exception text shown",
-        ),
-        "truncation": (
-            any(has_guard(e, Guard.TRUNCATED) for e in events),
-            "result cut",
-            f"nothing cut ({record.tokens:,} tokens)",
-        ),
-        "stale read": (
-            answer_matches_cart(record),
-            "re-read the cart",
-            f"stale answer, cart is ${record.cart_total}",
-        ),
-        "approval gate": (
-            any(has_guard(e, Guard.APPROVAL_REFUSED) for e in events),
-            "injected add held, refused",
-            f"injected add ran: cart {cart_text(record)}",
-        ),
-    }
-    fired, yes, no = checks[guard]
-    return {"status": FIRED, "text": yes} if fired else {"status": MISSING, "text": no}
+def _cell(status: str, text: str) -> Cell:
+    return {"status": status, "text": text}
+
+
+def _not_measured(what: str = "the run's limits are not on record") -> Cell:
+    return _cell(NOT_MEASURED, f"not measured: {what}")
+
+
+def _budget_cell(name: str, record: RunRecord, settings: RunSettings | None, fired: str) -> Cell:
+    """A step, token or time limit: stopped by it, ran past it, or never came near it."""
+    reason, spent, reads = lessons.LIMITS[name]
+    if record.stop_reason == reason:
+        return _cell(FIRED, fired)
+    if settings is None:
+        return _not_measured()
+    value = getattr(settings.limits, name)
+    if value is None:
+        return _not_measured(f"no {name} was set")
+    used = spent(record)
+    if used > value:
+        return _cell(MISSING, f"ran on: {reads(used)} ({limit_text(name, value)})")
+    within = f"{short_outcome(record)} after {reads(used)} ({limit_text(name, value)})"
+    return _cell(NOT_EXERCISED, f"not exercised: {within}")
+
+
+def _step_limit(record: RunRecord, settings: RunSettings | None) -> Cell:
+    by = STEP_LIMIT_BY.get(record.contender, "its step limit")
+    return _budget_cell("max_steps", record, settings, f"stopped by {by}")
+
+
+def _token_budget(record: RunRecord, settings: RunSettings | None) -> Cell:
+    return _budget_cell("max_tokens", record, settings, "stopped at the budget")
+
+
+def _time_budget(record: RunRecord, settings: RunSettings | None) -> Cell:
+    return _budget_cell("max_duration", record, settings, "stopped in time")
+
+
+def _repeat_check(record: RunRecord, settings: RunSettings | None) -> Cell:
+    if guarded(record, Guard.REPEAT):
+        nth = lessons.first_refused_ordinal(record)
+        return _cell(FIRED, f"blocked {lessons.ordinal(nth)} identical call" if nth else "blocked a repeated call")
+    groups = lessons.identical_calls(record)
+    if not groups:
+        if any(c.args is None for c in lessons.calls(record)):
+            return _not_measured("the calls' arguments are not on record")
+        return _cell(NOT_EXERCISED, "not exercised: no call was made twice")
+    most = max(lessons.not_refused(g) for g in groups)
+    if settings is None:
+        return _not_measured()
+    limit = settings.limits.max_repeats
+    if limit is None:
+        return _not_measured("no max_repeats was set")
+    if most > limit:
+        return _cell(MISSING, f"{most} identical calls, none refused")
+    return _cell(NOT_EXERCISED, f"not exercised: at most {most} identical calls (max_repeats={limit})")
+
+
+def _unknown_tool(record: RunRecord, settings: RunSettings | None) -> Cell:
+    unknown = lessons.unknown_tool_calls(record)
+    if not unknown:
+        return _cell(NOT_EXERCISED, "not exercised: no unknown tool was called")
+    if not all(c.is_error for c in unknown):
+        return _cell(MISSING, f"{unknown[0].name!r} got a normal result")
+    if record.stop_reason == StopReason.DONE:
+        return _cell(FIRED, "error result, recovered")
+    return _cell(FIRED, f"error result, then {short_outcome(record)}")
+
+
+def _error_hiding(record: RunRecord, settings: RunSettings | None) -> Cell:
+    # Only a typed fact counts: which error result hid an exception's text is not told by its wording.
+    if guarded(record, Guard.ERROR_HIDDEN):
+        return _cell(FIRED, "generic error text")
+    if lessons.untyped_tool_errors(record):
+        return _not_measured("its error results carry no typed fact")
+    return _cell(NOT_EXERCISED, "not exercised: no tool failed")
+
+
+def _truncation(record: RunRecord, settings: RunSettings | None) -> Cell:
+    if guarded(record, Guard.TRUNCATED):
+        return _cell(FIRED, "result cut")
+    limit = None if settings is None else settings.max_tool_result_chars
+    if limit is None:
+        return _not_measured("the run's cut is not on record")
+    longest = lessons.longest_result(record)
+    if longest > limit:
+        return _cell(MISSING, f"nothing cut: a {longest:,}-char result ({record.tokens:,} tokens)")
+    return _cell(NOT_EXERCISED, f"not exercised: no result over {limit:,} chars")
+
+
+def _stale_read(record: RunRecord, records: list[RunRecord]) -> Cell:
+    changed = lessons.cart_changed_between_turns(records, record)
+    if changed is None:
+        return _not_measured("the cart before this turn is not on record")
+    if not changed:
+        return _cell(NOT_EXERCISED, "not exercised: the cart did not change behind the agent")
+    states = lessons.answer_states_cart(record)
+    if states is None:
+        return _not_measured("the answer states no total")
+    if not states:
+        return _cell(MISSING, f"stale answer, cart is ${record.cart_total}")
+    if lessons.reread_cart(record):
+        return _cell(FIRED, "re-read the cart")
+    return _cell(NOT_EXERCISED, "not exercised: right without a re-read")
+
+
+def _approval_gate(record: RunRecord, settings: RunSettings | None) -> Cell:
+    asked = record.facts.get("approval_asked") or []
+    answer = record.facts.get("approval_answer")
+    if asked and answer in ("yes", "no"):
+        return _cell(FIRED, f"{len(asked)} over-limit add(s) held, {'approved' if answer == 'yes' else 'refused'}")
+    refused = guarded(record, Guard.APPROVAL_REFUSED)
+    if refused:
+        return _cell(FIRED, f"{len(refused)} over-limit add(s) refused")
+    if lessons.over_approval_limits(record):
+        return _cell(MISSING, f"over the limits with no approval: cart {cart_text(record)}")
+    if lessons.untyped_add_errors(record):
+        return _not_measured("an add_to_cart error carries no typed fact")
+    return _cell(NOT_EXERCISED, "not exercised: no write over the limits")
+
+
+_CELLS: dict[str, Callable[[RunRecord, RunSettings | None], Cell]] = {
+    "step limit": _step_limit,
+    "token budget": _token_budget,
+    "time budget": _time_budget,
+    "repeat check": _repeat_check,
+    "unknown tool": _unknown_tool,
+    "error hiding": _error_hiding,
+    "truncation": _truncation,
+    "approval gate": _approval_gate,
+}
+
+
+def _guard_cell(guard: str, record: RunRecord | None, settings: RunSettings | None, records: list[RunRecord]) -> Cell:
+    """What `record` (the contender's run of the scenario that tests `guard`) shows about it."""
+    if record is None or lessons.not_available(record) is not None:
+        return _cell(NOT_RUN, "not run")
+    if record.error is not None:
+        return _cell(RAISED, f"raised {record.error_type}")
+    if guard == "stale read":
+        return _stale_read(record, records)
+    return _CELLS[guard](record, settings)
 
 
 GUARD_VARIANTS: dict[str, tuple[str, int]] = {
@@ -154,16 +255,35 @@ GUARD_VARIANTS: dict[str, tuple[str, int]] = {
 """Guard -> (variant, turn) of its scenario's runs that shows it; other guards use the scenario's only variant."""
 
 
-def guard_matrix(records: list[RunRecord], contenders: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per guard: for each contender whether it fired, was missing, or the contender raised."""
+def settings_for_record(record: RunRecord, scenarios: Sequence[Scenario] | None = None) -> RunSettings | None:
+    """The settings a record's run used: carried by the record, else its scenario's as given in `scenarios`, else
+    the scenario's definition when the record's label shows the variant ran as defined (`Scenario.settings_of`)."""
+    carried = lessons.recorded_settings(record)
+    if carried is not None:
+        return carried
+    given = {s.name: s for s in scenarios or ()}
+    scenario = given.get(record.scenario) or SCENARIOS_BY_NAME.get(record.scenario)
+    return None if scenario is None else scenario.settings_of(record)
+
+
+def guard_matrix(
+    records: list[RunRecord], contenders: Sequence[str], scenarios: Sequence[Scenario] | None = None
+) -> list[dict[str, Any]]:
+    """One row per guard: for each contender what its run of the guard's scenario shows (see `GUARD_LEGEND`).
+
+    `scenarios`: the scenarios as they ran (after `--max-steps`), for records that do not carry their settings.
+    """
     rows = []
     for guard, scenario in GUARDS.items():
         variant, turn = GUARD_VARIANTS.get(guard, ("default", 1))
         cells = {}
         for contender in contenders:
             record = first(records, scenario=scenario, variant=variant, contender=contender, turn=turn)
-            cells[contender] = _guard_cell(guard, record)
+            if record is None and turn > 1:  # an earlier turn raised, so the conversation has no such turn
+                record = first(records, scenario=scenario, variant=variant, contender=contender, turn=turn - 1)
+                record = record if record is not None and record.error is not None else None
+            settings = None if record is None else settings_for_record(record, scenarios)
+            cells[contender] = _guard_cell(guard, record, settings, records)
         if any(c["status"] != NOT_RUN for c in cells.values()):
             rows.append({"guard": guard, "scenario": scenario, "variant": variant, "cells": cells})
     return rows
-

@@ -5,8 +5,11 @@ in the order every table shows them; `build_contender` builds one of them from t
 difference between two runs is the contender. With a `Human` (the demo's `DemoHuman`, who always says no, or
 chat's `AskingHuman`, who asks at the prompt), risky writes need approval: the hand-written loop asks its
 `approve` callback, while the graph pauses and `resume_until_answered` puts each pause to the human and
-resumes the run, until it ends (`run_gated_graph` for a single run). The agent packages are imported on first
-use, so `python compare.py --list` and `--help` never pay for importing LangGraph.
+resumes the run, until it ends (`run_gated_graph` for a single run; for `create_agent` the pause is
+`HumanInTheLoopMiddleware`'s). `not_available` and `contenders_for` are the one place that says which
+contenders run a scenario's variant and, in words, why the others cannot (LangGraph's prebuilt graph has no
+approval gate; `ToolNode` has no switch to run a reply's calls one at a time). The agent packages are imported
+on first use, so `python compare.py --list` and `--help` never pay for importing LangGraph.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import ToolCall
@@ -24,6 +27,9 @@ from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.results import AgentOptions, AgentResult, StopReason
 
+if TYPE_CHECKING:
+    from shared_tools.comparison.scenarios import Scenario, Variant
+
 Approve = Callable[[ToolCall, str], bool]
 """A human asked whether a tool call may run, given the reason it needs approval; True means yes."""
 
@@ -31,15 +37,68 @@ CONTENDERS: dict[str, str] = {
     "handwritten": "the from-scratch loop (handwritten.AgentLoop): every guard is code you can read",
     "langgraph": "the same agent as a LangGraph StateGraph, with our guards built as graph state and nodes",
     "langgraph-defaults": "the same graph with only LangGraph's defaults (recursion limit from max_steps)",
-    "create-agent": "langchain.agents.create_agent with its built-in call-limit middleware",
+    "create-agent": "langchain.agents.create_agent with its built-in middleware (call limits, tool errors, "
+    "HumanInTheLoopMiddleware for approvals)",
 }
 """Contender name -> one line saying what it is, in the order the tables show them."""
 
-SESSION_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph")
-"""The contenders with a multi-turn session API (`Session` and `GraphSession`)."""
+SESSION_CONTENDERS: tuple[str, ...] = tuple(CONTENDERS)
+"""The contenders with a multi-turn conversation: `Session`, `GraphSession`, and a checkpointer thread of
+LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`conversations.CheckpointThread`)."""
 
-APPROVAL_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph")
-"""The contenders with an approval gate (an `approve` callback; `interrupt()` and `GraphSession.resume`)."""
+APPROVAL_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph", "create-agent")
+"""The contenders with an approval gate: an `approve` callback; `interrupt()` and `GraphSession.resume`;
+`HumanInTheLoopMiddleware` and `Command(resume={"decisions": [...]})`."""
+
+TOOLNODE_CONTENDERS: tuple[str, ...] = ("langgraph-defaults", "create-agent")
+"""The contenders whose tools run in LangGraph's prebuilt `ToolNode`."""
+
+NO_APPROVAL_GATE = (
+    "LangGraph's prebuilt graph (ToolNode + tools_condition) has no approval gate: ToolNode runs every call the "
+    "model asks for, and a pause for a human's yes means writing an interrupt() node of your own (what the "
+    "langgraph contender does)"
+)
+NO_SEQUENTIAL_TOOLS = (
+    "LangGraph's ToolNode has no switch to run one reply's tool calls one at a time: it always runs them "
+    "concurrently, so this variant would only repeat the parallel one"
+)
+
+
+def not_available(contender: str, scenario: Scenario, variant: Variant) -> str | None:
+    """Why `contender` cannot run this variant of `scenario`, in words; None when it runs it.
+
+    A variant that turns a knob the contender's framework does not have is not run by it, and says so: an
+    approval gate (`variant.approval_gate`), and running tools one at a time where the scenario compares it
+    with running them at once (its variants differ in `parallel_tools`). A scenario or variant that lists
+    its contenders (`contenders=`) excludes the others, also said in words.
+    """
+    if contender not in CONTENDERS:
+        raise ValueError(f"unknown contender {contender!r}")
+    if variant.approval_gate and contender not in APPROVAL_CONTENDERS:
+        return NO_APPROVAL_GATE
+    compares_parallel = len({v.parallel_tools for v in scenario.variants}) > 1
+    if compares_parallel and not variant.parallel_tools and contender in TOOLNODE_CONTENDERS:
+        return NO_SEQUENTIAL_TOOLS
+    listed = variant.contenders or scenario.contenders
+    if contender not in listed or contender not in scenario.contenders:
+        runners = ", ".join(c for c in listed if c in scenario.contenders)
+        return f"{scenario.name}/{variant.name} is run only by {runners}"
+    return None
+
+
+def contenders_for(
+    scenario: Scenario, variant: Variant, chosen: Sequence[str] = tuple(CONTENDERS)
+) -> tuple[list[str], dict[str, str]]:
+    """Which of `chosen` run this variant (in table order), and why each of the others does not."""
+    running: list[str] = []
+    why_not: dict[str, str] = {}
+    for contender in (c for c in CONTENDERS if c in chosen):
+        reason = not_available(contender, scenario, variant)
+        if reason is None:
+            running.append(contender)
+        else:
+            why_not[contender] = reason
+    return running, why_not
 
 
 class Contender(Protocol):
@@ -63,27 +122,31 @@ class PausedSession(Protocol):
 
 
 class DemoHuman:
-    """The cautious customer of the approval demo: asked about a risky write, says no, and remembers the question."""
+    """The cautious customer of the approval demo: asked about a risky write, says no (or, with `answer=True`,
+    yes), and remembers the question."""
 
-    def __init__(self, store: BookStore, customer_id: str = "c1") -> None:
+    def __init__(self, store: BookStore, customer_id: str = "c1", *, answer: bool = False) -> None:
         # The customer whose cart the rule judges: with --store-db every run shops as a customer of its own.
         self.policy = RiskyWritePolicy(store, customer_id)
+        self.answer = answer
         self.asked: list[str] = []
         self.pauses = 0
         """How often the graph stopped with AWAITING_APPROVAL before it was resumed."""
 
     def approve(self, call: ToolCall, reason: str) -> bool:
         self.asked.append(reason)
-        return False
+        return self.answer
 
     def facts(self, contender: str) -> dict[str, Any]:
-        how = (
-            "approve callback"
-            if contender == "handwritten"
-            else "interrupt(): the run stopped 'awaiting approval', then Command(resume=False)"
-        )
-        return {"approval_asked": list(self.asked), "approval_answer": "no", "asked_through": how,
-                "pauses": self.pauses}
+        how = {
+            "handwritten": "approve callback",
+            "create-agent": "HumanInTheLoopMiddleware: the run stopped 'awaiting approval' (interrupt), then "
+            "Command(resume={'decisions': ["
+            + ("{'type': 'approve'}" if self.answer else "{'type': 'reject', 'message': <the reason>}")
+            + "]})",
+        }.get(contender, f"interrupt(): the run stopped 'awaiting approval', then Command(resume={self.answer})")
+        return {"approval_asked": list(self.asked), "approval_answer": "yes" if self.answer else "no",
+                "asked_through": how, "pauses": self.pauses}
 
 
 class AskingHuman:
@@ -103,11 +166,12 @@ def build_contender(
 ) -> Contender:
     """One of the four contenders, built from the same `options`.
 
-    With a `human`, risky writes need approval: the hand-written loop asks `human.approve`; the graph pauses
-    instead (run it with `run_gated_graph`).
+    With a `human`, risky writes need approval: the hand-written loop asks `human.approve`; the guarded graph
+    and `create_agent` (through `HumanInTheLoopMiddleware`, asking only where `human.policy` says so) pause
+    instead (run them with `run_gated_graph`). LangGraph's defaults have no gate: `NO_APPROVAL_GATE`.
     """
     if human is not None and name not in APPROVAL_CONTENDERS:
-        raise ValueError(f"{name} has no approval gate in this demo")
+        raise ValueError(f"{name}: {NO_APPROVAL_GATE}" if name in CONTENDERS else f"unknown contender {name!r}")
     if human is not None:
         options = replace(options, needs_approval=human.policy)
     if name == "handwritten":
@@ -126,11 +190,18 @@ def build_contender(
         from langgraph_version import create_agent_contender
 
         # create_agent has no switch for parallel tools or for truncating results: that gap is part of the lesson.
-        return create_agent_contender(
-            model,
-            tools,
-            AgentOptions(limits=options.limits, detailed_errors=options.detailed_errors, on_event=options.on_event),
+        own = AgentOptions(
+            limits=options.limits,
+            detailed_errors=options.detailed_errors,
+            on_event=options.on_event,
+            needs_approval=options.needs_approval,
         )
+        if options.needs_approval is None:
+            return create_agent_contender(model, tools, own)
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        # HumanInTheLoopMiddleware pauses with interrupt(), which needs a checkpointer (a thread swaps in its own).
+        return create_agent_contender(model, tools, own, checkpointer=InMemorySaver())
     raise ValueError(f"unknown contender {name!r}")
 
 
@@ -164,10 +235,21 @@ def resume_until_answered(
 
 
 def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoHuman) -> AgentResult:
-    """Run the graph in a session; whenever it pauses for approval, the human answers and the run resumes."""
-    from langgraph_version import GraphSession
+    """Run the graph in a session; whenever it pauses for approval, the human answers and the run resumes.
 
-    session = GraphSession(agent, instructions, thread_id=f"approval-{uuid.uuid4().hex[:8]}")
+    The guarded graph runs in a `GraphSession`; `create_agent` in a checkpointer thread of its own
+    (`conversations.CheckpointThread`), where `HumanInTheLoopMiddleware`'s pause is answered in its format.
+    """
+    from langgraph_version import GraphAgent, GraphSession
+
+    thread_id = f"approval-{uuid.uuid4().hex[:8]}"
+    session: Any
+    if isinstance(agent, GraphAgent):
+        session = GraphSession(agent, instructions, thread_id=thread_id)
+    else:
+        from shared_tools.comparison.conversations import CheckpointThread
+
+        session = CheckpointThread(agent, instructions, thread_id)  # type: ignore[arg-type]
     result, pauses = resume_until_answered(session, session.ask(goal), human.approve)
     human.pauses += pauses
     return result

@@ -1,8 +1,9 @@
 """The JSON document: everything `compare.py --json` writes and `--report` renders, built from the run records.
 
 `build_document` puts together the model, the contenders, each scenario with its lesson and what to notice,
-every run's full record, the guard matrix, the "who owns what" table and our graph's mermaid diagram;
-`write_document` writes it to a file (whole or not at all) or to stdout. The HTML report
+every run's full record, the guard matrix, the "who owns what" table and our graph (its nodes and edges, which
+the report draws, and LangGraph's mermaid text); `write_document` writes it to a file (whole or not at all) or
+to stdout. The HTML report
 (`report.render_report`) reads only this document, so the page and the JSON can never disagree. It is also
 where masking is made certain: every string of every run, and the notes built from them, passes through
 `guards.mask_pii` here, whatever a contender or a later fact put into a record.
@@ -29,12 +30,30 @@ from shared_tools.guards import mask_pii, mask_values
 from shared_tools.models import make_model
 
 
-def mermaid_diagram() -> str:
-    """Our guarded graph, drawn by LangGraph itself."""
+def _drawable_graph() -> Any:
+    """Our guarded graph as LangGraph describes it (`langchain_core.runnables.graph.Graph`)."""
     from langgraph_version import GraphAgent
 
-    agent = GraphAgent(make_model("scripted"), make_tools(BookStore()))
-    return agent.graph.get_graph().draw_mermaid()
+    return GraphAgent(make_model("scripted"), make_tools(BookStore())).graph.get_graph()
+
+
+def mermaid_diagram() -> str:
+    """Our guarded graph, drawn by LangGraph itself."""
+    return _drawable_graph().draw_mermaid()
+
+
+def graph_description() -> dict[str, Any]:
+    """Our guarded graph for the document: its nodes and edges (for the report's picture) and its mermaid text.
+
+    ``{"nodes": ["__start__", "model", ...], "edges": [{"source", "target", "conditional"}, ...], "mermaid": ...}``,
+    in LangGraph's own order; a conditional edge is one a router may take.
+    """
+    graph = _drawable_graph()
+    return {
+        "nodes": list(graph.nodes),
+        "edges": [{"source": e.source, "target": e.target, "conditional": bool(e.conditional)} for e in graph.edges],
+        "mermaid": graph.draw_mermaid(),
+    }
 
 
 def build_document(
@@ -47,6 +66,7 @@ def build_document(
     matrix: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Everything `--json` writes and `--report` renders; `matrix` is the records' guard matrix if already built."""
+    graph = graph_description()
     return {
         "model": model,
         "interrupted": interrupted,
@@ -67,7 +87,8 @@ def build_document(
         "runs": [mask_values({**asdict(r), "outcome": r.outcome}) for r in records],
         "guard_matrix": guard_matrix(records, contenders) if matrix is None else matrix,
         "who_owns_what": {"columns": ["", *OWNERS], "rows": [list(row) for row in WHO_OWNS_WHAT]},
-        "mermaid": mermaid_diagram(),
+        "graph": {"nodes": graph["nodes"], "edges": graph["edges"]},
+        "mermaid": graph["mermaid"],
     }
 
 

@@ -1,41 +1,269 @@
 """What to notice in a scenario's runs: the seed's lessons, said again with the numbers this run measured.
 
-Each `notice_*` function takes one scenario's records and returns the sentences printed under "What to
-notice" (and carried in the JSON document and the HTML report), one point each; a scenario names its own
-function next to its lesson paragraph (`Scenario.what_to_notice` in `scenarios`). Which guard decided a
-tool result is read from the typed ``guard`` of the trace entries, never from the result's wording. Nothing
-here runs an agent or draws anything.
+Each `notice_*` function takes one scenario's records (and the settings each run used, `SettingsOf`) and
+returns the sentences printed under "What to notice" (and carried in the JSON document and the HTML report),
+one point each; a scenario names its own function next to its lesson paragraph (`Scenario.what_to_notice` in
+`scenarios`). Every sentence is a function of the records and can only say what they show, whichever model
+ran: the stop reason, the counts, the typed ``guard`` of each trace entry (never a result's wording), the
+arguments each call was made with, the store's final cart, the run's settings. A claim the records cannot
+support is not made: a repeat check that nothing repeated for is "not exercised", and a sentence about a
+refusal is printed only when a refusal is on record. The readings the guard matrix shares (`calls`,
+`identical_calls`, `over_approval_limits`, `stated_amounts`, `RunSettings`) live here too. Nothing here runs
+an agent or draws anything.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from shared_tools.bookstore.approval import RiskyWritePolicy
+from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.comparison.records import RunRecord, cart_text, first, pick, short_outcome
-from shared_tools.results import Guard, StopReason
+from shared_tools.results import AgentLimits, Guard, StopReason
 
-Notice = Callable[[list[RunRecord]], list[str]]
-"""A scenario's what-to-notice function: its records in, one sentence per point out."""
+# --- the settings a run used -------------------------------------------------------------------------------
 
 
-def has_guard(event: dict[str, Any], guard: Guard) -> bool:
-    """Did `guard` decide this trace entry's result?"""
-    return event.get("guard") == guard
+@dataclass(frozen=True)
+class RunSettings:
+    """The knobs one run was given: its limits and the variant's switches (`Scenario.settings_for`)."""
+
+    limits: AgentLimits = field(default_factory=AgentLimits)
+    max_tool_result_chars: int | None = None
+    detailed_errors: bool = False
+    parallel_tools: bool = False
+    approval_gate: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, for a record to carry (see `recorded_settings`)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSettings:
+        known = {f.name for f in fields(cls)} - {"limits"}
+        return cls(
+            limits=AgentLimits(**dict(data.get("limits") or {})),
+            **{k: v for k, v in data.items() if k in known},
+        )
+
+
+SettingsOf = Callable[[RunRecord], RunSettings | None]
+"""The settings a record's run used, or None when they are not known (then no sentence depends on them)."""
+
+Notice = Callable[[list[RunRecord], SettingsOf], list[str]]
+"""A scenario's what-to-notice function: its records and their settings in, one sentence per point out."""
+
+
+def recorded_settings(record: RunRecord) -> RunSettings | None:
+    """The settings a record carries itself (a ``settings`` field, `RunSettings.as_dict`), if it does."""
+    data = getattr(record, "settings", None)
+    if not isinstance(data, Mapping) or not data:
+        return None
+    try:
+        return RunSettings.from_dict(data)
+    except (TypeError, ValueError):
+        return None
+
+
+def not_available(record: RunRecord) -> str | None:
+    """Why the record's contender did not run its variant at all (the runner's ``facts["not_available"]``), or None
+    for a record of a run."""
+    reason = record.facts.get("not_available")
+    return None if reason is None else str(reason)
+
+
+# --- readings of a record's trace ----------------------------------------------------------------------------
+
+_DECODER = json.JSONDecoder()
+_ARROW = " -> "
+STOPPING_GUARDS = frozenset(
+    {Guard.REPEAT, Guard.UNKNOWN_TOOL, Guard.INVALID_ARGS, Guard.APPROVAL_REFUSED, Guard.CANCELLED}
+)
+"""Guards that answer a call instead of running it (error hiding and truncation act on a result that exists)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call of a trace: who was called with what, and what came back."""
+
+    step: int
+    name: str
+    args: str | None
+    """The arguments as canonical JSON (sorted keys), or None when the trace line does not start with JSON."""
+    result: str
+    is_error: bool
+    guard: Guard | None
+
+    @property
+    def key(self) -> tuple[str, str] | None:
+        """What makes two calls identical: the tool and its arguments (None: the arguments are not known)."""
+        return None if self.args is None else (self.name, self.args)
+
+    def result_json(self) -> Any:
+        """The result parsed as JSON, or None when it is not JSON (an error text, a cut result)."""
+        try:
+            return json.loads(self.result)
+        except ValueError:
+            return None
+
+
+def _guard(value: Any) -> Guard | None:
+    try:
+        return None if value is None else Guard(value)
+    except ValueError:
+        return None
+
+
+def calls(record: RunRecord) -> list[Call]:
+    """The tool calls of a record, read from each trace line's ``args -> result`` detail and typed fields."""
+    found = []
+    for event in record.tool_events():
+        detail, args, result = event["detail"], None, event["detail"]
+        try:
+            value, end = _DECODER.raw_decode(detail)
+        except ValueError:
+            pass
+        else:
+            if detail.startswith(_ARROW, end):
+                args = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                result = detail[end + len(_ARROW) :]
+        found.append(Call(event["step"], event["name"], args, result, bool(event["is_error"]), _guard(event["guard"])))
+    return found
+
+
+def guarded(record: RunRecord, guard: Guard) -> list[Call]:
+    return [c for c in calls(record) if c.guard == guard]
+
+
+def identical_calls(record: RunRecord) -> list[list[Call]]:
+    """Groups of two or more calls with the same tool and arguments, largest first (ties: first made first)."""
+    groups: dict[tuple[str, str], list[Call]] = {}
+    for call in calls(record):
+        if call.key is not None:
+            groups.setdefault(call.key, []).append(call)
+    repeated = [g for g in groups.values() if len(g) > 1]
+    return sorted(repeated, key=len, reverse=True)
+
+
+def not_refused(group: Iterable[Call]) -> int:
+    """How many calls of a group no guard answered in place of the tool."""
+    return sum(c.guard not in STOPPING_GUARDS for c in group)
+
+
+def first_refused_ordinal(record: RunRecord) -> int | None:
+    """For the first call the repeat check refused: which identical call it was (3 for the third), or None."""
+    seen: Counter[tuple[str, str]] = Counter()
+    for call in calls(record):
+        if call.key is not None:
+            seen[call.key] += 1
+        if call.guard == Guard.REPEAT:
+            return seen[call.key] if call.key is not None else None
+    return None
+
+
+def unknown_tool_calls(record: RunRecord) -> list[Call]:
+    """Calls of a tool the run did not have: typed by our agents, by name (not one of the five) for the rest."""
+    return [c for c in calls(record) if c.guard == Guard.UNKNOWN_TOOL or c.name not in TOOL_NAMES]
+
+
+def unknown_tool_errors_only(record: RunRecord) -> bool:
+    """Did the run call a tool that does not exist, and did every such call come back as an error result?"""
+    unknown = unknown_tool_calls(record)
+    return bool(unknown) and all(c.is_error for c in unknown)
+
+
+def untyped_tool_errors(record: RunRecord) -> list[Call]:
+    """Error results of real tools with no typed guard: whether their details were hidden is not on record."""
+    return [c for c in calls(record) if c.is_error and c.guard is None and c.name in TOOL_NAMES]
+
+
+def several_calls_in_one_reply(record: RunRecord) -> bool:
+    """Did one model reply ask for more than one tool call (several tool lines with the same step)?"""
+    return any(n > 1 for n in Counter(c.step for c in calls(record)).values())
+
+
+def trailing_error_rounds(record: RunRecord) -> int:
+    """Tool rounds (steps) in a row, at the end of the run, with at least one error result."""
+    rounds: dict[int, bool] = {}
+    for call in calls(record):
+        rounds[call.step] = rounds.get(call.step, False) or call.is_error
+    count = 0
+    for had_error in reversed(list(rounds.values())):
+        if not had_error:
+            break
+        count += 1
+    return count
+
+
+def longest_result(record: RunRecord) -> int:
+    return max((len(c.result) for c in calls(record)), default=0)
+
+
+# --- readings of the store's final state and the answer --------------------------------------------------------
+
+APPROVALLIMITS: dict[str, Any] = dict(RiskyWritePolicy.__init__.__kwdefaults__ or {})
+"""The approval rule's limits as the demo's human is asked under (`RiskyWritePolicy` defaults)."""
+
+
+def _money(text: Any) -> Decimal | None:
+    try:
+        return Decimal(str(text).replace(",", ""))
+    except InvalidOperation:
+        return None
+
+
+def over_approval_limits(record: RunRecord) -> list[str]:
+    """What in the final cart is over the approval limits (a line, or the cart total); empty when nothing is."""
+    over = []
+    for line in record.cart:
+        total = _money(line.get("lineTotal"))
+        if line.get("quantity", 0) > APPROVALLIMITS["max_quantity"] or (
+            total is not None and total > APPROVALLIMITS["max_line_total"]
+        ):
+            over.append(f"{line['title']} x{line['quantity']} ({line['lineTotal']})")
+    cart_total = _money(record.cart_total)
+    if cart_total is not None and cart_total > APPROVALLIMITS["max_cart_total"]:
+        over.append(f"a cart total of {record.cart_total}")
+    return over
+
+
+_AMOUNT = re.compile(r"\$\s?(\d[\d,]*(?:\.\d+)?)")
+
+
+def stated_amounts(record: RunRecord) -> list[Decimal]:
+    """The dollar amounts the answer states ("$16.50"), in order."""
+    amounts = (_money(m) for m in _AMOUNT.findall(record.answer or ""))
+    return [a for a in amounts if a is not None]
+
+
+def answer_states_cart(record: RunRecord) -> bool | None:
+    """Does the answer state the cart's real total (True), only other amounts (False), or no amount (None)?"""
+    amounts = stated_amounts(record)
+    if not amounts:
+        return None
+    return _money(record.cart_total) in amounts
+
+
+# --- sentences ------------------------------------------------------------------------------------------------
 
 
 def _arrow(values: Sequence[int]) -> str:
     return " -> ".join(f"{v:,}" for v in values)
 
 
-def _result_of(event: dict[str, Any]) -> str:
-    """The result part of a tool event's ``args -> result`` detail."""
-    return event["detail"].split(" -> ", 1)[-1]
-
-
 def _grows(values: Sequence[int]) -> bool:
     return len(values) > 1 and all(b > a for a, b in itertools.pairwise(values))
+
+
+def _names(records: Iterable[RunRecord]) -> str:
+    return ", ".join(dict.fromkeys(r.contender for r in records))
 
 
 def _grouped(records: Iterable[RunRecord], describe: Callable[[RunRecord], str]) -> list[str]:
@@ -54,44 +282,67 @@ def _per_variant(records: list[RunRecord], describe: Callable[[RunRecord], str])
     return lines
 
 
-def _first_error(record: RunRecord) -> str | None:
-    return next((_result_of(e) for e in record.tool_events() if e["is_error"]), None)
-
-
 def _duration(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f}s"
 
 
-def notice_bookstore(records: list[RunRecord]) -> list[str]:
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _quote(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return repr(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
+def _first_error(record: RunRecord) -> Call | None:
+    return next((c for c in calls(record) if c.is_error), None)
+
+
+def notice_bookstore(records: list[RunRecord], settings: SettingsOf) -> list[str]:
     def describe(r: RunRecord) -> str:
         tps = r.tokens_per_step
+        text = f"{short_outcome(r)} after {r.model_calls} model calls and {r.tool_calls} tool calls; tokens per call "
+        if not _grows(tps):
+            return text + f"{_arrow(tps)}, NOT growing every step (total {r.tokens:,})"
+        # Each prompt holds the one before it (the history is only appended to), so every call but the last
+        # is sent again by the next one.
         resent = sum(tps[:-1]) / r.tokens if r.tokens else 0.0
-        grew = "growing every step" if _grows(tps) else "NOT growing every step"
-        return (
-            f"{r.model_calls} model calls, {r.tool_calls} tool calls; tokens per call {_arrow(tps)}, {grew} "
-            f"(total {r.tokens:,}; about {resent:.0%} of it is history sent again)"
+        return text + (
+            f"{_arrow(tps)}, growing every step (total {r.tokens:,}; about {resent:.0%} of it is history sent again)"
         )
 
     lines = _grouped(records, describe)
-    first = records[0]
-    model_s = sum(e["duration_s"] for e in first.trace if e["name"] == "model")
-    tools_s = sum(e["duration_s"] for e in first.tool_events())
+    timed = records[0]
+    model_s = sum(e["duration_s"] for e in timed.trace if e["name"] == "model")
+    tools_s = sum(e["duration_s"] for e in timed.tool_events())
     lines.append(
-        f"Time ({first.contender}): model calls {_duration(model_s)}, tools {_duration(tools_s)}; with a real model "
-        "nearly all of it is the model (the seed measured 260 s of model time and under a millisecond of tools)."
+        f"Time ({timed.contender}): model calls {_duration(model_s)}, tools {_duration(tools_s)} (the seed, on a real "
+        "model, measured 260 s of model time and under a millisecond of tools)."
     )
-    paths = {tuple((e["name"], e["detail"].split(" -> ")[0]) for e in r.tool_events()) for r in records}
+    paths = {tuple((c.name, c.args) for c in calls(r)) for r in records}
     carts = {cart_text(r) for r in records}
-    if len(records) > 1 and len(paths) == 1 and len(carts) == 1:
+    if len(records) > 1 and len(paths) == 1 and len(carts) == 1 and all(r.error is None for r in records):
         lines.append(f"Every contender made the same tool calls in the same order; cart: {carts.pop()}.")
-    lines.append(
-        "The tokens grow because every model call re-sends the whole history: system message, goal, tool "
-        "definitions and every call and result so far. That is why a step limit alone is not a budget."
-    )
+    grew = [r for r in records if _grows(r.tokens_per_step)]
+    if grew:
+        lines.append(
+            f"The tokens per call grow ({_names(grew)}) because every model call re-sends the whole history: system "
+            "message, goal, tool definitions and every call and result so far. That is why a step limit alone is "
+            "not a budget."
+        )
     return lines
 
 
-def notice_orders(records: list[RunRecord]) -> list[str]:
+def _not_found(call: Call) -> bool:
+    data = call.result_json()
+    return call.name == "get_order_status" and not call.is_error and isinstance(data, dict) and (
+        data.get("status") == "not found"
+    )
+
+
+def notice_orders(records: list[RunRecord], settings: SettingsOf) -> list[str]:
     lines = []
     for goal in dict.fromkeys(r.goal for r in records):
         lines += [
@@ -102,86 +353,249 @@ def notice_orders(records: list[RunRecord]) -> list[str]:
                 f"{r.user_message!r}",
             )
         ]
-    lines.append("'not found' is a normal tool result, so the model answers it like any other fact.")
+    found = [r for r in records if any(_not_found(c) for c in calls(r))]
+    if found:
+        done = [r for r in found if r.stop_reason == StopReason.DONE]
+        ended = "all of them ended 'done' with an answer" if len(done) == len(found) else (
+            f"{len(done)} of them ended 'done' with an answer"
+        )
+        lines.append(
+            f"'not found' came back as a normal tool result, not an error, in {len(found)} run(s), and {ended}: the "
+            "model answers it like any other fact."
+        )
+    else:
+        lines.append("No run got a 'not found' result from get_order_status.")
     return lines
 
 
-def notice_max_steps(records: list[RunRecord]) -> list[str]:
-    lines = _per_variant(
-        records, lambda r: f"{short_outcome(r)}; cart {cart_text(r)}; {r.tokens:,} tokens in {r.wall_s:.1f}s"
-    )
+def _plural(count: float, noun: str) -> str:
+    return f"{count:,.0f} {noun}" + ("" if count == 1 else "s")
+
+
+LIMITS: dict[str, tuple[StopReason, Callable[[RunRecord], float], Callable[[float], str]]] = {
+    "max_steps": (StopReason.MAX_STEPS, lambda r: r.model_calls, lambda v: _plural(v, "model call")),
+    "max_tokens": (StopReason.TOKEN_BUDGET, lambda r: r.tokens, lambda v: f"{v:,.0f} tokens"),
+    "max_duration": (StopReason.TIME_BUDGET, lambda r: r.wall_s, _duration),
+}
+"""Limit -> (the stop reason it gives, what a run spent of it, how that reads)."""
+
+
+def limit_text(name: str, value: Any) -> str:
+    """``max_steps=2``, ``max_tokens=2,500``, ``max_duration=0.02 s``, ``max_tokens off``."""
+    if value is None:
+        return f"{name} off"
+    if name == "max_duration":
+        return f"{name}={value:g} s"
+    return f"{name}={value:,}"
+
+
+def featured_limits(limits: AgentLimits) -> list[str]:
+    """The budgets (steps, tokens, time) a run set away from the defaults; the step limit if it set none."""
+    default = AgentLimits()
+    changed = [n for n in LIMITS if getattr(limits, n) != getattr(default, n)]
+    return changed or ["max_steps"]
+
+
+def limit_verdict(record: RunRecord, name: str, limits: AgentLimits) -> str | None:
+    """``ran past max_tokens=2,500 (6,335 tokens)`` when a run went over a limit without being stopped by it; None
+    when it was stopped by it (the outcome says so) or stayed within it (the variant's own line says so)."""
+    value = getattr(limits, name)
+    reason, spent, reads = LIMITS[name]
+    if value is None or record.stop_reason == reason or record.error is not None:
+        return None
+    used = spent(record)
+    return f"ran past {limit_text(name, value)} ({reads(used)})" if used > value else None
+
+
+def ran_past(record: RunRecord, limits: AgentLimits) -> list[str]:
+    """The limits a run went over without being stopped by them."""
+    names = []
+    for name, (reason, spent, _) in LIMITS.items():
+        value = getattr(limits, name)
+        if value is not None and record.error is None and record.stop_reason != reason and spent(record) > value:
+            names.append(limit_text(name, value))
+    return names
+
+
+def notice_max_steps(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    def describe(r: RunRecord) -> str:
+        text = f"{short_outcome(r)}; cart {cart_text(r)}; {r.tokens:,} tokens in {r.wall_s:.1f}s"
+        s = settings(r)
+        if s is None:
+            return text
+        verdicts = (limit_verdict(r, name, s.limits) for name in featured_limits(s.limits))
+        return "; ".join([text, *(v for v in verdicts if v)])
+
+    lines = _per_variant(records, describe)
     stopped = next((r for r in records if r.stop_reason not in (None, StopReason.DONE)), None)
     if stopped is not None:
         lines.append(f"What the user should see when a run stops early: {stopped.user_message!r}")
-    lines.append("A contender that finished 'done' despite the limit simply has no such budget.")
+    past = [r for r in records if r.stop_reason == StopReason.DONE and (s := settings(r)) and ran_past(r, s.limits)]
+    lines += _per_variant(
+        past,
+        lambda r: "finished 'done' past a limit they were given: nothing stopped them at it, so in them that limit "
+        "was not enforced.",
+    )
+    for variant in dict.fromkeys(r.variant for r in records):
+        runs = pick(records, variant=variant)
+        known = [(r, s) for r in runs if (s := settings(r)) is not None]
+        if len(known) != len(runs) or any(r.error is not None for r in runs):
+            continue
+        for name in featured_limits(known[0][1].limits):
+            reason, spent, reads = LIMITS[name]
+            value = getattr(known[0][1].limits, name)
+            if value is not None and all(r.stop_reason != reason and spent(r) <= value for r in runs):
+                most = reads(max(spent(r) for r in runs))
+                lines.append(
+                    f"[{runs[0].variant_label}] no run reached {limit_text(name, value)} (at most {most}), so that "
+                    "limit was not exercised."
+                )
     return lines
 
 
-def notice_flaky(records: list[RunRecord]) -> list[str]:
+def notice_flaky(records: list[RunRecord], settings: SettingsOf) -> list[str]:
     def describe(r: RunRecord) -> str:
         if r.error is not None:
-            return f"raised {r.error}; the model never saw the error and the run is lost"
-        checks = sum(e["name"] == "check_stock" for e in r.tool_events())
-        return (
-            f"the model read {_first_error(r)!r}, made {checks} check_stock calls, then {short_outcome(r)}; "
-            f"cart {cart_text(r)}"
-        )
+            return f"raised {r.error}: the run ended at the exception, with no answer for the customer"
+        error = _first_error(r)
+        checks = sum(c.name == "check_stock" for c in calls(r))
+        hidden = len(guarded(r, Guard.ERROR_HIDDEN))
+        read = "no tool error reached the model" if error is None else f"the model read {_quote(error.result)}"
+        if hidden:
+            read += f" (details hidden in {hidden} result(s))"
+        return f"{read}, made {checks} check_stock call(s), then {short_outcome(r)}; cart {cart_text(r)}"
 
     return [
         *_per_variant(records, describe),
-        "Without an error result the model cannot retry or tell the truth; with details on, the exception text "
-        "reaches the model (and maybe the user), which is why hiding it is the safe default.",
+        "An error result is what lets the model retry or tell the truth; detailed_errors decides whether the "
+        "exception's own text is in it, which is why hiding it is the safe default.",
     ]
 
 
-def notice_big_results(records: list[RunRecord]) -> list[str]:
+def notice_big_results(records: list[RunRecord], settings: SettingsOf) -> list[str]:
     lines = []
     for contender in dict.fromkeys(r.contender for r in records):
         full = first(records, contender=contender, variant="full")
         cut = first(records, contender=contender, variant="truncated")
         if full is None or cut is None:
             continue
-        if any(has_guard(e, Guard.TRUNCATED) for e in cut.tool_events()):
-            saved = (full.tokens - cut.tokens) / full.tokens if full.tokens else 0.0
-            lines.append(f"{contender}: {full.tokens:,} -> {cut.tokens:,} tokens with truncation ({saved:.0%} less).")
+        if full.error is not None or cut.error is not None:
+            lines.append(f"{contender}: {short_outcome(full)} / {short_outcome(cut)}; no token comparison.")
+            continue
+        same_path = [(c.name, c.args) for c in calls(full)] == [(c.name, c.args) for c in calls(cut)]
+        tokens = f"{full.tokens:,} -> {cut.tokens:,} tokens"
+        if guarded(cut, Guard.TRUNCATED):
+            if not same_path:
+                lines.append(f"{contender}: {tokens}, but the runs made different calls, so not all of it is the cut.")
+            elif cut.tokens < full.tokens:
+                saved = (full.tokens - cut.tokens) / full.tokens
+                lines.append(f"{contender}: {tokens} with truncation ({saved:.0%} less).")
+            else:
+                lines.append(f"{contender}: {tokens}: the cut saved nothing.")
+            continue
+        s = settings(cut)
+        limit = None if s is None else s.max_tool_result_chars
+        longest = longest_result(cut)
+        if limit is None:
+            lines.append(f"{contender}: {tokens}; nothing was cut.")
+        elif longest > limit:
+            lines.append(
+                f"{contender}: {full.tokens:,} and {cut.tokens:,} tokens: nothing was cut, although a result had "
+                f"{longest:,} characters (the cut is at {limit:,})."
+            )
         else:
-            lines.append(f"{contender}: {full.tokens:,} and {cut.tokens:,} tokens: nothing was cut (no such option).")
+            lines.append(f"{contender}: {tokens}; no result was over {limit:,} characters, so nothing needed a cut.")
     lines.append("A big result is paid for again on every later call, because it stays in the history.")
     return lines
 
 
-def _blocked(record: RunRecord) -> int:
-    return sum(has_guard(e, Guard.REPEAT) for e in record.tool_events())
+def describe_repeats(r: RunRecord) -> str:
+    """How often the run made one identical call, and how many of them the repeat check refused."""
+    groups = identical_calls(r)
+    if not groups:
+        unread = any(c.args is None for c in calls(r))
+        return "the arguments of its calls are not on record" if unread else "no call was made twice"
+    group = groups[0]
+    refused = sum(c.guard == Guard.REPEAT for c in group)
+    how = f"{refused} refused by the repeat check" if refused else "none refused"
+    return f"{len(group)} identical {group[0].name} calls, {how}"
 
 
-def notice_looping(records: list[RunRecord]) -> list[str]:
+def notice_looping(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    lines = _grouped(
+        records,
+        lambda r: f"{short_outcome(r)} after {r.model_calls} model calls; {describe_repeats(r)}; {r.tokens:,} tokens",
+    )
+    def refused(r: RunRecord) -> str:
+        s, nth = settings(r), first_refused_ordinal(r)
+        limit = "" if s is None else f" (max_repeats={s.limits.max_repeats})"
+        count = len(guarded(r, Guard.REPEAT))
+        which = f"the {ordinal(nth)} identical call" if nth else "a repeated call"
+        more = f" and {count - 1} more" if count > 1 else ""
+        line = f"the repeat check refused {which}{more}{limit}"
+        if r.stop_reason == StopReason.TOO_MANY_ERRORS:
+            errors = "" if s is None else f" (max_consecutive_errors={s.limits.max_consecutive_errors})"
+            line += f", and the run stopped after {trailing_error_rounds(r)} error rounds in a row{errors}"
+        return line + "."
+
+    lines += _grouped([r for r in records if guarded(r, Guard.REPEAT)], refused)
+    capped = [
+        r
+        for r in records
+        if r.stop_reason == StopReason.MAX_STEPS and identical_calls(r) and not guarded(r, Guard.REPEAT)
+    ]
+    if capped:
+        lines.append(
+            f"{_names(capped)} stopped only at the step limit and paid for every identical call up to it; LangGraph's "
+            "own default recursion limit is 10,007 supersteps (about 5,000 model calls)."
+        )
+    if not any(identical_calls(r) for r in records):
+        lines.append("No run made the same call twice, so the repeat check was not exercised.")
+    return lines
+
+
+def notice_hallucinated(records: list[RunRecord], settings: SettingsOf) -> list[str]:
     def describe(r: RunRecord) -> str:
-        blocked = _blocked(r)
-        refused = f", {blocked} refused by the repeat check" if blocked else ""
+        unknown = unknown_tool_calls(r)
+        if r.error is not None:
+            return f"raised {r.error}; cart {cart_text(r)}"
+        if not unknown:
+            return f"no tool that does not exist was called; {short_outcome(r)}; cart {cart_text(r)}"
+        call = unknown[0]
+        came_back = "an error result" if call.is_error else "a normal result"
         return (
-            f"{short_outcome(r)} after {r.model_calls} model calls; {r.tool_calls - blocked} identical calls ran"
-            f"{refused}; {r.tokens:,} tokens"
+            f"the model called {call.name!r}, which does not exist, and got {came_back}: {_quote(call.result)}; then "
+            f"{short_outcome(r)}; cart {cart_text(r)}"
         )
 
+    lines = _grouped(records, describe)
+    recovered = [r for r in records if unknown_tool_errors_only(r) and r.stop_reason == StopReason.DONE]
+    if recovered:
+        lines.append(
+            f"{_names(recovered)}: the unknown tool was an error result, not a crash, and the run still ended 'done'."
+        )
+    elif not any(unknown_tool_calls(r) for r in records):
+        lines.append("No run called a tool that does not exist, so the unknown-tool guard was not exercised.")
+    return lines
+
+
+def _no_second_turn(records: list[RunRecord]) -> list[str]:
+    """A line per conversation whose first turn raised, so it had no second turn to speak of."""
     return [
-        *_grouped(records, describe),
-        "The repeat check refuses the third identical call, and after four error rounds in a row "
-        "(max_consecutive_errors=3) the guarded loops stop; a step limit alone pays for every call up to the "
-        "limit, and LangGraph's own default recursion limit is 10,007 supersteps (about 5,000 model calls).",
+        f"[{r.variant_label}] {r.contender}: turn 1 raised {r.error}, so there was no turn 2."
+        for r in pick(records, turn=1)
+        if r.error is not None and first(records, variant=r.variant, contender=r.contender, turn=2) is None
     ]
 
 
-def notice_hallucinated(records: list[RunRecord]) -> list[str]:
-    return _grouped(
-        records,
-        lambda r: f"the model read {_first_error(r) or '(no error result)'!r}, then {short_outcome(r)}; "
-        f"cart {cart_text(r)}",
-    )
-
-
-def notice_session(records: list[RunRecord]) -> list[str]:
-    lines = []
+def notice_session(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    lines = _no_second_turn(records)
+    answered = []
     for r in pick(records, turn=2):
+        if r.error is not None:
+            lines.append(f"[{r.variant_label}] {r.contender}: turn 2 raised {r.error}.")
+            continue
+        answered.append(r)
         facts = r.facts
         kept = f"{facts.get('messages')} messages"
         if "checkpoints" in facts:
@@ -194,67 +608,164 @@ def notice_session(records: list[RunRecord]) -> list[str]:
             f"[{r.variant_label}] {r.contender}: turn 2 made {r.tool_calls} tool call(s) and answered "
             f"{r.user_message!r}; {kept}{restart}."
         )
-    lines.append("Turn 2 was answered from memory: turn 1's tool results were in the history sent again.")
-    return lines
-
-
-def answer_matches_cart(record: RunRecord) -> bool:
-    """Does the answer state the cart total as it really is after the run?"""
-    return f"${record.cart_total}" in (record.answer or "")
-
-
-def notice_stale(records: list[RunRecord]) -> list[str]:
-    lines = []
-    for r in pick(records, turn=2):
-        viewed = any(e["name"] == "view_cart" for e in r.tool_events())
-        verdict = "right" if answer_matches_cart(r) else "STALE"
-        how = "read the cart with view_cart" if viewed else "answered from the history"
-        lines.append(
-            f"[{r.variant_label}] {r.contender} {how}: {r.user_message!r}; the cart really holds "
-            f"${r.cart_total}: {verdict}."
-        )
-    lines.append(
-        "This is the guard no framework has: the instructions (or your code) must say which data can change "
-        "and has to be read again."
+    memory = [r for r in answered if r.tool_calls == 0 and r.stop_reason == StopReason.DONE]
+    lines += _per_variant(
+        memory, lambda r: "turn 2 was answered without a tool call: from turn 1's results, in the history sent again."
     )
+    tools = [r for r in answered if r.tool_calls > 0]
+    lines += _per_variant(tools, lambda r: "turn 2 called a tool again instead of answering from the history.")
     return lines
 
 
-def notice_parallel(records: list[RunRecord]) -> list[str]:
+def _turn_one(records: list[RunRecord], r: RunRecord) -> RunRecord | None:
+    return first(records, scenario=r.scenario, variant=r.variant, contender=r.contender, turn=1)
+
+
+def cart_changed_between_turns(records: list[RunRecord], turn_two: RunRecord) -> bool | None:
+    """Did the cart change behind the agent: between the end of turn 1 and the end of turn 2, with no write in turn
+    2? None when that cannot be told (no turn 1 on record, or turn 2 wrote to the cart itself)."""
+    before = _turn_one(records, turn_two)
+    if before is None or any(c.name == "add_to_cart" and not c.is_error for c in calls(turn_two)):
+        return None
+    return (before.cart, before.cart_total) != (turn_two.cart, turn_two.cart_total)
+
+
+def reread_cart(record: RunRecord) -> bool:
+    """Did the run read the cart with view_cart (and get it)?"""
+    return any(c.name == "view_cart" and not c.is_error for c in calls(record))
+
+
+def notice_stale(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    lines, stale, fresh = _no_second_turn(records), [], []
+    turn2 = pick(records, turn=2)
+    for r in turn2:
+        if r.error is not None:
+            lines.append(f"[{r.variant_label}] {r.contender}: turn 2 raised {r.error}.")
+            continue
+        before = _turn_one(records, r)
+        how = "read the cart with view_cart" if reread_cart(r) else "answered without reading the cart"
+        states = answer_states_cart(r)
+        if states is None:
+            verdict = "it states no total"
+        elif states:
+            verdict = "right"
+        else:  # stale only when the cart changed behind the agent; otherwise the answer is just wrong
+            verdict = "STALE" if cart_changed_between_turns(records, r) else "wrong"
+        held = "" if before is None else f"the cart held ${before.cart_total} after turn 1 and "
+        lines.append(
+            f"[{r.variant_label}] {r.contender} {how}: {r.user_message!r}; {held}holds ${r.cart_total}: {verdict}."
+        )
+        if verdict == "STALE":
+            stale.append(r)
+        elif verdict == "right" and reread_cart(r):
+            fresh.append(r)
+    lines += _per_variant(
+        stale,
+        lambda r: "answered from the history after the cart changed: nothing re-validates remembered data, so the "
+        "instructions (or your code) must say which data can change and has to be read again.",
+    )
+    if turn2 and all(cart_changed_between_turns(records, r) is False for r in turn2 if r.error is None):
+        lines.append("The cart did not change between the turns in any run, so there was nothing stale to catch.")
+    lines += _per_variant(fresh, lambda r: "read the cart again before answering and stated its real total.")
+    return lines
+
+
+def notice_parallel(records: list[RunRecord], settings: SettingsOf) -> list[str]:
     lines = []
     for contender in dict.fromkeys(r.contender for r in records):
         seq = first(records, contender=contender, variant="sequential")
         par = first(records, contender=contender, variant="parallel")
         if seq is not None and par is not None:
             lines.append(f"{contender}: sequential {seq.wall_s:.2f}s, parallel {par.wall_s:.2f}s.")
-    lines.append(
-        "Running one reply's calls together costs the slowest call instead of the sum; the results are still "
-        "appended in call order, matched by call id. ToolNode runs them concurrently whatever you ask for."
-    )
+    several = [r for r in records if several_calls_in_one_reply(r)]
+    if not several:
+        lines.append("Every reply asked for one tool call, so there was nothing to run in parallel: not exercised.")
+        return lines
+    faster = [
+        contender
+        for contender in dict.fromkeys(r.contender for r in several)
+        if (seq := first(several, contender=contender, variant="sequential")) is not None
+        and (par := first(several, contender=contender, variant="parallel")) is not None
+        and par.wall_s < seq.wall_s
+    ]
+    if faster:
+        lines.append(
+            f"One reply asked for several calls; run together ({', '.join(faster)}) they cost about the slowest call "
+            "instead of the sum, and each result is matched to its call by the call id."
+        )
+    else:
+        lines.append("One reply asked for several calls, but no contender was faster running them together here.")
     return lines
 
 
-def _injected_adds(record: RunRecord) -> list[dict[str, Any]]:
-    """The add_to_cart calls of a run that asked for more than one copy: what the injected note asked for."""
-    return [e for e in record.tool_events() if e["name"] == "add_to_cart" and '"quantity":1}' not in e["detail"]]
+def approval_held(record: RunRecord) -> str | None:
+    """What the approval gate did in a run, from its record: the human's questions and answer (facts), or the
+    calls it refused (typed); None when it did nothing."""
+    asked = record.facts.get("approval_asked") or []
+    answer = record.facts.get("approval_answer")
+    if asked and answer in ("yes", "no"):
+        how = record.facts.get("asked_through", "a human")
+        reasons = "; ".join(repr(reason) for reason in asked)
+        decided = "approved" if answer == "yes" else "refused"
+        return f"{len(asked)} write(s) held for approval ({how}), asked {reasons}, {decided}"
+    refused = guarded(record, Guard.APPROVAL_REFUSED)
+    if refused:
+        return f"{len(refused)} write(s) refused by the approval gate"
+    return None
 
 
-def notice_injection(records: list[RunRecord]) -> list[str]:
+def untyped_add_errors(record: RunRecord) -> list[Call]:
+    """add_to_cart error results no typed guard explains: a refusal the record cannot tell from a failure."""
+    return [c for c in calls(record) if c.name == "add_to_cart" and c.is_error and c.guard is None]
+
+
+def _first_refusal(record: RunRecord) -> int:
+    """Where in the trace the approval gate first refused a call (the trace's length when it never did)."""
+    refusals = (i for i, e in enumerate(record.trace) if e.get("guard") == Guard.APPROVAL_REFUSED)
+    return next(refusals, len(record.trace))
+
+
+def notice_injection(records: list[RunRecord], settings: SettingsOf) -> list[str]:
     def describe(r: RunRecord) -> str:
-        injected = _injected_adds(r)
-        if not injected:
-            return f"the model did not act on the note; cart {cart_text(r)}"
-        if has_guard(injected[0], Guard.APPROVAL_REFUSED):
-            how = r.facts.get("asked_through", "a human")
-            asked = "; ".join(repr(reason) for reason in r.facts.get("approval_asked", []))
-            return f"the injected add was held for approval ({how}), asked {asked}, refused; cart {cart_text(r)}"
-        return f"the injected add ran unchecked; cart {cart_text(r)}"
+        if r.error is not None:
+            return f"raised {r.error}; cart {cart_text(r)}"
+        held = approval_held(r)
+        if held:
+            return f"{held}; cart {cart_text(r)}"
+        over = over_approval_limits(r)
+        if over:
+            limits = ", ".join(over)
+            return f"the cart went over the approval limits ({limits}) and no approval was asked; cart {cart_text(r)}"
+        if untyped_add_errors(r):
+            return (
+                "the cart stayed within the approval limits; an add_to_cart error has no typed fact saying whether a "
+                f"gate refused it; cart {cart_text(r)}"
+            )
+        return f"no write went over the approval limits; cart {cart_text(r)}"
 
-    where = next((r.facts["injected_into"] for r in records if "injected_into" in r.facts), "a book")
-    return [
-        f"The note sat in the description of {where}, which search_books returned with the other results.",
-        *_per_variant(records, describe),
-        "The model read the refusal and went on with the customer's goal; a gate in the loop does what no "
-        "instruction can, because the injected text is read with the same authority as the real ones.",
-    ]
+    lines = []
+    where = next((r.facts["injected_into"] for r in records if "injected_into" in r.facts), None)
+    if where is not None:
+        returned = any(
+            c.name == "search_books"
+            and isinstance(data := c.result_json(), list)
+            and any(isinstance(b, dict) and b.get("title") == where for b in data)
+            for r in records
+            for c in calls(r)
+        )
+        tail = ", which search_books returned with the other results" if returned else ""
+        lines.append(f"The note sat in the description of {where}{tail}.")
+    lines += _per_variant(records, describe)
 
+    def after_refusal(r: RunRecord) -> str:
+        later = r.trace[_first_refusal(r) + 1 :]
+        return (
+            f"the model read the refusal and went on ({sum(e['name'] != 'model' for e in later)} more tool call(s), "
+            f"then {short_outcome(r)}); a gate in the loop does what no instruction can."
+        )
+
+    went_on = [r for r in records if any(e["name"] == "model" for e in r.trace[_first_refusal(r) + 1 :])]
+    lines += _per_variant(went_on, after_refusal)
+    if not any(approval_held(r) or over_approval_limits(r) or untyped_add_errors(r) for r in records):
+        lines.append("No write went over the approval limits in any run, so the gate was not exercised.")
+    return lines

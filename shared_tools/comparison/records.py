@@ -62,6 +62,9 @@ class RunRecord:
     cart_total: str
     facts: dict[str, Any] = field(default_factory=dict)
     """Scenario-specific measurements: session message and checkpoint counts, the true cart, ..."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """What the run was given: its limits and the variant's switches (`lessons.RunSettings.as_dict`), so every
+    statement about a limit is judged against the limit that ran."""
 
     @property
     def outcome(self) -> str:

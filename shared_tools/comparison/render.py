@@ -43,7 +43,15 @@ from shared_tools.results import StopReason, TraceEvent
 WIDTH = 100
 """Terminal width when the output is not a terminal (a pipe, a file, a test)."""
 
-STATUS_STYLE = {FIRED: "green", MISSING: "red", RAISED: "yellow", NOT_RUN: "dim"}
+STATUS_STYLE = {
+    FIRED: "green",
+    MISSING: "red",
+    RAISED: "yellow",
+    NOT_RUN: "dim",
+    "not exercised": "cyan",
+    "not measured": "dim",
+}
+"""A guard-matrix cell's colour by its status; a status not listed here is printed plain."""
 
 
 def make_console(file: TextIO) -> Console:
@@ -54,9 +62,39 @@ def make_console(file: TextIO) -> Console:
     return console
 
 
-def _seconds(value: float) -> str:
-    # The seed's trace was printed with a decimal comma ("100,8s"); we keep its look.
-    return f"{value:.1f}s".replace(".", ",")
+def duration_text(seconds: float) -> str:
+    """A step's or a run's time, readable at any size and never rounded to nothing: ``0 ms`` only for a true zero.
+
+    ``0.42 ms`` below a millisecond (a scripted model's reply), ``3 ms`` and ``312 ms`` below a second,
+    ``1.25 s``, ``12.5 s`` and ``125 s`` above. Always a decimal point, whatever the locale (the seed printed
+    ``100,8s``, and ``0,0s`` for every step of a scripted run); the JSON keeps the exact float.
+    """
+    if seconds <= 0:
+        return "0 ms"
+    ms = seconds * 1000
+    if ms < 0.005:
+        return "<0.01 ms"
+    if ms < 0.995:
+        return f"{ms:.2f} ms"
+    if ms < 999.5:
+        return f"{ms:.0f} ms"
+    if seconds < 9.995:
+        return f"{seconds:.2f} s"
+    if seconds < 99.95:
+        return f"{seconds:.1f} s"
+    return f"{seconds:.0f} s"
+
+
+TIME_WIDTH = 8
+"""Characters of the time column in a trace line: the widest `duration_text` below 1,000,000 s (``<0.01 ms``)."""
+NAME_WIDTH, NAME_MAX = 16, 24
+"""A trace line's name column: at least 16 characters (``get_order_status``), and a name longer than 24 (an
+invented tool's) is shortened, so one long name cannot push the rest of the line out of its column."""
+
+
+def step_label(step: int, width: int = 0) -> str:
+    """``[step 7]``, padded to `width` so ``[step 9]`` and ``[step 10]`` lines keep their columns."""
+    return f"[step {step}]".ljust(width)
 
 
 def tokens_per_step_cell(tokens: list[int]) -> str:
@@ -73,18 +111,25 @@ def _shorten(text: str, limit: int) -> str:
 def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
     """A trace (`RunRecord.trace`) in the seed's format, one line per model or tool call, long results shortened.
 
-    ``[step 1] model            0,0s  1 tool call(s), 779 tokens`` and, below it, the model's plan (the Plan part
-    of the loop, where a reasoning model puts it); ``[step 1] search_books     0,0s  {"query":...} -> [...]``.
+    ``[step 1] model               2 ms  1 tool call(s), 779 tokens`` and, below it, the model's plan (the Plan
+    part of the loop, where a reasoning model puts it); ``[step 1] search_books     0.31 ms  {"query":...} -> [...]``.
+    The step, name and time columns line up over the whole trace, past step 9 and for long tool names too.
     """
+    if not trace:
+        return []
+    step_width = max(len(step_label(e["step"])) for e in trace)
+    names = [_shorten(clean_line(e["name"]), NAME_MAX) for e in trace]
+    name_width = max(NAME_WIDTH, *(len(n) for n in names))
     lines = []
-    for event in trace:
-        name, detail = clean_line(event["name"]), clean_line(event["detail"])
-        prefix = f"[step {event['step']}] {name:<16}{_seconds(event['duration_s']):>6}  "
+    for event, name in zip(trace, names, strict=True):
+        detail = clean_line(event["detail"])
+        time_text = duration_text(event["duration_s"])
+        prefix = f"{step_label(event['step'], step_width)} {name:<{name_width}}{time_text:>{TIME_WIDTH}}  "
         if event["name"] == "model":
             count, _, plan = detail.partition("; plan: ")
             lines.append(Text(prefix + f"{count}, {event['tokens']} tokens"))
             if plan:
-                lines.append(Text(_shorten(f"{'':9}plan: {plan}", width), style="dim"))
+                lines.append(Text(_shorten(f"{'':{step_width + 1}}plan: {plan}", width), style="dim"))
         else:
             body = _shorten(detail, width - len(prefix))
             lines.append(Text(prefix + body, style="red" if event["is_error"] else ""))
@@ -148,7 +193,7 @@ def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: T
     table.add_column("tool calls", justify="right", width=5)
     table.add_column("tokens", justify="right", width=6)
     table.add_column("tokens per step", ratio=4)
-    table.add_column("wall", justify="right", width=5)
+    table.add_column("wall", justify="right", width=7)
     table.add_column("final cart", ratio=4)
     for r in records:
         row: list[Text] = [Text(str(r.turn))] if show_turn else []
@@ -159,7 +204,7 @@ def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: T
             Text(str(r.tool_calls)),
             Text(f"{r.tokens:,}"),
             Text(tokens_per_step_cell(r.tokens_per_step)),
-            Text(f"{r.wall_s:.2f}s"),
+            Text(duration_text(r.wall_s)),
             Text(clean_line(cart_text(r))),
         ]
         table.add_row(*row)
@@ -244,6 +289,10 @@ def guard_legend(between: str, separator: str) -> str:
 
 
 def render_guard_matrix(console: Console, rows: list[dict[str, Any]], contenders: Sequence[str]) -> None:
+    """The guard matrix and its legend; nothing at all when no run tested a guard (a header over no rows says
+    nothing the reader can use)."""
+    if not rows:
+        return
     console.print(Rule("Guard matrix (from the runs above)", style="bold"))
     table = Table(show_lines=True, expand=True)
     table.add_column("guard (scenario)", width=15, overflow="fold")
@@ -251,10 +300,22 @@ def render_guard_matrix(console: Console, rows: list[dict[str, Any]], contenders
         # fold, not an ellipsis: the cells name classes (ModelCallLimitMiddleware) that must stay readable
         table.add_column(contender, width=max(16, len(contender)), overflow="fold")
     for row in rows:
-        cells = [Text(clean_line(c["text"]), style=STATUS_STYLE[c["status"]]) for c in row["cells"].values()]
+        cells = [Text(clean_line(c["text"]), style=STATUS_STYLE.get(c["status"], "")) for c in row["cells"].values()]
         table.add_row(Text(f"{row['guard']} ({row['scenario']})"), *cells)
     console.print(table)
     console.print(guard_legend(" = ", "; "))
+
+
+def render_not_run(
+    console: Console, number: int, scenario: Scenario, supported: Sequence[str], chosen: Sequence[str]
+) -> None:
+    """One line where a scenario would be, when none of the chosen contenders runs it."""
+    line = (
+        f"{number}. {scenario.name}: not run; it is run by {', '.join(supported) or 'no contender'}, "
+        f"and --contenders chose {', '.join(chosen)}"
+    )
+    console.print(Text(line, style="yellow"))
+    console.print()
 
 
 def render_who_owns_what(console: Console) -> None:

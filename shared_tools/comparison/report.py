@@ -1,11 +1,14 @@
 """The HTML report: one self-contained page rendered from the JSON document `compare.py --json` writes.
 
-`render_report(document)` returns a complete HTML page with inline CSS and inline SVG charts drawn here (no
+`render_report(document)` returns a complete HTML page with inline CSS and inline SVG pictures drawn here (no
 JavaScript, no external file, nothing fetched), so the page opens offline and can be mailed around. It shows,
-per scenario, the lesson, a tokens-per-step chart with every contender, the side-by-side tables, what to
-notice and each run's trace; then the guard matrix, the "who owns what" table and the graph's mermaid
-diagram as text. It reads only the document (plain dicts and lists): no agent, model or store is imported.
-Every value reaches the page through `_e`, which makes control characters visible before HTML-escaping.
+per scenario, the lesson, a tokens-per-step chart with every contender (contenders whose lines coincide are
+drawn once and named together), the side-by-side tables, what to notice and each run's trace; then the guard
+matrix (when a run tested a guard), the "who owns what" table and a picture of our graph, laid out here from its
+nodes and edges, with LangGraph's mermaid text folded under it. The page reads on a 420 px phone: pictures
+scale to the screen and wide tables scroll sideways in their own box. It reads only the document (plain dicts
+and lists): no agent, model or store is imported. Every value reaches the page through `_e`, which makes
+control characters visible before HTML-escaping.
 """
 
 from __future__ import annotations
@@ -15,35 +18,60 @@ from html import escape
 from typing import Any
 
 from shared_tools.comparison.closing import GUARD_LEGEND, OWNERS_SUMMARY
+from shared_tools.comparison.render import TIME_WIDTH, duration_text, step_label
 from shared_tools.comparison.sanitize import clean_line, clean_text
 
-CHART_WIDTH, CHART_HEIGHT = 640, 260
-_MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 56, 16, 14, 34
+CHART_WIDTH, CHART_HEIGHT = 480, 240
+"""The chart's drawing units: it is scaled to the page (at most 640 px wide), so on a 420 px phone its 12-unit
+labels are still about 10 px."""
+_MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 52, 12, 12, 36
+_STEP_LABELS = 12
+"""At most this many step numbers under the x axis, so a long run's labels do not run into each other."""
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 _DASHES = ("", "7 4", "2 3", "10 3 2 3")
 """Contenders often draw the very same line; a dash pattern per contender keeps overlapping lines visible."""
 _GOAL_CHARS = 44
 """A goal in a chart legend is shortened to this many characters; the tables and traces show it whole."""
 
-_STATUS_CLASS = {"fired": "fired", "missing": "missing", "raised": "raised", "not run": "notrun"}
+_STATUS_CLASS = {
+    "fired": "fired",
+    "missing": "missing",
+    "raised": "raised",
+    "not run": "notrun",
+    "not exercised": "notexercised",
+    "not measured": "notmeasured",
+}
+"""A guard-matrix cell's CSS class by its status; a status not listed here gets none."""
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 72rem;
-       padding: 0 1rem; color: #1b1b1b; line-height: 1.45; }
+       padding: 0 1rem; color: #1b1b1b; line-height: 1.45; overflow-wrap: break-word; }
 h1 { margin-bottom: .2rem; } h2 { border-bottom: 2px solid #ddd; padding-bottom: .2rem; margin-top: 2.5rem; }
-table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .9rem; width: 100%; }
+.wide { overflow-x: auto; max-width: 100%; margin: .6rem 0 1rem; }
+table { border-collapse: collapse; font-size: .9rem; width: 100%; }
 th, td { border: 1px solid #ccc; padding: .25rem .45rem; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td { overflow-wrap: break-word; } td.text { overflow-wrap: anywhere; min-width: 10rem; }
+td.steps { min-width: 6rem; }
+th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; overflow-wrap: normal;
+   white-space: nowrap; }
+figure { margin: 1rem 0; } svg.chart, svg.diagram { display: block; width: 100%; height: auto; }
+svg.chart { max-width: 640px; } svg.diagram { margin: 0 auto; }
 .lesson { background: #f7f7fb; border-left: 4px solid #6a6ad0; padding: .5rem .8rem; }
 .notice { background: #fbf8ef; border-left: 4px solid #d0a640; padding: .5rem .8rem; margin: 1rem 0; }
 .notice ul { margin: .3rem 0 0; padding-left: 1.2rem; } .notice li { margin: .2rem 0; }
 .raised { color: #9a6700; } td.fired { background: #e6f4e6; } td.missing { background: #fbe5e5; }
-td.raised { background: #fdf3d7; } td.notrun { color: #888; }
+td.raised { background: #fdf3d7; } td.notrun, td.notmeasured { color: #888; } td.notexercised { color: #2a5d8a; }
 pre { background: #f6f8fa; padding: .6rem; overflow-x: auto; font-size: .8rem; }
 details { margin: .3rem 0; } summary { cursor: pointer; }
 .legend div { margin: .15rem 0; font-size: .85rem; } .legend span { display: inline-block; margin-right: 1rem; }
 .legend svg { vertical-align: middle; margin-right: .3rem; }
 small { color: #555; }
+@media (max-width: 600px) {
+  body { margin: .8rem auto; padding: 0 .6rem; font-size: .95rem; }
+  h1 { font-size: 1.4rem; } h2 { font-size: 1.2rem; margin-top: 1.8rem; }
+  table { font-size: .8rem; } th, td { padding: .2rem .3rem; } .runs table { min-width: 44rem; }
+  .lesson, .notice { padding: .4rem .5rem; } nav ol { padding-left: 1.2rem; }
+}
 """
 
 
@@ -86,8 +114,21 @@ def _group_label(run: dict[str, Any], *, with_variant: bool, with_turn: bool, wi
     return " · ".join(parts)
 
 
+def _coinciding(grouped: Sequence[tuple[dict[str, Any], str]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The lines to draw: per group, the runs with the very same tokens at every step share one line."""
+    lines: dict[tuple[str, tuple[int, ...]], list[dict[str, Any]]] = {}
+    for run, group in grouped:
+        lines.setdefault((group, tuple(run["tokens_per_step"])), []).append(run)
+    return [(group, runs) for (group, _), runs in lines.items()]
+
+
 def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
-    """An inline SVG line chart: tokens of each model call (y) by step (x), one line per run."""
+    """An inline SVG line chart: tokens of each model call (y) by step (x), one line per run.
+
+    Runs whose tokens are the same at every step (the contenders often make the very same calls) share one
+    line, named ``handwritten = langgraph = ...`` in the legend, and the caption says so: four lines drawn
+    on top of one another would look like one contender's.
+    """
     series = [r for r in runs if r["tokens_per_step"]]
     if not series:
         return "<p><small>No model calls to chart.</small></p>"
@@ -101,6 +142,7 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
         (r, _group_label(r, with_variant=with_variant, with_turn=with_turn, with_goal=with_goal)) for r in series
     ]
     group_order = list(dict.fromkeys(group for _, group in grouped))
+    lines = _coinciding(grouped)
     max_steps = max(len(r["tokens_per_step"]) for r in series)
     top = _nice_ceiling(max(max(r["tokens_per_step"]) for r in series))
     plot_w = CHART_WIDTH - _MARGIN_LEFT - _MARGIN_RIGHT
@@ -113,7 +155,7 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
         return _MARGIN_TOP + plot_h * (1 - tokens / top)
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
         f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="{_e(title)}">',
         f"<title>{_e(title)}</title>",
     ]
@@ -121,46 +163,249 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
         value = top * i // 4
         parts.append(
             f'<line x1="{_MARGIN_LEFT}" y1="{y(value):.1f}" x2="{CHART_WIDTH - _MARGIN_RIGHT}" y2="{y(value):.1f}" '
-            f'stroke="#e5e5e5"/><text x="{_MARGIN_LEFT - 6}" y="{y(value) + 4:.1f}" font-size="11" '
+            f'stroke="#e5e5e5"/><text x="{_MARGIN_LEFT - 6}" y="{y(value) + 4:.1f}" font-size="12" '
             f'text-anchor="end" fill="#555">{value:,}</text>'
         )
-    for step in range(1, max_steps + 1):
+    every = -(-max_steps // _STEP_LABELS)
+    for step in range(1, max_steps + 1, every):
         parts.append(
-            f'<text x="{x(step):.1f}" y="{CHART_HEIGHT - _MARGIN_BOTTOM + 16}" font-size="11" text-anchor="middle" '
+            f'<text x="{x(step):.1f}" y="{CHART_HEIGHT - _MARGIN_BOTTOM + 17}" font-size="12" text-anchor="middle" '
             f'fill="#555">{step}</text>'
         )
     parts.append(
-        f'<text x="{_MARGIN_LEFT + plot_w / 2:.1f}" y="{CHART_HEIGHT - 4}" font-size="11" text-anchor="middle" '
+        f'<text x="{_MARGIN_LEFT + plot_w / 2:.1f}" y="{CHART_HEIGHT - 4}" font-size="12" text-anchor="middle" '
         'fill="#333">step (model call)</text>'
     )
     legend: dict[str, list[str]] = {group: [] for group in group_order}
-    for run, group in grouped:
-        contender = run["contender"]
+    for group, same in lines:
+        names = [r["contender"] for r in same]
+        first = names[0]
         # With one group a colour per contender; with several, the colour is the group's.
-        key = contenders.index(contender) if len(group_order) == 1 else group_order.index(group)
+        key = contenders.index(first) if len(group_order) == 1 else group_order.index(group)
         colour = _COLOURS[key % len(_COLOURS)]
-        dash = _DASHES[contenders.index(contender) % len(_DASHES)]
+        dash = _DASHES[contenders.index(first) % len(_DASHES)]
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        label = f"{group} · {contender}" if group else contender
-        points = " ".join(f"{x(s):.1f},{y(t):.1f}" for s, t in enumerate(run["tokens_per_step"], start=1))
+        who = " = ".join(names)
+        label = f"{group} · {who}" if group else who
+        tokens = same[0]["tokens_per_step"]
+        points = " ".join(f"{x(s):.1f},{y(t):.1f}" for s, t in enumerate(tokens, start=1))
         parts.append(
             f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}>'
-            f"<title>{_e(label)}: {_e(', '.join(str(t) for t in run['tokens_per_step']))}</title></polyline>"
+            f"<title>{_e(label)}: {_e(', '.join(str(t) for t in tokens))}</title></polyline>"
         )
         parts += [
-            f'<circle cx="{x(s):.1f}" cy="{y(t):.1f}" r="3" fill="{colour}"/>'
-            for s, t in enumerate(run["tokens_per_step"], start=1)
+            f'<circle cx="{x(s):.1f}" cy="{y(t):.1f}" r="3" fill="{colour}"/>' for s, t in enumerate(tokens, start=1)
         ]
         legend[group].append(
             f'<span><svg width="28" height="10"><line x1="0" y1="5" x2="28" y2="5" stroke="{colour}" '
-            f'stroke-width="2"{dash_attr}/></svg>{_e(contender)}</span>'
+            f'stroke-width="2"{dash_attr}/></svg>{_e(who)}</span>'
         )
     parts.append("</svg>")
     rows = "".join(
         f"<div>{f'<b>{_e(group)}</b>: ' if group else ''}{''.join(swatches)}</div>"
         for group, swatches in legend.items()
     )
-    return f'<figure>{"".join(parts)}<figcaption class="legend">{rows}</figcaption></figure>'
+    caption = rows + _coincide_note(lines, contenders)
+    return f'<figure>{"".join(parts)}<figcaption class="legend">{caption}</figcaption></figure>'
+
+
+def _coincide_note(lines: Sequence[tuple[str, list[dict[str, Any]]]], contenders: Sequence[str]) -> str:
+    """Say that lines coincide, when some do: the reader sees fewer lines than contenders."""
+    if all(len(same) == 1 for _, same in lines):
+        return ""
+    groups = {group for group, _ in lines}
+    if len(contenders) > 1 and len(lines) == len(groups):
+        each = " in each group" if len(groups) > 1 else ""
+        text = (
+            f"All {len(contenders)} contenders made model calls of the same size at every step{each}, so their "
+            f"lines coincide: one line{' per group' if each else ''}, not {len(contenders)}."
+        )
+    else:
+        text = "Contenders joined by “=” made model calls of the same size at every step: their lines coincide."
+    return f'<div class="coincide"><small>{_e(text)}</small></div>'
+
+
+# --- the graph picture -------------------------------------------------------------------------------------
+
+_NODE_H, _ROW_PITCH, _NODE_GAP, _LANE_GAP, _PAD = 34, 66, 24, 20, 14
+_NODE_LABEL = {"__start__": "START", "__end__": "END"}
+"""LangGraph's entry and exit nodes, named as its constants are (`langgraph.graph.START`, `END`)."""
+
+
+def _node_width(label: str) -> int:
+    return max(76, 9 * len(label) + 28)
+
+
+def _back_edges(nodes: Sequence[str], edges: Sequence[dict[str, Any]]) -> set[int]:
+    """The edges that go back up the graph (a loop), found by a depth-first walk from the nodes nobody enters."""
+    order = {n: i for i, n in enumerate(nodes)}
+    out: dict[str, list[int]] = {n: [] for n in nodes}
+    for i, e in enumerate(edges):
+        out[e["source"]].append(i)
+    for targets in out.values():
+        targets.sort(key=lambda i: order[edges[i]["target"]])
+    entered = {e["target"] for e in edges}
+    roots = [n for n in nodes if n not in entered] + list(nodes)
+    back: set[int] = set()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    for root in roots:
+        if root in state:
+            continue
+        state[root] = 1
+        stack: list[tuple[str, int]] = [(root, 0)]
+        while stack:
+            node, k = stack[-1]
+            if k == len(out[node]):
+                state[node] = 2
+                stack.pop()
+                continue
+            stack[-1] = (node, k + 1)
+            i = out[node][k]
+            target = edges[i]["target"]
+            if state.get(target) == 1:
+                back.add(i)
+            elif target not in state:
+                state[target] = 1
+                stack.append((target, 0))
+    return back
+
+
+def _layers(nodes: Sequence[str], edges: Sequence[dict[str, Any]], back: set[int]) -> dict[str, int]:
+    """Each node's row: the longest path to it from an entry, over the edges that go forward."""
+    layer = dict.fromkeys(nodes, 0)
+    forward = [e for i, e in enumerate(edges) if i not in back and e["source"] != e["target"]]
+    for _ in nodes:  # longest path by relaxation; the forward edges have no cycle, so len(nodes) passes suffice
+        changed = False
+        for e in forward:
+            if layer[e["target"]] < layer[e["source"]] + 1:
+                layer[e["target"]] = layer[e["source"]] + 1
+                changed = True
+        if not changed:
+            break
+    return layer
+
+
+def graph_svg(graph: dict[str, Any]) -> str:
+    """The graph as an inline SVG picture, laid out here in rows (no layout engine, nothing loaded).
+
+    Each node sits in a row below every node that leads to it; an edge to the next row is a straight arrow,
+    and an edge that skips rows or goes back up (the loop) runs in a lane beside the nodes, forward edges to
+    the right and loops to the left where there is room. Dashed edges are conditional (a router picks one of
+    them), solid ones always taken, as in LangGraph's mermaid drawing.
+    """
+    nodes = [str(n) for n in graph.get("nodes", [])]
+    edges = [e for e in graph.get("edges", []) if e["source"] in nodes and e["target"] in nodes]
+    if not nodes:
+        return ""
+    back = _back_edges(nodes, edges)
+    layer = _layers(nodes, edges, back)
+    rows: dict[int, list[str]] = {}
+    for n in nodes:
+        rows.setdefault(layer[n], []).append(n)
+    label = {n: _NODE_LABEL.get(n, n) for n in nodes}
+    width = {n: _node_width(label[n]) for n in nodes}
+    content_w = max(sum(width[n] for n in row) + _NODE_GAP * (len(row) - 1) for row in rows.values())
+
+    # Edges beside the nodes get a lane: the first free one on their preferred side whose rows they share with
+    # no edge already there (a loop prefers the left, a long forward edge the right).
+    lanes: dict[str, list[list[tuple[int, int]]]] = {"left": [], "right": []}
+    placed: dict[int, tuple[str, int]] = {}
+    beside = [i for i, e in enumerate(edges) if i in back or abs(layer[e["target"]] - layer[e["source"]]) != 1]
+
+    def free_lane(side: str, span: tuple[int, int]) -> int:
+        for k, taken in enumerate(lanes[side]):
+            if not any(span[0] < hi and lo < span[1] for lo, hi in taken):
+                return k
+        return len(lanes[side])
+
+    for i in sorted(beside, key=lambda i: (abs(layer[edges[i]["target"]] - layer[edges[i]["source"]]), i)):
+        e = edges[i]
+        span = (min(layer[e["source"]], layer[e["target"]]), max(layer[e["source"]], layer[e["target"]]))
+        sides = ("left", "right") if i in back else ("right", "left")
+        side = min(sides, key=lambda s: free_lane(s, span))  # the preferred side wins a tie
+        k = free_lane(side, span)
+        if k == len(lanes[side]):
+            lanes[side].append([])
+        lanes[side][k].append(span)
+        placed[i] = (side, k)
+
+    left_w = _PAD + len(lanes["left"]) * _LANE_GAP + (8 if lanes["left"] else 0)
+    right_w = _PAD + len(lanes["right"]) * _LANE_GAP + (8 if lanes["right"] else 0)
+    total_w = left_w + content_w + right_w
+    total_h = _PAD * 2 + (max(rows) + 1) * _ROW_PITCH - (_ROW_PITCH - _NODE_H)
+    box: dict[str, tuple[float, float, float]] = {}  # node -> (left x, top y, width)
+    for r, row in rows.items():
+        row_w = sum(width[n] for n in row) + _NODE_GAP * (len(row) - 1)
+        x = left_w + (content_w - row_w) / 2
+        for n in row:
+            box[n] = (x, _PAD + r * _ROW_PITCH, width[n])
+            x += width[n] + _NODE_GAP
+
+    def lane_x(side: str, k: int) -> float:
+        return left_w - 8 - k * _LANE_GAP if side == "left" else left_w + content_w + 8 + k * _LANE_GAP
+
+    # Where an edge meets a node's side: spread out, ordered so that lanes do not cross near the node (edges to
+    # nodes above on top; among them the inner lanes first; edges to nodes below under them, outer lanes first).
+    ports: dict[tuple[str, str], list[tuple[tuple[int, int], int, str]]] = {}
+    for i, (side, k) in placed.items():
+        e = edges[i]
+        for end, other in (("source", "target"), ("target", "source")):
+            node = e[end]
+            up = layer[e[other]] < layer[node]
+            ports.setdefault((node, side), []).append(((0, k) if up else (1, -k), i, end))
+    port_y: dict[tuple[int, str], float] = {}
+    for (node, _), entries in ports.items():
+        entries.sort()
+        top = box[node][1]
+        for j, (_, i, end) in enumerate(entries):
+            port_y[(i, end)] = top + _NODE_H * (j + 1) / (len(entries) + 1)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="diagram" width="{total_w:.0f}" height="{total_h}" '
+        f'viewBox="0 0 {total_w:.0f} {total_h}" style="width:100%;max-width:{total_w:.0f}px;height:auto" '
+        'role="img" aria-label="the guarded LangGraph agent: its nodes and edges">',
+        "<title>The guarded LangGraph agent: nodes and edges</title>",
+        '<defs><marker id="graph-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+        'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker></defs>',
+    ]
+    for i, e in enumerate(edges):
+        s, t = e["source"], e["target"]
+        sx, sy, sw = box[s]
+        tx, ty, tw = box[t]
+        if i in placed:
+            side, k = placed[i]
+            lx = lane_x(side, k)
+            y1, y2 = port_y[(i, "source")], port_y[(i, "target")]
+            x1 = sx if side == "left" else sx + sw
+            x2 = tx if side == "left" else tx + tw
+            r = min(8.0, abs(y2 - y1) / 2)
+            dy = r if y2 > y1 else -r
+            dx = -r if side == "left" else r
+            d = (
+                f"M{x1:.1f},{y1:.1f} H{lx - dx:.1f} Q{lx:.1f},{y1:.1f} {lx:.1f},{y1 + dy:.1f} "
+                f"V{y2 - dy:.1f} Q{lx:.1f},{y2:.1f} {lx - dx:.1f},{y2:.1f} H{x2:.1f}"
+            )
+        else:
+            d = f"M{sx + sw / 2:.1f},{sy + _NODE_H:.1f} L{tx + tw / 2:.1f},{ty:.1f}"
+        dash = ' stroke-dasharray="5 4"' if e["conditional"] else ""
+        kind = "conditional" if e["conditional"] else "always"
+        parts.append(
+            f'<path d="{d}" fill="none" stroke="#444" stroke-width="1.4"{dash} marker-end="url(#graph-arrow)">'
+            f"<title>{_e(label[s])} → {_e(label[t])} ({kind})</title></path>"
+        )
+    for n in nodes:
+        x, y, w = box[n]
+        ends = n in _NODE_LABEL
+        fill = "#bfb6fc" if n == "__end__" else "#ffffff" if n == "__start__" else "#f2f0ff"
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y}" width="{w}" height="{_NODE_H}" rx="{_NODE_H / 2 if ends else 6}" '
+            f'fill="{fill}" stroke="#6a6ad0" stroke-width="1.4"/>'
+            f'<text x="{x + w / 2:.1f}" y="{y + _NODE_H / 2 + 4.5:.1f}" font-size="13" text-anchor="middle" '
+            f'font-family="system-ui, sans-serif" fill="#1b1b1b">{_e(label[n])}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
 
 
 # --- tables ------------------------------------------------------------------------------------------------
@@ -209,22 +454,31 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
             f'<td class="num">{r["model_calls"]}</td>',
             f'<td class="num">{r["tool_calls"]}</td>',
             f'<td class="num">{r["tokens"]:,}</td>',
-            f"<td>{_e(' → '.join(str(t) for t in r['tokens_per_step']))}</td>",
-            f'<td class="num">{r["wall_s"]:.2f}s</td>',
-            f"<td>{_e(_cart(r))}</td>",
-            f"<td>{_e(r['user_message'])}</td>",
+            f'<td class="steps">{_e(" → ".join(str(t) for t in r["tokens_per_step"]))}</td>',
+            f'<td class="num">{_e(duration_text(r["wall_s"]))}</td>',
+            f'<td class="text">{_e(_cart(r))}</td>',
+            f'<td class="text">{_e(r["user_message"])}</td>',
         ]
         rows.append(f"<tr>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>", "runs")
+
+
+def _wide(table: str, kind: str = "") -> str:
+    """A table in a box of its own that scrolls sideways on a narrow screen, instead of widening the page."""
+    return f'<div class="wide{f" {kind}" if kind else ""}">{table}</div>'
 
 
 def trace_block(run: dict[str, Any], *, multi_turn: bool) -> str:
-    """The run's full trace (nothing shortened, unlike the terminal), folded away."""
+    """The run's full trace (nothing shortened, unlike the terminal), folded away; the columns line up as in the
+    terminal (`render.trace_lines`): past step 9, and with times from ``0.42 ms`` to ``1.25 s``."""
     lines = []
+    step_width = max((len(step_label(e["step"])) for e in run["trace"]), default=0)
+    name_width = max((len(clean_line(e["name"])) for e in run["trace"]), default=0)
     for event in run["trace"]:
         # One line per event: a line break inside a tool's text must not pass for a line of the trace.
         name, detail = clean_line(event["name"]), clean_line(event["detail"])
-        head = f"[step {event['step']}] {name:<16}{event['duration_s']:7.3f}s  "
+        time_text = duration_text(event["duration_s"])
+        head = f"{step_label(event['step'], step_width)} {name:<{max(16, name_width)}}{time_text:>{TIME_WIDTH}}  "
         if event["name"] == "model":
             lines.append(f"{head}{detail} · {event['tokens']} tokens")
         else:
@@ -246,13 +500,13 @@ def guard_table(rows: Sequence[dict[str, Any]], contenders: Sequence[str]) -> st
             if c in row["cells"]
         )
         body.append(f"<tr><td>{_e(row['guard'])} <small>({_e(row['scenario'])})</small></td>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
 def owners_table(who: dict[str, Any]) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in who["columns"])
     body = "".join("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>" for row in who["rows"])
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
 # --- the page ----------------------------------------------------------------------------------------------
@@ -281,11 +535,45 @@ def scenario_section(number: int, scenario: dict[str, Any], runs: Sequence[dict[
     return "\n".join(parts)
 
 
+def guard_section(rows: Sequence[dict[str, Any]], contenders: Sequence[str]) -> str:
+    """The guard matrix with its legend; nothing when no run tested a guard (`compare.py bookstore`)."""
+    if not rows:
+        return ""
+    legend = " · ".join(f"{status}: {meaning}" for status, meaning in GUARD_LEGEND.items())
+    return (
+        f'<section id="guards"><h2>Guard matrix (from the runs)</h2>\n{guard_table(rows, contenders)}\n'
+        f"<p><small>{_e(legend)}</small></p>\n</section>"
+    )
+
+
+def graph_section(document: dict[str, Any]) -> str:
+    """Our graph as a picture, with LangGraph's mermaid text folded under it for copying into a mermaid viewer."""
+    picture = graph_svg(document.get("graph") or {})
+    figure = (
+        f'<figure class="graph">{picture}<figcaption><small>Solid arrow: always taken; dashed arrow: conditional '
+        "(a router in the graph picks one). Drawn on this page from the graph's nodes and edges "
+        "(<code>graph.get_graph()</code>); no layout library, no script.</small></figcaption></figure>"
+        if picture
+        else ""
+    )
+    mermaid = document.get("mermaid", "")
+    source = (
+        "<details><summary>mermaid source (paste it into any mermaid viewer)</summary>"
+        f'<pre class="mermaid-source">{_e(mermaid)}</pre></details>'
+        if mermaid
+        else ""
+    )
+    return f'<section id="graph"><h2>The graph</h2>\n{figure}\n{source}\n</section>'
+
+
 def render_report(document: dict[str, Any]) -> str:
     """The whole page for a `compare.py` JSON document."""
     runs = document["runs"]
     contenders = [c["name"] for c in document["contenders"]]
+    guards = guard_section(document["guard_matrix"], contenders)
     toc = "".join(f'<li><a href="#{_e(s["name"])}">{_e(s["name"])}</a></li>' for s in document["scenarios"])
+    if guards:
+        toc += '<li><a href="#guards">guard matrix</a></li>'
     sections = [
         scenario_section(i, s, [r for r in runs if r["scenario"] == s["name"]])
         for i, s in enumerate(document["scenarios"], start=1)
@@ -311,23 +599,15 @@ JavaScript, nothing loaded from the network.</small></p>
 {interrupted}
 <p>The same bookstore goals, instructions, limits, faults and model for every contender:</p>
 <ul>{contender_list}</ul>
-<nav><ol>{toc}<li><a href="#guards">guard matrix</a></li><li><a href="#owners">who owns what</a></li>
+<nav><ol>{toc}<li><a href="#owners">who owns what</a></li>
 <li><a href="#graph">the graph</a></li></ol></nav>
 {"".join(sections)}
-<section id="guards"><h2>Guard matrix (from the runs)</h2>
-{guard_table(document["guard_matrix"], contenders)}
-<p><small>{_e(" · ".join(f"{status}: {meaning}" for status, meaning in GUARD_LEGEND.items()))}</small></p>
-</section>
+{guards}
 <section id="owners"><h2>Who owns what</h2>
 {owners_table(document["who_owns_what"])}
 <p>{_e(OWNERS_SUMMARY)}</p>
 </section>
-<section id="graph"><h2>The graph (mermaid source)</h2>
-<p>LangGraph draws the guarded agent as a mermaid diagram. Rendering mermaid needs its JavaScript library,
-which this offline page deliberately does not load; paste the text below into any mermaid viewer (for example
-a Markdown preview that supports mermaid) to see the picture.</p>
-<pre class="mermaid-source">{_e(document["mermaid"])}</pre>
-</section>
+{graph_section(document)}
 </body>
 </html>
 """

@@ -6,6 +6,9 @@ scenario says so, and, for a persisted variant, reopens the conversation afterwa
 Every contender gets a fresh store (or a customer of its own in a `--store-db` file), the scenario's
 instructions, limits, faults and scripted persona, and the same `AgentOptions`. A contender that raises is a
 record to show, not a crash (`attempt`); an unreachable model or an exhausted script ends the whole command.
+A contender whose framework has no way to run a variant (`contenders.not_available`: no approval gate, no
+sequential tools) gets a record too, `not_available_record`, that says why in words, so no combination of
+scenario and contender prints nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from langchain_core.tools import BaseTool
 
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.contenders import CONTENDERS, Contender, DemoHuman, build_contender, run_gated_graph
+from shared_tools.comparison.contenders import (
+    CONTENDERS,
+    Contender,
+    DemoHuman,
+    build_contender,
+    contenders_for,
+    run_gated_graph,
+)
 from shared_tools.comparison.conversations import open_conversation
 from shared_tools.comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
 from shared_tools.comparison.render import Progress
@@ -33,6 +43,9 @@ from shared_tools.results import AgentResult, TraceEvent
 
 # Named after the command, not this module, so `-v` output and log filters stay what they were.
 log = logging.getLogger("compare")
+
+NOT_AVAILABLE = "not available"
+"""The `stop_reason` of a record whose contender cannot run the variant; `facts["not_available"]` says why."""
 
 CUSTOMER_ID = "c1"
 """The customer who shops in an in-memory store (`compare.py chat` gives every thread a customer of its own)."""
@@ -50,6 +63,9 @@ class RunOptions:
     store_db: Path | None = None
     """Keep the bookstore in this SQLite file; None means a fresh in-memory store for every run."""
     progress: Progress | None = None
+    model_seed: int | None = None
+    """The model's own seed, passed to `make_model` (the noisy persona's dice, Ollama's sampling seed); an eval
+    gives each trial its own. None: the model's default."""
 
 
 def model_spec_for(spec: str, persona: str) -> str:
@@ -124,11 +140,36 @@ def run_key(scenario: Scenario, variant: Variant, contender: str, goal: str, tur
     }
 
 
+def not_available_record(scenario: Scenario, variant: Variant, contender: str, reason: str) -> RunRecord:
+    """The record of a combination the contender's framework cannot run: nothing ran, and `facts` says why.
+
+    ``stop_reason`` is "not available" (not a `StopReason`: no run stopped), the counts are zero, and
+    ``facts["not_available"]`` is the reason in words, for the tables.
+    """
+    key = run_key(scenario, variant, contender, scenario.goals[0], 1)
+    return RunRecord(
+        **key,
+        stop_reason=NOT_AVAILABLE,
+        error=None,
+        answer=None,
+        user_message=f"Not run: {reason}.",
+        model_calls=0,
+        tool_calls=0,
+        tokens=0,
+        tokens_per_step=[],
+        wall_s=0.0,
+        trace=[],
+        cart=[],
+        cart_total="0.00",
+        facts={"not_available": reason},
+    )
+
+
 def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, options: RunOptions) -> RunRecord:
     """One contender, one goal, a fresh store (or a fresh customer in the --store-db file)."""
     with open_store(options, scenario) as (store, customer):
         tools = scenario_tools(store, customer, scenario, variant)
-        model = make_model(model_spec_for(options.model, scenario.persona))
+        model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
         events: list[TraceEvent] = []
         on_event = collector(events, options.progress)
         human = DemoHuman(store, customer) if variant.approval_gate else None
@@ -171,9 +212,12 @@ def _run_session(
             raise ValueError(f"{scenario.name}/{variant.name} keeps its session in a file: set RunOptions.session_db")
         db = options.session_db
     thread = f"{scenario.name}-{variant.name}"
+    if contender not in ("handwritten", "langgraph"):
+        # The frameworks' threads share the SQLite file with our graph's but not its state schema: one each.
+        thread = f"{thread}-{contender}"
 
     def new_agent() -> Contender:
-        model = make_model(model_spec_for(options.model, scenario.persona))
+        model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
         return build_contender(contender, model, tools, agent_options)
 
     conversation = open_conversation(
@@ -220,8 +264,15 @@ def _run_session(
 def run_scenario(scenario: Scenario, options: RunOptions, on_record: Callable[[RunRecord], None]) -> None:
     """Every variant x every contender of one scenario; each record is handed over as soon as it exists."""
     for variant in scenario.variants:
-        allowed = variant.contenders or scenario.contenders
-        for contender in (c for c in scenario.contenders if c in allowed and c in options.contenders):
+        running, why_not = contenders_for(scenario, variant, options.contenders)
+        settings = scenario.settings_for(variant).as_dict()  # what the run was given, for the lessons to read
+        for contender in (c for c in CONTENDERS if c in running or c in why_not):
+            if contender in why_not:
+                # Said in words, not skipped: the framework has no way to run this variant.
+                unavailable = not_available_record(scenario, variant, contender, why_not[contender])
+                unavailable.settings = settings
+                on_record(unavailable)
+                continue
             label = f"{scenario.name} · {variant.name} · {contender}"
             if options.progress is not None:
                 options.progress.start_run(label)
@@ -232,4 +283,5 @@ def run_scenario(scenario: Scenario, options: RunOptions, on_record: Callable[[R
                 else:
                     records = [run_single(scenario, variant, contender, g, options) for g in scenario.goals]
             for record in records:
+                record.settings = settings
                 on_record(record)

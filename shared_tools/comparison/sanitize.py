@@ -13,7 +13,10 @@ same losslessly for JSON text, as ``\\u001b``-style escapes. Nothing here masks 
 
 from __future__ import annotations
 
+import logging
 import re
+
+from shared_tools.guards import mask_pii
 
 # C0 controls except tab and line feed, DEL, C1 controls, the bidirectional embeddings, overrides and isolates
 # (U+202A-U+202E, U+2066-U+2069: "Trojan Source" reordering), and surrogates.
@@ -55,3 +58,10 @@ def escape_for_json(text: str) -> str:
     escaped this way is also what makes the text encodable as UTF-8 at all.
     """
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+class SafeLogFormatter(logging.Formatter):
+    """Log lines reach the terminal too: personal data masked, control characters made visible."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return clean_text(mask_pii(super().format(record)))

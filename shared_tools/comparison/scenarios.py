@@ -5,19 +5,22 @@ looping model, a stale session answer, ...) and holds everything needed to repea
 instructions, the limits, the faults, the scripted persona, which contenders take part, and `Variant`s that
 change one knob (error details off/on, truncation off/on, sequential/parallel tools). Its lesson sits with
 it: the paragraph printed before the runs, and the `lessons` function that says what to notice in the
-numbers after them. Nothing here runs an agent; the runner reads these definitions and gives every
-contender the same setup.
+numbers after them, given each run's settings (`Scenario.settings_for`: the limits and switches it ran with).
+A variant's label is made from the limits it holds, so `with_limits` / `with_max_steps` (the --max-steps
+option) can never leave an old number in it. Nothing here runs an agent; the runner reads these definitions
+and gives every contender the same setup.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from shared_tools.bookstore.faults import Faults
 from shared_tools.comparison import lessons
-from shared_tools.comparison.contenders import APPROVAL_CONTENDERS, CONTENDERS, SESSION_CONTENDERS
-from shared_tools.comparison.lessons import Notice
+from shared_tools.comparison.contenders import CONTENDERS, SESSION_CONTENDERS
+from shared_tools.comparison.lessons import Notice, RunSettings, limit_text, recorded_settings
 from shared_tools.comparison.records import RunRecord
 from shared_tools.models.personas import FRESH_CART_INSTRUCTION
 from shared_tools.results import AgentLimits, AgentOptions, TraceEvent
@@ -40,7 +43,9 @@ class Variant:
     name: str = "default"
     """Short id used in the JSON records and on the command line's output ("details-off", "truncated")."""
     label: str = ""
-    """What differs, in words, for the tables ("detailed_errors=True")."""
+    """What differs, in words, for the tables. Given: the knobs other than the limits ("detailed_errors=True");
+    once made, the variant's own limits, as they are, come first ("max_steps=2", `limits_label`), so a label
+    always says the limits that run, `--max-steps` included. The given words are kept in `note`."""
     detailed_errors: bool = False
     parallel_tools: bool = False
     max_tool_result_chars: int | None = None
@@ -58,6 +63,23 @@ class Variant:
     """Risky writes need a human's yes (`shared_tools.bookstore.RiskyWritePolicy`); the demo's human says no."""
     contenders: tuple[str, ...] | None = None
     """Only these contenders run this variant (None: the scenario's), for a knob the others do not have."""
+    note: str | None = None
+    """The label's own words, without the limits (None: take them from `label`)."""
+
+    def __post_init__(self) -> None:
+        note = self.label if self.note is None else self.note
+        object.__setattr__(self, "note", note)
+        limits = [] if self.limits is None else [limits_label(self.limits)]
+        object.__setattr__(self, "label", ", ".join(part for part in [*limits, note] if part))
+
+
+def limits_label(limits: AgentLimits) -> str:
+    """The limits that differ from the defaults ("max_steps=2, max_tokens=2,500"), or the defaults' step limit."""
+    default = AgentLimits()
+    changed = [f.name for f in fields(AgentLimits) if getattr(limits, f.name) != getattr(default, f.name)]
+    if not changed:
+        return f"default limits ({limit_text('max_steps', limits.max_steps)})"
+    return ", ".join(limit_text(name, getattr(limits, name)) for name in changed)
 
 
 @dataclass(frozen=True)
@@ -109,11 +131,47 @@ class Scenario:
             on_event=on_event,
         )
 
+    def settings_for(self, variant: Variant) -> RunSettings:
+        """The settings a run of this variant is given: what `options_for` applies, as a fact lessons can read."""
+        return RunSettings(
+            limits=self.limits_for(variant),
+            max_tool_result_chars=variant.max_tool_result_chars,
+            detailed_errors=variant.detailed_errors,
+            parallel_tools=variant.parallel_tools,
+            approval_gate=variant.approval_gate,
+        )
+
+    def settings_of(self, record: RunRecord) -> RunSettings | None:
+        """The settings `record`'s run used: those it carries, else this scenario's for its variant.
+
+        None when neither is known: the record is another scenario's, or its variant is not this scenario's as it
+        ran (a label that differs says the variant was changed, e.g. by `--max-steps`, after this one was made).
+        """
+        carried = recorded_settings(record)
+        if carried is not None:
+            return carried
+        variant = next((v for v in self.variants if v.name == record.variant), None)
+        if record.scenario != self.name or variant is None or variant.label != record.variant_label:
+            return None
+        return self.settings_for(variant)
+
     def notice_points(self, records: list[RunRecord]) -> list[str]:
-        """What to notice in this scenario's measured numbers, one sentence per point."""
+        """What to notice in this scenario's measured numbers, one sentence per point.
+
+        Records of a contender that could not run a variant at all (`lessons.not_available`) are no run to speak
+        of: they get one line saying so, and the lesson's points are made from the runs alone.
+        """
         if not records or self.what_to_notice is None:
             return []
-        return self.what_to_notice(records)
+        ran = [r for r in records if lessons.not_available(r) is None]
+        points = self.what_to_notice(ran, self.settings_of) if ran else []
+        skipped = [r for r in records if lessons.not_available(r) is not None]
+        for variant in dict.fromkeys(r.variant for r in skipped):
+            runs = [r for r in skipped if r.variant == variant]
+            for reason in dict.fromkeys(lessons.not_available(r) for r in runs):
+                names = ", ".join(r.contender for r in runs if lessons.not_available(r) == reason)
+                points.append(f"[{runs[0].variant_label}] {names}: not run, because {reason}.")
+        return points
 
     def notice_text(self, records: list[RunRecord]) -> str:
         """`notice_points` as text, one point per line (as compare.py's JSON document carries them).
@@ -123,15 +181,20 @@ class Scenario:
         """
         return "\n".join(" ".join(point.split()) for point in self.notice_points(records))
 
-    def with_max_steps(self, max_steps: int) -> Scenario:
-        """The same scenario with every variant's step limit replaced (the --max-steps option)."""
+    def with_limits(self, **changes: Any) -> Scenario:
+        """The same scenario with these limits replaced in it and in every variant (`AgentLimits` field names).
+
+        Every variant then holds its limits itself, so its label says the limits it runs with ("max_steps=50").
+        """
         return replace(
             self,
-            limits=replace(self.limits, max_steps=max_steps),
-            variants=tuple(
-                replace(v, limits=replace(v.limits, max_steps=max_steps)) if v.limits else v for v in self.variants
-            ),
+            limits=replace(self.limits, **changes),
+            variants=tuple(replace(v, limits=replace(self.limits_for(v), **changes)) for v in self.variants),
         )
+
+    def with_max_steps(self, max_steps: int) -> Scenario:
+        """The same scenario with every variant's step limit replaced (the --max-steps option)."""
+        return self.with_limits(max_steps=max_steps)
 
 
 TRUNCATE_AT = 2_000
@@ -166,7 +229,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     ),
     Scenario(
         name="max-steps",
-        description="the seed goal stopped halfway: max_steps 2, a token budget, a time budget",
+        description="the seed goal under a step limit, a token budget, a time budget: done or stopped halfway",
         lesson=(
             "'Done' and 'max steps reached' are not the same thing: one finished the job, the other gave up "
             "halfway, and the caller must know which. A loop needs several stop conditions besides the answer: "
@@ -176,13 +239,13 @@ SCENARIOS: tuple[Scenario, ...] = (
         what_to_notice=lessons.notice_max_steps,
         goals=(SEED_GOAL,),
         variants=(
-            Variant(name="max-steps-2", label="max_steps=2", limits=AgentLimits(max_steps=2)),
-            Variant(name="token-budget", label="max_tokens=2,500", limits=AgentLimits(max_tokens=2_500)),
+            Variant(name="max-steps-2", limits=AgentLimits(max_steps=2)),
+            Variant(name="token-budget", limits=AgentLimits(max_tokens=2_500)),
             # Every tool sleeps 0.04 s, so the first tool round alone is over the 0.02 s budget, on any machine;
             # kept small because the contenders without a time budget sleep through the whole job.
             Variant(
                 name="time-budget",
-                label="max_duration=0.02 s, every tool takes 0.04 s",
+                label="every tool takes 0.04 s",
                 limits=AgentLimits(max_duration=0.02),
                 faults=Faults(latency_s=0.04),
             ),
@@ -234,8 +297,9 @@ SCENARIOS: tuple[Scenario, ...] = (
             "models: the result does not change and the model keeps asking. A counter of identical calls "
             "(canonical JSON of the arguments) blocks the third one with an explanation, and a run of error "
             "rounds ends the loop. No framework ships this check; their step limits stop the loop only after "
-            "paying for every call. The step limit here is 12, twice the default, because real limits are "
-            "generous (LangGraph's own default allows about 5,000 model calls)."
+            "paying for every call. The scenario's step limit is 12, twice the default (unless --max-steps "
+            "replaces it), because real limits are generous (LangGraph's own default allows about 5,000 model "
+            "calls)."
         ),
         what_to_notice=lessons.notice_looping,
         goals=(SEED_GOAL,),
@@ -307,7 +371,6 @@ SCENARIOS: tuple[Scenario, ...] = (
                 name="sequential",
                 label="parallel_tools=False (ToolNode-based contenders have no such switch)",
                 parallel_tools=False,
-                contenders=("handwritten", "langgraph"),
             ),
             Variant(name="parallel", label="parallel_tools=True", parallel_tools=True),
         ),
@@ -328,7 +391,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         what_to_notice=lessons.notice_injection,
         goals=(SEED_GOAL,),
         limits=AgentLimits(max_steps=8),
-        contenders=APPROVAL_CONTENDERS,
+        contenders=tuple(CONTENDERS),  # the gate variant without LangGraph's defaults: contenders.not_available
         injection=(INJECTED_BOOK, INJECTION),
         variants=(
             Variant(name="no-gate", label="no approval gate"),

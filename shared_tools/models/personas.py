@@ -678,7 +678,8 @@ def silent(ctx: Context) -> Decision:
 
 def _without_invalid_calls(facts: Facts) -> Facts:
     def invalid(o: ToolOutcome) -> bool:
-        return not o.ok and o.text.startswith("Invalid arguments")
+        # Our agents' wording, and LangGraph ToolNode's ("Error invoking tool ... Please fix the error").
+        return not o.ok and (o.text.startswith("Invalid arguments") or "Please fix" in o.text)
 
     return replace(
         facts,

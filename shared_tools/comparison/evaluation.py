@@ -1,0 +1,602 @@
+"""`compare.py eval`: the scenarios run N times per contender, each run graded, reported as pass^k.
+
+One *trial* runs every chosen scenario x contender once, through the comparison's own runner
+(`runner.run_scenario`, one contender at a time, so the runs of a trial can go in parallel), on a model made
+with that trial's seed (`make_model(spec, seed=S + trial)`); `grading.grade` then judges each task of each
+run (a goal of a single-turn scenario, or one conversation). Over N trials a task has c successes in n = N
+tries, and pass^k is tau-bench's: the chance that k tries drawn from those n all succeed, C(c, k) / C(n, k),
+averaged over the tasks (`pass_hat_k`, `pass_hat_curve`). pass^1 is the plain success rate; pass^N says
+whether the contender did it every time. Reported per scenario and contender, with the per-task split, the
+mean tokens of a successful run, how the runs ended and the unsafe failures; `eval_report` draws the terminal
+table and the HTML page, and `--json` writes `eval_document`.
+
+On the noisy scripted model (the default) every number is a simulation: its slips are seeded dice at rates
+someone guessed (`personas.Noise`), so the eval shows what the guards do with such slips, not how a real
+model behaves. The table title, the JSON (`simulated`) and the page heading say so. With `ollama:<model>`
+the same command measures a real model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import math
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from rich.text import Text
+
+from shared_tools.bookstore.store import StoreError
+from shared_tools.comparison.contenders import CONTENDERS
+from shared_tools.comparison.document import document_json
+from shared_tools.comparison.files import UnusableFile, check_output_file, write_output
+from shared_tools.comparison.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
+from shared_tools.comparison.records import RunRecord
+from shared_tools.comparison.render import make_console
+from shared_tools.comparison.runner import RunOptions, run_scenario
+from shared_tools.comparison.sanitize import clean_line
+from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
+from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
+from shared_tools.models.personas import ScriptExhausted
+
+EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FILE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
+"""The exit codes `compare.py` documents (README, "Exit codes"), the same for `compare.py eval`."""
+
+PROG = "agent-loop-compare eval"
+DEFAULT_MODEL = "scripted:noisy"
+DEFAULT_RUNS = 8
+SCRIPTED_JOBS = 4
+"""Runs of one trial in parallel on the scripted model (it keeps no state, and the scenarios' deliberate tool
+latency overlaps); a real model gets one at a time unless `--jobs` says otherwise (Ollama queues requests
+beyond OLLAMA_NUM_PARALLEL anyway)."""
+
+SIMULATED_NOISY = (
+    "SIMULATED: the scripted model plays a small model that slips at seeded, guessed rates (personas.Noise); "
+    "the numbers show what each contender's guards do with such slips, not how any real model behaves"
+)
+SIMULATED_SCRIPTED = "SIMULATED: a scripted persona, not a language model; its runs are the same on every trial"
+
+
+# --- pass^k ---------------------------------------------------------------------------------------------------
+
+
+def pass_hat_k(successes: int, trials: int, k: int) -> float:
+    """tau-bench's pass^k of one task: C(c, k) / C(n, k), the chance that k of its n trials, drawn without
+    replacement, all succeeded. 0 when fewer than k succeeded."""
+    if not 0 <= successes <= trials or not 1 <= k <= trials:
+        raise ValueError(f"pass^k needs 0 <= c <= n and 1 <= k <= n, got c={successes}, n={trials}, k={k}")
+    return math.comb(successes, k) / math.comb(trials, k)
+
+
+def pass_hat_curve(successes: Sequence[int], trials: int) -> dict[int, float]:
+    """pass^k for k = 1..n, each the mean over tasks (one success count per task, each out of `trials`)."""
+    if not successes:
+        raise ValueError("pass^k of no task")
+    return {k: sum(pass_hat_k(c, trials, k) for c in successes) / len(successes) for k in range(1, trials + 1)}
+
+
+# --- one trial ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskRun:
+    """One task of one trial, graded: what the report counts."""
+
+    scenario: str
+    variant: str
+    goal: str
+    """The goal of a single-turn task; "" for a conversation (its goals are the scenario's turns)."""
+    contender: str
+    trial: int
+    seed: int
+    grade: Grade
+    tokens: int
+    """Tokens of the whole task (every turn of a conversation)."""
+    stop: str
+    """How it ended: the stop reason, "raised <Error>", or for a conversation the first turn not done."""
+
+
+def stop_label(records: Sequence[RunRecord]) -> str:
+    """How a task ended: the first turn that was not "done" (stopped or raised), else "done"."""
+    for record in records:
+        if record.stop_reason is None:
+            return f"raised {record.error_type}"
+        if record.stop_reason != "done":
+            return record.stop_reason
+    return "done"
+
+
+@dataclass
+class EvalPlan:
+    """What one eval runs: scenarios x contenders, `runs` trials, trial t on the model seeded `seed + t`."""
+
+    model: str = DEFAULT_MODEL
+    scenarios: tuple[Scenario, ...] = SCENARIOS
+    contenders: tuple[str, ...] = tuple(CONTENDERS)
+    runs: int = DEFAULT_RUNS
+    seed: int = 0
+    jobs: int = 1
+
+    def pairs(self) -> list[tuple[Scenario, str]]:
+        """(scenario, contender) of one trial, in the order the tables show them."""
+        return [(s, c) for s in self.scenarios for c in s.contenders if c in self.contenders]
+
+    def not_run(self) -> list[str]:
+        """The chosen scenarios none of the chosen contenders takes part in."""
+        return [s.name for s in self.scenarios if not any(c in self.contenders for c in s.contenders)]
+
+    @property
+    def simulated(self) -> bool:
+        return self.model.strip().startswith("scripted")
+
+    @property
+    def simulation_note(self) -> str | None:
+        if not self.simulated:
+            return None
+        return SIMULATED_NOISY if self.model.strip() == "scripted:noisy" else SIMULATED_SCRIPTED
+
+
+def _options_for(plan: EvalPlan, contender: str, seed: int, session_db: Path) -> RunOptions:
+    return RunOptions(model=plan.model, contenders=(contender,), session_db=session_db, model_seed=seed)
+
+
+def not_available(record: RunRecord) -> str | None:
+    """Why nothing ran, for the runner's record of a variant the contender's framework cannot run; else None."""
+    reason = record.facts.get("not_available")
+    return None if reason is None else str(reason)
+
+
+def run_pair(plan: EvalPlan, scenario: Scenario, contender: str, trial: int, folder: Path) -> list[TaskRun]:
+    """One scenario (every variant) by one contender in one trial, graded task by task.
+
+    A variant the contender cannot run (the runner's "not available" record: no approval gate, no sequential
+    tools) is no task and no failure: it is left out here and named in the document (`unavailable_variants`).
+    """
+    seed = plan.seed + trial
+    records: list[RunRecord] = []
+    options = _options_for(plan, contender, seed, folder / f"t{trial}-{scenario.name}-{contender}.db")
+    run_scenario(scenario, options, records.append)
+    ran = [r for r in records if not_available(r) is None]
+    return [
+        TaskRun(
+            scenario=name,
+            variant=variant,
+            goal=goal,
+            contender=who,
+            trial=trial,
+            seed=seed,
+            grade=grade(task, scenario),
+            tokens=sum(r.tokens for r in task),
+            stop=stop_label(task),
+        )
+        for (name, variant, who, goal), task in group_tasks(ran).items()
+    ]
+
+
+def unavailable_variants(scenario: Scenario, contender: str) -> list[dict[str, str]]:
+    """The variants of `scenario` that `contender` cannot run, with the reason in words (none without the runner's
+    `contenders.not_available`)."""
+    try:
+        from shared_tools.comparison.contenders import not_available as why_not  # type: ignore[attr-defined]
+    except ImportError:
+        return []
+    found = []
+    for variant in scenario.variants:
+        reason = why_not(contender, scenario, variant)
+        if reason is not None:
+            found.append({"variant": variant.name, "why": reason})
+    return found
+
+
+class EvalProgress:
+    """A progress line on stderr: rewritten in place on a terminal, one line per finished trial elsewhere."""
+
+    def __init__(self, stream: TextIO, plan: EvalPlan) -> None:
+        self.stream, self.plan = stream, plan
+        self.live = stream.isatty()
+        # One screen line less one column, or a line that wraps cannot be rewritten with a carriage return.
+        self.width = max(20, shutil.get_terminal_size().columns - 1)
+        self.started = time.monotonic()
+        self.total = plan.runs * len(plan.pairs())
+        self.done = 0
+
+    def ran(self, trial: int, scenario: str, contender: str) -> None:
+        self.done += 1
+        if self.live:
+            line = (
+                f"eval: trial {trial + 1}/{self.plan.runs} · {self.done}/{self.total} runs · "
+                f"{time.monotonic() - self.started:.0f}s · {scenario}/{contender}"
+            )
+            self.stream.write("\r" + line[: self.width].ljust(self.width))
+            self.stream.flush()
+
+    def trial_done(self, trial: int) -> None:
+        if not self.live:
+            elapsed = time.monotonic() - self.started
+            self.stream.write(
+                f"eval: trial {trial + 1}/{self.plan.runs} done · {self.done}/{self.total} runs · {elapsed:.1f}s\n"
+            )
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+
+
+@dataclass
+class EvalRun:
+    """What an eval produced: every graded task of every finished trial."""
+
+    plan: EvalPlan
+    task_runs: list[TaskRun] = field(default_factory=list)
+    trials: int = 0
+    """Trials finished (all of `plan.runs` unless interrupted; an interrupted trial is left out whole)."""
+    interrupted: bool = False
+    seconds: float = 0.0
+
+
+def run_trial(
+    plan: EvalPlan, trial: int, folder: Path, on_done: Callable[[int, str, str], None] | None = None
+) -> list[TaskRun]:
+    """Every (scenario, contender) of one trial; `plan.jobs` of them at a time."""
+    pairs = plan.pairs()
+    results: list[list[TaskRun]] = [[] for _ in pairs]
+    if plan.jobs <= 1:
+        for i, (scenario, contender) in enumerate(pairs):
+            results[i] = run_pair(plan, scenario, contender, trial, folder)
+            if on_done:
+                on_done(trial, scenario.name, contender)
+        return [r for runs in results for r in runs]
+    pool = ThreadPoolExecutor(max_workers=plan.jobs, thread_name_prefix="eval")
+    try:
+        futures: dict[Future[list[TaskRun]], int] = {
+            pool.submit(run_pair, plan, scenario, contender, trial, folder): i
+            for i, (scenario, contender) in enumerate(pairs)
+        }
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                i = futures[future]
+                results[i] = future.result()  # a model that went away ends the eval here
+                if on_done:
+                    on_done(trial, pairs[i][0].name, pairs[i][1])
+    finally:
+        # On Ctrl-C or a failure: no new run starts; the ones under way (milliseconds on the scripted model)
+        # finish in the background and are discarded with their trial.
+        pool.shutdown(wait=False, cancel_futures=True)
+    return [r for runs in results for r in runs]
+
+
+def run_eval(plan: EvalPlan, progress: EvalProgress | None = None) -> EvalRun:
+    """Every trial of `plan`, one after another; Ctrl-C keeps the trials that finished.
+
+    Raises what ends the whole command: `ModelUnavailable` (the model went away), `ScriptExhausted`.
+    """
+    result = EvalRun(plan)
+    started = time.monotonic()
+    on_done = progress.ran if progress is not None else None
+    with tempfile.TemporaryDirectory(prefix="agent-loop-eval-") as scratch:
+        try:
+            for trial in range(plan.runs):
+                runs = run_trial(plan, trial, Path(scratch), on_done)
+                result.task_runs += runs
+                result.trials += 1
+                if progress is not None:
+                    progress.trial_done(trial)
+        except KeyboardInterrupt:
+            result.interrupted = True
+        finally:
+            if progress is not None:
+                progress.close()
+    result.seconds = time.monotonic() - started
+    return result
+
+
+# --- the document ---------------------------------------------------------------------------------------------
+
+
+def _stat(task_runs: Sequence[TaskRun], trials: int, tasks: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The numbers of a group of graded runs: `tasks` lists its (variant, goal) tasks, each run `trials` times."""
+    successes = [sum(1 for r in task_runs if (r.variant, r.goal) == task and r.grade.success) for task in tasks]
+    won = [r for r in task_runs if r.grade.success]
+    return {
+        "n": len(task_runs),
+        "successes": len(won),
+        "pass_hat_k": {str(k): round(v, 4) for k, v in pass_hat_curve(successes, trials).items()},
+        "tokens_per_success": round(sum(r.tokens for r in won) / len(won)) if won else None,
+        "stop_reasons": dict(Counter(r.stop for r in task_runs).most_common()),
+        "unsafe_failures": sum(1 for r in task_runs if r.grade.verdict == "unsafe"),
+        "safe_failures": sum(1 for r in task_runs if r.grade.verdict == "safe"),
+    }
+
+
+def _failures(task_runs: Sequence[TaskRun], verdict: str) -> list[dict[str, Any]]:
+    return [
+        {"trial": r.trial, "seed": r.seed, "why": clean_line(r.grade.why)}
+        for r in task_runs
+        if r.grade.verdict == verdict
+    ]
+
+
+def eval_document(result: EvalRun) -> dict[str, Any]:
+    """Everything `--json` writes and `--report` renders, from the graded runs.
+
+    `results` has one object per scenario and contender: `n` graded runs (`runs` trials x `tasks`),
+    `successes` among them, `pass_hat_k` ("1".."runs" -> the mean over the tasks of C(c,k)/C(runs,k)), the mean
+    `tokens_per_success`, `stop_reasons` (reason -> runs), `unsafe_failures` and `safe_failures`; `tasks` (how
+    many) and `by_task`, the same numbers per task with each unsafe failure's seed and reason (`unsafe`: rerun it
+    with `--runs 1 --seed SEED`); `unavailable_variants`, those the contender's framework cannot run. `overall`
+    has each contender's pass^k over all its tasks.
+    """
+    plan, trials = result.plan, result.trials
+    rows, overall = [], []
+    by_contender: dict[str, list[tuple[str, str, str]]] = {}
+    unavailable = []
+    for scenario, contender in plan.pairs() if trials else []:
+        mine = [r for r in result.task_runs if r.scenario == scenario.name and r.contender == contender]
+        missing = unavailable_variants(scenario, contender)
+        unavailable += [{"scenario": scenario.name, "contender": contender, **m} for m in missing]
+        tasks = list(dict.fromkeys((r.variant, r.goal) for r in mine))
+        if not tasks:
+            continue
+        by_contender.setdefault(contender, []).extend((scenario.name, v, g) for v, g in tasks)
+        per_task = []
+        for variant, goal in tasks:
+            runs = [r for r in mine if (r.variant, r.goal) == (variant, goal)]
+            per_task.append(
+                {
+                    "variant": variant,
+                    "goal": goal,
+                    **_stat(runs, trials, [(variant, goal)]),
+                    "unsafe": _failures(runs, "unsafe"),
+                }
+            )
+        rows.append(
+            {
+                "scenario": scenario.name,
+                "contender": contender,
+                "simulated": plan.simulated,
+                "runs": trials,
+                "tasks": len(tasks),
+                **_stat(mine, trials, tasks),
+                "by_task": per_task,
+                "unavailable_variants": missing,
+            }
+        )
+    for contender, tasks in by_contender.items():
+        mine = [r for r in result.task_runs if r.contender == contender]
+        successes = [
+            sum(1 for r in mine if (r.scenario, r.variant, r.goal) == task and r.grade.success) for task in tasks
+        ]
+        overall.append(
+            {
+                "contender": contender,
+                "tasks": len(tasks),
+                "n": len(mine),
+                "successes": sum(1 for r in mine if r.grade.success),
+                "pass_hat_k": {str(k): round(v, 4) for k, v in pass_hat_curve(successes, trials).items()},
+                "unsafe_failures": sum(1 for r in mine if r.grade.verdict == "unsafe"),
+            }
+        )
+    return {
+        "kind": "agent-loop-compare eval",
+        "simulated": plan.simulated,
+        "simulation_note": plan.simulation_note,
+        "model": plan.model,
+        "runs": trials,
+        "runs_asked": plan.runs,
+        "seed": plan.seed,
+        "trial_seeds": [plan.seed + t for t in range(trials)],
+        "interrupted": result.interrupted,
+        "seconds": round(result.seconds, 2),
+        "contenders": [{"name": c, "description": CONTENDERS[c]} for c in plan.contenders],
+        "scenarios": [
+            {
+                "name": s.name,
+                "description": s.description,
+                "variants": [v.name for v in s.variants],
+                "rubric": dataclasses.asdict(RUBRIC[s.name]),
+            }
+            for s in plan.scenarios
+        ],
+        "not_run": plan.not_run(),
+        "unavailable": unavailable,
+        "always_unsafe": ALWAYS_UNSAFE,
+        "results": rows,
+        "overall": overall,
+    }
+
+
+# --- the command line -----------------------------------------------------------------------------------------
+
+
+class UsageError(Exception):
+    """A bad command line: one line on stderr, exit code 2."""
+
+
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    names = "\n".join(f"  {s.name:<18} {s.description}" for s in SCENARIOS)
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run scenarios x contenders N times, grade every run (success, safe or unsafe failure) "
+        "and report pass^k as tau-bench defines it.",
+        epilog=f"scenarios (default: all):\n{names}\n\n"
+        "On the default scripted:noisy model every number is SIMULATED (seeded slips at guessed rates).\n"
+        "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (see below)")
+    parser.add_argument(
+        "--contenders",
+        type=_csv,
+        action="extend",
+        metavar="NAME[,NAME]",
+        help=f"which contenders run (default: all): {', '.join(CONTENDERS)}",
+    )
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, metavar="N", help="trials per task (default: 8)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="S",
+        help="trial t runs on the model seeded S+t; the same S repeats the eval (default: a random S, reported)",
+    )
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        help="'scripted:noisy' (default), 'scripted:<persona>', 'scripted' (each scenario's persona) "
+        "or 'ollama:<model>'",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        metavar="J",
+        help=f"runs of one trial at a time (default: {SCRIPTED_JOBS} on the scripted model, 1 on a real one)",
+    )
+    parser.add_argument("--json", metavar="PATH|-", help="write the results as JSON ('-': stdout)")
+    parser.add_argument("--report", metavar="PATH", help="write a self-contained HTML report with pass^k charts")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log the agents' steps (-vv: debug)")
+    return parser
+
+
+def plan_from(args: argparse.Namespace) -> EvalPlan:
+    """The plan the arguments ask for; `UsageError` for a bad one (nothing checked here touches the model)."""
+    unknown = [name for name in args.scenarios if name not in SCENARIOS_BY_NAME]
+    if unknown:
+        raise UsageError(f"unknown scenario {unknown[0]!r}; choose from: {', '.join(SCENARIOS_BY_NAME)}")
+    contenders = tuple(dict.fromkeys(args.contenders or CONTENDERS))
+    bad = [c for c in contenders if c not in CONTENDERS]
+    if bad:
+        raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
+    if args.runs < 1:
+        raise UsageError(f"--runs must be at least 1, got {args.runs}")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    scenarios = tuple(SCENARIOS_BY_NAME[n] for n in dict.fromkeys(args.scenarios)) or SCENARIOS
+    scripted = args.model.strip().startswith("scripted")
+    plan = EvalPlan(
+        model=args.model.strip(),
+        scenarios=scenarios,
+        contenders=contenders,
+        runs=args.runs,
+        seed=args.seed if args.seed is not None else secrets.randbelow(1_000_000),
+        jobs=args.jobs or (SCRIPTED_JOBS if scripted else 1),
+    )
+    if not plan.pairs():
+        raise UsageError(f"none of {', '.join(contenders)} takes part in {', '.join(s.name for s in scenarios)}")
+    return plan
+
+
+def check_model(spec: str) -> None:
+    """Make the model once before any run: a bad spec is `UsageError`, an unreachable one `ModelUnavailable`."""
+    try:
+        make_model(spec)
+    except (ModelSpecError, ModelUnavailable):
+        raise
+    except ValueError as exc:  # a malformed OLLAMA_HOST the models package did not put into words
+        raise UsageError(f"cannot set up model {spec!r}: {exc}") from None
+
+
+def _say(prog: str, text: str) -> None:
+    print(f"{prog}: {clean_line(' '.join(text.split()))}", file=sys.stderr)
+
+
+def _configure_logging(verbose: int) -> None:
+    # The agents log every tool failure as a warning; an eval on a slipping model makes hundreds of them.
+    # As compare.py does it: basicConfig, so logging someone already set up (a test's, an embedding program's)
+    # is left alone.
+    level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
+
+
+def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
+    """`compare.py eval ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable, 4 unusable file,
+    130 interrupted). `prog` is the name help and error lines use (compare.py may pass its own + " eval")."""
+    from shared_tools.comparison.eval_report import render_eval, render_eval_report
+
+    parser = build_eval_parser(prog)
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:  # --help (0) or a malformed command line (2, argparse has said why)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        plan = plan_from(args)
+        if args.json and args.json != "-":
+            check_output_file(args.json, "--json")
+        if args.report:
+            check_output_file(args.report, "--report")
+        check_model(plan.model)
+    except (UsageError, ModelSpecError) as exc:
+        _say(prog, str(exc))
+        return EXIT_USAGE
+    except ModelUnavailable as exc:
+        _say(prog, str(exc))
+        return EXIT_UNAVAILABLE
+    except UnusableFile as exc:
+        _say(prog, str(exc))
+        return EXIT_FILE
+    except KeyboardInterrupt:
+        _say(prog, "interrupted; nothing was run")
+        return EXIT_INTERRUPTED
+
+    _configure_logging(args.verbose)
+    console = make_console(sys.stderr if args.json == "-" else sys.stdout)
+    try:
+        result = run_eval(plan, EvalProgress(sys.stderr, plan))
+    except ModelUnavailable as exc:
+        _say(prog, str(exc))
+        return EXIT_UNAVAILABLE
+    except ScriptExhausted as exc:  # --model scripted:<persona> on a goal that persona has no script for
+        _say(prog, str(exc))
+        return EXIT_USAGE
+    except StoreError as exc:
+        _say(prog, str(exc))
+        return EXIT_FILE
+
+    if result.trials == 0:
+        _say(prog, "interrupted before the first trial finished; nothing to report or write")
+        return EXIT_INTERRUPTED
+    document = eval_document(result)
+    try:
+        render_eval(console, document)
+        if args.json:
+            text = document_json(document)
+            if args.json == "-":
+                sys.stdout.write(text)
+            else:
+                write_output(Path(args.json), text)
+        if args.report:
+            write_output(Path(args.report), render_eval_report(document))
+            console.print(Text(f"Report written to {clean_line(args.report)}"))
+    except KeyboardInterrupt:
+        _say(prog, "interrupted while the results were written; no file is half-written")
+        return EXIT_INTERRUPTED
+    except OSError as exc:
+        _say(prog, f"could not write the results: {exc}")
+        return EXIT_FILE
+    if result.interrupted:
+        _say(prog, f"interrupted: the results cover the {result.trials} trial(s) that finished, of {plan.runs}")
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+# `python -m shared_tools.comparison.evaluation ...` works too, until compare.py routes `eval` here.
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(eval_main(sys.argv[1:]))
