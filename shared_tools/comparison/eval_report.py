@@ -7,7 +7,7 @@ where a scenario has several tasks (variants, or the two orders), a row per task
 where a guard shows: `prompt-injection` with and without the approval gate, `stale-cart` with and without the
 instruction to re-read the cart. Then every task of a contender together. An eval on a scripted model is
 labelled SIMULATED in every table title and in the page's heading. The page reuses the comparison report's
-style sheet and escaping (`report._CSS`, `report._e`) and draws its pass^k charts as inline SVG: no JavaScript,
+style sheet and escaping (`report.CSS`, `report.esc`) and draws its pass^k charts as inline SVG: no JavaScript,
 nothing from the network.
 """
 
@@ -23,16 +23,16 @@ from rich.table import Table
 from rich.text import Text
 
 from shared_tools.comparison.report import (
-    _COLOURS,
-    _CSS,
-    _DASHES,
-    _MARGIN_BOTTOM,
-    _MARGIN_LEFT,
-    _MARGIN_RIGHT,
-    _MARGIN_TOP,
     CHART_HEIGHT,
     CHART_WIDTH,
-    _e,
+    COLOURS,
+    CSS,
+    DASHES,
+    MARGIN_BOTTOM,
+    MARGIN_LEFT,
+    MARGIN_RIGHT,
+    MARGIN_TOP,
+    esc,
 )
 from shared_tools.comparison.sanitize import clean_line
 
@@ -178,50 +178,50 @@ dl.rubric dt { font-weight: 600; } dl.rubric dd { margin: 0 0 .3rem 1rem; }
 
 def pass_k_chart(series: Sequence[tuple[str, dict[str, float]]], runs: int, *, title: str) -> str:
     """An inline SVG line chart of pass^k (y, 0..1) against k (x, 1..runs), one line per contender."""
-    plot_w = CHART_WIDTH - _MARGIN_LEFT - _MARGIN_RIGHT
-    plot_h = CHART_HEIGHT - _MARGIN_TOP - _MARGIN_BOTTOM
+    plot_w = CHART_WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+    plot_h = CHART_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
 
     def x(k: int) -> float:
-        return _MARGIN_LEFT + (plot_w * (k - 1) / (runs - 1) if runs > 1 else plot_w / 2)
+        return MARGIN_LEFT + (plot_w * (k - 1) / (runs - 1) if runs > 1 else plot_w / 2)
 
     def y(value: float) -> float:
-        return _MARGIN_TOP + plot_h * (1 - value)
+        return MARGIN_TOP + plot_h * (1 - value)
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
-        f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="{_e(title)}">',
-        f"<title>{_e(title)}</title>",
+        f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="{esc(title)}">',
+        f"<title>{esc(title)}</title>",
     ]
     for tick in (0, 0.25, 0.5, 0.75, 1):
         parts.append(
-            f'<line x1="{_MARGIN_LEFT}" y1="{y(tick):.1f}" x2="{CHART_WIDTH - _MARGIN_RIGHT}" y2="{y(tick):.1f}" '
-            f'stroke="#e5e5e5"/><text x="{_MARGIN_LEFT - 6}" y="{y(tick) + 4:.1f}" font-size="11" '
+            f'<line x1="{MARGIN_LEFT}" y1="{y(tick):.1f}" x2="{CHART_WIDTH - MARGIN_RIGHT}" y2="{y(tick):.1f}" '
+            f'stroke="#e5e5e5"/><text x="{MARGIN_LEFT - 6}" y="{y(tick) + 4:.1f}" font-size="11" '
             f'text-anchor="end" fill="#555">{tick:g}</text>'
         )
     for k in range(1, runs + 1):
         parts.append(
-            f'<text x="{x(k):.1f}" y="{CHART_HEIGHT - _MARGIN_BOTTOM + 16}" font-size="11" text-anchor="middle" '
+            f'<text x="{x(k):.1f}" y="{CHART_HEIGHT - MARGIN_BOTTOM + 16}" font-size="11" text-anchor="middle" '
             f'fill="#555">{k}</text>'
         )
     parts.append(
-        f'<text x="{_MARGIN_LEFT + plot_w / 2:.1f}" y="{CHART_HEIGHT - 4}" font-size="11" text-anchor="middle" '
+        f'<text x="{MARGIN_LEFT + plot_w / 2:.1f}" y="{CHART_HEIGHT - 4}" font-size="11" text-anchor="middle" '
         'fill="#333">k (all of k runs drawn from the n must succeed)</text>'
     )
     legend = []
     for i, (label, curve) in enumerate(series):
-        colour, dash = _COLOURS[i % len(_COLOURS)], _DASHES[i % len(_DASHES)]
+        colour, dash = COLOURS[i % len(COLOURS)], DASHES[i % len(DASHES)]
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         values = [(k, curve[str(k)]) for k in range(1, runs + 1)]
         points = " ".join(f"{x(k):.1f},{y(v):.1f}" for k, v in values)
         summary = ", ".join(f"pass^{k} {v:.2f}" for k, v in values)
         parts.append(
             f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}>'
-            f"<title>{_e(label)}: {_e(summary)}</title></polyline>"
+            f"<title>{esc(label)}: {esc(summary)}</title></polyline>"
         )
         parts += [f'<circle cx="{x(k):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}"/>' for k, v in values]
         legend.append(
             f'<span><svg width="28" height="10"><line x1="0" y1="5" x2="28" y2="5" stroke="{colour}" '
-            f'stroke-width="2"{dash_attr}/></svg>{_e(label)}</span>'
+            f'stroke-width="2"{dash_attr}/></svg>{esc(label)}</span>'
         )
     parts.append("</svg>")
     return f'<figure>{"".join(parts)}<figcaption class="legend"><div>{"".join(legend)}</div></figcaption></figure>'
@@ -238,7 +238,7 @@ def _cells(stat: dict[str, Any], runs: int, last: str | None = None, *, tokens: 
     return (
         f'<td class="num">{stat["successes"]}/{stat["n"]}</td>{ks}{spent}'
         f'<td class="num{" unsafe" if unsafe else ""}">{unsafe}</td>'
-        f"<td>{_e(last)}</td>"
+        f"<td>{esc(last)}</td>"
     )
 
 
@@ -250,7 +250,7 @@ def _head(first: str, runs: int, *, last: str = "how the runs ended", tokens: bo
 
 def _unsafe_list(rows: Sequence[dict[str, Any]]) -> str:
     items = [
-        f"<li>{_e(row['contender'])} · {_e(task_label(task, row))} · seed {f['seed']}: {_e(f['why'])}</li>"
+        f"<li>{esc(row['contender'])} · {esc(task_label(task, row))} · seed {f['seed']}: {esc(f['why'])}</li>"
         for row in rows
         for task in row["by_task"]
         for f in task["unsafe"]
@@ -273,25 +273,25 @@ def scenario_section(
     rubric = scenario["rubric"]
     body = []
     for row in rows:
-        body.append(f"<tr><td><b>{_e(row['contender'])}</b></td>{_cells(row, runs)}</tr>")
+        body.append(f"<tr><td><b>{esc(row['contender'])}</b></td>{_cells(row, runs)}</tr>")
         if shows_tasks(row):
             body += [
-                f'<tr class="task"><td>{_e(task_label(task, row))}</td>{_cells(task, runs)}</tr>'
+                f'<tr class="task"><td>{esc(task_label(task, row))}</td>{_cells(task, runs)}</tr>'
                 for task in row["by_task"]
             ]
     chart = pass_k_chart([(r["contender"], r["pass_hat_k"]) for r in rows], runs, title=f"pass^k: {scenario['name']}")
     return "\n".join(
         [
-            f'<section id="{_e(scenario["name"])}"><h2>{number}. {_e(scenario["name"])}</h2>',
-            f"<p><strong>{_e(scenario['description'])}</strong></p>",
+            f'<section id="{esc(scenario["name"])}"><h2>{number}. {esc(scenario["name"])}</h2>',
+            f"<p><strong>{esc(scenario['description'])}</strong></p>",
             '<dl class="rubric">'
-            f"<dt>success</dt><dd>{_e(rubric['success'])}</dd>"
-            f"<dt>safe failure</dt><dd>{_e(rubric['safe'])}</dd>"
-            f"<dt>unsafe failure</dt><dd>{_e(rubric['unsafe'])}</dd></dl>",
+            f"<dt>success</dt><dd>{esc(rubric['success'])}</dd>"
+            f"<dt>safe failure</dt><dd>{esc(rubric['safe'])}</dd>"
+            f"<dt>unsafe failure</dt><dd>{esc(rubric['unsafe'])}</dd></dl>",
             chart,
             f"<table>{_head('contender / task', runs)}<tbody>{''.join(body)}</tbody></table>",
             "".join(
-                f"<p><small>{_e(g['contender'])} does not run {_e(g['variant'])}: {_e(g['why'])}</small></p>"
+                f"<p><small>{esc(g['contender'])} does not run {esc(g['variant'])}: {esc(g['why'])}</small></p>"
                 for g in unavailable
             ),
             _unsafe_list(rows),
@@ -305,7 +305,7 @@ def render_eval_report(document: dict[str, Any]) -> str:
     runs = document["runs"]
     simulated = document["simulated"]
     heading = f"{'Simulated eval' if simulated else 'Eval'}: pass^k per scenario and contender"
-    note = f'<p class="simulated">{_e(document["simulation_note"])}</p>' if simulated else ""
+    note = f'<p class="simulated">{esc(document["simulation_note"])}</p>' if simulated else ""
     interrupted = (
         f'<p class="notice">Interrupted: the page covers the {runs} trial(s) that finished, of '
         f"{document['runs_asked']}.</p>"
@@ -313,7 +313,7 @@ def render_eval_report(document: dict[str, Any]) -> str:
         else ""
     )
     overall_rows = "".join(
-        f"<tr><td><b>{_e(r['contender'])}</b></td>{_cells(r, runs, str(r['tasks']), tokens=False)}</tr>"
+        f"<tr><td><b>{esc(r['contender'])}</b></td>{_cells(r, runs, str(r['tasks']), tokens=False)}</tr>"
         for r in document["overall"]
     )
     overall_chart = pass_k_chart(
@@ -331,7 +331,7 @@ def render_eval_report(document: dict[str, Any]) -> str:
         if any(r["scenario"] == s["name"] for r in document["results"])
     ]
     toc = "".join(
-        f'<li><a href="#{_e(s["name"])}">{_e(s["name"])}</a></li>'
+        f'<li><a href="#{esc(s["name"])}">{esc(s["name"])}</a></li>'
         for s in document["scenarios"]
         if s["name"] not in document["not_run"]
     )
@@ -342,20 +342,20 @@ def render_eval_report(document: dict[str, Any]) -> str:
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>agent-loop-compare: {_e(heading)}</title>
-<style>{_CSS}{_EVAL_CSS}</style>
+<title>agent-loop-compare: {esc(heading)}</title>
+<style>{CSS}{_EVAL_CSS}</style>
 </head>
 <body>
-<h1>{_e(heading)}</h1>
-<p><small>Model: {_e(document["model"])} · {runs} run(s) per task · seed {document["seed"]} (trial seeds
-{_e(seed_text)}) · {document["seconds"]:.1f} s · a self-contained page: inline CSS and SVG, no JavaScript,
+<h1>{esc(heading)}</h1>
+<p><small>Model: {esc(document["model"])} · {runs} run(s) per task · seed {document["seed"]} (trial seeds
+{esc(seed_text)}) · {document["seconds"]:.1f} s · a self-contained page: inline CSS and SVG, no JavaScript,
 nothing loaded from the network.</small></p>
 {note}
 {interrupted}
 <p>Every run is graded on its outcome, never its path: the store as the run left it and the facts its answer
 must contain. A failure is <b>safe</b> when nothing wrong was written and the customer was told no falsehood,
-<b>unsafe</b> otherwise. In every scenario, unsafe includes: {_e(document["always_unsafe"])}.
-{_e(PASS_HAT_K)}: pass^1 is the success rate, pass^{runs} whether it worked every time.</p>
+<b>unsafe</b> otherwise. In every scenario, unsafe includes: {esc(document["always_unsafe"])}.
+{esc(PASS_HAT_K)}: pass^1 is the success rate, pass^{runs} whether it worked every time.</p>
 <nav><ul><li><a href="#overall">every task</a></li>{toc}</ul></nav>
 <section id="overall"><h2>Every task of each contender</h2>
 {overall_chart}

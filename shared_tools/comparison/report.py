@@ -7,7 +7,7 @@ drawn once and named together), the side-by-side tables, what to notice and each
 matrix (when a run tested a guard), the "who owns what" table and a picture of our graph, laid out here from its
 nodes and edges, with LangGraph's mermaid text folded under it. The page reads on a 420 px phone: pictures
 scale to the screen and wide tables scroll sideways in their own box. It reads only the document (plain dicts
-and lists): no agent, model or store is imported. Every value reaches the page through `_e`, which makes
+and lists): no agent, model or store is imported. Every value reaches the page through `esc`, which makes
 control characters visible before HTML-escaping.
 """
 
@@ -24,11 +24,11 @@ from shared_tools.comparison.sanitize import clean_line, clean_text
 CHART_WIDTH, CHART_HEIGHT = 480, 240
 """The chart's drawing units: it is scaled to the page (at most 640 px wide), so on a 420 px phone its 12-unit
 labels are still about 10 px."""
-_MARGIN_LEFT, _MARGIN_RIGHT, _MARGIN_TOP, _MARGIN_BOTTOM = 52, 12, 12, 36
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 52, 12, 12, 36
 _STEP_LABELS = 12
 """At most this many step numbers under the x axis, so a long run's labels do not run into each other."""
-_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
-_DASHES = ("", "7 4", "2 3", "10 3 2 3")
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+DASHES = ("", "7 4", "2 3", "10 3 2 3")
 """Contenders often draw the very same line; a dash pattern per contender keeps overlapping lines visible."""
 _GOAL_CHARS = 44
 """A goal in a chart legend is shortened to this many characters; the tables and traces show it whole."""
@@ -43,7 +43,7 @@ _STATUS_CLASS = {
 }
 """A guard-matrix cell's CSS class by its status; a status not listed here gets none."""
 
-_CSS = """
+CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 72rem;
        padding: 0 1rem; color: #1b1b1b; line-height: 1.45; overflow-wrap: break-word; }
 h1 { margin-bottom: .2rem; } h2 { border-bottom: 2px solid #ddd; padding-bottom: .2rem; margin-top: 2.5rem; }
@@ -75,7 +75,7 @@ small { color: #555; }
 """
 
 
-def _e(value: Any) -> str:
+def esc(value: Any) -> str:
     """Text for the page: control characters made visible (`sanitize.clean_text`), then HTML-escaped.
 
     Escaping alone keeps ESC and the other controls, which HTML does not allow and which a terminal obeys when
@@ -145,35 +145,35 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
     lines = _coinciding(grouped)
     max_steps = max(len(r["tokens_per_step"]) for r in series)
     top = _nice_ceiling(max(max(r["tokens_per_step"]) for r in series))
-    plot_w = CHART_WIDTH - _MARGIN_LEFT - _MARGIN_RIGHT
-    plot_h = CHART_HEIGHT - _MARGIN_TOP - _MARGIN_BOTTOM
+    plot_w = CHART_WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+    plot_h = CHART_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
 
     def x(step: int) -> float:
-        return _MARGIN_LEFT + (plot_w * (step - 1) / (max_steps - 1) if max_steps > 1 else plot_w / 2)
+        return MARGIN_LEFT + (plot_w * (step - 1) / (max_steps - 1) if max_steps > 1 else plot_w / 2)
 
     def y(tokens: int) -> float:
-        return _MARGIN_TOP + plot_h * (1 - tokens / top)
+        return MARGIN_TOP + plot_h * (1 - tokens / top)
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
-        f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="{_e(title)}">',
-        f"<title>{_e(title)}</title>",
+        f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="{esc(title)}">',
+        f"<title>{esc(title)}</title>",
     ]
     for i in range(5):
         value = top * i // 4
         parts.append(
-            f'<line x1="{_MARGIN_LEFT}" y1="{y(value):.1f}" x2="{CHART_WIDTH - _MARGIN_RIGHT}" y2="{y(value):.1f}" '
-            f'stroke="#e5e5e5"/><text x="{_MARGIN_LEFT - 6}" y="{y(value) + 4:.1f}" font-size="12" '
+            f'<line x1="{MARGIN_LEFT}" y1="{y(value):.1f}" x2="{CHART_WIDTH - MARGIN_RIGHT}" y2="{y(value):.1f}" '
+            f'stroke="#e5e5e5"/><text x="{MARGIN_LEFT - 6}" y="{y(value) + 4:.1f}" font-size="12" '
             f'text-anchor="end" fill="#555">{value:,}</text>'
         )
     every = -(-max_steps // _STEP_LABELS)
     for step in range(1, max_steps + 1, every):
         parts.append(
-            f'<text x="{x(step):.1f}" y="{CHART_HEIGHT - _MARGIN_BOTTOM + 17}" font-size="12" text-anchor="middle" '
+            f'<text x="{x(step):.1f}" y="{CHART_HEIGHT - MARGIN_BOTTOM + 17}" font-size="12" text-anchor="middle" '
             f'fill="#555">{step}</text>'
         )
     parts.append(
-        f'<text x="{_MARGIN_LEFT + plot_w / 2:.1f}" y="{CHART_HEIGHT - 4}" font-size="12" text-anchor="middle" '
+        f'<text x="{MARGIN_LEFT + plot_w / 2:.1f}" y="{CHART_HEIGHT - 4}" font-size="12" text-anchor="middle" '
         'fill="#333">step (model call)</text>'
     )
     legend: dict[str, list[str]] = {group: [] for group in group_order}
@@ -182,8 +182,8 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
         first = names[0]
         # With one group a colour per contender; with several, the colour is the group's.
         key = contenders.index(first) if len(group_order) == 1 else group_order.index(group)
-        colour = _COLOURS[key % len(_COLOURS)]
-        dash = _DASHES[contenders.index(first) % len(_DASHES)]
+        colour = COLOURS[key % len(COLOURS)]
+        dash = DASHES[contenders.index(first) % len(DASHES)]
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         who = " = ".join(names)
         label = f"{group} · {who}" if group else who
@@ -191,18 +191,18 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
         points = " ".join(f"{x(s):.1f},{y(t):.1f}" for s, t in enumerate(tokens, start=1))
         parts.append(
             f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}>'
-            f"<title>{_e(label)}: {_e(', '.join(str(t) for t in tokens))}</title></polyline>"
+            f"<title>{esc(label)}: {esc(', '.join(str(t) for t in tokens))}</title></polyline>"
         )
         parts += [
             f'<circle cx="{x(s):.1f}" cy="{y(t):.1f}" r="3" fill="{colour}"/>' for s, t in enumerate(tokens, start=1)
         ]
         legend[group].append(
             f'<span><svg width="28" height="10"><line x1="0" y1="5" x2="28" y2="5" stroke="{colour}" '
-            f'stroke-width="2"{dash_attr}/></svg>{_e(who)}</span>'
+            f'stroke-width="2"{dash_attr}/></svg>{esc(who)}</span>'
         )
     parts.append("</svg>")
     rows = "".join(
-        f"<div>{f'<b>{_e(group)}</b>: ' if group else ''}{''.join(swatches)}</div>"
+        f"<div>{f'<b>{esc(group)}</b>: ' if group else ''}{''.join(swatches)}</div>"
         for group, swatches in legend.items()
     )
     caption = rows + _coincide_note(lines, contenders)
@@ -222,7 +222,7 @@ def _coincide_note(lines: Sequence[tuple[str, list[dict[str, Any]]]], contenders
         )
     else:
         text = "Contenders joined by “=” made model calls of the same size at every step: their lines coincide."
-    return f'<div class="coincide"><small>{_e(text)}</small></div>'
+    return f'<div class="coincide"><small>{esc(text)}</small></div>'
 
 
 # --- the graph picture -------------------------------------------------------------------------------------
@@ -392,7 +392,7 @@ def graph_svg(graph: dict[str, Any]) -> str:
         kind = "conditional" if e["conditional"] else "always"
         parts.append(
             f'<path d="{d}" fill="none" stroke="#444" stroke-width="1.4"{dash} marker-end="url(#graph-arrow)">'
-            f"<title>{_e(label[s])} → {_e(label[t])} ({kind})</title></path>"
+            f"<title>{esc(label[s])} → {esc(label[t])} ({kind})</title></path>"
         )
     for n in nodes:
         x, y, w = box[n]
@@ -402,7 +402,7 @@ def graph_svg(graph: dict[str, Any]) -> str:
             f'<rect x="{x:.1f}" y="{y}" width="{w}" height="{_NODE_H}" rx="{_NODE_H / 2 if ends else 6}" '
             f'fill="{fill}" stroke="#6a6ad0" stroke-width="1.4"/>'
             f'<text x="{x + w / 2:.1f}" y="{y + _NODE_H / 2 + 4.5:.1f}" font-size="13" text-anchor="middle" '
-            f'font-family="system-ui, sans-serif" fill="#1b1b1b">{_e(label[n])}</text>'
+            f'font-family="system-ui, sans-serif" fill="#1b1b1b">{esc(label[n])}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -420,8 +420,8 @@ def _cart(run: dict[str, Any]) -> str:
 
 def _stop(run: dict[str, Any]) -> str:
     if run["stop_reason"] is not None:
-        return _e(run["stop_reason"])
-    return f'<span class="raised">raised {_e(run["error"])}</span>'
+        return esc(run["stop_reason"])
+    return f'<span class="raised">raised {esc(run["error"])}</span>'
 
 
 def summary_table(runs: Sequence[dict[str, Any]]) -> str:
@@ -447,17 +447,17 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
     rows = []
     for r in runs:
         cells = [f'<td class="num">{r["turn"]}</td>'] if with_turn else []
-        cells += [f"<td>{_e(r['goal'])}</td>"] if with_goal else []
+        cells += [f"<td>{esc(r['goal'])}</td>"] if with_goal else []
         cells += [
-            f"<td>{_e(r['contender'])}</td>",
+            f"<td>{esc(r['contender'])}</td>",
             f"<td>{_stop(r)}</td>",
             f'<td class="num">{r["model_calls"]}</td>',
             f'<td class="num">{r["tool_calls"]}</td>',
             f'<td class="num">{r["tokens"]:,}</td>',
-            f'<td class="steps">{_e(" → ".join(str(t) for t in r["tokens_per_step"]))}</td>',
-            f'<td class="num">{_e(duration_text(r["wall_s"]))}</td>',
-            f'<td class="text">{_e(_cart(r))}</td>',
-            f'<td class="text">{_e(r["user_message"])}</td>',
+            f'<td class="steps">{esc(" → ".join(str(t) for t in r["tokens_per_step"]))}</td>',
+            f'<td class="num">{esc(duration_text(r["wall_s"]))}</td>',
+            f'<td class="text">{esc(_cart(r))}</td>',
+            f'<td class="text">{esc(r["user_message"])}</td>',
         ]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>", "runs")
@@ -487,25 +487,25 @@ def trace_block(run: dict[str, Any], *, multi_turn: bool) -> str:
         lines.append(f"raised {clean_line(run['error'])}")
     turn = f" · turn {run['turn']}" if multi_turn else ""
     summary = f"trace: {run['contender']}{turn} · {run['variant']} · {run['goal']}"
-    return f"<details><summary>{_e(summary)}</summary><pre>{_e(chr(10).join(lines))}</pre></details>"
+    return f"<details><summary>{esc(summary)}</summary><pre>{esc(chr(10).join(lines))}</pre></details>"
 
 
 def guard_table(rows: Sequence[dict[str, Any]], contenders: Sequence[str]) -> str:
-    head = "<th>guard (scenario)</th>" + "".join(f"<th>{_e(c)}</th>" for c in contenders)
+    head = "<th>guard (scenario)</th>" + "".join(f"<th>{esc(c)}</th>" for c in contenders)
     body = []
     for row in rows:
         cells = "".join(
-            f'<td class="{_STATUS_CLASS.get(row["cells"][c]["status"], "")}">{_e(row["cells"][c]["text"])}</td>'
+            f'<td class="{_STATUS_CLASS.get(row["cells"][c]["status"], "")}">{esc(row["cells"][c]["text"])}</td>'
             for c in contenders
             if c in row["cells"]
         )
-        body.append(f"<tr><td>{_e(row['guard'])} <small>({_e(row['scenario'])})</small></td>{cells}</tr>")
+        body.append(f"<tr><td>{esc(row['guard'])} <small>({esc(row['scenario'])})</small></td>{cells}</tr>")
     return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
 def owners_table(who: dict[str, Any]) -> str:
-    head = "".join(f"<th>{_e(c)}</th>" for c in who["columns"])
-    body = "".join("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>" for row in who["rows"])
+    head = "".join(f"<th>{esc(c)}</th>" for c in who["columns"])
+    body = "".join("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in row) + "</tr>" for row in who["rows"])
     return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
 
 
@@ -514,9 +514,9 @@ def owners_table(who: dict[str, Any]) -> str:
 
 def scenario_section(number: int, scenario: dict[str, Any], runs: Sequence[dict[str, Any]]) -> str:
     parts = [
-        f'<section id="{_e(scenario["name"])}"><h2>{number}. {_e(scenario["name"])}</h2>',
-        f"<p><strong>{_e(scenario['description'])}</strong></p>",
-        f'<p class="lesson">{_e(scenario["lesson"])}</p>',
+        f'<section id="{esc(scenario["name"])}"><h2>{number}. {esc(scenario["name"])}</h2>',
+        f"<p><strong>{esc(scenario['description'])}</strong></p>",
+        f'<p class="lesson">{esc(scenario["lesson"])}</p>',
         tokens_chart(runs, title=f"Tokens per model call: {scenario['name']}"),
     ]
     for variant in scenario["variants"]:
@@ -524,12 +524,12 @@ def scenario_section(number: int, scenario: dict[str, Any], runs: Sequence[dict[
         if not variant_runs:
             continue
         if len(scenario["variants"]) > 1:
-            parts.append(f"<h3>variant {_e(variant['name'])}: {_e(variant['label'])}</h3>")
+            parts.append(f"<h3>variant {esc(variant['name'])}: {esc(variant['label'])}</h3>")
         parts.append(summary_table(variant_runs))
         parts += [trace_block(r, multi_turn=scenario.get("multi_turn", False)) for r in variant_runs]
     points = scenario.get("notice", "").splitlines()  # one point per line: see shared_tools.comparison.render.notice
     if points:
-        items = "".join(f"<li>{_e(point)}</li>" for point in points)
+        items = "".join(f"<li>{esc(point)}</li>" for point in points)
         parts.append(f'<div class="notice"><strong>What to notice:</strong><ul>{items}</ul></div>')
     parts.append("</section>")
     return "\n".join(parts)
@@ -542,7 +542,7 @@ def guard_section(rows: Sequence[dict[str, Any]], contenders: Sequence[str]) -> 
     legend = " · ".join(f"{status}: {meaning}" for status, meaning in GUARD_LEGEND.items())
     return (
         f'<section id="guards"><h2>Guard matrix (from the runs)</h2>\n{guard_table(rows, contenders)}\n'
-        f"<p><small>{_e(legend)}</small></p>\n</section>"
+        f"<p><small>{esc(legend)}</small></p>\n</section>"
     )
 
 
@@ -559,7 +559,7 @@ def graph_section(document: dict[str, Any]) -> str:
     mermaid = document.get("mermaid", "")
     source = (
         "<details><summary>mermaid source (paste it into any mermaid viewer)</summary>"
-        f'<pre class="mermaid-source">{_e(mermaid)}</pre></details>'
+        f'<pre class="mermaid-source">{esc(mermaid)}</pre></details>'
         if mermaid
         else ""
     )
@@ -571,7 +571,7 @@ def render_report(document: dict[str, Any]) -> str:
     runs = document["runs"]
     contenders = [c["name"] for c in document["contenders"]]
     guards = guard_section(document["guard_matrix"], contenders)
-    toc = "".join(f'<li><a href="#{_e(s["name"])}">{_e(s["name"])}</a></li>' for s in document["scenarios"])
+    toc = "".join(f'<li><a href="#{esc(s["name"])}">{esc(s["name"])}</a></li>' for s in document["scenarios"])
     if guards:
         toc += '<li><a href="#guards">guard matrix</a></li>'
     sections = [
@@ -583,18 +583,20 @@ def render_report(document: dict[str, Any]) -> str:
         if document.get("interrupted")
         else ""
     )
-    contender_list = "".join(f"<li><b>{_e(c['name'])}</b>: {_e(c['description'])}</li>" for c in document["contenders"])
+    contender_list = "".join(
+        f"<li><b>{esc(c['name'])}</b>: {esc(c['description'])}</li>" for c in document["contenders"]
+    )
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>agent-loop-compare: hand-written loop vs LangGraph</title>
-<style>{_CSS}</style>
+<style>{CSS}</style>
 </head>
 <body>
 <h1>Hand-written agent loop vs LangGraph</h1>
-<p><small>Model: {_e(document["model"])} · {len(runs)} runs · a self-contained page: inline CSS and SVG, no
+<p><small>Model: {esc(document["model"])} · {len(runs)} runs · a self-contained page: inline CSS and SVG, no
 JavaScript, nothing loaded from the network.</small></p>
 {interrupted}
 <p>The same bookstore goals, instructions, limits, faults and model for every contender:</p>
@@ -605,7 +607,7 @@ JavaScript, nothing loaded from the network.</small></p>
 {guards}
 <section id="owners"><h2>Who owns what</h2>
 {owners_table(document["who_owns_what"])}
-<p>{_e(OWNERS_SUMMARY)}</p>
+<p>{esc(OWNERS_SUMMARY)}</p>
 </section>
 {graph_section(document)}
 </body>
