@@ -7,8 +7,11 @@ variant × contender of a scenario on a fresh store), `records` (`RunRecord`, bu
 events before a contender raised, with secrets masked), `lessons` (what to notice in the measured numbers),
 `closing` (the guard matrix and the seed's "who owns what"), `render` (the terminal), `document` (the JSON
 document) and `report` (the HTML page built from it), `sanitize` (untrusted text made harmless for a terminal,
-a page or JSON) and `files` (the paths the command line is given, checked before any work and written whole or
-not at all). The names below are the public parts; `compare.py` adds only the command line.
+a page or JSON), `files` (the paths the command line is given, checked before any work and written whole or
+not at all), `chat` (the conversation behind `compare.py chat`), and the eval: `grading` (each scenario's
+outcome grader: success, safe or unsafe), `evaluation` (`compare.py eval`: trials, pass^k, the JSON) and
+`eval_report` (its tables and page). The names below are the public parts; `compare.py` adds only the
+command line.
 """
 
 from shared_tools.comparison.closing import GUARDS, OWNERS, WHO_OWNS_WHAT, guard_matrix
