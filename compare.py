@@ -47,7 +47,6 @@ def program_name(argv0: str | None = None) -> str:
 try:
     import argparse
     import logging
-    import os
     import tempfile
     from collections.abc import Sequence
     from pathlib import Path
@@ -90,7 +89,7 @@ try:
     from shared_tools.comparison.runner import RunOptions, collector, model_spec_for, run_scenario
     from shared_tools.comparison.sanitize import SafeLogFormatter, clean_line
     from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, Scenario
-    from shared_tools.models import ModelSpecError, ModelUnavailable, make_model, ollama_base_url
+    from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
     from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted
     from shared_tools.results import AgentOptions, CustomerMismatch, TraceEvent
 except KeyboardInterrupt:
@@ -239,27 +238,14 @@ def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
     return scenarios, contenders
 
 
-def _check_ollama_host(spec: str) -> None:
-    """A malformed OLLAMA_HOST ("garbage:::") is a setting to fix, said in one line (the ollama client raises a
-    bare ValueError for it as soon as it is imported)."""
-    if not spec.strip().startswith("ollama:"):
-        return
-    try:
-        ollama_base_url()
-    except ValueError as exc:
-        host = os.environ.get("OLLAMA_HOST", "")
-        raise UsageError(f"OLLAMA_HOST={host[:80]!r} is not a host, host:port or URL ({exc})") from None
-
-
 def check_model(spec: str) -> BaseChatModel:
-    """The model of `spec`, checked before any run: a bad spec or OLLAMA_HOST raises `UsageError` or
-    `ModelSpecError`, an unreachable Ollama `ModelUnavailable`."""
-    _check_ollama_host(spec)
+    """The model of `spec`, checked before any run: a bad spec or OLLAMA_HOST raises `ModelSpecError` (which names
+    it), an unreachable Ollama `ModelUnavailable`."""
     try:
         return make_model(spec)
     except ModelSpecError:
         raise
-    except ValueError as exc:  # a setting the models package did not put into words (see _check_ollama_host)
+    except ValueError as exc:  # a setting the models package did not put into words
         raise UsageError(f"cannot set up model {spec!r}: {exc}") from None
 
 
