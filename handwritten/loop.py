@@ -250,16 +250,7 @@ class _Run:
             "stop: %s after %d step(s), %d tool call(s), %d tokens",
             reason, usage.model_calls, usage.tool_calls, usage.tokens,
         )  # fmt: skip
-        return AgentResult(
-            stop_reason=reason,
-            answer=answer,
-            steps=usage.model_calls,
-            tokens=usage.tokens,
-            model_calls=usage.model_calls,
-            tool_calls=usage.tool_calls,
-            trace=list(self.trace),
-            messages=list(self.history),
-        )
+        return AgentResult.of_run(reason, usage, answer=answer, trace=list(self.trace), messages=list(self.history))
 
 
 class AgentCancelled(asyncio.CancelledError):

@@ -176,17 +176,8 @@ class RunRecord:
         system message)."""
         messages = self.messages if messages is None else messages
         answer = messages[-1].text.strip() if reason is StopReason.DONE and messages else None
-        return AgentResult(
-            stop_reason=reason,
-            answer=answer,
-            steps=usage.model_calls,
-            tokens=usage.tokens,
-            model_calls=usage.model_calls,
-            tool_calls=usage.tool_calls,
-            trace=self.trace,
-            messages=messages,
-            pending=self.pending if reason is StopReason.AWAITING_APPROVAL else None,
-        )
+        pending = self.pending if reason is StopReason.AWAITING_APPROVAL else None
+        return AgentResult.of_run(reason, usage, answer=answer, trace=self.trace, messages=messages, pending=pending)
 
 
 def final_stop_reason(messages: Sequence[BaseMessage]) -> StopReason:

@@ -242,6 +242,30 @@ class AgentResult:
     """With AWAITING_APPROVAL: the approval requests the run paused on, each
     ``{"tool_call": {"id", "name", "args"}, "reason": str}``; None otherwise."""
 
+    @classmethod
+    def of_run(
+        cls,
+        reason: StopReason,
+        usage: RunUsage,
+        *,
+        answer: str | None,
+        trace: list[TraceEvent],
+        messages: list[BaseMessage],
+        pending: list[dict[str, Any]] | None = None,
+    ) -> AgentResult:
+        """The result of a run that spent `usage` (both agents build theirs here)."""
+        return cls(
+            stop_reason=reason,
+            answer=answer,
+            steps=usage.model_calls,
+            tokens=usage.tokens,
+            model_calls=usage.model_calls,
+            tool_calls=usage.tool_calls,
+            trace=trace,
+            messages=messages,
+            pending=pending,
+        )
+
     @property
     def ok(self) -> bool:
         return self.stop_reason is StopReason.DONE

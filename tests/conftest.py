@@ -7,13 +7,13 @@ is written once and must hold for both (the style of mini-swe-agent's `model_fac
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool
 
 from shared_tools.bookstore.store import BookStore
@@ -72,6 +72,20 @@ def read_result(result: str | ToolMessage) -> Any:
     if not isinstance(text, str):
         raise TypeError(f"expected JSON text, got {type(text).__name__}")
     return json.loads(text, parse_float=Decimal)
+
+
+def assert_valid_history(messages: Sequence[BaseMessage], *, in_call_order: bool = True) -> None:
+    """System first and once; every tool call of every reply answered by exactly one ToolMessage, right after it
+    (in the reply's call order unless `in_call_order` is off: a cancel answers the calls it cut off last)."""
+    assert isinstance(messages[0], SystemMessage)
+    assert sum(isinstance(m, SystemMessage) for m in messages) == 1
+    for i, message in enumerate(messages):
+        if isinstance(message, AIMessage) and message.tool_calls:
+            ids = [c["id"] for c in message.tool_calls]
+            following = messages[i + 1 : i + 1 + len(ids)]
+            assert all(isinstance(m, ToolMessage) for m in following), following
+            answered = [m.tool_call_id for m in following]  # type: ignore[union-attr]
+            assert answered == ids if in_call_order else sorted(answered) == sorted(ids), (answered, ids)
 
 
 def tool_calls_in_order(result: AgentResult) -> list[tuple[str, dict[str, Any]]]:

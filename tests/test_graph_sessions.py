@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -48,6 +48,7 @@ from shared_tools.comparison.scenarios import INSTRUCTIONS
 from shared_tools.guards import CANCELLED_CALL_TEXT, CANCELLED_WHILE_RUNNING_TEXT
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, CustomerMismatch, StopReason
+from tests.conftest import assert_valid_history
 from tests.doubles import ScriptModel, ai, call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,18 +67,6 @@ def echo(n: int) -> str:
 
 def tool_messages(messages: Sequence[BaseMessage]) -> list[ToolMessage]:
     return [m for m in messages if isinstance(m, ToolMessage)]
-
-
-def assert_valid_history(messages: Sequence[BaseMessage]) -> None:
-    """System first and once; every tool call of every reply answered by exactly one ToolMessage, right after it."""
-    assert isinstance(messages[0], SystemMessage)
-    assert sum(isinstance(m, SystemMessage) for m in messages) == 1
-    for i, message in enumerate(messages):
-        if isinstance(message, AIMessage) and message.tool_calls:
-            ids = [c["id"] for c in message.tool_calls]
-            following = messages[i + 1 : i + 1 + len(ids)]
-            assert all(isinstance(m, ToolMessage) for m in following), following
-            assert [m.tool_call_id for m in following] == ids  # type: ignore[union-attr]
 
 
 class ModelDown(ConnectionError):
