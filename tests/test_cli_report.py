@@ -196,7 +196,8 @@ def test_a_scenario_no_chosen_contender_runs_is_named_not_skipped(
     ],
 )
 def test_a_duration_keeps_a_decimal_point_and_is_never_rounded_to_nothing(seconds: float, shown: str) -> None:
-    from shared_tools.comparison.render import TIME_WIDTH, duration_text
+    from shared_tools.comparison.records import duration_text
+    from shared_tools.comparison.render import TIME_WIDTH
 
     assert duration_text(seconds) == shown
     assert "," not in shown and len(shown) <= TIME_WIDTH

@@ -171,3 +171,26 @@ def cart_text(record: RunRecord) -> str:
 
 def short_outcome(record: RunRecord) -> str:
     return record.stop_reason if record.stop_reason is not None else f"raised {record.error_type}"
+
+
+def duration_text(seconds: float) -> str:
+    """A step's or a run's time, readable at any size and never rounded to nothing: ``0 ms`` only for a true zero.
+
+    ``0.42 ms`` below a millisecond (a scripted model's reply), ``3 ms`` and ``312 ms`` below a second,
+    ``1.25 s``, ``12.5 s`` and ``125 s`` above. Always a decimal point, whatever the locale (the seed printed
+    ``100,8s``, and ``0,0s`` for every step of a scripted run); the JSON keeps the exact float.
+    """
+    if seconds <= 0:
+        return "0 ms"
+    ms = seconds * 1000
+    if ms < 0.005:
+        return "<0.01 ms"
+    if ms < 0.995:
+        return f"{ms:.2f} ms"
+    if ms < 999.5:
+        return f"{ms:.0f} ms"
+    if seconds < 9.995:
+        return f"{seconds:.2f} s"
+    if seconds < 99.95:
+        return f"{seconds:.1f} s"
+    return f"{seconds:.0f} s"

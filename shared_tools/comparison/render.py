@@ -34,7 +34,7 @@ from shared_tools.comparison.closing import (
     WHO_OWNS_WHAT,
 )
 from shared_tools.comparison.contenders import CONTENDERS
-from shared_tools.comparison.records import RunRecord, cart_text, pick, short_outcome
+from shared_tools.comparison.records import RunRecord, cart_text, duration_text, pick, short_outcome
 from shared_tools.comparison.sanitize import clean_line, clean_text
 from shared_tools.comparison.scenarios import SCENARIOS, Scenario
 from shared_tools.models.personas import PERSONAS
@@ -60,29 +60,6 @@ def make_console(file: TextIO) -> Console:
     if not console.is_terminal:
         console = Console(file=file, highlight=False, width=WIDTH, no_color=True, color_system=None)
     return console
-
-
-def duration_text(seconds: float) -> str:
-    """A step's or a run's time, readable at any size and never rounded to nothing: ``0 ms`` only for a true zero.
-
-    ``0.42 ms`` below a millisecond (a scripted model's reply), ``3 ms`` and ``312 ms`` below a second,
-    ``1.25 s``, ``12.5 s`` and ``125 s`` above. Always a decimal point, whatever the locale (the seed printed
-    ``100,8s``, and ``0,0s`` for every step of a scripted run); the JSON keeps the exact float.
-    """
-    if seconds <= 0:
-        return "0 ms"
-    ms = seconds * 1000
-    if ms < 0.005:
-        return "<0.01 ms"
-    if ms < 0.995:
-        return f"{ms:.2f} ms"
-    if ms < 999.5:
-        return f"{ms:.0f} ms"
-    if seconds < 9.995:
-        return f"{seconds:.2f} s"
-    if seconds < 99.95:
-        return f"{seconds:.1f} s"
-    return f"{seconds:.0f} s"
 
 
 TIME_WIDTH = 8

@@ -18,7 +18,8 @@ from html import escape
 from typing import Any
 
 from shared_tools.comparison.closing import GUARD_LEGEND, OWNERS_SUMMARY
-from shared_tools.comparison.render import TIME_WIDTH, duration_text, step_label
+from shared_tools.comparison.records import duration_text
+from shared_tools.comparison.render import TIME_WIDTH, step_label
 from shared_tools.comparison.sanitize import clean_line, clean_text
 
 CHART_WIDTH, CHART_HEIGHT = 480, 240
