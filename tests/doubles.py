@@ -40,7 +40,14 @@ def ai(text: str = "", *calls: dict[str, Any], tokens: int = 10) -> AIMessage:
     )
 
 
-class ScriptModel(BaseChatModel):
+class ToolBindingDouble(BaseChatModel):
+    """A test chat model that binds tools as ChatOllama does (OpenAI-format schemas), so the agents can bind it."""
+
+    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Any:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+
+class ScriptModel(ToolBindingDouble):
     """Returns its replies in order; a callable reply is given the history. Raises when exhausted."""
 
     replies: Sequence[Any]
@@ -61,9 +68,6 @@ class ScriptModel(BaseChatModel):
     def prompts(self) -> list[list[BaseMessage]]:
         """Every history this model was called with, in order."""
         return self._seen
-
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Any:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(
         self,

@@ -17,14 +17,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
 from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.results import AgentLimits
+from tests.doubles import ToolBindingDouble
 
 HUGE = 50_000
 FINAL_TEXT = "That is all I can do."
@@ -172,7 +171,7 @@ limits = st.builds(
 # -- the model --------------------------------------------------------------------------------------------------
 
 
-class FuzzModel(BaseChatModel):
+class FuzzModel(ToolBindingDouble):
     """Plays `replies` in order, then answers `FINAL_TEXT` (with usage) for ever; remembers what it returned."""
 
     replies: Sequence[AIMessage]
@@ -192,8 +191,6 @@ class FuzzModel(BaseChatModel):
         """Every reply given out, in order (copies of what the agent received)."""
         return list(self._returned)
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Any:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(
         self,

@@ -32,11 +32,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool, tool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
 from langgraph_version import ConcurrentTurn, GraphAgent, GraphSession
@@ -49,7 +47,7 @@ from shared_tools.guards import CANCELLED_CALL_TEXT, CANCELLED_WHILE_RUNNING_TEX
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, CustomerMismatch, StopReason
 from tests.conftest import assert_valid_history
-from tests.doubles import ScriptModel, ai, call
+from tests.doubles import ScriptModel, ToolBindingDouble, ai, call
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = "You are a bookstore assistant."
@@ -73,7 +71,7 @@ class ModelDown(ConnectionError):
     """The test model's outage."""
 
 
-class OutageModel(BaseChatModel):
+class OutageModel(ToolBindingDouble):
     """Decides each reply from the history (`policy`), and raises `ModelDown` on the calls numbered in `down`.
 
     Every call counts, failed ones too, so a finite `down` always ends: the model comes back.
@@ -93,8 +91,6 @@ class OutageModel(BaseChatModel):
     def calls(self) -> int:
         return self._calls
 
-    def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | None = None, **kwargs: Any) -> Any:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(
         self,

@@ -21,11 +21,9 @@ from typing import Any
 
 import pytest
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.outputs import ChatResult
 from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
-from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
 from handwritten import AgentCancelled, AgentLoop, CustomerMismatch, Session, SessionConflict
@@ -37,7 +35,7 @@ from shared_tools.models import ScriptedChatModel
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason, TraceEvent
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 from tests.conftest import assert_valid_history
-from tests.doubles import ScriptModel, ai, call
+from tests.doubles import ScriptModel, ToolBindingDouble, ai, call
 
 SYSTEM = "You are a test assistant."
 NO_LIMITS = AgentLimits(max_steps=None, max_tokens=None, max_repeats=None, max_consecutive_errors=None)
@@ -95,7 +93,7 @@ def tools() -> Tools:
     return Tools()
 
 
-class StallModel(BaseChatModel):
+class StallModel(ToolBindingDouble):
     """Returns its scripted replies, then waits forever on an event nobody sets (until cancelled or timed out)."""
 
     replies: Sequence[AIMessage] = ()
@@ -106,8 +104,6 @@ class StallModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "test-stall"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
         raise AssertionError("StallModel is async only")
