@@ -85,6 +85,7 @@ class GraphAgent:
         durability: Durability | None = None,
         started_at: float | None = None,
         customer: str | None = None,
+        keep_turns: int | None = None,
     ) -> AgentResult:
         """Run `graph` (this agent's, perhaps compiled with a session's checkpointer) to an `AgentResult`.
 
@@ -92,7 +93,8 @@ class GraphAgent:
         thread's `customer` recorded, when given), so a session's messages persist while its budgets start over
         with each question. A `Command` (the answer to an approval) or None (no new input) instead goes on with
         the thread's paused or unfinished run, counters and all: it is the same run, its clock moved on to
-        `started_at` (`RunContext.started_at`).
+        `started_at` (`RunContext.started_at`). `keep_turns` bounds what the model is sent
+        (`RunContext.keep_turns`).
         """
         graph_input: dict[str, Any] | Command | None
         if isinstance(new_messages, list):
@@ -110,6 +112,7 @@ class GraphAgent:
                 cancel=cancel,
                 durability=durability,
                 started_at=started_at,
+                keep_turns=keep_turns,
             )
         except asyncio.CancelledError:
             if graph.checkpointer is not None:

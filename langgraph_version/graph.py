@@ -30,6 +30,7 @@ from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
+from langgraph_version.history import visible_history
 from langgraph_version.run import OpenCalls, RunContext, emit, run_context, stop_reason_for
 from langgraph_version.state import AgentState, stopped, usage_of
 from shared_tools import guards
@@ -164,7 +165,7 @@ class GuardedNodes:
         try:
             # The time budget also bounds the wait for a reply: a model stuck for an hour must not hold the run.
             async with asyncio.timeout(self.limits.time_left(usage_of(state))) as deadline:
-                reply = await self.bound.ainvoke(state["messages"])
+                reply = await self.bound.ainvoke(visible_history(state["messages"], run_context().keep_turns))
         except TimeoutError:
             if not deadline.expired():
                 raise  # the model's own timeout: an outage, not our budget

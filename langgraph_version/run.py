@@ -77,6 +77,9 @@ class RunContext:
     the thread's last checkpoint was written (a human deciding, a process down, a model outage), which is not
     the agent's time. The first node of the run writes it into the state (see `graph.on_the_run_clock`).
     None for a new run."""
+    keep_turns: int | None = None
+    """Send the model only the system message and the last this-many user turns (`history.visible_history`);
+    the thread still stores every message. None: the whole history."""
 
     @property
     def cancelled(self) -> bool:
@@ -144,13 +147,14 @@ class RunRecord:
         cancel: threading.Event | None = None,
         durability: Durability | None = None,
         started_at: float | None = None,
+        keep_turns: int | None = None,
     ) -> None:
         """Run `graph` to its end, keeping its state after every superstep. A None input goes on with the
         thread's unfinished run; `started_at` is where its clock stands (`RunContext.started_at`)."""
         async for chunk in graph.astream(
             graph_input,
             config,
-            context=RunContext(cancel, self.record, self.calls, started_at),
+            context=RunContext(cancel, self.record, self.calls, started_at, keep_turns),
             stream_mode="values",
             durability=durability,
         ):

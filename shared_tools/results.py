@@ -166,6 +166,9 @@ class AgentOptions:
     """Which calls a human must approve first (see `shared_tools.bookstore.RiskyWritePolicy`)."""
     on_event: Callable[[TraceEvent], None] | None = None
     """Called with each trace line as it happens (from inside the run, so a cancel it sets is seen next)."""
+    on_token: Callable[[str], None] | None = None
+    """Called with each piece of the model's reply text as it arrives (the model is streamed); None: the
+    model is called without streaming. The merged reply is the same either way, so are guards and trace."""
 
 
 class Guard(StrEnum):
