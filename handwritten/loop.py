@@ -54,6 +54,8 @@ class AgentLoop:
         self.options = options
         self.limits = options.limits
         self.approve = approve
+        self.model = model
+        """The chat model the loop calls (a session also asks it for summaries)."""
         self._bound = model.bind_tools(list(tools))
 
     def run(

@@ -50,6 +50,8 @@ class GraphAgent:
         """With `options.needs_approval`, a call that needs a human's yes pauses the run (LangGraph's
         `interrupt()`, `StopReason.AWAITING_APPROVAL`); that needs a checkpointer to resume from: pass one, or
         run the agent in a `GraphSession` and answer with `GraphSession.resume`."""
+        self.model = model
+        """The chat model the graph calls (a session also asks it for summaries)."""
         self.options = options
         self.limits = options.limits
         self.recursion_limit = recursion_limit_for(options.limits)
