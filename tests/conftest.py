@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +34,40 @@ def build_agent(kind: str, model: BaseChatModel, tools: list[BaseTool], **option
     from langgraph_version import GraphAgent
 
     return GraphAgent(model, tools, AgentOptions(**options))
+
+
+SESSION_KINDS = ("handwritten", "langgraph", "langgraph-sqlite")
+"""A conversation: the hand-written `Session`, a `GraphSession` in memory, a `GraphSession` in a SQLite file."""
+
+
+def open_session(
+    kind: str,
+    model: BaseChatModel,
+    tools: list[BaseTool],
+    path: Path,
+    *,
+    customer_id: str | None = None,
+    keep_turns: int | None = None,
+    summarize: bool = False,
+    **options: Any,
+) -> Any:
+    """A conversation of `kind` (see `SESSION_KINDS`); the SQLite one lives in `path`/threads.db. `keep_turns`
+    and `summarize` are the history policy (`shared_tools.history`); `options` are the agent's."""
+    from shared_tools.comparison.scenarios import INSTRUCTIONS
+
+    agent = build_agent("handwritten" if kind == "handwritten" else "langgraph", model, tools, **options)
+    policy: dict[str, Any] = {"customer_id": customer_id}
+    if keep_turns is not None or summarize:  # only then, so the tests of the sessions without a policy still run
+        policy |= {"keep_turns": keep_turns, "summarize": summarize}
+    if kind == "handwritten":
+        from handwritten import Session
+
+        return Session(agent, INSTRUCTIONS, **policy)
+    from langgraph_version import GraphSession
+
+    if kind == "langgraph":
+        return GraphSession(agent, INSTRUCTIONS, **policy)
+    return GraphSession.sqlite(agent, INSTRUCTIONS, path=str(path / "threads.db"), **policy)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from shared_tools.bookstore.store import BookStore, UnknownBook
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, Guard, StopReason, TraceEvent
-from tests.conftest import IMPLEMENTATIONS, build_agent, tool_calls_in_order
+from tests.conftest import IMPLEMENTATIONS, SESSION_KINDS, build_agent, open_session, tool_calls_in_order
 from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
 
 INSTRUCTIONS = "You are the assistant of an online bookstore. Use the tools; answer briefly."
@@ -380,25 +380,6 @@ def test_every_tool_call_gets_exactly_one_result(make_agent: Any, store: BookSto
 # --- sessions under attack (graph helper) ---------------------------------------------------------------------
 # A conversation, hand-written (`Session`) or a checkpointer thread (`GraphSession`, in memory or in SQLite),
 # attacked the same way: two turns at once, a task cancelled mid-round, another customer.
-
-SESSION_KINDS = ("handwritten", "langgraph", "langgraph-sqlite")
-
-
-def open_session(
-    kind: str, model: Any, tools: list[Any], path: Path, *, customer_id: str | None = None, **options: Any
-) -> Any:
-    """A conversation of `kind`: the hand-written one in memory, the graph's in memory or in `path`/threads.db."""
-    agent = build_agent("handwritten" if kind == "handwritten" else "langgraph", model, tools, **options)
-    if kind == "handwritten":
-        from handwritten import Session
-
-        return Session(agent, INSTRUCTIONS, customer_id=customer_id)
-    from langgraph_version import GraphSession
-
-    if kind == "langgraph":
-        return GraphSession(agent, INSTRUCTIONS, customer_id=customer_id)
-    return GraphSession.sqlite(agent, INSTRUCTIONS, path=str(path / "threads.db"), customer_id=customer_id)
-
 
 def slow_echo() -> Any:
     from langchain_core.tools import StructuredTool
