@@ -4,7 +4,9 @@
 in which `FunctionInvokingChatClient` is the framework piece that runs tools for you) over any langchain-core
 chat model and any list of LangChain tools. It owns the loop and therefore the stopping rules: a final answer,
 an invalid reply, the budgets of `AgentLimits` (judged in one place, `AgentLimits.check`), and cancellation (a
-cooperative `cancel` event, or cancelling the task). Every reply is classified into one of three typed steps
+cooperative `cancel` event, or cancelling the task). With `on_token` the reply is streamed (`stream_reply`: the
+chunks merged by hand into the reply `ainvoke` would have given, a cancel or the time budget stopping it
+mid-reply). Every reply is classified into one of three typed steps
 (`FinalAnswer`, `CallTools`, `InvalidResponse`, from the companion F# lesson), every tool call gets exactly
 one ToolMessage, and every stop is a `RunStopped` raised where the reason is found and caught once in `arun`,
 as mini-swe-agent does. The guards' texts come from `shared_tools.guards`, so both agents feed the model the
@@ -17,15 +19,24 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    message_chunk_to_message,
+)
 from langchain_core.tools import BaseTool
 
 from shared_tools import guards
-from shared_tools.results import AgentOptions, AgentResult, RunStopped, RunUsage, StopReason, TraceEvent
+from shared_tools.results import AgentOptions, AgentResult, RunStopped, RunUsage, StopReason, Token, TraceEvent
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 from shared_tools.sync import run_blocking
 
@@ -65,10 +76,12 @@ class AgentLoop:
         *,
         history: Sequence[BaseMessage] | None = None,
         cancel: threading.Event | None = None,
+        unsent: Sequence[BaseMessage] = (),
     ) -> AgentResult:
         """`arun` for sync callers. Inside a running event loop, await `arun` instead."""
         return run_blocking(
-            lambda: self.arun(instructions, goal, history=history, cancel=cancel), instead="AgentLoop.arun(...)"
+            lambda: self.arun(instructions, goal, history=history, cancel=cancel, unsent=unsent),
+            instead="AgentLoop.arun(...)",
         )
 
     # --- the loop ----------------------------------------------------------------------------------------------
@@ -80,13 +93,16 @@ class AgentLoop:
         *,
         history: Sequence[BaseMessage] | None = None,
         cancel: threading.Event | None = None,
+        unsent: Sequence[BaseMessage] = (),
     ) -> AgentResult:
         """Work on `goal` until the model answers or something stops the run.
 
         `history` continues an earlier conversation (system message first; `instructions` is then unused);
-        `cancel` is checked before every model call and every tool call.
+        `cancel` is checked before every model call and every tool call. `unsent` are earlier messages of the
+        conversation the model is not sent (a session's window leaves them out): their tool-call ids stay taken,
+        so a provider that numbers its calls afresh cannot turn a new add into a replay of a forgotten one.
         """
-        run = _Run(_start_history(instructions, goal, history), cancel)
+        run = _Run(_start_history(instructions, goal, history), cancel, unsent=unsent)
         try:
             while True:
                 await self.step(run)
@@ -118,24 +134,62 @@ class AgentLoop:
         """Send the whole history; append the reply (tool calls included) before any tool runs."""
         run.check_cancel()
         started = time.perf_counter()
+        time_left = self.limits.time_left(run.usage)
         try:
-            # The time budget also bounds the wait for a reply: a model stuck for an hour must not hold the run.
-            async with asyncio.timeout(self.limits.time_left(run.usage)) as deadline:
-                reply = await self._bound.ainvoke(run.history)
+            if time_left is None:
+                reply = await self._ask(run)
+            else:
+                # The time budget also bounds the wait for a reply: a model stuck for an hour must not hold the run.
+                async with asyncio.timeout(time_left) as deadline:
+                    reply = await self._ask(run)
         except TimeoutError:
-            if not deadline.expired():
+            if time_left is None or not deadline.expired():
                 raise  # the model's own timeout: an outage, not our budget
             run.usage.model_calls += 1
             self._emit(run, guards.model_timeout_event(run.usage.model_calls, time.perf_counter() - started))
             raise RunStopped(StopReason.TIME_BUDGET) from None
+        except RunStopped:
+            # A cancel mid-stream: the call was made, so it is a step, and the half reply is dropped, not kept.
+            run.usage.model_calls += 1
+            self._emit(run, guards.model_cancelled_event(run.usage.model_calls, time.perf_counter() - started))
+            raise
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
-        reply = guards.with_call_ids(reply, run.history)
+        reply = guards.with_call_ids(reply, [*run.unsent, *run.history])
         run.usage.model_calls += 1
-        run.usage.tokens += guards.usage_tokens(reply)
+        event = guards.model_event(run.usage.model_calls, reply, time.perf_counter() - started)
+        run.usage.tokens += event.tokens
         run.history.append(reply)
-        self._emit(run, guards.model_event(run.usage.model_calls, reply, time.perf_counter() - started))
+        self._emit(run, event)
         return reply
+
+    def _ask(self, run: _Run) -> Awaitable[BaseMessage]:
+        """The model call: streamed when someone takes the tokens, else `ainvoke` (no chunks to merge: faster)."""
+        on_token = self.options.on_token
+        return self._bound.ainvoke(run.history) if on_token is None else self.stream_reply(run, on_token)
+
+    async def stream_reply(self, run: _Run, on_token: Callable[[Token], None]) -> BaseMessage:
+        """The reply, streamed: each piece to `on_token` as it arrives, the chunks merged as `ainvoke` merges them.
+
+        Tool calls arrive as `tool_call_chunks` (name first, arguments in JSON fragments, calls told apart by
+        index), which only the merge turns into tool calls, so nothing is judged before the last chunk. The
+        cancel is checked after every chunk; the partial reply is then dropped (`RunStopped`).
+        """
+        step = run.usage.model_calls + 1
+        chunks: list[BaseMessage] = []
+        async for chunk in self._bound.astream(run.history):
+            chunks.append(chunk)
+            for token in Token.of_chunk(chunk, step):
+                on_token(token)  # the caller's code: its exceptions are not ours to hide
+            run.check_cancel()
+        if len(chunks) == 1 and not isinstance(chunks[0], AIMessageChunk):
+            return chunks[0]  # a model that cannot stream: langchain-core sends its whole reply as one piece
+        if not chunks or not all(isinstance(chunk, AIMessageChunk) for chunk in chunks):
+            raise TypeError(f"the model streamed {[type(chunk).__name__ for chunk in chunks[:3]]}, expected chunks")
+        # One merge of all chunks, as langchain-core's own aggregation does: merging one chunk at a time would
+        # re-parse every tool call's arguments on each chunk, quadratic in a long reply.
+        first, *rest = chunks
+        return message_chunk_to_message(first + rest if rest else first)  # type: ignore[operator]
 
     async def run_tools(self, run: _Run, calls: Sequence[ToolCall]) -> bool:
         """Answer every call with one ToolMessage, appended in call order. True when any answer is an error.
@@ -234,6 +288,8 @@ class _Run:
 
     history: list[BaseMessage]
     cancel: threading.Event | None
+    unsent: Sequence[BaseMessage] = ()
+    """Earlier messages the model is not sent; only their tool-call ids matter here."""
     usage: RunUsage = field(default_factory=RunUsage)
     seen: dict[str, int] = field(default_factory=dict)
     """How often each call (name and arguments, `guards.call_key`) was asked for in this run."""

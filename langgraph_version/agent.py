@@ -105,7 +105,7 @@ class GraphAgent:
                 graph_input["customer"] = customer
         else:
             graph_input = new_messages
-        run = RunRecord(self.options.on_event)
+        run = RunRecord(self.options.on_event, self.options.on_token)
         try:
             await run.stream(
                 graph,

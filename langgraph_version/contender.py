@@ -183,7 +183,8 @@ class RefusalTraceMiddleware(AgentMiddleware):
 class CreateAgentContender:
     """`run`/`arun` -> AgentResult, like GraphAgent, over a `create_agent` graph per instructions.
 
-    It applies `limits.max_steps`, `detailed_errors`, `on_event` and `needs_approval` (through
+    It applies `limits.max_steps`, `detailed_errors`, `on_event`, `on_token` (LangGraph's "messages" stream of
+    its model node) and `needs_approval` (through
     `HumanInTheLoopMiddleware`, which pauses with `interrupt()`, so it needs a `checkpointer`; a checkpointer
     thread such as `conversations.CheckpointThread` swaps in its own). What the middleware cannot express, so
     these options are *not applied*: the token, time, repeat and consecutive-error budgets (the tool-call
@@ -280,7 +281,7 @@ class CreateAgentContender:
         A dict input is a new turn; a `Command` (the answer to a pause) or None goes on with the thread's run,
         and `earlier` is the trace of that run's stretches before it, so the counts are the whole run's.
         """
-        run = RunRecord(self.options.on_event)
+        run = RunRecord(self.options.on_event, self.options.on_token)
         try:
             await run.stream(graph, graph_input, config)
             out_of_supersteps = False

@@ -4,8 +4,9 @@
 exception propagates out of the run, unknown tools and bad arguments get `ToolNode`'s own texts, and only the
 recursion limit bounds the loop. `DefaultsGraphAgent` runs it with the same `AgentOptions` and `AgentResult`
 as the other agents, and honours what LangGraph itself has a knob for: `limits.max_steps` becomes the
-recursion limit (`defaults_recursion_limit_for`; hitting it is MAX_STEPS, with the partial run kept), and
-`on_event` gets the trace. A conversation is the same compiled graph with a checkpointer, on one thread
+recursion limit (`defaults_recursion_limit_for`; hitting it is MAX_STEPS, with the partial run kept),
+`on_event` gets the trace and `on_token` the streamed reply (LangGraph's "messages" mode). A conversation is
+the same compiled graph with a checkpointer, on one thread
 (`graph_for`, `turn_input` and `adrive` are what `shared_tools.comparison.conversations.CheckpointThread`
 needs). It has no approval gate: `ToolNode` runs every call the model asks for. A cancel event is honoured
 by the model node, which raises `RunStopped`, because this graph's state holds nothing but messages to stop
@@ -41,6 +42,7 @@ from langgraph_version.run import (
     emit,
     emit_tool_result,
     final_stop_reason,
+    invoke_model,
     run_context,
 )
 from shared_tools import guards
@@ -78,11 +80,15 @@ def build_defaults_graph(model: BaseChatModel, tools: Sequence[BaseTool]) -> Sta
     async def call_model(state: MessagesState) -> dict[str, Any]:
         if run_context().cancelled:
             raise RunStopped(StopReason.CANCELLED)
-        started = time.perf_counter()
-        reply = await bound.ainvoke(state["messages"])
+        started, step = time.perf_counter(), calls_this_run(state["messages"]) + 1
+        try:
+            reply = await invoke_model(bound, state["messages"])
+        except RunStopped:  # a cancel mid-stream: the call is on the trace, its half reply dropped
+            emit(guards.model_cancelled_event(step, time.perf_counter() - started))
+            raise
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
-        emit(guards.model_event(calls_this_run(state["messages"]) + 1, reply, time.perf_counter() - started))
+        emit(guards.model_event(step, reply, time.perf_counter() - started))
         return {"messages": [reply]}
 
     graph = StateGraph(MessagesState, context_schema=RunContext)
@@ -107,7 +113,7 @@ async def _traced(
 class DefaultsGraphAgent:
     """`build_defaults_graph` behind the shared contract: `run`/`arun` -> `AgentResult`.
 
-    It applies `limits.max_steps` (as the recursion limit) and `on_event`. LangGraph's defaults have no knob
+    It applies `limits.max_steps` (as the recursion limit), `on_event` and `on_token`. LangGraph's defaults have no knob
     for the rest, so these options are *not applied*: `detailed_errors` (a tool exception is never turned
     into a result), `max_tool_result_chars` (results are never cut), `parallel_tools` (`ToolNode` always runs
     the calls of one reply concurrently), and the token, time, repeat and consecutive-error budgets of
@@ -175,7 +181,7 @@ class DefaultsGraphAgent:
         that run before it, so the counts are the whole run's. The recursion limit is per run, as LangGraph
         counts it.
         """
-        run = RunRecord(self.options.on_event)
+        run = RunRecord(self.options.on_event, self.options.on_token)
         try:
             await run.stream(graph, graph_input, {**config, "recursion_limit": self.recursion_limit}, cancel=cancel)
         except GraphRecursionError:  # LangGraph's only brake: the run is kept, as far as it got

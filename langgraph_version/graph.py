@@ -9,7 +9,9 @@ state machine, message merging, checkpoints, `interrupt()` for approvals and `Re
 (repeat rule, unknown tool, invalid arguments, hidden error details, truncation, approval, budgets) are ours,
 with the same `shared_tools.guards` texts as the hand-written loop. Nodes and routers are all async, pure
 ones included, because an async run hands every sync node or router to a worker thread; sync callers go
-through `GraphAgent.run`, which drives `arun`. Every node runs `on_the_run_clock`, which is how a resumed or
+through `GraphAgent.run`, which drives `arun`. With `on_token`, the model node's `ainvoke` streams because the run
+is streamed in LangGraph's "messages" mode (`run.RunRecord`), and `run.invoke_model` lets a cancel stop it
+mid-reply. Every node runs `on_the_run_clock`, which is how a resumed or
 continued run leaves the time it was not running off its time budget without writing to state from outside
 a node.
 """
@@ -31,14 +33,22 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
 from langgraph_version.history import visible_history
-from langgraph_version.run import OpenCalls, RunContext, emit, run_context, stop_reason_for
+from langgraph_version.run import (
+    MODEL_NODE,
+    OpenCalls,
+    RunContext,
+    emit,
+    invoke_model,
+    run_context,
+    stop_reason_for,
+)
 from langgraph_version.state import AgentState, stopped, usage_of
 from shared_tools import guards
-from shared_tools.results import AgentLimits, AgentOptions, StopReason, TraceEvent
+from shared_tools.results import AgentLimits, AgentOptions, RunStopped, StopReason, TraceEvent
 
 logger = logging.getLogger(__name__)
 
-MODEL = "model"
+MODEL = MODEL_NODE
 TOOLS = "tools"
 ERRORS = "errors"
 CHECK = "check"
@@ -164,14 +174,19 @@ class GuardedNodes:
         started = time.perf_counter()
         try:
             # The time budget also bounds the wait for a reply: a model stuck for an hour must not hold the run.
+            # With on_token the run streams in "messages" mode, and that alone makes this ainvoke stream.
             async with asyncio.timeout(self.limits.time_left(usage_of(state))) as deadline:
-                reply = await self.bound.ainvoke(visible_history(state["messages"], run_context().keep_turns))
+                history = visible_history(state["messages"], run_context().keep_turns)
+                reply = await invoke_model(self.bound, history)
         except TimeoutError:
             if not deadline.expired():
                 raise  # the model's own timeout: an outage, not our budget
             # The call was made, so it counts as a step, with no reply and no tokens, as in the loop.
             emit(guards.model_timeout_event(step, time.perf_counter() - started))
             return {"model_calls": step, **stopped(StopReason.TIME_BUDGET)}
+        except RunStopped as stop:  # a cancel mid-stream (`invoke_model`): a step, its half reply dropped
+            emit(guards.model_cancelled_event(step, time.perf_counter() - started))
+            return {"model_calls": step, **stopped(stop.reason)}
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
         reply = guards.with_call_ids(reply, state["messages"])

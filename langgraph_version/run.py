@@ -8,19 +8,26 @@ also streams the graph's full state after every superstep, so a run that LangGra
 partial history, and it keeps the tool round in progress (`OpenCalls`), so a run whose task is cancelled
 mid-round can still tell the thread which calls finished, which were cut off and which never started. It
 turns what it saw into the shared `AgentResult`. `stop_reason_for` is the typed step of `shared_tools.steps`
-as a stop reason, the one rule for how a reply ends a run in all three graphs.
+as a stop reason, the one rule for how a reply ends a run in all three graphs. With `on_token` the record also
+streams LangGraph's ``"messages"`` mode, which makes every model call inside a node stream (the node keeps its
+`ainvoke`), and hands the model node's chunks on as `Token`s; `invoke_model` is that `ainvoke`, stopped
+mid-stream by the run's cancel event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models import LanguageModelInput
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables.config import merge_configs
 from langgraph.config import get_stream_writer
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.pregel import Pregel
@@ -28,13 +35,17 @@ from langgraph.runtime import get_runtime
 from langgraph.types import Command
 
 from shared_tools import guards
-from shared_tools.results import AgentResult, RunUsage, StopReason, TraceEvent
+from shared_tools.results import AgentResult, RunStopped, RunUsage, StopReason, Token, TraceEvent
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 
 logger = logging.getLogger(__name__)
 
 Durability = Literal["sync", "async", "exit"]
 """LangGraph's checkpoint write policy (see `GraphSession`)."""
+
+MODEL_NODE = "model"
+"""The node that calls the model, in all three graphs (`create_agent` names its own so too): the only node whose
+streamed chunks are the reply."""
 
 
 @dataclass
@@ -80,6 +91,8 @@ class RunContext:
     keep_turns: int | None = None
     """Send the model only the system message and the last this-many user turns (`history.visible_history`);
     the thread still stores every message. None: the whole history."""
+    streaming: bool = False
+    """The run is streamed with ``"messages"`` (the caller gave `on_token`), so model calls stream."""
 
     @property
     def cancelled(self) -> bool:
@@ -89,6 +102,46 @@ class RunContext:
 def run_context() -> RunContext:
     """This run's context; an empty one when someone streams a graph without passing `context=`."""
     return get_runtime(RunContext).context or RunContext()
+
+
+class _CancelWatcher(BaseCallbackHandler):
+    """Cancels a streaming model call once the run's cancel is set; it sees every chunk as it arrives."""
+
+    run_inline = True  # called in the model call's own task, chunk by chunk
+
+    def __init__(self, cancel: threading.Event) -> None:
+        self.cancel = cancel
+        self.call: asyncio.Future[Any] | None = None
+        self.cut = False
+
+    def on_llm_new_token(self, token: str, **kwargs: Any) -> None:
+        if self.cancel.is_set() and self.call is not None and not self.cut:
+            self.cut = True
+            self.call.cancel()  # lands at the call's next await: the wait for the next chunk
+
+
+async def invoke_model(
+    bound: Runnable[LanguageModelInput, BaseMessage], messages: Sequence[BaseMessage]
+) -> BaseMessage:
+    """`bound.ainvoke(messages)` from a model node. A run with `on_token` streams in "messages" mode, which alone
+    makes this call stream; then a cancel set while the reply streams (from `on_token`, say) ends the call at
+    its next chunk with `RunStopped(CANCELLED)`, and the half reply is dropped. LangGraph's messages stream
+    delivers the chunks but cannot stop a call, so a callback that sees each chunk cancels it (a callback that
+    raised would be logged by langchain-core as a failure of every such cancel)."""
+    context = run_context()
+    if not context.streaming or context.cancel is None:
+        return await bound.ainvoke(messages)
+    watcher = _CancelWatcher(context.cancel)
+    # Merged into the node's config, so LangGraph's own stream handler stays on the call.
+    config = merge_configs(ensure_config(), {"callbacks": [watcher]})
+    call = watcher.call = asyncio.ensure_future(bound.ainvoke(messages, config))
+    try:
+        return await call
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if watcher.cut and (task is None or not task.cancelling()):
+            raise RunStopped(StopReason.CANCELLED) from None
+        raise  # the node itself was cancelled (the time budget, the caller): not ours to turn into a stop
 
 
 def emit(event: TraceEvent) -> None:
@@ -131,8 +184,11 @@ def stop_reason_for(reply: AIMessage) -> StopReason | None:
 class RunRecord:
     """What one run has produced so far: the last full state, the trace lines, the approvals it paused on."""
 
-    def __init__(self, on_event: Callable[[TraceEvent], None] | None) -> None:
+    def __init__(
+        self, on_event: Callable[[TraceEvent], None] | None, on_token: Callable[[Token], None] | None = None
+    ) -> None:
         self.on_event = on_event
+        self.on_token = on_token
         self.state: dict[str, Any] = {}
         self.trace: list[TraceEvent] = []
         self.pending: list[dict[str, Any]] | None = None
@@ -150,19 +206,49 @@ class RunRecord:
         keep_turns: int | None = None,
     ) -> None:
         """Run `graph` to its end, keeping its state after every superstep. A None input goes on with the
-        thread's unfinished run; `started_at` is where its clock stands (`RunContext.started_at`)."""
-        async for chunk in graph.astream(
+        thread's unfinished run; `started_at` is where its clock stands (`RunContext.started_at`). With
+        `on_token`, the model node's streamed chunks go to it as they arrive (``stream_mode="messages"``)."""
+        streaming = self.on_token is not None
+        context = RunContext(cancel, self.record, self.calls, started_at, keep_turns, streaming)
+        async for item in graph.astream(
             graph_input,
             config,
-            context=RunContext(cancel, self.record, self.calls, started_at, keep_turns),
-            stream_mode="values",
+            context=context,
+            stream_mode=["values", "messages"] if streaming else "values",
             durability=durability,
         ):
+            if streaming:
+                mode, chunk = item
+                if mode == "messages":
+                    self.hand_on(*chunk, cancel=cancel)
+                    continue
+            else:
+                chunk = item
             # The chunk of a paused run also carries LangGraph's `__interrupt__` entry: the approval requests.
             if "__interrupt__" in chunk:
                 self.pending = [pause.value for pause in chunk["__interrupt__"]]
                 chunk = {k: v for k, v in chunk.items() if k != "__interrupt__"}
             self.state = chunk
+
+    def hand_on(self, message: BaseMessage, metadata: dict[str, Any], *, cancel: threading.Event | None) -> None:
+        """Give `on_token` the pieces of a streamed chunk of the model node (a model that cannot stream sends
+        its whole reply once); other nodes' messages (tool results) are not the reply. After a cancel nothing
+        more is handed on: the node drops the cut reply at its next chunk."""
+        if metadata.get("langgraph_node") != MODEL_NODE or not isinstance(message, AIMessage):
+            return
+        if cancel is not None and cancel.is_set():
+            return
+        assert self.on_token is not None
+        for token in Token.of_chunk(message, self.step()):
+            self.on_token(token)  # the caller's code: its exceptions are not ours to hide
+
+    def step(self) -> int:
+        """The model call being streamed, numbered as its trace line will be: the state before the model node
+        is the last one streamed ("values" come after every superstep)."""
+        calls = self.state.get("model_calls")
+        if isinstance(calls, int):
+            return calls + 1  # the guarded graph counts its calls in state
+        return calls_this_run(self.state.get("messages", [])) + 1
 
     def record(self, event: TraceEvent) -> None:
         self.trace.append(event)

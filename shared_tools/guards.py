@@ -37,6 +37,9 @@ thread that cannot be stopped), so the model must not be told it did not run."""
 MODEL_TIMED_OUT_DETAIL = "no reply within the time budget"
 """Trace detail of a model call that the time budget cut off."""
 
+MODEL_CANCELLED_DETAIL = "reply cut off by a cancel"
+"""Trace detail of a streamed model call that a cancel stopped mid-reply."""
+
 
 def call_key(name: str, args: Mapping[str, Any]) -> str:
     """Canonical JSON of a call, so `{"a":1,"b":2}` and `{"b":2,"a":1}` count as the same call."""
@@ -211,7 +214,11 @@ _URL_USERINFO = re.compile(r"(?<=://)[^/\s@]+@")
 
 def mask_pii(text: str) -> str:
     """Mask e-mail addresses, street addresses and URL credentials before text reaches a trace, a log or a record."""
-    return _STREET.sub("<address>", _EMAIL.sub("<email>", _URL_USERINFO.sub("<credentials>@", text)))
+    if "@" in text:
+        # Both patterns need an "@": without one, skipping them spares two scans of every tool result (most of
+        # the hand-written loop's own cost per seed job; benchmarks/README.md).
+        text = _EMAIL.sub("<email>", _URL_USERINFO.sub("<credentials>@", text))
+    return _STREET.sub("<address>", text)
 
 
 def mask_values(value: Any) -> Any:
@@ -244,7 +251,10 @@ def tool_event(
     """The trace line of one answered tool call; every contender builds its tool lines here."""
     # The name too is the model's text: an e-mail sent as a tool name must not reach a record or a log.
     name = mask_pii(str(call["name"]))
-    return TraceEvent(step, name, duration_s, tool_detail(call["args"], text), is_error=is_error, guard=guard)
+    args = call["args"]
+    # Masking a whole tool result is the dearest part of a trace line, and most lines are never read: the
+    # detail is made (masked) when it is first read.
+    return TraceEvent.deferred(step, name, duration_s, lambda: tool_detail(args, text), is_error=is_error, guard=guard)
 
 
 def tool_answer(
@@ -266,13 +276,19 @@ def tool_answer(
 
 
 def model_event(step: int, reply: AIMessage, duration_s: float) -> TraceEvent:
-    """The trace line of one model call: its tool calls, its plan, its tokens."""
-    return TraceEvent(step, "model", duration_s, model_detail(reply), usage_tokens(reply))
+    """The trace line of one model call: its tool calls, its plan (masked when the line is first read), its tokens."""
+    return TraceEvent.deferred(step, "model", duration_s, lambda: model_detail(reply), tokens=usage_tokens(reply))
 
 
 def model_timeout_event(step: int, duration_s: float) -> TraceEvent:
     """The trace line of a model call the time budget cut off: counted as a step, with no reply and no tokens."""
     return TraceEvent(step, "model", duration_s, MODEL_TIMED_OUT_DETAIL, guard=Guard.MODEL_TIMEOUT)
+
+
+def model_cancelled_event(step: int, duration_s: float) -> TraceEvent:
+    """The trace line of a streamed model call a cancel cut off: a step, with no reply kept and no tokens counted
+    (a streamed reply reports its usage only in its last chunk)."""
+    return TraceEvent(step, "model", duration_s, MODEL_CANCELLED_DETAIL, guard=Guard.MODEL_CANCELLED)
 
 
 def plan_of(message: AIMessage) -> str | None:

@@ -8,8 +8,9 @@ way). `StopReason` says why a run ended as a value a program can branch on (neve
 to show one customer's conversation to another. `TraceEvent` is one line of the per-step trace, with the guard
 that decided a tool result as a typed field (`Guard`), so no reader has to recognise a guard by its wording.
 `AgentResult` is what `handwritten.AgentLoop` and `langgraph_version.GraphAgent` both return, so the comparison
-can put them side by side without knowing which one produced a result. "The seed" is the .NET article this
-project ports ("Writing an Agent Loop from Scratch", see the README).
+can put them side by side without knowing which one produced a result. `Token` is one streamed piece of a reply
+(`AgentOptions.on_token`), with its kind (answer text or the model's plan) as a typed field. "The seed" is the
+.NET article this project ports ("Writing an Agent Loop from Scratch", see the README).
 """
 
 from __future__ import annotations
@@ -166,9 +167,44 @@ class AgentOptions:
     """Which calls a human must approve first (see `shared_tools.bookstore.RiskyWritePolicy`)."""
     on_event: Callable[[TraceEvent], None] | None = None
     """Called with each trace line as it happens (from inside the run, so a cancel it sets is seen next)."""
-    on_token: Callable[[str], None] | None = None
-    """Called with each piece of the model's reply text as it arrives (the model is streamed); None: the
-    model is called without streaming. The merged reply is the same either way, so are guards and trace."""
+    on_token: Callable[[Token], None] | None = None
+    """Called with each `Token` of the model's reply as it arrives: the model is streamed (the hand-written loop
+    merges the chunks itself, the graphs use LangGraph's ``stream_mode="messages"``). None: the model is called
+    without streaming, which is faster. The merged reply is the same either way, so are the guards, the trace
+    and the result. Called from inside the run, in order, so a cancel it sets stops the stream at the next
+    chunk: the cut reply is not kept (the trace says `Guard.MODEL_CANCELLED`). Tokens of a reply come before
+    its trace line (`on_event`); a reply that also calls tools may have text too, so join the ANSWER tokens
+    of the last step (`Token.step`) for the final answer."""
+
+
+class TokenKind(StrEnum):
+    """What a streamed piece of a reply is."""
+
+    ANSWER = "answer"
+    """The reply's text: what the user reads (the final answer, or what the model says while calling tools)."""
+    PLAN = "plan"
+    """A thinking model's reasoning (``additional_kwargs["reasoning_content"]``), which the trace shows as the plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One streamed piece of a model reply, given to `AgentOptions.on_token` as it arrives."""
+
+    text: str
+    kind: TokenKind = TokenKind.ANSWER
+    step: int = 1
+    """The model call it belongs to, numbered as on the trace (`TraceEvent.step`), so replies can be told apart."""
+
+    @staticmethod
+    def of_chunk(chunk: BaseMessage, step: int) -> list[Token]:
+        """The plan and text pieces a streamed chunk carries (a model that cannot stream sends one whole reply)."""
+        tokens: list[Token] = []
+        plan = chunk.additional_kwargs.get("reasoning_content")
+        if isinstance(plan, str) and plan:
+            tokens.append(Token(plan, TokenKind.PLAN, step))
+        if text := chunk.text:
+            tokens.append(Token(text, TokenKind.ANSWER, step))
+        return tokens
 
 
 class Guard(StrEnum):
@@ -182,6 +218,31 @@ class Guard(StrEnum):
     TRUNCATED = "result truncated"
     CANCELLED = "cancelled before it ran"
     MODEL_TIMEOUT = "model call cut by the time budget"
+    MODEL_CANCELLED = "model reply cut by a cancel"
+
+
+class _WrittenWhenRead:
+    """A text field that may be given a function making the text instead: called once, when it is first read.
+
+    A trace line's detail is masked text (personal data, credentials) of every tool result, which costs more than
+    the rest of the loop's own bookkeeping; most lines of most runs are never shown, so `TraceEvent.deferred`
+    leaves the work until someone reads the detail. Reading it is the same either way (`asdict`, `==` and `repr`
+    read it too).
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, event: object, owner: type | None = None) -> str:
+        if event is None:
+            raise AttributeError(self.slot)  # no default: the dataclass field stays required
+        value = event.__dict__[self.slot]
+        if not isinstance(value, str):
+            value = event.__dict__[self.slot] = value()
+        return value
+
+    def __set__(self, event: object, value: str | Callable[[], str]) -> None:
+        event.__dict__[self.slot] = value
 
 
 @dataclass(frozen=True)
@@ -191,13 +252,36 @@ class TraceEvent:
     step: int
     name: str
     duration_s: float
-    detail: str
+    detail: str = _WrittenWhenRead()  # type: ignore[assignment]  # a str to every reader
     tokens: int = 0
     """For a model call: the tokens that call used (input + output). 0 for tool calls."""
     is_error: bool = False
     """For a tool call: the model was given an error result."""
     guard: Guard | None = None
     """The guard that decided this result (None: the tool ran and its result went back as it was)."""
+
+    @classmethod
+    def deferred(
+        cls,
+        step: int,
+        name: str,
+        duration_s: float,
+        make_detail: Callable[[], str],
+        *,
+        tokens: int = 0,
+        is_error: bool = False,
+        guard: Guard | None = None,
+    ) -> TraceEvent:
+        """An event whose detail is made by `make_detail` when it is first read (a pure function of what it
+        closes over, so when it runs changes nothing)."""
+        event = cls(step, name, duration_s, "", tokens, is_error, guard)
+        object.__setattr__(event, "detail", make_detail)
+        return event
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickling keeps: the detail made, not the function that makes it (which may not pickle)."""
+        _ = self.detail
+        return dict(self.__dict__)
 
     @property
     def is_model(self) -> bool:

@@ -8,7 +8,9 @@ chunks, one chunk carrying `tool_calls`, then a final `done: true` chunk with `d
 request/response code agree with that format; it proves nothing about how a real model behaves. Every
 request body is recorded for assertions. When the script runs out it answers HTTP 500 with an Ollama-style
 error, so a test that asks for more replies than it scripted fails loudly. Per-reply fault modes
-(`delay_s`, `drop_mid_stream`, `malformed`) exist for reliability tests.
+(`delay_s`, `drop_mid_stream`, `malformed`) exist for reliability tests, and `chunk_delay_s` spaces the lines
+out as a model generating token by token does, for stops in the middle of a stream. As in Ollama, the text
+comes in pieces but the tool calls arrive whole, in one line, and the usage only in the last (``done``) line.
 
     with OllamaReplayServer(script=[ReplayReply(text="Hi", thinking="Say hi.")]) as server:
         model = ChatOllama(model="qwen3:4b", base_url=server.base_url)
@@ -46,6 +48,8 @@ class ReplayReply:
     """Close the connection right after the first chunk (a crashed server or a cut network)."""
     malformed: bool = False
     """Send a line that is not JSON in the middle of the stream."""
+    chunk_delay_s: float = 0.0
+    """Sleep this long between two streamed lines (a model generating token by token), for mid-stream stops."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,8 @@ def _handler_for(server: OllamaReplayServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             try:
                 for index, part in enumerate(server._chunks(reply, model)):
+                    if index and reply.chunk_delay_s and server._stopping.wait(reply.chunk_delay_s):
+                        return
                     self._write_chunk(json.dumps(part).encode() + b"\n")
                     if index == 0 and reply.drop_mid_stream:
                         self.close_connection = True

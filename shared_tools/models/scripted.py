@@ -1,28 +1,34 @@
 """`ScriptedChatModel`: a deterministic, offline chat model that behaves like a tool-calling LLM.
 
-It is only LangChain plumbing (tool binding, usage, ids, reasoning text); the decisions come from the persona
-policies in `personas.py`. It reads tool results only from the message history it is given, never from the
-store, exactly like a real model. Its decisions are deterministic; its tool-call ids also carry a per-instance
-`id_salt` (random unless fixed), as a real provider's ids differ between conversations.
+It is only LangChain plumbing (tool binding, usage, ids, reasoning text, streaming); the decisions come from the
+persona policies in `personas.py`. It reads tool results only from the message history it is given, never from
+the store, exactly like a real model. Its decisions are deterministic; its tool-call ids also carry a
+per-instance `id_salt` (random unless fixed), as a real provider's ids differ between conversations. It streams
+as a provider does (`_astream`, `stream_chunks`): the plan, then the text in word pieces, then the tool calls as
+`tool_call_chunks` (name first, arguments cut mid-JSON, several calls interleaved by index), usage only on the
+last chunk, `chunk_delay` seconds apart; the merged chunks equal the reply `ainvoke` gives.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import hashlib
 import json
 import logging
+import re
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
-from langchain_core.messages import AIMessage, BaseMessage, ToolCall
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCall, ToolCallChunk
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.utils import count_tokens_approximately
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
@@ -31,6 +37,7 @@ from pydantic import ConfigDict, Field, field_validator
 from shared_tools.models.personas import PERSONAS, Decision, Noise, decide
 
 logger = logging.getLogger(__name__)
+
 
 def _history_digest(messages: Sequence[BaseMessage], salt: str = "") -> str:
     """A stable fingerprint of the conversation so far, under one model instance's `salt`.
@@ -100,6 +107,8 @@ class ScriptedChatModel(BaseChatModel):
     """The `noisy` persona's seed (other personas have no randomness to seed)."""
     noise: Noise = Field(default_factory=Noise)
     """How often the `noisy` persona slips."""
+    chunk_delay: float = Field(default=0.0, ge=0.0)
+    """Seconds slept between two streamed chunks, to show time-to-first-token against time-to-answer."""
 
     @field_validator("persona")
     @classmethod
@@ -138,6 +147,36 @@ class ScriptedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._whole_reply(messages, kwargs))])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for i, chunk in enumerate(stream_chunks(self._whole_reply(messages, kwargs))):
+            if i and self.chunk_delay:
+                time.sleep(self.chunk_delay)
+            yield ChatGenerationChunk(message=chunk)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        for i, chunk in enumerate(stream_chunks(self._whole_reply(messages, kwargs))):
+            if i:
+                # Even with no delay, each chunk is a turn of the event loop, as each read from a socket is: a
+                # consumer (LangGraph's stream, a cancel set from on_token) gets to run between two chunks.
+                await asyncio.sleep(self.chunk_delay)
+            yield ChatGenerationChunk(message=chunk)
+
+    def _whole_reply(self, messages: list[BaseMessage], kwargs: dict[str, Any]) -> AIMessage:
+        """The reply to `messages`, decided whole (a stream is cut from it), with its usage."""
         schemas: list[dict[str, Any]] = list(kwargs.get("tools") or [])
         names = [s["function"]["name"] for s in schemas]
         decision = decide(messages, names, self.persona, seed=self.seed, noise=self.noise)
@@ -150,7 +189,7 @@ class ScriptedChatModel(BaseChatModel):
             input_tokens=prompt_tokens, output_tokens=output_tokens, total_tokens=prompt_tokens + output_tokens
         )
         logger.debug("scripted %s: %s", self.persona, decision.plan)
-        return ChatResult(generations=[ChatGeneration(message=reply)])
+        return reply
 
     async def _agenerate(
         self,
@@ -175,3 +214,52 @@ class ScriptedChatModel(BaseChatModel):
             additional_kwargs={"reasoning_content": decision.plan},
             response_metadata={"model_name": self.model, "model_provider": "scripted", "persona": self.persona},
         )
+
+
+ARGS_PIECE_CHARS = 7
+"""Characters of a tool call's JSON arguments per streamed chunk: small, so arguments are cut mid-JSON."""
+
+
+def _pieces(text: str) -> list[str]:
+    """Word-sized pieces (a word with the white space around it) that join back to exactly `text`."""
+    return re.findall(r"\s*\S+\s*|\s+", text)
+
+
+def stream_chunks(reply: AIMessage) -> list[AIMessageChunk]:
+    """`reply` cut into the chunks a streaming provider sends, which merge back into it.
+
+    The plan first (where ChatOllama puts a thinking model's reasoning), then the text, then the tool calls:
+    each call's first chunk carries its index, id and name, its arguments follow as JSON fragments cut every
+    `ARGS_PIECE_CHARS` characters, and the fragments of several calls take turns (index 0, 1, 0, 1...), as
+    OpenAI-style providers interleave them. The last chunk carries the usage and the response metadata, as
+    Ollama's final ``done`` line does, and says it is the last. Every chunk repeats the reasoning key, with ""
+    when it has none of the plan, so the merged reply has the key even for an empty plan.
+    """
+    plan = reply.additional_kwargs.get("reasoning_content")
+    chunks: list[AIMessageChunk] = []
+    if isinstance(plan, str):
+        chunks += [AIMessageChunk(content="", additional_kwargs={"reasoning_content": p}) for p in _pieces(plan)]
+        if not chunks:
+            chunks.append(AIMessageChunk(content="", additional_kwargs={"reasoning_content": ""}))
+    text = reply.content if isinstance(reply.content, str) else ""
+    chunks += [AIMessageChunk(content=p) for p in _pieces(text)]
+    fragments: list[list[ToolCallChunk]] = []
+    for index, call in enumerate(reply.tool_calls):
+        args = json.dumps(call["args"], ensure_ascii=False)
+        pieces = [args[i : i + ARGS_PIECE_CHARS] for i in range(0, len(args), ARGS_PIECE_CHARS)]
+        head = ToolCallChunk(name=call["name"], args="", id=call["id"], index=index, type="tool_call_chunk")
+        rest = [ToolCallChunk(name=None, args=p, id=None, index=index, type="tool_call_chunk") for p in pieces]
+        fragments.append([head, *rest])
+    for turn in range(max((len(f) for f in fragments), default=0)):
+        for calls in fragments:
+            if turn < len(calls):
+                chunks.append(AIMessageChunk(content="", tool_call_chunks=[calls[turn]]))
+    chunks.append(
+        AIMessageChunk(
+            content="" if isinstance(reply.content, str) else reply.content,
+            usage_metadata=reply.usage_metadata,
+            response_metadata=dict(reply.response_metadata),
+            chunk_position="last",
+        )
+    )
+    return chunks
