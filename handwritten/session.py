@@ -1,39 +1,56 @@
-"""A multi-turn conversation over an `AgentLoop`: the history kept between questions, and saved to disk.
+"""A multi-turn conversation over an `AgentLoop`: the history kept between questions, trimmed, rewound and saved.
 
 `Session` is the hand-written counterpart of a framework session (the seed's `AgentSession`, a LangGraph
-checkpointer thread): each `ask` runs the loop with the whole earlier conversation as history and fresh
-per-run budgets, and keeps the history the run returns, including after a cancellation (the loop answers
-any cancelled tool call, so the history stays valid). What a checkpointer gives a framework user for free
-is written out here in a few lines each: one turn at a time per conversation (a second `ask` waits for the
-first), the customer the conversation belongs to, and a save that is atomic (a temp file, then
-`os.replace`) and refuses to overwrite a file another process saved since this session read it.
+checkpointer thread): each `ask` runs the loop with the earlier conversation as history and fresh per-run
+budgets, and keeps the history the run returns, including after a cancellation (the loop answers any cancelled
+tool call, so the history stays valid). What a checkpointer and LangChain's message utilities give a framework
+user is written out here in a few lines each: one turn at a time per conversation (a second `ask` waits for
+the first), the customer the conversation belongs to, the history policy of `shared_tools.history`
+(`keep_turns`: what `trim_messages` does, by hand; `summarize`: what `SummarizationMiddleware` does, by hand),
+`rewind` (time travel: the list is cut, and the store is not rewound), and a save whose cost does not grow with
+the conversation: an append-only JSON Lines file (a header line, then one line of new messages per save), which
+a rewind or a summary rewrites atomically (a temp file, then `os.replace`), and which refuses to overwrite a
+file another process saved since this session read it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
 import os
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from langchain_core.messages import BaseMessage, HumanMessage, messages_from_dict, messages_to_dict
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, messages_from_dict, messages_to_dict
 
 from handwritten.loop import AgentCancelled, AgentLoop
-from shared_tools.results import AgentResult, CustomerMismatch
+from shared_tools import guards
+from shared_tools.history import (
+    Rewound,
+    clip_summary,
+    count_turns,
+    is_summary,
+    is_user_turn,
+    summary_message,
+    summary_request,
+    summary_text,
+)
+from shared_tools.results import AgentResult, CustomerMismatch, RunUsage
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
 
-FORMAT = "agent-loop-compare/session/2"
-READABLE_FORMATS = ("agent-loop-compare/session/1", FORMAT)
-"""Version 1 had no customer and no revision; it still loads."""
+FORMAT = "agent-loop-compare/session/3"
+READABLE_FORMATS = ("agent-loop-compare/session/1", "agent-loop-compare/session/2", FORMAT)
+"""Version 1 (one JSON document, no customer, no revision) and version 2 (one JSON document) still load; a
+session loaded from one is saved as version 3 (JSON Lines) at its next save."""
 
 
 class SessionConflict(RuntimeError):
@@ -41,7 +58,7 @@ class SessionConflict(RuntimeError):
 
 
 class Session:
-    """One conversation: ask several questions, each one seeing the earlier turns."""
+    """One conversation: ask several questions, each one seeing the earlier turns (or the last `keep_turns`)."""
 
     def __init__(
         self,
@@ -50,16 +67,37 @@ class Session:
         messages: list[BaseMessage] | None = None,
         *,
         customer_id: str | None = None,
+        keep_turns: int | None = None,
+        summarize: bool = False,
     ) -> None:
-        """`customer_id` records whose conversation this is (see `load`); the loop's tools must act for them."""
+        """`customer_id` records whose conversation this is (see `load`); the loop's tools must act for them.
+
+        `keep_turns=N` sends the model only the system message, the summary if any and the last N user turns
+        (the whole history is still kept and saved); `summarize=True` folds the turns that fall out of that
+        window into one summary message written by the loop's model (`shared_tools.history`).
+        """
+        if keep_turns is not None and (not _is_count(keep_turns) or keep_turns < 1):
+            raise ValueError(f"keep_turns must be at least 1 (a window of user turns), got {keep_turns!r}")
+        if summarize and keep_turns is None:
+            raise ValueError("summarize needs keep_turns: the summary stands in for the turns outside that window")
         self.loop = loop
         self.instructions = instructions
         self.customer_id = customer_id
+        self.keep_turns = keep_turns
+        self.summarize = summarize
+        self.summary_tokens = 0
+        """Tokens the summary calls spent in this session: not part of any question's token budget."""
         self._messages: list[BaseMessage] = list(messages or [])
         self._revision = 0
         """How many saves the file had when this session last read or wrote it (0: never saved)."""
-        # A threading lock, not an asyncio one: sync `ask`s from two threads each run their own event loop.
+        self._path: Path | None = None
+        """The file this session was loaded from or last saved to: `rewind` saves there again."""
+        self._saved: int | None = None
+        """How many leading messages of `_messages` are in `_path` as they are here; None: rewrite it whole."""
+        # Threading locks, not asyncio ones: sync `ask`s from two threads each run their own event loop.
         self._turn = threading.Lock()
+        self._state = threading.Lock()
+        """Held while `_messages` is replaced and while a save reads it, so a save never writes half a change."""
 
     @property
     def messages(self) -> list[BaseMessage]:
@@ -68,8 +106,14 @@ class Session:
 
     @property
     def turns(self) -> int:
-        """How many questions this conversation has had."""
-        return sum(isinstance(m, HumanMessage) for m in self._messages)
+        """How many user turns the history holds (turns folded into the summary are no longer counted)."""
+        return count_turns(self._messages)
+
+    def history_turns(self) -> list[str]:
+        """The user's questions still in the history, oldest first."""
+        return [message.text for message in self._messages if is_user_turn(message)]
+
+    # --- asking --------------------------------------------------------------------------------------------------
 
     def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """`aask` for sync callers. Inside a running event loop, await `aask` instead."""
@@ -80,17 +124,84 @@ class Session:
 
         Turns are taken one at a time: a second `aask` (another task, another thread) waits for the first, so
         neither question nor answer is lost the way two runs over the same starting history would lose one.
+        The result's `messages` are the whole history, not only the window the model was sent.
         """
         async with self._one_turn_at_a_time():
+            if self.summarize and not (cancel is not None and cancel.is_set()):
+                await self._fold_old_turns()
+            full = self._messages
+            sent = self._window(full)
             try:
+                unsent = _left_out(full, sent)
                 result = await self.loop.arun(
-                    self.instructions, question, history=self._messages or None, cancel=cancel
+                    self.instructions, question, history=sent or None, cancel=cancel, unsent=unsent
                 )
             except AgentCancelled as cancelled:
-                self._messages = cancelled.result.messages  # keep the partial turn; the next ask can continue it
+                # Keep the partial turn (the loop answered its open calls), so the next ask can continue it.
+                cancelled.result = self._keep(full, sent, cancelled.result)
                 raise
-            self._messages = result.messages
-            return result
+            return self._keep(full, sent, result)
+
+    def _window(self, messages: list[BaseMessage]) -> list[BaseMessage]:
+        """What the model is sent before this question: the system message, the summary, and the last
+        `keep_turns - 1` user turns (the question about to be asked is the Nth). A cut made only where a user turn
+        starts never separates a reply with tool calls from its results."""
+        if self.keep_turns is None:
+            return messages
+        starts = [i for i, message in enumerate(messages) if is_user_turn(message)]
+        if len(starts) < self.keep_turns:
+            return messages
+        cut = starts[len(starts) - self.keep_turns + 1] if self.keep_turns > 1 else len(messages)
+        head = [m for m in messages[:cut] if isinstance(m, SystemMessage) or is_summary(m)]
+        return head + messages[cut:]
+
+    def _keep(self, full: list[BaseMessage], sent: list[BaseMessage], result: AgentResult) -> AgentResult:
+        """Splice what the run added (the question, the replies, the results) onto the whole history."""
+        added = result.messages[len(sent) :] if sent else result.messages
+        if not sent:
+            full = []  # the loop began the history itself, system message first
+        with self._state:
+            self._messages = full + added
+        return dataclasses.replace(result, messages=list(self._messages))
+
+    async def _fold_old_turns(self) -> None:
+        """Fold the turns that will fall out of this ask's window into the summary (or into a first one).
+
+        The summary is written by the loop's model, without tools, on a budget of its own: its tokens go to
+        `summary_tokens`, not to the question's. A reply with no text folds nothing (the window still bounds the
+        prompt); a reply too long is cut (`clip_summary`).
+        """
+        assert self.keep_turns is not None
+        messages = self._messages
+        starts = [i for i, message in enumerate(messages) if is_user_turn(message)]
+        if len(starts) < self.keep_turns:
+            return
+        keep_from = starts[len(starts) - self.keep_turns + 1] if self.keep_turns > 1 else len(messages)
+        system = [m for m in messages[:keep_from] if isinstance(m, SystemMessage)]
+        previous = [m for m in messages[:keep_from] if is_summary(m)]
+        folded = [m for m in messages[:keep_from] if not isinstance(m, SystemMessage) and not is_summary(m)]
+        prompt = summary_request(summary_text(previous[-1]) if previous else None, folded)
+        try:
+            async with asyncio.timeout(self.loop.limits.time_left(RunUsage())) as deadline:
+                reply = await self.loop.model.ainvoke(prompt)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the model's own timeout: an outage, which the question's own call would meet too
+            log.warning("the summary call took longer than the time budget; %d older turn(s) stay", len(starts))
+            return
+        tokens = guards.usage_tokens(reply) if isinstance(reply, AIMessage) else 0
+        self.summary_tokens += tokens
+        text = clip_summary(reply.text)
+        if not text:
+            log.warning("the summary reply had no text; %d older turn(s) stay in the history", len(starts))
+            return
+        with self._state:
+            self._messages = [*system, summary_message(text), *messages[keep_from:]]
+            self._saved = None  # messages left the middle of the list: the file is rewritten at the next save
+        log.info(
+            "folded %d message(s) into the summary (%d characters, %d tokens; %d summary tokens in this session)",
+            len(folded), len(text), tokens, self.summary_tokens,
+        )  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def _one_turn_at_a_time(self) -> AsyncIterator[None]:
@@ -102,64 +213,229 @@ class Session:
         finally:
             self._turn.release()
 
-    def save(self, path: str | Path) -> None:
-        """Write the conversation to `path` as compact JSON, atomically.
+    # --- time travel ---------------------------------------------------------------------------------------------
 
-        Raises `SessionConflict`, writing nothing, when the file was saved by another session (another process)
-        since this one loaded or last saved it: the other session's turns would otherwise be overwritten.
+    def rewind(self, turns: int = 1) -> Rewound:
+        """`arewind` for sync callers. Inside a running event loop, await `arewind` instead."""
+        return run_blocking(lambda: self.arewind(turns), instead="Session.arewind(...)")
+
+    async def arewind(self, turns: int = 1) -> Rewound:
+        """Go back to before the last `turns` user turns: the conversation continues from there.
+
+        Only the conversation goes back, not the world: a book a forgotten turn added is still in the cart, an
+        order it placed is still placed (the store has no history to rewind). A turn in progress is waited for,
+        as `aask` waits. If the session has a file (it was loaded or saved), the file is rewritten to match, with
+        the same revision check as `save`; if that fails, nothing is rewound. Turns already folded into the
+        summary cannot be rewound.
+        """
+        async with self._one_turn_at_a_time():
+            starts = [i for i, message in enumerate(self._messages) if is_user_turn(message)]
+            if not _is_count(turns) or not 1 <= turns <= len(starts):
+                raise ValueError(f"cannot rewind {turns} turn(s): the history holds {len(starts)} user turn(s)")
+            before, cut = self._messages, starts[-turns]
+            with self._state:
+                self._messages = before[:cut]
+                saved = self._saved
+                if saved is not None and saved > cut:
+                    self._saved = None  # the file holds messages that are gone: rewrite it
+            if self._path is not None:
+                try:
+                    self.save(self._path)
+                except BaseException:
+                    with self._state:
+                        self._messages, self._saved = before, saved
+                    raise
+        rewound = Rewound(turns=turns, messages=len(before) - cut)
+        log.info(
+            "rewound %d turn(s): %d message(s) dropped, %d kept%s; the store is unchanged",
+            turns, rewound.messages, cut, f", {self._path} rewritten" if self._path else "",
+        )  # fmt: skip
+        return rewound
+
+    # --- saving and loading --------------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> None:
+        """Write the conversation to `path`: append the messages added since the last save, or write it whole.
+
+        The file is JSON Lines: a header, then one line per save with the messages it added, so a save costs the
+        same at turn 200 as at turn 2. It is written whole (a temp file, then `os.replace`) the first time, after
+        a rewind or a summary, and when it is another path. A crash mid-append leaves a torn last line, which
+        `load` ignores and the next save removes. Raises `SessionConflict`, writing nothing, when the file was
+        saved by another session (another process) since this one loaded or last saved it.
         """
         path = Path(path)
-        with _file_lock(path):
+        with self._state, _file_lock(path):
             on_disk = _read_revision(path)
             if on_disk != self._revision:
                 raise SessionConflict(
                     f"{path} was saved by another session since this one read it (revision {on_disk}, this "
                     f"session has {self._revision}); load it again to continue the conversation"
                 )
-            data: dict[str, Any] = {
-                "format": FORMAT,
-                "revision": self._revision + 1,
-                "customer": self.customer_id,
-                "instructions": self.instructions,
-                "messages": messages_to_dict(self._messages),
-            }
-            _write_atomically(path, data)
-            self._revision += 1
-        log.info("saved session (%d messages, revision %d) to %s", len(self._messages), self._revision, path)
+            revision, messages = self._revision + 1, self._messages
+            appending = self._saved is not None and self._path is not None and self._path.resolve() == path.resolve()
+            if appending:
+                assert self._saved is not None
+                _append_line(path, _record(revision, messages[self._saved :]))
+            else:
+                header = {
+                    "format": FORMAT,
+                    "revision": revision,
+                    "customer": self.customer_id,
+                    "instructions": self.instructions,
+                }
+                _write_atomically(path, _line(header) + _record(revision, messages))
+            self._revision, self._path, self._saved = revision, path, len(messages)
+        log.info(
+            "saved session (%d messages, revision %d, %s) to %s",
+            len(messages), revision, "appended" if appending else "written whole", path,
+        )  # fmt: skip
 
     @classmethod
-    def load(cls, path: str | Path, loop: AgentLoop, *, customer_id: str | None = None) -> Session:
-        """A session continuing the conversation saved at `path`, run by `loop`.
+    def load(
+        cls,
+        path: str | Path,
+        loop: AgentLoop,
+        *,
+        customer_id: str | None = None,
+        keep_turns: int | None = None,
+        summarize: bool = False,
+    ) -> Session:
+        """A session continuing the conversation saved at `path`, run by `loop` with this history policy.
 
         With `customer_id`, a conversation saved for another customer is refused (`CustomerMismatch`): it holds
-        that customer's name, address and cart, and must not be shown to anyone else.
+        that customer's name, address and cart, and must not be shown to anyone else. A torn last line (a crash
+        mid-save) is ignored; any other damage is a `ValueError`.
         """
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path} is not a saved session (not JSON: {exc})") from None
-        if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
-            found = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise ValueError(f"{path} is not a saved session (format {found!r}, expected {FORMAT!r})")
-        owner = data.get("customer")
+        path = Path(path)
+        data = path.read_bytes()
+        header, records, complete = _read_lines(path, data)
+        if header is None:
+            document = _read_document(path, data)
+            header, records, complete = document, [document], True
+        owner = header.get("customer")
         if customer_id is not None and owner is not None and owner != customer_id:
             raise CustomerMismatch(f"{path} is the conversation of customer {owner!r}, not of {customer_id!r}")
         try:
-            instructions, messages = str(data["instructions"]), messages_from_dict(data["messages"])
-            revision = int(data.get("revision", 0))
-        except (KeyError, TypeError, ValueError) as exc:
+            instructions = str(header["instructions"])
+            messages = [m for record in records for m in messages_from_dict(record["messages"])]
+            revision = int(records[-1].get("revision", 0)) if records else int(header.get("revision", 0))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path} is a damaged saved session ({type(exc).__name__}: {exc})") from None
-        session = cls(loop, instructions, messages, customer_id=owner or customer_id)
-        session._revision = revision
+        if not complete:
+            log.warning("%s ends with a torn line (a save cut short); it is ignored", path)
+        session = cls(
+            loop, instructions, messages, customer_id=owner or customer_id, keep_turns=keep_turns, summarize=summarize
+        )
+        session._revision, session._path = revision, path
+        # Appending goes on only to a file this version wrote; an older one is rewritten whole at the next save.
+        session._saved = len(messages) if header.get("format") == FORMAT else None
         return session
 
 
-def _read_revision(path: Path) -> int:
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # True is an int, but not a number of turns
+
+
+def _left_out(full: list[BaseMessage], sent: list[BaseMessage]) -> list[BaseMessage]:
+    """The messages of `full` the window leaves out (the loop still keeps their tool-call ids taken)."""
+    if len(sent) == len(full):
+        return []
+    in_window = {id(message) for message in sent}
+    return [message for message in full if id(message) not in in_window]
+
+
+# --- the file --------------------------------------------------------------------------------------------------------
+
+
+def _line(data: dict[str, Any]) -> bytes:
+    # ensure_ascii: a reply cut off mid-emoji holds a lone surrogate, which UTF-8 cannot encode but a JSON escape
+    # can, so such a conversation still saves (and loads back unchanged). It also keeps every line one line.
+    return json.dumps(data, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def _record(revision: int, messages: Sequence[BaseMessage]) -> bytes:
+    return _line({"revision": revision, "messages": messages_to_dict(list(messages))})
+
+
+def _read_lines(path: Path, data: bytes) -> tuple[dict[str, Any] | None, list[dict[str, Any]], bool]:
+    """A version-3 file's header, its records, and whether its last line was whole; (None, [], True) when the file
+    is no version-3 file (an older version, or something else: `_read_document` says which)."""
+    first, newline, rest = data.partition(b"\n")
+    header = _json_or_none(first) if newline else None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        return None, [], True
+    *lines, torn = rest.split(b"\n")
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=2):
+        record = _json_or_none(line)
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} is a damaged saved session (line {number} is not a JSON object)")
+        records.append(record)
+    return header, records, not torn
+
+
+def _read_document(path: Path, data: bytes) -> dict[str, Any]:
+    """A version 1 or 2 file: one JSON document."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a saved session (not JSON: {exc})") from None
+    if not isinstance(document, dict) or document.get("format") not in READABLE_FORMATS:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise ValueError(f"{path} is not a saved session (format {found!r}, expected {FORMAT!r})")
+    return document
+
+
+def _json_or_none(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _read_revision(path: Path) -> int:
+    """The revision of the file at `path` (0: no file), read from its last whole line, without reading it all."""
+    try:
+        file = path.open("rb")
     except FileNotFoundError:
         return 0
-    return int(data.get("revision", 0)) if isinstance(data, dict) else 0
+    with file:
+        header = _json_or_none(file.readline())
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            file.seek(0)
+            document = _json_or_none(file.read())  # an older version: one document, read once before it is replaced
+            return int(document.get("revision", 0)) if isinstance(document, dict) else 0
+        last = _json_or_none(_last_whole_line(file)[0])
+        return int(last.get("revision", 0)) if isinstance(last, dict) else 0
+
+
+def _last_whole_line(file: BinaryIO) -> tuple[bytes, int]:
+    """The last line that ends with a newline, and the offset just after it: read backwards, in blocks."""
+    end = file.seek(0, os.SEEK_END)
+    tail, position, block = b"", end, 1 << 12
+    while True:
+        block *= 2  # doubling, so a long last line (a file written whole) is still read in linear time
+        step = min(block, position)
+        position -= step
+        file.seek(position)
+        tail = file.read(step) + tail
+        last_newline = tail.rfind(b"\n")
+        if last_newline >= 0:
+            start = tail.rfind(b"\n", 0, last_newline) + 1
+            if start > 0 or position == 0:
+                return tail[start:last_newline], position + last_newline + 1
+        if position == 0:
+            return b"", 0
+
+
+def _append_line(path: Path, line: bytes) -> None:
+    with path.open("r+b") as file:
+        _, whole = _last_whole_line(file)
+        file.truncate(whole)  # a torn line left by a crash mid-append, which load ignores anyway
+        file.seek(whole)
+        file.write(line)
+        file.flush()
+        os.fsync(file.fileno())
 
 
 @contextlib.contextmanager
@@ -177,13 +453,11 @@ def _file_lock(path: Path) -> Iterator[None]:
         os.close(folder)  # which releases the lock
 
 
-def _write_atomically(path: Path, data: dict[str, Any]) -> None:
+def _write_atomically(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            # ensure_ascii: a reply cut off mid-emoji holds a lone surrogate, which UTF-8 cannot encode but a
-            # JSON escape can, so such a conversation still saves (and loads back unchanged).
-            json.dump(data, file, ensure_ascii=True, separators=(",", ":"))
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)

@@ -1,34 +1,46 @@
 """What of a long thread the guarded graph's model is sent: the history policy, with LangChain's own tools.
 
 The thread keeps every message (the checkpointer stores them all); `visible_history` chooses what one model
-call sees: the system message and the last `keep_turns` user turns with everything that followed them. It
-is `langchain_core.messages.trim_messages` with a "token" counter that counts user turns, so the cut always
-falls just before a user message: never between a reply with tool calls and its results, which would send
-an orphan ToolMessage (or an unanswered call) that providers reject.
+call sees: the system message, the conversation summary when there is one (`shared_tools.history`: it stands
+right after the system message and is not a user turn), and the last `keep_turns` user turns with everything
+that followed them. It is `langchain_core.messages.trim_messages` with a "token" counter that counts user
+turns, so the cut always falls just before a user message: never between a reply with tool calls and its
+results, which would send an orphan ToolMessage (or an unanswered call) that providers reject. The summary is
+kept the way the system message is, outside the trimmed part, because `trim_messages` keeps only a system
+message at the head.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, trim_messages
+from langchain_core.messages import AnyMessage, BaseMessage, SystemMessage, trim_messages
+
+from shared_tools.history import count_turns, is_summary
 
 
 def user_turns(messages: Sequence[BaseMessage]) -> int:
-    """How many user turns `messages` holds: the "tokens" `trim_messages` counts here."""
-    return sum(isinstance(message, HumanMessage) for message in messages)
+    """How many user turns `messages` holds (a summary is not one): the "tokens" `trim_messages` counts here."""
+    return count_turns(messages)
 
 
 def visible_history(messages: Sequence[AnyMessage], keep_turns: int | None) -> list[AnyMessage]:
-    """The system message and the last `keep_turns` user turns of `messages`; all of them when None."""
-    if keep_turns is None or user_turns(messages) <= keep_turns:
+    """The system message, the summary and the last `keep_turns` user turns of `messages`; all when None."""
+    if keep_turns is None or count_turns(messages) <= keep_turns:
         return list(messages)
-    return trim_messages(
-        messages,
+    size = 1 if messages and isinstance(messages[0], SystemMessage) else 0
+    size += len(messages) > size and is_summary(messages[size])
+    head = list(messages[:size])
+    rest = list(messages[size:])
+    kept = trim_messages(
+        rest,
         max_tokens=keep_turns,
         token_counter=user_turns,
         strategy="last",
         start_on="human",
-        include_system=True,
         allow_partial=False,
     )
+    # `start_on="human"` would also start on a summary message; a window starts on a user turn.
+    while kept and is_summary(kept[0]):
+        kept.pop(0)
+    return [*head, *kept]

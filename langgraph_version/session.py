@@ -23,6 +23,7 @@ and refuses to open it for anyone else (`CustomerMismatch`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import threading
@@ -31,24 +32,41 @@ import uuid
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import aiosqlite
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot
 
 from langgraph_version.agent import GraphAgent, opening
+from langgraph_version.graph import CHECK
 from langgraph_version.run import Durability
 from langgraph_version.serde import CheckpointSerializer
-from shared_tools.results import AgentResult, CustomerMismatch
+from langgraph_version.state import Storage, full_messages_channel
+from shared_tools import guards
+from shared_tools.history import (
+    Rewound,
+    clip_summary,
+    count_turns,
+    is_summary,
+    is_user_turn,
+    summary_message,
+    summary_request,
+    summary_text,
+)
+from shared_tools.results import AgentResult, CustomerMismatch, RunUsage, StopReason
 from shared_tools.sync import run_blocking
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -63,6 +81,20 @@ CREATE TABLE IF NOT EXISTS turn_locks (
     taken_at  REAL NOT NULL   -- time.time()
 )
 """
+
+
+TURN_FROM = "turn_from"
+"""`additional_kwargs` key of a question: the id of the checkpoint its turn started from (None: the first turn).
+Chat models send a user message's content, not its `additional_kwargs`, so the model never sees it."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One user turn of the thread, as `turn_history` lists it."""
+
+    question: str
+    checkpoint_id: str | None
+    """The checkpoint the turn started from: `rewind` goes back to it. None for the thread's first turn."""
 
 
 class ConcurrentTurn(RuntimeError):
@@ -99,6 +131,8 @@ class SqliteCheckpoints:
     async def open(self) -> AsyncIterator[AsyncSqliteSaver]:
         async with aiosqlite.connect(self.path) as connection:
             await connection.execute(f"PRAGMA synchronous={self.synchronous}")
+            # Pages freed by pruning go back to the file system (`_prune`); only takes effect on a new file.
+            await connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
             saver = AsyncSqliteSaver(connection, serde=CheckpointSerializer())
             await saver.setup()  # most methods do this on first use, but not `adelete_thread` on a new file
             yield saver
@@ -221,6 +255,10 @@ class GraphSession:
         durability: Durability | None = None,
         customer_id: str | None = None,
         turn_timeout: float = 30.0,
+        keep_turns: int | None = None,
+        summarize: bool = False,
+        storage: Storage = "delta",
+        prune_turns: int | None = None,
     ) -> None:
         """`durability` is LangGraph's write policy for every run: ``"sync"`` writes each checkpoint before the
         next superstep starts, ``"async"`` (LangGraph's default) while the next superstep runs, ``"exit"`` only
@@ -232,7 +270,44 @@ class GraphSession:
 
         `turn_timeout` is how long a turn waits for another process's turn on the same SQLite thread before it
         gives up with `ConcurrentTurn`; in this process a turn waits for the one before it however long it takes.
+
+        The history policy (`shared_tools.history`, the same meaning as on `handwritten.Session`): `keep_turns=N`
+        sends the model the system message, the summary if any, and the last N user turns; the thread still
+        stores everything. `summarize=True` (it needs `keep_turns`) folds, at the start of each ask, the turns
+        that would fall out of the window into one summary message, written by the agent's model without tools;
+        `summary_tokens` adds up what that cost.
+
+        `storage` is how `messages` is checkpointed: "delta" (a `DeltaChannel`, BETA in langgraph 1.2: each
+        checkpoint stores what was added, with a full copy every 100 updates, so a 200-turn SQLite thread is ~5 MB
+        instead of ~170 MB; a read replays up to 100 writes) or "full" (LangGraph's default: the whole list in
+        every checkpoint, storage grows with turns squared). A thread keeps the storage it was written with: a
+        delta thread opened with "full" is refused. `prune_turns=N` ("full" on SQLite only) deletes, after each
+        ask, every checkpoint older than the one the Nth-last turn started from: the storage stays bounded, and
+        time travel (`rewind`, `replay`) reaches only the last N turns. Delta threads cannot be pruned this way,
+        because their checkpoints are rebuilt from their ancestors' writes.
         """
+        if keep_turns is not None and (isinstance(keep_turns, bool) or not isinstance(keep_turns, int)):
+            raise ValueError(f"keep_turns must be a whole number of turns or None, got {keep_turns!r}")
+        if keep_turns is not None and keep_turns < 1:
+            raise ValueError(f"keep_turns must be at least 1 (the question being asked), got {keep_turns}")
+        if summarize and keep_turns is None:
+            raise ValueError("summarize=True folds the turns outside the window: it needs keep_turns")
+        if storage not in ("delta", "full"):
+            raise ValueError(f"storage must be 'delta' or 'full', got {storage!r}")
+        if prune_turns is not None:
+            if isinstance(prune_turns, bool) or not isinstance(prune_turns, int) or prune_turns < 1:
+                raise ValueError(f"prune_turns must be at least 1, got {prune_turns!r}")
+            if storage != "full" or not isinstance(checkpointer, SqliteCheckpoints):
+                raise ValueError(
+                    "prune_turns needs storage='full' in a SQLite file: a delta checkpoint is rebuilt from its "
+                    "ancestors' writes, so deleting them would empty it"
+                )
+        self.keep_turns = keep_turns
+        self.summarize = summarize
+        self.storage: Storage = storage
+        self.prune_turns = prune_turns
+        self.summary_tokens = 0
+        """Tokens the model spent writing summaries, in this session object."""
         self.agent = agent
         self.instructions = instructions
         self.thread_id = thread_id
@@ -246,7 +321,7 @@ class GraphSession:
             self._graph = agent.graph  # given the saver of each call in `_graph_here`
             where: Any = ("sqlite", os.path.realpath(self.checkpointer.path))
         else:
-            self._graph = agent.builder.compile(checkpointer=self.checkpointer)
+            self._graph = self._stored(agent.builder.compile(checkpointer=self.checkpointer))
             where = ("saver", id(self.checkpointer))
         self._turn_lock = _turn_lock_for((*where, thread_id))
 
@@ -261,6 +336,10 @@ class GraphSession:
         durability: Durability | None = "sync",
         customer_id: str | None = None,
         turn_timeout: float = 30.0,
+        keep_turns: int | None = None,
+        summarize: bool = False,
+        storage: Storage = "delta",
+        prune_turns: int | None = None,
     ) -> GraphSession:
         """A session whose thread lives in the SQLite file at `path` (see `SqliteCheckpoints`).
 
@@ -280,7 +359,17 @@ class GraphSession:
             durability=durability,
             customer_id=customer_id,
             turn_timeout=turn_timeout,
+            keep_turns=keep_turns,
+            summarize=summarize,
+            storage=storage,
+            prune_turns=prune_turns,
         )
+
+    def _stored(self, graph: CompiledStateGraph, **update: Any) -> CompiledStateGraph:
+        """`graph` with `update` and the channel `storage` asks for (the graph's own state has the delta one)."""
+        if self.storage == "full":
+            update["channels"] = {**graph.channels, "messages": full_messages_channel()}
+        return graph.copy(update=update) if update else graph
 
     @asynccontextmanager
     async def _graph_here(self) -> AsyncIterator[CompiledStateGraph]:
@@ -290,7 +379,7 @@ class GraphSession:
             return
         self._refuse_when_closed()
         async with self.checkpointer.open() as saver:
-            yield self._graph.copy(update={"checkpointer": saver})
+            yield self._stored(self._graph, checkpointer=saver)
 
     @asynccontextmanager
     async def _turn(self) -> AsyncIterator[CompiledStateGraph]:
@@ -338,20 +427,141 @@ class GraphSession:
         return self._blocking(lambda: self.aask(text, cancel=cancel), "aask(...)")
 
     async def aask(self, text: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        """One user turn; the model sees every earlier turn of this thread. A second `aask` (another task,
-        another thread, another process) waits for this one, so neither question nor answer is lost."""
+        """One user turn; the model sees every earlier turn of this thread (or the window `keep_turns` sets). A
+        second `aask` (another task, another thread, another process) waits for this one, so neither question
+        nor answer is lost.
+
+        The thread is read once, as a checkpoint tuple (no messages are rebuilt: `_head`); the graph reads it
+        again as it starts, which nothing here can spare it. The question records the checkpoint the turn
+        starts from (`TURN_FROM`), which is where `rewind` goes back to and what `turn_history` lists.
+        """
         async with self._turn() as graph:
-            snapshot = await self._snapshot(graph)
-            self._refuse_while_paused(snapshot)
-            new_messages = [HumanMessage(text)] if snapshot.values.get("messages") else opening(self.instructions, text)
-            return await self.agent.adrive(
+            head = await self._head(graph)
+            if self.summarize and head is not None:
+                head = await self._fold(graph) or head
+            started_from = None if head is None else head.config["configurable"]["checkpoint_id"]
+            question = HumanMessage(text, additional_kwargs={TURN_FROM: started_from})
+            has_messages = head is not None and "messages" in head.checkpoint["channel_versions"]
+            new_messages = [question] if has_messages else [*opening(self.instructions, text)[:-1], question]
+            result = await self.agent.adrive(
                 graph,
                 new_messages,
                 self.config,
                 cancel=cancel,
                 durability=self.durability,
                 customer=self.customer_id,
+                keep_turns=self.keep_turns,
             )
+            if self.prune_turns is not None and result.stop_reason is not StopReason.AWAITING_APPROVAL:
+                await self._prune(graph, result.messages)
+            return result
+
+    async def _head(self, graph: CompiledStateGraph) -> CheckpointTuple | None:
+        """The thread's latest checkpoint, read without rebuilding its messages, once it is known to be this
+        customer's and ready for a question (not paused for approval, not unfinished); None for a new thread.
+
+        A checkpoint that holds a stop reason and no pending writes ended its run (every exit of the guarded
+        graph writes its stop reason; a run that stopped part-way leaves pending writes, or a checkpoint whose
+        counters were just reset). Anything else is read as a full state, which says exactly what is pending.
+        """
+        assert graph.checkpointer is not None
+        head = await graph.checkpointer.aget_tuple(self.config)
+        if head is None:
+            return None
+        values = head.checkpoint["channel_values"]
+        owner = values.get("customer")
+        if self.customer_id is not None and owner is not None and owner != self.customer_id:
+            raise CustomerMismatch(
+                f"thread {self.thread_id!r} is the conversation of customer {owner!r}, not of {self.customer_id!r}"
+            )
+        if self.storage == "full" and "messages" in head.checkpoint["channel_versions"] and "messages" not in values:
+            raise ValueError(
+                f"thread {self.thread_id!r} was written with storage='delta' (its checkpoints hold no messages); "
+                "open it with storage='delta'"
+            )
+        if values.get("stop_reason") is None or head.pending_writes:
+            self._refuse_while_paused(await self._snapshot(graph))
+        return head
+
+    async def _fold(self, graph: CompiledStateGraph) -> CheckpointTuple | None:
+        """Fold the turns that the question about to be asked pushes out of the window into the summary
+        message; the thread's new head, or None when nothing needed folding.
+
+        `add_messages` can append a message or replace one where it stands, never insert one, and the summary
+        must stand right after the system message. So the update is `REMOVE_ALL_MESSAGES` and then the new
+        list (system, summary, the turns kept): one explicit write, as long as the window, instead of removing
+        and re-adding every kept message one id at a time. It is written as the `check` node, whose router
+        reads the stop reason of the turn that ended, so the thread stays finished.
+        """
+        assert self.keep_turns is not None
+        messages = list((await self._snapshot(graph)).values.get("messages", []))
+        starts = [i for i, message in enumerate(messages) if is_user_turn(message)]
+        if len(starts) < self.keep_turns:
+            return None
+        cut = starts[len(starts) - self.keep_turns + 1] if self.keep_turns > 1 else len(messages)
+        system = messages[:1]
+        previous = next((m for m in messages[1:cut] if is_summary(m)), None)
+        folded = [m for m in messages[1:cut] if not is_summary(m)]
+        prompt = summary_request(None if previous is None else summary_text(previous), folded)
+        try:
+            # As on the hand-written side: the summary call is bounded by the time budget too.
+            async with asyncio.timeout(self.agent.limits.time_left(RunUsage())) as deadline:
+                reply = await self.agent.model.ainvoke(prompt)
+        except TimeoutError:
+            if not deadline.expired():
+                raise  # the model's own timeout: an outage, which the question's own call would meet too
+            logger.warning("the summary call took longer than the time budget; %d older turn(s) stay", len(starts))
+            return None
+        if isinstance(reply, AIMessage):
+            self.summary_tokens += guards.usage_tokens(reply)
+        text = clip_summary(reply.text)
+        if not text:
+            logger.warning("the summary reply had no text; %d older turn(s) stay in the thread", len(starts))
+            return None
+        update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *system, summary_message(text), *messages[cut:]]
+        config = await graph.aupdate_state(self.config, {"messages": update}, as_node=CHECK)
+        assert graph.checkpointer is not None
+        return await graph.checkpointer.aget_tuple(config)
+
+    async def _prune(self, graph: CompiledStateGraph, messages: list[BaseMessage]) -> None:
+        """Delete the thread's checkpoints (and their writes) older than the one the `prune_turns`-th last turn
+        started from, abandoned branches included, in one short transaction.
+
+        SqliteSaver has no prune, so this is its two tables by hand. The kept checkpoints are found by walking
+        from the head to that one by parent links; if the walk does not reach it (a rewind moved the thread
+        elsewhere), nothing is deleted. The head and its pending writes are always kept, which is all a crash
+        or an approval needs; the file does not shrink, but SQLite reuses the freed pages.
+        """
+        assert self.prune_turns is not None and graph.checkpointer is not None
+        starts = [m.additional_kwargs.get(TURN_FROM) for m in messages if is_user_turn(m)]
+        if len(starts) <= self.prune_turns or not isinstance(oldest := starts[-self.prune_turns], str):
+            return
+        saver = graph.checkpointer
+        assert isinstance(saver, AsyncSqliteSaver)
+        # Parent links straight from the table: `alist` would deserialize every checkpoint on the way.
+        async with saver.conn.execute(
+            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ''",
+            (self.thread_id,),
+        ) as cursor:
+            parents = {row[0]: row[1] async for row in cursor}
+        head = await saver.aget_tuple(self.config)
+        keep: list[str] = []
+        at = None if head is None else head.config["configurable"]["checkpoint_id"]
+        while at is not None and at != oldest and len(keep) <= len(parents):  # bounded: a loop of links ends it
+            keep.append(at)
+            at = parents.get(at)
+        if at != oldest:
+            return  # the walk did not reach it: keep everything
+        keep.append(oldest)
+        kept = f"checkpoint_id NOT IN ({','.join('?' * len(keep))})"
+        async with saver.lock:
+            for table in ("writes", "checkpoints"):
+                await saver.conn.execute(
+                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = '' AND {kept}",
+                    (self.thread_id, *keep),
+                )
+            await saver.conn.commit()
+            await saver.conn.execute("PRAGMA incremental_vacuum")  # give the freed pages back: the file shrinks
 
     def resume(self, approved: bool, *, cancel: threading.Event | None = None) -> AgentResult:
         """`aresume` for sync callers."""
@@ -379,6 +589,7 @@ class GraphSession:
                 cancel=cancel,
                 durability=self.durability,
                 started_at=_clock_after(snapshot),
+                keep_turns=self.keep_turns,
             )
 
     def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
@@ -407,6 +618,7 @@ class GraphSession:
                 cancel=cancel,
                 durability=self.durability,
                 started_at=_clock_after(snapshot),
+                keep_turns=self.keep_turns,
             )
 
     def _refuse_while_paused(self, snapshot: StateSnapshot) -> None:
@@ -469,6 +681,104 @@ class GraphSession:
             await self._snapshot(graph)
             assert graph.checkpointer is not None
             await graph.checkpointer.adelete_thread(self.thread_id)
+
+    @property
+    def turns(self) -> int:
+        """How many user turns the thread's current history holds (a summary is not one)."""
+        return self._blocking(self.aturns, "aturns()")
+
+    async def aturns(self) -> int:
+        """`turns`, from the current state alone: one read, whatever the length of the checkpoint history."""
+        async with self._graph_here() as graph:
+            return count_turns((await self._snapshot(graph)).values.get("messages", []))
+
+    def turn_history(self) -> list[Turn]:
+        """The turns of the current history, oldest first, each with the checkpoint it started from."""
+        return self._blocking(self.aturn_history, "aturn_history()")
+
+    async def aturn_history(self) -> list[Turn]:
+        async with self._graph_here() as graph:
+            messages = (await self._snapshot(graph)).values.get("messages", [])
+        return [Turn(m.text, m.additional_kwargs.get(TURN_FROM)) for m in messages if is_user_turn(m)]
+
+    # --- time travel -----------------------------------------------------------------------------------------------
+
+    def rewind(self, turns: int = 1) -> Rewound:
+        """`arewind` for sync callers."""
+        return self._blocking(lambda: self.arewind(turns), "arewind(...)")
+
+    async def arewind(self, turns: int = 1) -> Rewound:
+        """Go back to before the last `turns` questions; the next ask goes on from there.
+
+        The LangGraph way: the checkpoint the N-th last turn started from (recorded in its question, so nothing
+        walks the history to find it) is forked with ``aupdate_state(config, None, as_node="__copy__")``. The
+        fork becomes the thread's head; the old branch stays in `history()` and can still be `replay`ed. Going
+        back past the first turn leaves the system message alone (that turn started from no checkpoint).
+
+        Only the conversation goes back, not the world: whatever a rewound turn's tools did (a book added to the
+        cart) stays done, and the model no longer remembers doing it. Refused (RuntimeError) while the thread is
+        paused for approval or unfinished; ValueError for fewer than 1 turn or more than the history holds, and
+        for a turn whose checkpoint was pruned (`prune_turns`) or that was recorded without one.
+        """
+        async with self._turn() as graph:
+            snapshot = await self._snapshot(graph)
+            self._refuse_while_paused(snapshot)
+            messages = list(snapshot.values.get("messages", []))
+            questions = [m for m in messages if is_user_turn(m)]
+            if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= len(questions):
+                raise ValueError(f"cannot rewind {turns!r} turns: the conversation holds {len(questions)}")
+            target = questions[-turns]
+            if TURN_FROM not in target.additional_kwargs:
+                raise ValueError(f"turn {target.text[:40]!r} was stored without the checkpoint it started from")
+            started_from = target.additional_kwargs[TURN_FROM]
+            if started_from is None:
+                update = {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[:1]]}
+                config = await graph.aupdate_state(self.config, update, as_node=CHECK)
+                return Rewound(turns, len(messages) - 1, config["configurable"]["checkpoint_id"])
+            base = await graph.aget_state(self._at(started_from))
+            if base.created_at is None:
+                raise ValueError(f"the checkpoint turn {target.text[:40]!r} started from was pruned")
+            config = await graph.aupdate_state(base.config, None, as_node="__copy__")
+            kept = len(base.values.get("messages", []))
+            return Rewound(turns, len(messages) - kept, config["configurable"]["checkpoint_id"])
+
+    def replay(self, checkpoint_id: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """`areplay` for sync callers."""
+        return self._blocking(lambda: self.areplay(checkpoint_id, cancel=cancel), "areplay(...)")
+
+    async def areplay(self, checkpoint_id: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """Run the thread again from one of its earlier checkpoints (`history()`): LangGraph's replay,
+        ``ainvoke(None, config_with_checkpoint_id)``, through `adrive`; the run forks there and becomes the head.
+
+        The store is not replayed with it: a checkpoint before the tools node runs its add_to_cart again with the
+        same call id, and the store's idempotency (`applied_requests`) is all that keeps the book from being added
+        twice. The time between that checkpoint and now is kept off the run's clock, as for a resume. Refused
+        like `rewind`; ValueError for a checkpoint the thread does not have, or one whose run had ended.
+        """
+        async with self._turn() as graph:
+            self._refuse_while_paused(await self._snapshot(graph))
+            base = await graph.aget_state(self._at(checkpoint_id))
+            if base.created_at is None:
+                raise ValueError(f"thread {self.thread_id!r} has no checkpoint {checkpoint_id!r}")
+            owner = base.values.get("customer")
+            if self.customer_id is not None and owner is not None and owner != self.customer_id:
+                raise CustomerMismatch(f"checkpoint {checkpoint_id!r} is of customer {owner!r}")
+            if not base.next:
+                raise ValueError(f"checkpoint {checkpoint_id!r} ended its run: nothing to replay (rewind to it)")
+            return await self.agent.adrive(
+                graph,
+                None,
+                base.config,
+                cancel=cancel,
+                durability=self.durability,
+                started_at=_clock_after(base) if "started_at" in base.values else None,
+                keep_turns=self.keep_turns,
+            )
+
+    def _at(self, checkpoint_id: str) -> RunnableConfig:
+        if not isinstance(checkpoint_id, str) or not checkpoint_id:
+            raise ValueError(f"a checkpoint id is a non-empty string, got {checkpoint_id!r}")
+        return {"configurable": {"thread_id": self.thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}}
 
     # --- closing ---------------------------------------------------------------------------------------------------
 

@@ -8,15 +8,19 @@ stored. `summarize=True` (with `keep_turns`): turns that fall out of the window 
 message, written by the session's model, which stands right after the system message; the folded messages
 are removed from the stored history. The summary message is a `HumanMessage` marked the way LangChain's
 `SummarizationMiddleware` marks its own (``additional_kwargs["lc_source"] == "summarization"``), and is not
-a user turn. `Rewound` is what `rewind` on either session reports.
+a user turn. `summary_request` is the prompt a session sends its model (without tools) to write that
+summary: one system message, `SUMMARY_INSTRUCTIONS`, which also marks the request for the scripted model,
+and one message holding the earlier summary and a plain-text transcript of the folded turns (`transcript`).
+`Rewound` is what `rewind` on either session reports.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from langchain_core.messages import BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
 SUMMARY_SOURCE = "summarization"
 """`additional_kwargs["lc_source"]` of a summary message, as `SummarizationMiddleware` sets it."""
@@ -43,6 +47,77 @@ def is_user_turn(message: BaseMessage) -> bool:
 def count_turns(messages: Sequence[BaseMessage]) -> int:
     """How many user turns `messages` holds."""
     return sum(is_user_turn(message) for message in messages)
+
+
+SUMMARY_INSTRUCTIONS = (
+    "You write the running summary of a conversation between a bookstore customer and the store's shopping "
+    "assistant. The assistant will no longer see the turns below, only your summary, so keep every fact it may "
+    "need later: what the customer asked, every book added to the cart with its quantity, the last cart total "
+    "seen, every order number with its status and tracking number, and anything the assistant promised. Merge "
+    "the earlier summary in; drop greetings and repetition. Plain text, at most 15 short lines; no advice."
+)
+"""The system prompt of a summary request, and the marker by which the scripted model recognises one."""
+
+SUMMARY_MAX_CHARS = 4_000
+"""A summary longer than this is cut: the summary is re-sent with every call, so a model that writes pages
+(or is told to by text inside a tool result) must not undo what the window saves."""
+
+TRANSCRIPT_HEADINGS = ("Summary so far:", "Turns to fold in:")
+"""The two parts of a summary request's second message, in this order (the first only with an earlier summary)."""
+
+
+def transcript(messages: Sequence[BaseMessage]) -> str:
+    """The folded messages as plain text, one line each: ``User: ...``, ``Assistant: ...``, ``Assistant called
+    name {args}``, ``Result of name: ...``. Plain text, not the messages themselves, because the summary call is
+    made without tools and providers reject tool calls and results in such a prompt."""
+    lines: list[str] = []
+    names: dict[str, str] = {}
+    for message in messages:
+        if is_summary(message):
+            lines.append(f"Earlier summary: {_one_line(message.text.removeprefix(SUMMARY_PREFIX))}")
+        elif isinstance(message, HumanMessage):
+            lines.append(f"User: {_one_line(message.text)}")
+        elif isinstance(message, AIMessage):
+            if message.text.strip():
+                lines.append(f"Assistant: {_one_line(message.text)}")
+            for call in message.tool_calls:
+                names[str(call["id"])] = call["name"]
+                args = json.dumps(call["args"], sort_keys=True, ensure_ascii=False, default=str)
+                lines.append(f"Assistant called {call['name']} {args}")
+        elif isinstance(message, ToolMessage):
+            name = names.get(message.tool_call_id, message.name or "a tool")
+            failed = " (error)" if message.status == "error" else ""
+            lines.append(f"Result of {name}{failed}: {_one_line(message.text)}")
+    return "\n".join(lines)
+
+
+def summary_request(previous: str | None, folded: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The prompt that asks a model to fold `folded` into the earlier summary text `previous` (None: none yet)."""
+    parts = [f"{TRANSCRIPT_HEADINGS[0]}\n{previous.strip()}"] if previous and previous.strip() else []
+    parts.append(f"{TRANSCRIPT_HEADINGS[1]}\n{transcript(folded)}")
+    return [SystemMessage(SUMMARY_INSTRUCTIONS), HumanMessage("\n\n".join(parts))]
+
+
+def is_summary_request(messages: Sequence[BaseMessage]) -> bool:
+    """Whether `messages` is a `summary_request` prompt (its system message is `SUMMARY_INSTRUCTIONS`)."""
+    return bool(messages) and isinstance(messages[0], SystemMessage) and messages[0].text == SUMMARY_INSTRUCTIONS
+
+
+def summary_text(message: BaseMessage) -> str:
+    """What a summary message says, without its fixed prefix."""
+    return message.text.removeprefix(SUMMARY_PREFIX)
+
+
+def clip_summary(text: str) -> str:
+    """`text` stripped and cut to `SUMMARY_MAX_CHARS`, saying so where it was cut."""
+    text = text.strip()
+    if len(text) <= SUMMARY_MAX_CHARS:
+        return text
+    return text[:SUMMARY_MAX_CHARS] + f"\n[summary cut at {SUMMARY_MAX_CHARS} characters]"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 @dataclass(frozen=True)

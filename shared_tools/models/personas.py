@@ -8,7 +8,10 @@ script drives both agents even though they feed back different error texts and t
 multi-turn session works because only the tool results *after the latest goal* (the last human
 message) count as this turn's facts. The model never touches the store: all it knows is what the
 ToolMessages (JSON text, per the tool contract) told it. A goal no script understands raises
-`ScriptExhausted`; there is no wrap-around and no generic fallback answer.
+`ScriptExhausted`; there is no wrap-around and no generic fallback answer. A session's summary message is not
+a goal (`shared_tools.history.is_user_turn`), and a summary request (`shared_tools.history.summary_request`)
+is answered by every persona alike with a short extractive summary (`scripted_summary`), so summaries are
+deterministic too.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
 from shared_tools.bookstore.store import money
 from shared_tools.guards import REPEAT_ERROR_PREFIX, call_key
+from shared_tools.history import TRANSCRIPT_HEADINGS, is_summary_request, is_user_turn
 
 FRESH_CART_PHRASES: tuple[str, ...] = ("can change", "always call view_cart")
 """If the system instructions contain one of these (case-insensitive), cart answers need a fresh view_cart."""
@@ -310,7 +314,8 @@ class Context:
         seed: int = 0,
         noise: Noise | None = None,
     ) -> Context:
-        last_human = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=None)
+        # A summary message is a HumanMessage too, but what the user wants is in the last real user turn.
+        last_human = max((i for i, m in enumerate(messages) if is_user_turn(m)), default=None)
         instructions = "\n".join(_content_text(m) for m in messages if isinstance(m, SystemMessage))
         return cls(
             persona=persona,
@@ -757,7 +762,88 @@ def decide(
     noise: Noise | None = None,
 ) -> Decision:
     """The persona's next reply to `messages`, given the names of the bound tools (`seed`, `noise`: `noisy`)."""
+    if is_summary_request(messages):
+        return Decision(plan="Fold the older turns into the running summary.", text=scripted_summary(messages))
     return POLICIES[persona](Context.from_messages(messages, tool_names, persona, seed=seed, noise=noise))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Summaries
+
+_ASKED, _ADDED, _TOTAL, _ORDER_LINE = "Customer asked: ", "Added to cart: ", "Last cart total seen: ", "Order "
+_ADDED_ITEM = re.compile(r"(?P<title>.+) x(?P<qty>\d+)")
+_RESULT_LINE = re.compile(r"Result of (?P<name>\w+): (?P<json>.*)")
+
+
+@dataclass
+class _Summary:
+    """What the scripted summary keeps: the questions, the books added, the last cart total, each order's status."""
+
+    questions: list[str] = field(default_factory=list)
+    added: dict[str, int] = field(default_factory=dict)
+    total: str | None = None
+    orders: dict[str, str] = field(default_factory=dict)
+    other: list[str] = field(default_factory=list)
+    """Lines of an earlier summary in no format this summary writes (another model's), kept as they were."""
+
+    def ask(self, question: str) -> None:
+        if question not in self.questions:  # the 80th "Where is my order 4512?" adds nothing to remember
+            self.questions.append(question)
+
+    def read_previous(self, text: str) -> None:
+        for line in text.splitlines():
+            if line.startswith(_ASKED):
+                for question in line.removeprefix(_ASKED).split(" | "):
+                    self.ask(question)
+            elif line.startswith(_ADDED):
+                for item in line.removeprefix(_ADDED).split("; "):
+                    if m := _ADDED_ITEM.fullmatch(item):
+                        self.added[m["title"]] = self.added.get(m["title"], 0) + int(m["qty"])
+            elif line.startswith(_TOTAL):
+                self.total = line.removeprefix(_TOTAL)
+            elif line.startswith(_ORDER_LINE) and ": " in line:
+                number, status = line.removeprefix(_ORDER_LINE).split(": ", 1)
+                self.orders[number] = status
+            elif line.strip():
+                self.other.append(line.strip())
+
+    def read_result(self, name: str, data: Any) -> None:
+        if not isinstance(data, dict):
+            return
+        if name == "add_to_cart" and "added" in data and not data.get("replayed"):
+            title = str(data["added"])
+            self.added[title] = self.added.get(title, 0) + int(data.get("quantity", 1))
+        if name in ("add_to_cart", "view_cart") and "cartTotal" in data:
+            self.total = dollars(Decimal(str(data["cartTotal"])))
+        if name == "get_order_status" and "orderId" in data:
+            tracking = f", tracking {data['tracking']}" if data.get("tracking") else ""
+            self.orders[str(data["orderId"])] = f"{data.get('status', 'unknown')}{tracking}"
+
+    def text(self) -> str:
+        lines = list(self.other)
+        if self.questions:
+            lines.append(_ASKED + " | ".join(self.questions))
+        if self.added:
+            lines.append(_ADDED + "; ".join(f"{title} x{n}" for title, n in self.added.items()))
+        if self.total is not None:
+            lines.append(_TOTAL + self.total)
+        lines += [f"{_ORDER_LINE}{number}: {status}" for number, status in self.orders.items()]
+        return "\n".join(lines) or "Nothing to remember yet."
+
+
+def scripted_summary(messages: Sequence[BaseMessage]) -> str:
+    """The scripted model's answer to a `summary_request`: the earlier summary merged with what the folded turns'
+    questions and tool results say (extractive: nothing is made up, the way the personas answer)."""
+    summary = _Summary()
+    request = _content_text(messages[-1]) if len(messages) > 1 else ""
+    previous, _, folded = request.rpartition(TRANSCRIPT_HEADINGS[1])
+    summary.read_previous(previous.removeprefix(TRANSCRIPT_HEADINGS[0]).strip())
+    for line in folded.splitlines():
+        if line.startswith("User: "):
+            summary.ask(line.removeprefix("User: "))
+        elif m := _RESULT_LINE.fullmatch(line):
+            summary.read_result(m["name"], _parse_json(m["json"]))
+    return summary.text()
 
 
 def _calls_of(message: BaseMessage) -> list[Any]:
