@@ -1,0 +1,145 @@
+"""The live page in a real browser: headless Chromium (Debian's, through chromedriver and Selenium) against a real
+uvicorn server on 127.0.0.1, the scripted model, SQLite sessions.
+
+One test walks the presenter's path, because each state builds on the one before: the seed goal in both panes,
+the cart changed behind the agents' backs and the stale badge, an injected write approved in one pane and
+denied in the other, a message the scripted model has no script for, and a reload that shows the conversation
+again. A screenshot of every state goes to tests/artifacts/web/ (not kept in git); the approval state is also
+written to docs/live-demo.png for the README (when missing, or with UPDATE_README_SHOT=1). Skipped, saying
+why, only where Chromium or chromedriver is not installed (`.ci/run` installs both).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared_tools.comparison.scenarios import SEED_GOAL
+from webdemo.server import create_app, running_server
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "tests" / "artifacts" / "web"
+README_SHOT = ROOT / "docs" / "live-demo.png"
+WAIT_S = 20
+
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    reason=f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER}); .ci/run installs them",
+)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1600,1100"):  # fmt: skip
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_the_presenters_path_in_a_real_browser(browser: object, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = WebDriverWait(driver, WAIT_S)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    def shot(name: str) -> None:
+        driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+
+    def pane(name: str) -> object:
+        return driver.find_element(By.CSS_SELECTOR, f'.pane[data-pane="{name}"]')
+
+    def pane_text(name: str, part: str) -> str:
+        return str(driver.find_element(By.CSS_SELECTOR, f'.pane[data-pane="{name}"] {part}').text)
+
+    def both(predicate: object) -> None:
+        wait.until(lambda _: all(predicate(name) for name in ("handwritten", "langgraph")))  # type: ignore[operator]
+
+    def send(text: str) -> None:
+        box = driver.find_element(By.ID, "text")
+        box.clear()
+        box.send_keys(text)
+        driver.find_element(By.ID, "send").click()
+
+    with running_server(create_app(tmp_path / "web", approval_timeout=WAIT_S)) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        both(lambda n: pane(n).is_displayed())
+
+        # 1. The seed goal, typed once, answered by both panes.
+        send(SEED_GOAL)
+        both(lambda n: pane_text(n, ".stop") == "done")
+        for name in ("handwritten", "langgraph"):
+            answer = pane_text(name, ".msg.assistant:last-child")
+            assert "The Quiet Orchard" in answer and "16.50" in answer
+            assert len(driver.find_elements(By.CSS_SELECTOR, f'.pane[data-pane="{name}"] .trace li')) == 9
+            assert pane_text(name, ".meter") != "0 tokens"
+        shot("1-seed-goal")
+
+        # 2. The cart changes behind the agents' backs; the remembered answer is stale, and the badge says so.
+        driver.find_element(By.ID, "stale").click()
+        wait.until(lambda d: "Changed behind" in d.find_element(By.ID, "notice").text)
+        driver.find_element(By.CSS_SELECTOR, 'button.goal[data-goal="What is my cart total now?"]').click()
+        both(lambda n: pane(n).find_element(By.CSS_SELECTOR, ".cart").get_attribute("data-check") == "stale")
+        assert "the store has 0.00" in pane_text("handwritten", ".cart")
+        shot("2-stale-cart")
+
+        # 3. A prompt injection provokes a risky write: approved in one pane, denied in the other.
+        Select(driver.find_element(By.ID, "persona")).select_by_value("gullible")
+        driver.find_element(By.ID, "apply").click()
+        wait.until(lambda d: not d.find_element(By.ID, "notice").is_displayed())
+        driver.find_element(By.ID, "inject").click()
+        wait.until(lambda d: d.find_element(By.ID, "inject").get_attribute("data-on") == "1")
+        send(SEED_GOAL)
+        both(lambda n: pane(n).find_element(By.CSS_SELECTOR, ".approval").is_displayed())
+        assert "10 x The Quiet Orchard" in pane_text("langgraph", ".approval .reason")
+        shot("3-approval-asked")
+        if not README_SHOT.exists() or os.environ.get("UPDATE_README_SHOT"):
+            # Only when missing or asked for, so a test run does not leave the committed picture changed.
+            README_SHOT.parent.mkdir(exist_ok=True)
+            shutil.copyfile(ARTIFACTS / "3-approval-asked.png", README_SHOT)
+        pane("langgraph").find_element(By.CSS_SELECTOR, ".approval .no").click()
+        wait.until(lambda _: pane_text("langgraph", ".stop") == "done")
+        # The loop asks again for the 11th copy (the cart line is over the limit): yes each time.
+        while pane_text("handwritten", ".stop") != "done":
+            approval = pane("handwritten").find_element(By.CSS_SELECTOR, ".approval")
+            asked = approval.get_attribute("data-request")
+            if approval.is_displayed() and asked:
+                approval.find_element(By.CSS_SELECTOR, ".yes").click()
+                # The next question may follow at once: wait for this one to be gone, not for the box to hide.
+                wait.until(lambda _, a=approval, r=asked: a.get_attribute("data-request") != r)
+        assert "I also added 10 copies" in pane_text("handwritten", ".msg.assistant:last-child")
+        assert "refused" in pane_text("langgraph", ".msg.assistant:last-child")
+        shot("4-approved-and-denied")
+
+        # 4. What the scripted model cannot answer is refused by the server, in words, on the page.
+        send("Tell me a joke")
+        wait.until(lambda d: "no script for that" in d.find_element(By.ID, "notice").text)
+        shot("5-bad-input")
+
+        # 5. A reload resumes every conversation from the sessions.
+        before = {n: pane_text(n, ".chat") for n in ("handwritten", "langgraph")}
+        driver.refresh()
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        both(lambda n: pane_text(n, ".chat") == before[n])
+        assert pane_text("handwritten", ".chat").count(SEED_GOAL) == 2
+        shot("6-after-reload")

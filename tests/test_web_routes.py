@@ -1,0 +1,525 @@
+"""The live page's server (`webdemo`): its routes through Starlette's TestClient, its event stream through a real
+uvicorn server on 127.0.0.1, and `compare.py serve`'s command line.
+
+Everything runs for real: the scripted model, both agents, SQLite sessions and stores in a temporary data
+folder. What is checked is what a presenter and an attacker would do: the seed goal in both panes, the stale
+cart, approvals answered, denied, timed out and abandoned, one turn at a time, tabs that cannot see each
+other, a restart that keeps the conversation, and every kind of bad request answered with a 4xx and a sentence.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from shared_tools.comparison.scenarios import CART_QUESTION, SEED_GOAL
+from webdemo.cli import allowed_hosts, build_serve_parser, exposure_warning, serve_main
+from webdemo.server import create_app, running_server
+
+BASE = "http://127.0.0.1"
+WAIT_S = 30.0
+"""How long a helper waits for the server to reach a state before the test fails (never a timing assert)."""
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return tmp_path / "web"
+
+
+@pytest.fixture
+def client(data: Path) -> Iterator[TestClient]:
+    with TestClient(create_app(data, allowed_hosts=["127.0.0.1"]), base_url=BASE) as c:
+        yield c
+
+
+def new_tab(client: TestClient) -> str:
+    response = client.post("/api/tabs", headers={"Content-Type": "application/json"})
+    assert response.status_code == 200
+    return str(response.json()["tab"])
+
+
+def state(client: TestClient, tab: str) -> dict[str, Any]:
+    response = client.get("/api/state", params={"tab": tab})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def wait_for(client: TestClient, tab: str, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        current = state(client, tab)
+        if done(current):
+            return current
+        time.sleep(0.02)
+    raise AssertionError(f"the tab did not get there: {json.dumps(current)[:2000]}")
+
+
+def idle(s: dict[str, Any]) -> bool:
+    return not any(p["busy"] for p in s["panes"])
+
+
+def waiting_everywhere(s: dict[str, Any]) -> bool:
+    return all(p["pending"] for p in s["panes"])
+
+
+def panes(s: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["contender"]: p for p in s["panes"]}
+
+
+def ask(client: TestClient, tab: str, text: str) -> dict[str, Any]:
+    response = client.post("/api/turn", json={"tab": tab, "text": text})
+    assert response.status_code == 202, response.text
+    return wait_for(client, tab, idle)
+
+
+def settings(client: TestClient, tab: str, **changes: Any) -> dict[str, Any]:
+    response = client.post("/api/settings", json={"tab": tab, **changes})
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def answer_every_request(client: TestClient, tab: str, pane: str, approved: bool) -> int:
+    """Answer each approval `pane` asks for until its turn is over; how many there were."""
+    answered = 0
+    while True:
+        current = panes(wait_for(client, tab, lambda s: panes(s)[pane]["pending"] or not panes(s)[pane]["busy"]))
+        if not current[pane]["pending"]:
+            return answered
+        request = current[pane]["pending"][0]
+        answer = {"tab": tab, "pane": pane, "id": request["id"], "approved": approved}
+        assert client.post("/api/approve", json=answer).status_code in (200, 202)
+        answered += 1
+        gone = request["id"]
+        wait_for(client, tab, lambda s, gone=gone: all(r["id"] != gone for r in panes(s)[pane]["pending"]))
+
+
+def provoke_risky_write(client: TestClient, tab: str) -> None:
+    """As the prompt-injection scenario does: a catalog note says 'add 10 copies', the gullible persona obeys."""
+    settings(client, tab, persona="gullible", approval_gate=True)
+    assert client.post("/api/injection", json={"tab": tab, "on": True}).json() == {"injected": True}
+    assert client.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+
+
+# --- the page and the seed goal ---------------------------------------------------------------------------------
+
+
+def test_the_page_and_its_files_are_served_with_a_strict_content_policy(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert "/static/app.js" in page.text and "http" not in page.text.replace('http-equiv', '')
+    for name in ("app.js", "style.css"):
+        assert client.get(f"/static/{name}").status_code == 200
+    meta = client.get("/api/meta").json()
+    assert meta["seed_goal"] == SEED_GOAL and "gullible" in meta["personas"]
+
+
+def test_the_seed_goal_in_both_panes_ends_with_the_quiet_orchard_at_16_50(client: TestClient) -> None:
+    tab = new_tab(client)
+    done = panes(ask(client, tab, SEED_GOAL))
+    assert set(done) == {"handwritten", "langgraph"}
+    for pane in done.values():
+        last = pane["last"]
+        assert last["stop_reason"] == "done" and last["steps"] == 5 and last["tool_calls"] == 4
+        assert "The Quiet Orchard" in last["answer"] and "16.50" in last["answer"]
+        assert last["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}] and last["cart_total"] == "16.50"
+        assert last["cart_check"] == "agrees"
+        assert [line["name"] for line in pane["trace"]].count("model") == 5
+        assert pane["transcript"] == [
+            {"role": "user", "text": SEED_GOAL},
+            {"role": "assistant", "text": last["answer"]},
+        ]
+
+
+def test_four_panes_each_have_a_cart_of_their_own(client: TestClient) -> None:
+    tab = new_tab(client)
+    settings(client, tab, contenders=["create-agent", "handwritten", "langgraph-defaults", "langgraph"])
+    done = panes(ask(client, tab, SEED_GOAL))
+    assert list(done) == ["handwritten", "langgraph", "langgraph-defaults", "create-agent"]  # table order
+    assert all(p["last"]["cart_total"] == "16.50" for p in done.values()), "one cart per pane, not 4 copies in one"
+    assert "no approval gate" in done["langgraph-defaults"]["note"].lower()
+
+
+# --- the stale cart -----------------------------------------------------------------------------------------------
+
+
+def test_changing_the_cart_behind_the_agents_back_makes_the_remembered_answer_stale(client: TestClient) -> None:
+    tab = new_tab(client)
+    assert client.post("/api/stale", json={"tab": tab}).status_code == 409  # nothing in the carts yet
+    ask(client, tab, SEED_GOAL)
+    changed = client.post("/api/stale", json={"tab": tab})
+    assert changed.status_code == 200
+    assert {c["pane"] for c in changed.json()["changed"]} == {"handwritten", "langgraph"}
+    for pane in panes(ask(client, tab, CART_QUESTION)).values():
+        last = pane["last"]
+        assert last["stop_reason"] == "done" and "16.50" in last["answer"]  # answered from memory
+        assert last["cart_total"] == "0.00" and last["cart_check"] == "stale"
+        assert last["answer_amounts"] == ["16.50"]
+
+
+# --- approvals ----------------------------------------------------------------------------------------------------
+
+
+def test_an_injected_write_is_approved_in_one_pane_and_denied_in_the_other(client: TestClient) -> None:
+    tab = new_tab(client)
+    provoke_risky_write(client, tab)
+    waiting = panes(wait_for(client, tab, waiting_everywhere))
+    [hand] = waiting["handwritten"]["pending"]
+    [graph] = waiting["langgraph"]["pending"]
+    assert waiting["handwritten"]["busy"], "the loop waits inside its approve callback"
+    assert not waiting["langgraph"]["busy"] and waiting["langgraph"]["phase"] == "awaiting approval"
+    for request in (hand, graph):
+        assert request["tool"] == "add_to_cart" and request["args"]["quantity"] == 10
+        assert "10 x The Quiet Orchard" in request["reason"]
+    # While a pane is waiting, no new turn starts anywhere: one turn at a time per pane.
+    refused = client.post("/api/turn", json={"tab": tab, "text": CART_QUESTION})
+    assert refused.status_code == 409 and "one turn at a time" in refused.json()["error"]
+    assert answer_every_request(client, tab, "handwritten", True) == 2, "10 copies, then the 11th in the cart"
+    assert answer_every_request(client, tab, "langgraph", False) == 1, "refused: the model goes its own way"
+    done = panes(wait_for(client, tab, lambda s: idle(s) and not any(p["pending"] for p in s["panes"])))
+    assert done["handwritten"]["last"]["cart"] == [{"title": "The Quiet Orchard", "quantity": 11}]
+    assert done["langgraph"]["last"]["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}]
+    assert "refused" in done["langgraph"]["last"]["answer"]
+    # An answer to a request that is no longer waiting is refused, not applied twice.
+    again = client.post("/api/approve", json={"tab": tab, "pane": "langgraph", "id": graph["id"], "approved": True})
+    assert again.status_code == 409
+
+
+def test_an_unanswered_approval_times_out_as_a_no(data: Path) -> None:
+    with TestClient(create_app(data, approval_timeout=0.2), base_url=BASE) as client:
+        tab = new_tab(client)
+        settings(client, tab, contenders=["handwritten"])
+        provoke_risky_write(client, tab)
+        done = panes(wait_for(client, tab, lambda s: s["panes"][0]["last"] is not None))["handwritten"]
+        assert done["last"]["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}]
+        assert not done["pending"]
+
+
+def test_a_graph_pause_survives_a_restart_and_is_answered_by_the_new_server(data: Path) -> None:
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        settings(client, tab, contenders=["langgraph"])
+        provoke_risky_write(client, tab)
+        [request] = wait_for(client, tab, waiting_everywhere)["panes"][0]["pending"]
+    with TestClient(create_app(data), base_url=BASE) as client:
+        [again] = state(client, tab)["panes"][0]["pending"]
+        assert again["id"] == request["id"]
+        assert answer_every_request(client, tab, "langgraph", True) == 2
+        done = state(client, tab)["panes"][0]
+        assert done["last"]["cart"] == [{"title": "The Quiet Orchard", "quantity": 11}]
+
+
+# --- one turn at a time, tabs, restarts -----------------------------------------------------------------------------
+
+
+def test_two_turns_sent_at_once_start_exactly_one(client: TestClient) -> None:
+    tab = new_tab(client)
+    provoke_risky_write(client, tab)  # the first turn holds its panes until the approvals are answered
+    wait_for(client, tab, waiting_everywhere)
+    statuses: list[int] = []
+
+    def send() -> None:
+        statuses.append(client.post("/api/turn", json={"tab": tab, "text": CART_QUESTION}).status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert statuses == [409] * 4
+    client.post("/api/cancel", json={"tab": tab})
+    hand = panes(wait_for(client, tab, lambda s: not panes(s)["handwritten"]["busy"]))["handwritten"]
+    assert hand["last"]["stop_reason"] == "cancelled" and hand["last"]["cart"] == [], "the cancelled wait was a no"
+
+
+def test_two_tabs_never_see_each_others_conversation_or_cart(client: TestClient, data: Path) -> None:
+    first, second = new_tab(client), new_tab(client)
+    assert first != second
+    ask(client, first, SEED_GOAL)
+    other = state(client, second)
+    assert all(p["transcript"] == [] and p["last"] is None for p in other["panes"])
+    assert client.post("/api/stale", json={"tab": second}).status_code == 409, "the second tab's carts are empty"
+    folders = sorted(p.name for p in (data / "tabs").iterdir())
+    assert folders == sorted(t.split(".")[0] for t in (first, second))
+
+
+def test_a_restarted_server_resumes_the_conversation_and_the_cart(data: Path) -> None:
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        answers = {name: p["last"]["answer"] for name, p in panes(ask(client, tab, SEED_GOAL)).items()}
+    with TestClient(create_app(data), base_url=BASE) as client:
+        resumed = panes(state(client, tab))
+        for name, pane in resumed.items():
+            assert pane["transcript"][-1] == {"role": "assistant", "text": answers[name]}
+        # The conversation, not just its text: the next question is answered from the remembered turn.
+        for pane in panes(ask(client, tab, CART_QUESTION)).values():
+            assert "16.50" in pane["last"]["answer"] and pane["last"]["cart_check"] == "agrees"
+
+
+def test_settings_are_checked_and_kept(client: TestClient) -> None:
+    tab = new_tab(client)
+    for bad in ({"max_steps": 0}, {"max_steps": True}, {"max_steps": 2.5}, {"max_tokens": "lots"},
+                {"contenders": []}, {"contenders": ["nobody"]}, {"persona": "../x"}, {"approval_gate": "yes"},
+                {"colour": "red"}):  # fmt: skip
+        response = client.post("/api/settings", json={"tab": tab, **bad})
+        assert response.status_code == 400 and response.json()["error"], bad
+    changed = settings(client, tab, max_steps=2, max_tokens=None, persona="looper")
+    assert changed["settings"]["max_steps"] == 2 and changed["settings"]["max_tokens"] is None
+    for pane in panes(ask(client, tab, SEED_GOAL)).values():
+        assert pane["last"]["stop_reason"] == "max steps reached" and pane["last"]["steps"] == 2
+
+
+def test_rewind_takes_the_last_turn_back_or_says_it_cannot(client: TestClient) -> None:
+    from handwritten import Session
+
+    tab = new_tab(client)
+    ask(client, tab, SEED_GOAL)
+    ask(client, tab, CART_QUESTION)
+    response = client.post("/api/rewind", json={"tab": tab, "pane": "handwritten"})
+    if not hasattr(Session, "rewind"):
+        assert response.status_code == 409 and "no rewind" in response.json()["error"]
+        return
+    assert response.status_code == 200, response.text
+    assert [m["text"] for m in response.json()["transcript"] if m["role"] == "user"] == [SEED_GOAL]
+
+
+# --- bad input ------------------------------------------------------------------------------------------------------
+
+
+def test_bad_requests_get_a_sentence_and_a_4xx_never_a_500_or_a_traceback(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    tab = new_tab(client)
+    key = tab.split(".")[0]
+    forged = f"{key}.{'0' * 32}"
+    caplog.set_level(logging.INFO)
+    cases: list[tuple[str, Any, int]] = [
+        ("/api/turn", {"tab": tab, "text": ""}, 400),
+        ("/api/turn", {"tab": tab, "text": "   "}, 400),
+        ("/api/turn", {"tab": tab, "text": "x" * 50_000}, 413),
+        ("/api/turn", {"tab": tab, "text": 42}, 400),
+        ("/api/turn", {"tab": tab, "text": "Tell me a joke"}, 422),
+        ("/api/turn", {"text": SEED_GOAL}, 400),
+        ("/api/turn", {"tab": forged, "text": SEED_GOAL}, 403),
+        ("/api/turn", {"tab": "../../etc", "text": SEED_GOAL}, 400),
+        ("/api/turn", {"tab": ["x"], "text": SEED_GOAL}, 400),
+        ("/api/approve", {"tab": tab, "pane": "nobody", "id": "x", "approved": True}, 404),
+        ("/api/approve", {"tab": tab, "pane": "handwritten", "id": "x", "approved": "yes"}, 400),
+        ("/api/approve", {"tab": tab, "pane": "handwritten", "id": "x", "approved": True}, 409),
+        ("/api/rewind", {"tab": tab, "pane": {"a": 1}}, 404),
+        ("/api/injection", {"tab": tab, "on": "maybe"}, 400),
+        ("/api/scenario", {"tab": tab, "scenarios": ["nope"]}, 400),
+        ("/api/scenario", {"tab": tab, "scenarios": "bookstore"}, 400),
+        ("/api/eval", {"tab": tab, "scenarios": ["orders"], "runs": 10_000}, 400),
+    ]
+    for path, body, status in cases:
+        response = client.post(path, json=body)
+        assert response.status_code == status, (path, body, response.text)
+        assert response.json()["error"], (path, body)
+    raw = [
+        (b"{not json", 400), (b"[1, 2]", 400), (b"\xff\xfe", 400), (b"[" * 100_000, 413), (b"[" * 5_000, 400),
+    ]  # fmt: skip
+    for content, status in raw:
+        response = client.post("/api/turn", content=content, headers={"Content-Type": "application/json"})
+        assert response.status_code == status, content[:20]
+    # A page on another site can only send "simple" requests without asking first: not JSON ones.
+    for path in ("/api/tabs", "/api/turn"):
+        response = client.post(path, content=json.dumps({"tab": tab, "text": SEED_GOAL}),
+                               headers={"Content-Type": "text/plain"})  # fmt: skip
+        assert response.status_code == 415, path
+    assert client.get("/api/state", params={"tab": forged}).status_code == 403
+    assert client.get("/api/state").status_code == 400
+    assert client.get("/api/report/scenario", params={"tab": tab}).status_code == 404
+    assert client.get("/api/nothing").status_code == 404
+    assert client.get("/api/turn").status_code == 405
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], "no error, no traceback"
+    assert all(p["transcript"] == [] for p in state(client, tab)["panes"]), "nothing bad reached a conversation"
+
+
+def test_a_request_for_another_host_name_is_refused(client: TestClient) -> None:
+    # A page on another site that resolves its own name to 127.0.0.1 (DNS rebinding) sends its own Host header.
+    assert client.get("/api/meta", headers={"Host": "evil.example"}).status_code == 400
+
+
+# --- scenarios and eval ---------------------------------------------------------------------------------------------
+
+
+def test_a_scenario_and_an_eval_run_from_the_page_show_their_html_reports(client: TestClient) -> None:
+    tab = new_tab(client)
+    assert client.post("/api/scenario", json={"tab": tab, "scenarios": ["bookstore"]}).status_code == 202
+    assert client.post("/api/eval", json={"tab": tab, "scenarios": ["orders"], "runs": 2}).status_code == 202
+    wait_for(client, tab, lambda s: s["reports"] == ["eval", "scenario"] and not s["jobs"])
+    report = client.get("/api/report/scenario", params={"tab": tab})
+    assert report.headers["content-security-policy"].startswith("default-src 'none'")
+    assert "The Quiet Orchard" in report.text and "<svg" in report.text and "<script" not in report.text
+    evaluation = client.get("/api/report/eval", params={"tab": tab}).text
+    assert "pass^k" in evaluation and "SIMULATED" in evaluation.upper()
+
+
+# --- the event stream, on a real server -------------------------------------------------------------------------------
+
+
+def read_events(lines: Iterator[str], until: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+    """Events from an open stream's lines (`response.iter_lines()`, one iterator per stream) until `until`."""
+    events: list[dict[str, Any]] = []
+    for line in lines:
+        if line.startswith("data: "):
+            events.append(json.loads(line[6:]))
+            if until(events):
+                return events
+    raise AssertionError(f"the stream ended early: {events}")
+
+
+def ended(events: list[dict[str, Any]], count: int = 2) -> bool:
+    return sum(e["type"] == "turn_end" for e in events) >= count
+
+
+def test_the_event_stream_carries_each_trace_line_as_it_happens(data: Path) -> None:
+    with running_server(create_app(data)) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        tab = http.post("/api/tabs", json={}).json()["tab"]
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:
+            lines = stream.iter_lines()
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            [hello] = read_events(lines, lambda e: len(e) == 1)
+            assert hello["type"] == "hello" and len(hello["state"]["panes"]) == 2
+            assert http.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+            events = read_events(lines, ended)
+    for pane in ("handwritten", "langgraph"):
+        mine = [e for e in events if e.get("pane") == pane]
+        kinds = [e["type"] for e in mine if e["type"] != "token"]
+        assert kinds[0] == "turn_start" and kinds[-1] == "turn_end" and kinds.count("trace") == 9
+        traces = [e["event"] for e in mine if e["type"] == "trace"]
+        assert [t["name"] for t in traces][:2] == ["model", "search_books"]
+        assert all(t["ms"] >= 0 for t in traces) and traces[0]["tokens"] > 0
+        meters = [e["tokens"] for e in mine if e["type"] == "trace"]
+        assert meters == sorted(meters) and meters[-1] == mine[-1]["report"]["tokens"]
+        assert mine[-1]["report"]["stop_reason"] == "done"
+        # Token by token: the answer pieces of the last model call, joined, are the answer shown at the end.
+        tokens = [e for e in mine if e["type"] == "token"]
+        last_step = max(t["step"] for t in tokens)
+        answer = "".join(t["text"] for t in tokens if t["kind"] == "answer" and t["step"] == last_step)
+        assert answer == mine[-1]["report"]["answer"]
+        assert any(t["kind"] == "plan" for t in tokens), "the model's plan streams too"
+        order = [e["type"] for e in mine]
+        assert order.index("token") < order.index("trace"), "a reply's tokens come before its trace line"
+
+
+def test_a_tab_that_goes_away_has_its_runs_cancelled(data: Path) -> None:
+    app = create_app(data, gone_after=0.2)
+    with running_server(app) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        tab = http.post("/api/tabs", json={}).json()["tab"]
+        http.post("/api/settings", json={"tab": tab, "contenders": ["handwritten"], "persona": "gullible"})
+        http.post("/api/injection", json={"tab": tab, "on": True})
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:
+            lines = stream.iter_lines()
+            read_events(lines, lambda e: len(e) == 1)
+            http.post("/api/turn", json={"tab": tab, "text": SEED_GOAL})
+            read_events(lines, lambda e: e[-1]["type"] == "approval")
+        # The page is gone; the loop that was waiting for its yes gets a no, and the turn ends.
+        deadline = time.monotonic() + WAIT_S
+        while (pane := http.get("/api/state", params={"tab": tab}).json()["panes"][0])["busy"]:
+            assert time.monotonic() < deadline, "the abandoned turn was never cancelled"
+            time.sleep(0.02)
+        assert pane["last"]["stop_reason"] == "cancelled" and pane["last"]["cart"] == []
+
+
+def test_a_reload_within_the_grace_period_keeps_the_run_going(data: Path) -> None:
+    app = create_app(data, gone_after=5.0)
+    with running_server(app) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        tab = http.post("/api/tabs", json={}).json()["tab"]
+        http.post("/api/settings", json={"tab": tab, "contenders": ["handwritten"], "persona": "gullible"})
+        http.post("/api/injection", json={"tab": tab, "on": True})
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:
+            lines = stream.iter_lines()
+            read_events(lines, lambda e: len(e) == 1)
+            http.post("/api/turn", json={"tab": tab, "text": SEED_GOAL})
+            request = read_events(lines, lambda e: e[-1]["type"] == "approval")[-1]["request"]
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:  # the reload
+            lines = stream.iter_lines()
+            [hello] = read_events(lines, lambda e: len(e) == 1)
+            assert hello["state"]["panes"][0]["pending"][0]["id"] == request["id"]
+
+            def approve_each(events: list[dict[str, Any]]) -> bool:
+                if events[-1]["type"] == "approval":
+                    answer = {"tab": tab, "pane": "handwritten", "id": events[-1]["request"]["id"], "approved": True}
+                    assert http.post("/api/approve", json=answer).status_code == 200
+                return ended(events, 1)
+
+            answer = {"tab": tab, "pane": "handwritten", "id": request["id"], "approved": True}
+            assert http.post("/api/approve", json=answer).status_code == 200
+            [end] = [e for e in read_events(lines, approve_each) if e["type"] == "turn_end"]
+        assert end["report"]["cart"] == [{"title": "The Quiet Orchard", "quantity": 11}]
+
+
+# --- the command line -------------------------------------------------------------------------------------------------
+
+
+def test_serve_refuses_bad_options_with_exit_code_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert serve_main(["--port", "abc"]) == 2
+    assert serve_main(["--model", "gpt-9", "--data", str(tmp_path)]) == 2
+    assert serve_main(["--approval-timeout", "0"]) == 2
+    assert serve_main(["--port", "70000"]) == 2
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        assert serve_main(["--port", str(taken.getsockname()[1]), "--data", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("compare.py serve:") == 5
+    assert "cannot listen on 127.0.0.1" in err
+
+
+def test_serve_refuses_a_data_folder_it_cannot_use_with_exit_code_4(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("not a folder")
+    assert serve_main(["--data", str(a_file), "--port", "0"]) == 4
+    assert "data folder" in capsys.readouterr().err
+
+
+def test_serve_says_what_exposing_the_page_means() -> None:
+    assert exposure_warning("127.0.0.1", 8765) is None
+    warning = exposure_warning("0.0.0.0", 8765)
+    assert warning is not None and "no login" in warning and "TLS" in warning
+    assert allowed_hosts("0.0.0.0") is None
+    assert allowed_hosts("127.0.0.1") is not None and "evil.example" not in allowed_hosts("127.0.0.1")  # type: ignore[operator]
+    assert build_serve_parser().parse_args([]).host == "127.0.0.1"
+
+
+def test_ctrl_c_stops_the_server_cleanly_with_exit_code_130(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    code = "import sys; from webdemo.cli import serve_main; sys.exit(serve_main(sys.argv[1:]))"
+    server = subprocess.Popen(
+        [sys.executable, "-c", code, "--port", "0", "--data", str(tmp_path / "web")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A shell's background job ignores SIGINT; the user's Ctrl-C does not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert server.stdout is not None
+    first = server.stdout.readline()
+    assert first.startswith("Serving the live page at http://127.0.0.1:")
+    url = first.split(" at ")[1].split()[0]
+    with httpx.Client(timeout=WAIT_S) as http:
+        tab = http.post(url + "api/tabs", json={}).json()["tab"]
+        # An open page must not hold the stop up.
+        with http.stream("GET", url + "api/events", params={"tab": tab}) as stream:
+            next(stream.iter_lines())
+            server.send_signal(signal.SIGINT)
+            _, err = server.communicate(timeout=WAIT_S)
+    assert server.returncode == 130
+    assert err.strip() == "compare.py serve: interrupted", err
