@@ -1,14 +1,14 @@
 """The front door: run the same bookstore goals through every contender and show, side by side, what each did.
 
-`python compare.py` runs the eleven scenarios of `shared_tools.comparison.scenarios` on the embedded scripted model and
-prints, per scenario, each contender's trace in the seed's format, a side-by-side table (stop reason, calls,
-tokens per step, wall time, cart, answer) and what to notice in those numbers; at the end a guard matrix built
-from the runs and the seed's "who owns what" table. `--json` writes every run's full record, `--report` a
-self-contained HTML page, `--store-db` keeps the bookstore in a SQLite file instead of memory, and
-`python compare.py chat` is a multi-turn conversation. This file is only the command line: argument parsing,
-the checks made before any work starts, exit codes, and where output goes (stdout, or stderr when `--json -`
-takes stdout); the running, recording and rendering live in the `shared_tools.comparison` package, and library
-code (agents, tools, store) only logs.
+`python compare.py` runs the fourteen scenarios of `shared_tools.comparison.scenarios` on the embedded
+scripted model and prints, per scenario, each contender's trace in the seed's format, a side-by-side table
+(stop reason, calls, tokens per step, wall time, cart, answer) and what to notice in those numbers; at the end
+a guard matrix built from the runs and the seed's "who owns what" table. `--json` writes every run's full
+record, `--report` a self-contained HTML page, `--store-db` keeps the bookstore in a SQLite file instead of
+memory, and `python compare.py chat` is a multi-turn conversation (streamed token by token, with `/rewind` and
+`/history`). This file is only the command line: argument parsing, the checks made before any work starts,
+exit codes, and where output goes (stdout, or stderr when `--json -` takes stdout); the running, recording and
+rendering live in the `shared_tools.comparison` package, and library code (agents, tools, store) only logs.
 
 Every way the command can fail that is not a bug ends with one line on stderr and one of the exit codes below,
 never a traceback: a bad command line, a model that cannot be reached, a file that cannot be used (checked
@@ -28,6 +28,12 @@ EXIT_FILE = 4
 """A file cannot be used as asked: an output path, a store or session database, a saved conversation."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, what a shell reports for a process a Ctrl-C ended)."""
+
+MAX_TURNS = 10_000
+"""The most turns --turns accepts: a typo of a few digits more must not start a run of hours."""
+CHAT_KEEP_TURNS = 20
+"""chat's default history window: the model is sent the last 20 turns, so a long chat never meets the token
+budget's cliff (`--keep-turns 0` or `none` sends the whole history)."""
 
 INSTALLED_NAME = "agent-loop-compare"
 """The command `pip install` puts on the PATH (pyproject.toml's [project.scripts]); it calls `main`."""
@@ -58,11 +64,12 @@ try:
 
     from shared_tools.bookstore.store import BookStore, StoreError
     from shared_tools.bookstore.tools import make_tools
-    from shared_tools.comparison.chat import approval_prompt, chat_customer, converse
+    from shared_tools.comparison.chat import COMMANDS, LiveTurn, approval_prompt, chat_customer, converse
     from shared_tools.comparison.closing import guard_matrix
     from shared_tools.comparison.contenders import CONTENDERS, AskingHuman, build_contender
     from shared_tools.comparison.conversations import (
         ConversationNotSaved,
+        HistoryPolicy,
         check_saved_conversation,
         check_thread_name,
         open_conversation,
@@ -86,9 +93,15 @@ try:
         render_who_owns_what,
     )
     from shared_tools.comparison.report import render_report
-    from shared_tools.comparison.runner import RunOptions, collector, model_spec_for, run_scenario
+    from shared_tools.comparison.runner import RunOptions, model_spec_for, run_scenario
     from shared_tools.comparison.sanitize import SafeLogFormatter, clean_line
-    from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, Scenario
+    from shared_tools.comparison.scenarios import (
+        INSTRUCTIONS,
+        LONG_SESSION_TURNS,
+        SCENARIOS,
+        SCENARIOS_BY_NAME,
+        Scenario,
+    )
     from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
     from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted
     from shared_tools.results import AgentOptions, CustomerMismatch, TraceEvent
@@ -145,7 +158,7 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
         description="Run the same bookstore goals through a hand-written agent loop and LangGraph, side by side.",
         epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
         f"chat: {prog} chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
-        "[--store-db PATH]\n"
+        "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n\n"
         "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -163,6 +176,9 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
         help=f"which contenders run (default: all): {', '.join(CONTENDERS)}",
     )
     parser.add_argument("--max-steps", type=int, metavar="N", help="replace every scenario's step limit")
+    parser.add_argument(
+        "--turns", type=int, metavar="N", help=f"turns of the long-session scenario (default {LONG_SESSION_TURNS})"
+    )
     parser.add_argument("--json", metavar="PATH|-", help="write every run's full record as JSON ('-': stdout)")
     parser.add_argument("--report", metavar="PATH", help="write a self-contained HTML report")
     parser.add_argument(
@@ -230,11 +246,15 @@ def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
     contenders = parse_contenders(args.contenders)
     if args.max_steps is not None and args.max_steps < 1:
         raise UsageError(f"--max-steps must be at least 1, got {args.max_steps}")
+    if args.turns is not None and not 2 <= args.turns <= MAX_TURNS:
+        raise UsageError(f"--turns must be 2 to {MAX_TURNS:,}, got {args.turns}")
     scenarios = [SCENARIOS_BY_NAME[name] for name in dict.fromkeys(args.scenarios)] or list(SCENARIOS)
     if not any(contenders_running(s, contenders) for s in scenarios):
         raise UsageError(nothing_to_run(scenarios, contenders))
     if args.max_steps is not None:
         scenarios = [s.with_max_steps(args.max_steps) for s in scenarios]
+    if args.turns is not None:
+        scenarios = [s.with_turns(args.turns) for s in scenarios]
     return scenarios, contenders
 
 
@@ -421,9 +441,32 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
         "--store-db", type=Path, help="SQLite file of the bookstore (default: <session-db stem>.store.db beside it)"
     )
     parser.add_argument("--model", default="scripted", help="'scripted' or 'ollama:<model>'")
+    parser.add_argument(
+        "--keep-turns",
+        type=keep_turns_value,
+        default=CHAT_KEEP_TURNS,
+        metavar="N",
+        help=f"send the model only the last N turns (default {CHAT_KEEP_TURNS}); 0 or 'none': the whole history",
+    )
+    parser.add_argument(
+        "--summarize", action="store_true", help="fold the turns that fall out of --keep-turns into one summary"
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.set_defaults(prog=prog)
     return parser
+
+
+def keep_turns_value(text: str) -> int | None:
+    """`--keep-turns`: a number of turns, or 0 / ``none`` for the whole history (None)."""
+    if text.strip().lower() in ("0", "none"):
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of turns: {text!r} (0 or 'none' for all)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
 
 
 def _check_chat(args: argparse.Namespace, customer: str) -> Path:
@@ -447,6 +490,8 @@ def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
     """`python compare.py chat`: ask, see the trace, ask again; `quit` or an empty line ends it."""
     try:
         args = build_chat_parser(prog).parse_args(argv)
+        if args.summarize and args.keep_turns is None:
+            raise UsageError("--summarize folds the turns that fall out of --keep-turns: give --keep-turns N too")
     except UsageError as exc:
         return fail(prog, exc)
     _configure_logging(args.verbose)
@@ -476,13 +521,19 @@ def _chat(
 ) -> int:
     """The conversation itself, on an open store: finish a cut-short turn, then ask until the customer stops."""
     events: list[TraceEvent] = []
-    progress = None if scripted else Progress(console)
-    human = AskingHuman(store, customer, approval_prompt(console, progress))
-    options = AgentOptions(on_event=collector(events, progress))
+    # The reply streams token by token and each trace line prints as it happens, so no spinner is drawn over them.
+    live = LiveTurn(console)
+    human = AskingHuman(store, customer, approval_prompt(console, None))
+
+    def on_event(event: TraceEvent) -> None:
+        events.append(event)
+        live.on_event(event)
+
+    options = AgentOptions(on_event=on_event, on_token=live.on_token)
     agent = build_contender(args.contender, model, make_tools(store, customer), options, human)
     conversation = open_conversation(
         args.contender, agent, INSTRUCTIONS, args.thread, args.session_db, resume=True, customer_id=customer,
-        approve=human.approve,
+        approve=human.approve, policy=HistoryPolicy(args.keep_turns, args.summarize),
     )
     try:
         facts = conversation.facts()  # the graph checks whose thread it is on this first read
@@ -490,16 +541,22 @@ def _chat(
         conversation.close()
         return fail(args.prog, UnusableFile(f"cannot resume thread {args.thread!r}: {exc}"))
     kept_in = clean_line(str(facts["kept_in"]))
+    window = "the whole history" if args.keep_turns is None else f"the last {args.keep_turns} turn(s)"
+    if args.summarize:
+        window += ", older ones summarized"
     console.print(
         Text(args.contender, "bold")
-        + Text(f" · thread {args.thread} · kept in {kept_in} · {facts['messages']} message(s) so far. ")
-        + Text("Empty line or 'quit' ends.")
+        + Text(f" · thread {args.thread} · kept in {kept_in} · {facts['turns']} turn(s) so far · the model sees ")
+        + Text(f"{window}. Empty line or 'quit' ends; {COMMANDS}.")
     )
     if scripted:
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
 
     try:
-        converse(console, conversation, scripted=scripted, progress=progress, events=events)
+        converse(
+            console, conversation, scripted=scripted, progress=None, events=events, live=live,
+            cart=lambda: cart_text_of(store, customer),
+        )
     except (ConversationNotSaved, ModelUnavailable) as exc:  # another process saved meanwhile; the server went away
         return fail(args.prog, exc)
     except KeyboardInterrupt:
@@ -508,6 +565,14 @@ def _chat(
     finally:
         conversation.close()
     return EXIT_OK
+
+
+def cart_text_of(store: BookStore, customer: str) -> str:
+    """The customer's cart as the store holds it now, in a few words."""
+    cart = store.cart(customer)
+    if not cart.lines:
+        return "empty"
+    return ", ".join(f"{line.book.title} x{line.quantity}" for line in cart.lines) + f" ({cart.total:.2f})"
 
 
 if __name__ == "__main__":

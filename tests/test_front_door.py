@@ -416,7 +416,8 @@ def test_chat_says_in_one_line_when_another_process_saved_the_conversation(
     one_line_error(captured, "this turn was not saved and nothing was overwritten", "saved by another session")
     assert "assistant> Your cart total is $16.50" in captured.out, "the answer is still shown"
     kept = Session.load(path, loop)
-    assert json.loads(path.read_bytes())["revision"] == 2, "the other process's save"
+    # The file is a header line and one line per save (JSONL); the last line is the newest save.
+    assert json.loads(path.read_bytes().splitlines()[-1])["revision"] == 2, "the other process's save"
     assert [m.content for m in kept.messages if m.type == "human"] == [SEED_GOAL], "not overwritten by this one"
 
 

@@ -227,6 +227,7 @@ def _bookstore_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> N
             assert int(m["pct"]) == round(100 * sum(tps[:-1]) / r.tokens)
 
 
+ONE = r"(?P<names>[a-z-]+)"
 DURATION = r"[\d.]+ ms|[\d.]+s"
 
 
@@ -691,11 +692,278 @@ def _injection_not_exercised(m: re.Match[str], records: list[RunRecord], s: Scen
                    for r in records)
 
 
+# long-session, streaming, time-travel: read again from the records, by turn and by fact.
+
+DURATION = r"(?:[\d.,]+ ms|<0\.01 ms|[\d.,]+ s)"
+
+
+def turns_of(records: list[RunRecord], label: str, contender: str) -> list[RunRecord]:
+    return sorted((r for r in records if (r.variant_label, r.contender) == (label, contender)), key=lambda r: r.turn)
+
+
+def tools_in(r: RunRecord) -> list[str]:
+    return list(dict.fromkeys(e["name"] for e in tool_lines(r)))
+
+
+def shown_duration(text: str) -> float:
+    """A duration as `records.duration_text` writes it, in seconds."""
+    if text == "<0.01 ms":
+        return 0.0
+    value = float(text.split()[0].replace(",", ""))
+    return value / 1000 if text.endswith("ms") else value
+
+
+def shows(text: str, seconds: float) -> bool:
+    """`text` is `seconds` rounded as shown: within half a unit of its last digit."""
+    if text == "<0.01 ms":
+        return seconds < 0.00001
+    number = text.split()[0].replace(",", "")
+    decimals = len(number.partition(".")[2])
+    unit = 0.001 if text.endswith("ms") else 1.0
+    return abs(shown_duration(text) - seconds) <= 0.5 * 10**-decimals * unit + 1e-12
+
+
+def states_store_total(r: RunRecord) -> bool | None:
+    found = amounts(r.answer)
+    return None if not found else money(r.cart_total) in found
+
+
+@claim("long-session", LABEL + ONE + r": the same question cost (?P<a>[\d,]+) tokens at turn (?P<ta>\d+) "
+       r"and (?P<b>[\d,]+) at turn (?P<tb>\d+)(?: \((?P<x>[\d.]+)x\))?, in (?P<da>" + DURATION + r") and (?P<db>"
+       + DURATION + r")(?:; after (?P<n>\d+) turns it holds (?P<messages>\d+) messages, (?P<stored>[\d,.]+) "
+       r"(?P<unit>bytes|KiB|MiB)(?P<disk> on disk)?(?: in (?P<cp>[\d,]+) checkpoints)?)?\.")
+def _long_session_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    turns = turns_of(records, m["label"], m["names"])
+    by_turn = {r.turn: r for r in turns}
+    a, b = by_turn[int(m["ta"])], by_turn[int(m["tb"])]
+    assert a.goal == b.goal and a.turn < b.turn, "the same question, asked earlier and later"
+    assert (a.tokens, b.tokens) == (money(m["a"]), money(m["b"]))
+    assert a.stop_reason == b.stop_reason == StopReason.DONE
+    finished_same = [r for r in turns if r.goal == a.goal and r.stop_reason == StopReason.DONE and r.error is None]
+    assert (finished_same[0].turn, finished_same[-1].turn) == (a.turn, b.turn), "the first and the last such turn"
+    if m["x"]:
+        assert float(m["x"]) == pytest.approx(b.tokens / a.tokens, abs=0.05)
+    assert shows(m["da"], a.wall_s)
+    assert shows(m["db"], b.wall_s)
+    if m["n"]:
+        last = turns[-1]
+        assert last.turn == int(m["n"]) and last.facts["messages"] == int(m["messages"])
+        factor = {"bytes": 1, "KiB": 1024, "MiB": 2**20}[m["unit"]]
+        assert last.facts["stored_bytes"] == pytest.approx(float(m["stored"].replace(",", "")) * factor, rel=0.05)
+        assert (last.facts["kept_in"] != "memory") is bool(m["disk"])
+        assert last.facts.get("checkpoints") == (None if m["cp"] is None else int(m["cp"].replace(",", "")))
+
+
+@claim("long-session", LABEL + ONE + r": turn (?P<t>\d+) cost (?P<a>[\d,]+) tokens against (?P<b>[\d,]+) "
+       r"with the whole history \((?P<pct>\d+)%\)\.")
+def _long_session_policy(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    mine = {r.turn: r for r in turns_of(records, m["label"], m["names"])}[int(m["t"])]
+    assert mine.settings["keep_turns"] is not None, "only a trimmed history is compared with the whole one"
+    whole = [r for r in records if r.contender == m["names"] and r.turn == mine.turn and not r.settings["keep_turns"]]
+    assert whole and mine.goal == whole[0].goal
+    assert (mine.tokens, whole[0].tokens) == (money(m["a"]), money(m["b"]))
+    assert int(m["pct"]) == round(100 * mine.tokens / whole[0].tokens)
+
+
+@claim("long-session", LABEL + NAMES + r": turn (?P<t>\d+) (?P<q>'[^']*') was answered "
+       r"(?:(?P<memory>from memory, without a tool call)|with (?P<tools>[a-z_, ]+?)(?P<fell> \(the turn that"
+       r" added the book was no longer in what "
+       r"the model is sent\))?), (?:which matches the store \((?P<ok>[\d.]+)\)|which does NOT match the store "
+       r"\((?P<bad>[\d.]+)\)|(?P<none>with no amount in it))\.")
+def _long_session_cart(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    for name in m["names"].split(", "):
+        turns = turns_of(records, m["label"], name)
+        last = turns[-1]
+        assert last.turn == int(m["t"]) and last.goal == quoted(m["q"]) and last.stop_reason == StopReason.DONE
+        if m["memory"]:
+            assert not tool_lines(last)
+        else:
+            assert ", ".join(tools_in(last)) == m["tools"]
+            added = any(e["name"] == "add_to_cart" for r in turns for e in tool_lines(r))
+            assert bool(m["fell"]) is added
+        expected = states_store_total(last)
+        if m["ok"]:
+            assert expected is True and last.cart_total == m["ok"]
+        elif m["bad"]:
+            assert expected is False and last.cart_total == m["bad"]
+        else:
+            assert expected is None
+
+
+@claim("long-session", r"The budget cliff: " + LABEL + ONE + r" stopped at turn (?P<t>\d+) with 'token "
+       r"budget exceeded' after (?P<tokens>[\d,]+) tokens: .*")
+def _long_session_cliff(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    hit = [r for r in records if r.stop_reason == StopReason.TOKEN_BUDGET]
+    first_hit = min(hit, key=lambda r: r.turn)
+    assert (first_hit.variant_label, first_hit.contender, first_hit.turn) == (m["label"], m["names"], int(m["t"]))
+    assert first_hit.tokens == money(m["tokens"])
+
+
+@claim("long-session", r"No turn hit the token budget: the costliest, " + LABEL
+       + ONE + r" turn (?P<t>\d+), used (?P<tokens>[\d,]+) of max_tokens=(?P<budget>[\d,]+) \((?P<pct>\d+)%\); .*")
+def _long_session_no_cliff(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    assert not any(r.stop_reason == StopReason.TOKEN_BUDGET for r in records)
+    top = max((r for r in records if r.error is None), key=lambda r: r.tokens)
+    assert top.tokens == money(m["tokens"]) == max(r.tokens for r in records if r.error is None)
+    assert limits_of(s, top).max_tokens == money(m["budget"])
+    assert int(m["pct"]) == round(100 * top.tokens / int(money(m["budget"])))
+
+
+@claim("long-session", LABEL + ONE + r": turn (?P<t>\d+) raised (?P<error>.+)\.")
+def _long_session_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    raised = [r for r in turns_of(records, m["label"], m["names"]) if r.error is not None]
+    assert raised[0].turn == int(m["t"]) and raised[0].error == m["error"]
+
+
+@claim("streaming", LABEL + ONE + r": the first words of the answer reached the user after (?P<first>"
+       + DURATION + r"), the whole answer after (?P<whole>" + DURATION + r") \((?P<n>\d+) pieces\)(?:; without "
+       r"streaming nothing showed until (?P<plain>" + DURATION + r"))?(?P<bad>; the streamed pieces do NOT add up to "
+       r"the answer)?\.")
+def _streaming_times(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    [r] = named(m, records)
+    assert r.settings["stream"] is True and r.facts["text_chunks"] == int(m["n"]) > 0
+    assert shows(m["first"], r.facts["first_text_s"])
+    assert shows(m["whole"], r.wall_s)
+    assert r.facts["first_text_s"] <= r.wall_s, "the first piece comes before the run ends"
+    if m["plain"]:
+        [plain] = [x for x in records if x.contender == r.contender and not x.settings["stream"]]
+        assert shows(m["plain"], plain.wall_s)
+    assert (r.facts["streamed_text_is_answer"] is False) is bool(m["bad"])
+
+
+@claim("streaming", LABEL + ONE + r": on_token was never given any answer text\.")
+def _streaming_silent(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    [r] = named(m, records)
+    assert r.settings["stream"] is True and r.facts["text_chunks"] == 0
+
+
+@claim("streaming", r"(?P<names>[a-z-]+): streamed and not, the runs made the same tool calls, used the same tokens "
+       r"\((?P<tokens>[\d,]+)\) and gave the same answer\.")
+def _streaming_same(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = [r for r in records if r.contender == m["names"]]
+    assert len({(tuple(call_keys(r)), r.tokens, r.answer, r.stop_reason) for r in runs}) == 1 and len(runs) == 2
+    assert runs[0].tokens == money(m["tokens"])
+
+
+@claim("streaming", r"(?P<names>[a-z-]+): the streamed run differs from the one that was not \(calls, tokens or "
+       r"answer\)\.")
+def _streaming_differs(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = [r for r in records if r.contender == m["names"]]
+    assert len({(tuple(call_keys(r)), r.tokens, r.answer, r.stop_reason) for r in runs}) == 2
+
+
+@claim("streaming", r"(?P<names>[a-z-]+): the functions that handle streaming hold (?P<total>\d+) lines of code "
+       r"\(counted from the source\): (?P<where>.+)\.")
+def _streaming_code(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    import importlib
+    import inspect
+
+    parts = re.findall(r"([\w.]+) \((\d+)\)", m["where"])
+    assert parts and sum(int(n) for _, n in parts) == int(m["total"])
+    for where, lines in parts:
+        # Each named function exists, really touches token streaming, and has that many lines.
+        pieces = where.split(".")
+        for cut in range(len(pieces) - 1, 0, -1):
+            try:
+                target: Any = importlib.import_module(".".join(pieces[:cut]))
+            except ImportError:
+                continue
+            for attr in pieces[cut:]:
+                target = getattr(target, attr)
+            break
+        source = inspect.getsource(target)
+        assert "on_token" in source or "Chunk" in source or "stream_mode" in source, where
+        body = [line.strip() for line in source.splitlines() if line.strip() and not line.strip().startswith("#")]
+        assert 0 < int(lines) <= len(body), where
+
+
+@claim("streaming", LABEL + ONE + r": raised (?P<error>.+)\.")
+def _streaming_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    [r] = named(m, records)
+    assert r.error == m["error"]
+
+
+@claim("time-travel", LABEL + ONE + r": rewind took back (?P<turns>\d+) turn \((?P<messages>\d+) messages\); "
+       r"the cart still held (?P<cart>.+): the store did not go back\.")
+def _time_travel_rewind(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    first_turn, second = turns_of(records, m["label"], m["names"])
+    assert (second.facts["rewound_turns"], second.facts["rewound_messages"]) == (int(m["turns"]), int(m["messages"]))
+    held = ", ".join(f"{line['title']} x{line['quantity']}" for line in first_turn.cart) or "an empty cart"
+    assert m["cart"] == held, "the cart as turn 1 left it, read from the store"
+
+
+@claim("time-travel", LABEL + ONE + r": asked the cart total after the rewind, the model answered (?:from "
+       r"memory|with (?P<tools>[a-z_, ]+)), with (?P<verdict>the store's|NOT the store's|no) total"
+       r" \((?P<total>[\d.]+)\)\.")
+def _time_travel_after_rewind(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    second = turns_of(records, m["label"], m["names"])[-1]
+    assert second.turn == 2 and second.stop_reason == StopReason.DONE and second.cart_total == m["total"]
+    assert (", ".join(tools_in(second)) or None) == m["tools"]
+    assert {"the store's": True, "NOT the store's": False, "no": None}[m["verdict"]] == states_store_total(second)
+
+
+@claim("time-travel", LABEL + ONE + r": (?:add_to_cart ran (?P<n>\d+) time\(s\) in the replay|add_to_cart did "
+       r"not run again), (?P<keyed>with the call id as the store's request id|without the call id): the cart went from "
+       r"(?P<before>.+) to (?P<after>.+)\.")
+def _time_travel_replay(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    first_turn, replay = turns_of(records, m["label"], m["names"])
+    adds = [e for e in tool_lines(replay) if e["name"] == "add_to_cart"]
+    assert len(adds) == int(m["n"] or 0)
+    assert replay.settings["idempotent"] is m["keyed"].startswith("with the")
+    before = ", ".join(f"{line['title']} x{line['quantity']}" for line in first_turn.cart) or "an empty cart"
+    after = ", ".join(f"{line['title']} x{line['quantity']}" for line in replay.cart) or "an empty cart"
+    assert (m["before"], m["after"]) == (before, after)
+
+
+@claim("time-travel", LABEL + ONE + r": turn 1 called add_to_cart nowhere, so there was no checkpoint before "
+       r"it to replay\.")
+def _time_travel_nothing(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = turns_of(records, m["label"], m["names"])
+    assert len(runs) == 1 and not any(e["name"] == "add_to_cart" for e in tool_lines(runs[0]))
+
+
+@claim("time-travel", LABEL + ONE + r": add_to_cart ran (?P<n>\d+) time\(s\); (?P<who>.+), (?P<keyed>with|"
+       r"without) the call id: the cart holds (?P<cart>.+)\.")
+def _time_travel_retry(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    [r] = named(m, records, variant_label=m["label"])
+    adds = [e for e in tool_lines(r) if e["name"] == "add_to_cart"]
+    assert r.facts["add_to_cart_ran"] == int(m["n"])
+    assert r.settings["idempotent"] is (m["keyed"] == "with")
+    held = ", ".join(f"{line['title']} x{line['quantity']}" for line in r.cart) or "an empty cart"
+    assert m["cart"] == held
+    steps = {e["step"] for e in adds}
+    if "retried the same call" in m["who"]:
+        assert int(m["n"]) > 1 and len(steps) <= 1
+    elif "the model retried" in m["who"]:
+        assert int(m["n"]) > 1 and len(steps) > 1
+    else:
+        assert int(m["n"]) <= 1
+
+
+@claim("time-travel", LABEL + ONE + r": the lost reply raised (?P<error>.+); the write had gone through: "
+       r"(?P<cart>.+)\.")
+def _time_travel_lost(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    [r] = named(m, records, variant_label=m["label"])
+    held = ", ".join(f"{line['title']} x{line['quantity']}" for line in r.cart) or "an empty cart"
+    assert r.error == m["error"] and m["cart"] == held
+
+
+@claim("time-travel", LABEL + ONE + r": raised (?P<error>.+)\.")
+def _time_travel_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    assert any(r.error == m["error"] for r in turns_of(records, m["label"], m["names"]))
+
+
 NOT_RUN = LABEL + NAMES + r": not run, because (?P<reason>.+)\."
 
 
 def _not_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
-    for r in named(m, records):
+    """One point per (contenders, reason): "[every variant]", or the labels it holds for joined by " | "."""
+    names = m["names"].split(", ")
+    labels = {v.label for v in s.variants} if m["label"] == "every variant" else set(m["label"].split(" | "))
+    assert labels <= {v.label for v in s.variants}, labels
+    found = [r for r in records if r.contender in names and r.variant_label in labels]
+    assert {(r.contender, r.variant_label) for r in found} == {(n, label) for n in names for label in labels}
+    for r in found:
         assert r.facts.get("not_available") == m["reason"] and not r.trace and r.model_calls == 0
 
 

@@ -1,9 +1,10 @@
 """The comparison behind `compare.py`: the same bookstore goals run by every contender, recorded and shown side by side.
 
-One file per concern: `scenarios` (the eleven experiments as data, each with its lesson), `contenders`
+One file per concern: `scenarios` (the fourteen experiments as data, each with its lesson), `contenders`
 (which agents compete, how each is built from one `AgentOptions`, the approval demo's human), `conversations`
 (one session interface over `handwritten.Session` and `langgraph_version.GraphSession`), `runner` (every
-variant × contender of a scenario on a fresh store), `records` (`RunRecord`, built from a result or from the
+variant × contender of a scenario on a fresh store), `experiments` (streaming and time travel, run their own
+way), `records` (`RunRecord`, built from a result or from the
 events before a contender raised, with secrets masked), `lessons` (what to notice in the measured numbers),
 `closing` (the guard matrix and the seed's "who owns what"), `render` (the terminal), `document` (the JSON
 document) and `report` (the HTML page built from it), `sanitize` (untrusted text made harmless for a terminal,

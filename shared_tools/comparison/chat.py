@@ -2,25 +2,31 @@
 
 `compare.py` parses the command line, checks the files and maps failures to exit codes; this module holds
 what happens once the conversation is open: the customer a thread shops as (one per thread and contender, so
-no two share a cart), the y/N prompt that answers the approval gate, and `converse`, the loop that finishes a
-turn a crash cut short and then asks, turn by turn, until the customer stops. Failures it cannot handle
-(the model going away, a save another process made meanwhile) propagate for the command line to report.
+no two share a cart), the y/N prompt that answers the approval gate, `LiveTurn` (the answer printed token by
+token as the model writes it, the plan of a reasoning model dimmed, each trace line as it happens), and
+`converse`, the loop that finishes a turn a crash cut short and then asks, turn by turn, until the customer
+stops, with two commands: ``/rewind [N]`` takes the last N turns back (the cart stays as it is: the store is
+not rewound, and it says so) and ``/history`` lists the turns (with the checkpoint each started from, on the
+graph). Failures it cannot handle (the model going away, a save another process made meanwhile) propagate for
+the command line to report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from rich.console import Console
 from rich.text import Text
 
 from shared_tools.comparison.conversations import Conversation, ConversationNotSaved
-from shared_tools.comparison.render import Progress, render_turn
-from shared_tools.comparison.sanitize import clean_line
+from shared_tools.comparison.render import Progress, print_trace, render_turn
+from shared_tools.comparison.sanitize import clean_line, clean_text
 from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
-from shared_tools.results import AgentResult, TraceEvent
+from shared_tools.results import AgentResult, StopReason, Token, TokenKind, TraceEvent
+
+COMMANDS = "/rewind [N] takes back the last N turns (default 1); /history lists the turns"
 
 
 def chat_customer(contender: str, thread: str) -> str:
@@ -61,6 +67,91 @@ def show_turn(console: Console, result: AgentResult) -> None:
     render_turn(console, [asdict(e) for e in result.trace], result.user_message(), result.stop_reason)
 
 
+class LiveTurn:
+    """A turn shown as it happens: `on_token` prints the reply as the model writes it (the plan dimmed), `on_event`
+    each trace line when it is done; `end` finishes the turn with what was not streamed (an honest stop message).
+
+    Every piece goes through `clean_text`, so no control character a model sends reaches the terminal."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.kind: TokenKind | None = None
+        """What is being printed on the open line (None: no line is open)."""
+        self.answered = False
+        """Answer text was printed in this turn."""
+        self.planned: set[int] = set()
+        """The steps whose plan was streamed, so their trace line does not print it again."""
+
+    def start(self) -> None:
+        self.kind, self.answered, self.planned = None, False, set()
+
+    def _close_line(self) -> None:
+        if self.kind is not None:
+            self.console.print()
+            self.kind = None
+
+    def on_token(self, token: Token) -> None:
+        if not token.text:
+            return
+        if token.kind is not self.kind:
+            self._close_line()
+            label = "assistant> " if token.kind is TokenKind.ANSWER else "plan: "
+            self.console.print(Text(label, style="bold" if token.kind is TokenKind.ANSWER else "dim"), end="")
+            self.kind = token.kind
+        self.answered |= token.kind is TokenKind.ANSWER
+        if token.kind is TokenKind.PLAN:
+            self.planned.add(token.step)
+        style = "dim" if token.kind is TokenKind.PLAN else ""
+        self.console.print(Text(clean_text(token.text), style=style), end="")
+
+    def on_event(self, event: TraceEvent) -> None:
+        self._close_line()
+        if event.is_model and event.step in self.planned:
+            event = replace(event, detail=event.detail.partition("; plan: ")[0])
+        print_trace(self.console, [asdict(event)])
+
+    def end(self, result: AgentResult) -> None:
+        """The end of a turn: the stop reason when it is not "done", the honest message when no answer streamed."""
+        self._close_line()
+        if not (self.answered and result.stop_reason is StopReason.DONE):
+            self.console.print(Text("assistant> ", style="bold") + Text(clean_text(result.user_message())))
+        if result.stop_reason is not StopReason.DONE:
+            self.console.print(Text(f"(stop reason: {clean_line(str(result.stop_reason))})"))
+
+
+def run_command(console: Console, conversation: Conversation, command: str, cart: Callable[[], str]) -> bool:
+    """``/rewind [N]`` or ``/history``; False when `command` is neither (it is then no command at all)."""
+    name, _, rest = command.partition(" ")
+    if name == "/history":
+        turns = conversation.turns()
+        if not turns:
+            console.print(Text("(no turns yet)"))
+        for turn in turns:
+            where = f"  [checkpoint {turn.checkpoint_id}]" if turn.checkpoint_id else ""
+            console.print(Text(f"{turn.number:>3}. {clean_line(turn.question)}{where}"))
+        return True
+    if name == "/rewind":
+        try:
+            count = int(rest.strip() or "1")
+            if count < 1:
+                raise ValueError(count)
+        except ValueError:
+            console.print(Text("usage: /rewind [N], N a whole number of turns, at least 1"))
+            return True
+        try:
+            rewound = conversation.rewind(count)
+        except ValueError as exc:  # more turns than the conversation has
+            console.print(Text(f"cannot rewind: {clean_line(str(exc))}"))
+            return True
+        to = f"; the thread goes on from checkpoint {rewound.checkpoint_id}" if rewound.checkpoint_id else ""
+        console.print(
+            Text(f"Rewound {rewound.turns} turn(s) ({rewound.messages} messages){to}. ")
+            + Text(f"The cart is not rewound: {clean_line(cart())}.")
+        )
+        return True
+    return False
+
+
 def converse(
     console: Console,
     conversation: Conversation,
@@ -68,13 +159,23 @@ def converse(
     scripted: bool,
     progress: Progress | None,
     events: list[TraceEvent],
+    live: LiveTurn | None = None,
+    cart: Callable[[], str] = lambda: "unknown",
 ) -> None:
-    """Finish a turn a crash or an outage cut short, then ask until an empty line, 'quit' or the end of input."""
+    """Finish a turn a crash or an outage cut short, then ask until an empty line, 'quit' or the end of input.
+
+    With `live`, each turn is shown as it happens (the agent was built with its `on_token` and `on_event`);
+    without, it is shown when it ends. `cart` says what the cart holds, for ``/rewind``."""
     events.clear()
+    if live is not None:
+        live.start()
     finished = conversation.finish_unfinished()
     if finished is not None:
         console.print(Text("The last turn was cut short; finishing it from its last checkpoint:"))
-        show_turn(console, finished)
+        if live is not None:
+            live.end(finished)
+        else:
+            show_turn(console, finished)
     while True:
         try:
             question = input("you> ").strip()
@@ -82,12 +183,18 @@ def converse(
             return
         if question.lower() in ("", "quit", "exit"):
             return
+        if question.startswith("/"):
+            if not run_command(console, conversation, question, cart):
+                console.print(Text(f"unknown command {clean_line(question.split()[0])!r}; {COMMANDS}"))
+            continue
         if scripted and not scripted_knows(question):
             # Refused before asking, so an unknown goal never lands in the stored conversation.
             console.print(Text("The scripted model has no script for that. It knows: " + " | ".join(KNOWN_GOALS)))
             continue
         events.clear()
-        spin = progress.spinning() if progress is not None else nullcontext()
+        if live is not None:
+            live.start()
+        spin = progress.spinning() if progress is not None and live is None else nullcontext()
         try:
             with spin:
                 result = conversation.ask(question)
@@ -95,6 +202,12 @@ def converse(
             console.print(Text(f"(scripted model) {clean_line(str(exc))}", style="yellow"))
             continue
         except ConversationNotSaved as exc:  # the answer stands; the file keeps the other process's turns
-            show_turn(console, exc.result)
+            if live is not None:
+                live.end(exc.result)
+            else:
+                show_turn(console, exc.result)
             raise
-        show_turn(console, result)
+        if live is not None:
+            live.end(result)
+        else:
+            show_turn(console, result)

@@ -79,8 +79,13 @@ def not_available(contender: str, scenario: Scenario, variant: Variant) -> str |
     compares_parallel = len({v.parallel_tools for v in scenario.variants}) > 1
     if compares_parallel and not variant.parallel_tools and contender in TOOLNODE_CONTENDERS:
         return NO_SEQUENTIAL_TOOLS
+    if contender not in scenario.contenders and scenario.others_reason is not None:
+        return scenario.others_reason
     listed = variant.contenders or scenario.contenders
     if contender not in listed or contender not in scenario.contenders:
+        given = dict(variant.why_not).get(contender)
+        if given is not None:
+            return given
         runners = ", ".join(c for c in listed if c in scenario.contenders)
         return f"{scenario.name}/{variant.name} is run only by {runners}"
     return None
@@ -194,6 +199,7 @@ def build_contender(
             limits=options.limits,
             detailed_errors=options.detailed_errors,
             on_event=options.on_event,
+            on_token=options.on_token,
             needs_approval=options.needs_approval,
         )
         if options.needs_approval is None:

@@ -1,7 +1,10 @@
 """Session adapters: one multi-turn conversation of either session-capable contender, behind one small interface.
 
 `Conversation` is what the session scenarios and `compare.py chat` need of a conversation: ask, finish a turn
-a crash cut short, say how much it holds and where, close. `HandwrittenConversation` wraps
+a crash cut short, go back (`rewind`; the graph also `replay`s a checkpoint), list its turns, say how much it
+holds and where (`facts`: messages, checkpoints and stored bytes, counted without walking the checkpoint
+history, so reopening a long thread stays cheap), close. Both sessions take the same history policy
+(`keep_turns`, `summarize`, `shared_tools.history`). `HandwrittenConversation` wraps
 `handwritten.Session` (in memory, or saved to a JSON file after every turn); `GraphConversation` wraps
 a checkpointer thread, in memory or in a SQLite file: `langgraph_version.GraphSession` for our guarded graph,
 and `CheckpointThread` for the framework-only contenders (LangGraph's prebuilt graph compiled with a
@@ -15,13 +18,19 @@ a damaged or foreign saved conversation before it opens anything.
 
 from __future__ import annotations
 
+import json
 import re
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
+
 from shared_tools.comparison.contenders import Approve, Contender, decide, resume_until_answered
+from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult, CustomerMismatch, TraceEvent
 from shared_tools.sync import run_blocking
 
@@ -41,13 +50,48 @@ class ConversationNotSaved(Exception):
         self.result = result
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One user turn of a conversation, as `/history` lists it."""
+
+    number: int
+    question: str
+    checkpoint_id: str | None = None
+    """The graph: the checkpoint the thread stood at before this turn (what `rewind` goes back to)."""
+
+
+@dataclass(frozen=True)
+class HistoryPolicy:
+    """What the model is sent of a long conversation (`shared_tools.history`): the same meaning in both sessions."""
+
+    keep_turns: int | None = None
+    summarize: bool = False
+
+    def kwargs(self) -> dict[str, Any]:
+        """Only the knobs that are set, so a session without a policy is built exactly as before."""
+        given: dict[str, Any] = {}
+        if self.keep_turns is not None:
+            given["keep_turns"] = self.keep_turns
+        if self.summarize:
+            given["summarize"] = True
+        return given
+
+
 class Conversation(Protocol):
     """A multi-turn session of one contender, as the session scenarios and `chat` use it."""
 
     def ask(self, question: str) -> AgentResult: ...
     def finish_unfinished(self) -> AgentResult | None: ...
     def facts(self) -> dict[str, Any]: ...
+    def rewind(self, turns: int = 1) -> Rewound: ...
+    def turns(self) -> list[Turn]: ...
     def close(self) -> None: ...
+
+
+def questions_of(messages: Sequence[BaseMessage]) -> list[Turn]:
+    """The user turns of a message list, numbered from 1."""
+    asked = [m for m in messages if is_user_turn(m)]
+    return [Turn(number, m.text) for number, m in enumerate(asked, start=1)]
 
 
 def check_thread_name(name: str) -> None:
@@ -79,11 +123,11 @@ def check_saved_conversation(contender: str, thread_id: str, db: Path, customer_
         _load_session(path, None, customer_id)
 
 
-def _load_session(path: Path, loop: Any, customer_id: str | None) -> Any:
+def _load_session(path: Path, loop: Any, customer_id: str | None, policy: HistoryPolicy | None = None) -> Any:
     from handwritten import Session
 
     try:
-        return Session.load(path, loop, customer_id=customer_id)
+        return Session.load(path, loop, customer_id=customer_id, **(policy or HistoryPolicy()).kwargs())
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path} cannot be read as a saved session ({exc})") from None
     except (AttributeError, IndexError, KeyError, TypeError) as exc:  # a shape Session.load did not foresee
@@ -101,18 +145,20 @@ class HandwrittenConversation:
         *,
         resume: bool = False,
         customer_id: str | None = None,
+        policy: HistoryPolicy | None = None,
     ) -> None:
         from handwritten import Session
 
         self.path = path
+        given = (policy or HistoryPolicy()).kwargs()
         if path is not None and resume and path.exists():
-            self.session = _load_session(path, loop, customer_id)
+            self.session = _load_session(path, loop, customer_id, policy)
         else:
             if path is not None:
                 # A fresh conversation in a file that holds an old one (a demo re-run with the same
                 # --session-db) replaces it, as the graph's thread is deleted; saving over it would be refused.
                 path.unlink(missing_ok=True)
-            self.session = Session(loop, instructions, customer_id=customer_id)
+            self.session = Session(loop, instructions, customer_id=customer_id, **given)
 
     def ask(self, question: str) -> AgentResult:
         from handwritten import SessionConflict
@@ -129,8 +175,29 @@ class HandwrittenConversation:
     def finish_unfinished(self) -> AgentResult | None:
         return None  # the JSON file is written after a turn completes, so it never holds half a turn
 
+    def rewind(self, turns: int = 1) -> Rewound:
+        """Cut the last `turns` turns off the list, and off the saved file too."""
+        rewound: Rewound = self.session.rewind(turns)
+        if self.path is not None:
+            self.session.save(self.path)
+        return rewound
+
+    def turns(self) -> list[Turn]:
+        return questions_of(self.session.messages)
+
     def facts(self) -> dict[str, Any]:
-        return {"messages": len(self.session.messages), "kept_in": str(self.path) if self.path else "memory"}
+        messages = self.session.messages
+        if self.path is not None and self.path.exists():
+            stored = self.path.stat().st_size
+        else:
+            # What a save would write: the compact JSON of the list.
+            stored = len(json.dumps(messages_to_dict(messages), separators=(",", ":"), ensure_ascii=True))
+        return {
+            "messages": len(messages),
+            "turns": count_turns(messages),
+            "stored_bytes": stored,
+            "kept_in": str(self.path) if self.path else "memory",
+        }
 
     def close(self) -> None:
         pass
@@ -335,21 +402,30 @@ class GraphConversation:
         resume: bool = False,
         customer_id: str | None = None,
         approve: Approve | None = None,
+        policy: HistoryPolicy | None = None,
+        storage: dict[str, Any] | None = None,
     ) -> None:
+        """`policy` is the history policy of our graph's session; `storage`, keyword arguments of
+        `GraphSession.sqlite` (its checkpoint storage options), for a SQLite thread of our graph."""
         from langgraph_version import GraphAgent, GraphSession
 
         self.path = path
         self.approve = approve
+        self.thread_id = thread_id
         self.session: Any
+        given = (policy or HistoryPolicy()).kwargs()
         if not isinstance(agent, GraphAgent):
+            if given:
+                raise ValueError(f"{type(agent).__name__} has no history policy: keep_turns and summarize are ours")
             self.session = CheckpointThread(agent, instructions, thread_id, path, customer_id=customer_id)  # type: ignore[arg-type]
             if path is not None and not resume:
                 self.session.delete()
         elif path is None:
-            self.session = GraphSession(agent, instructions, thread_id=thread_id, customer_id=customer_id)
+            self.session = GraphSession(agent, instructions, thread_id=thread_id, customer_id=customer_id, **given)
         else:
             self.session = GraphSession.sqlite(
-                agent, instructions, path=str(path), thread_id=thread_id, customer_id=customer_id
+                agent, instructions, path=str(path), thread_id=thread_id, customer_id=customer_id,
+                **given, **(storage or {}),
             )
             if not resume:
                 self.session.delete()  # a demo re-run with the same --session-db starts its thread from scratch
@@ -369,15 +445,114 @@ class GraphConversation:
     def _answered(self, result: AgentResult) -> AgentResult:
         return resume_until_answered(self.session, result, self.approve)[0]
 
+    def rewind(self, turns: int = 1) -> Rewound:
+        """Fork the thread from the checkpoint before the last `turns` turns; the old branch stays in its history."""
+        rewound: Rewound = self.session.rewind(turns)
+        return rewound
+
+    def replay(self, checkpoint_id: str) -> AgentResult:
+        """Run the thread again from an earlier checkpoint (what is after it runs again: tools included)."""
+        return self._answered(self.session.replay(checkpoint_id))
+
+    def checkpoint_before_tool(self, tool: str) -> str:
+        """The id of the last checkpoint whose next step runs the tools node on a reply that calls `tool`."""
+        for snapshot in self.session.history():  # newest first
+            messages = snapshot.values.get("messages") or []
+            last = messages[-1] if messages else None
+            if "tools" in snapshot.next and isinstance(last, AIMessage) and any(
+                c["name"] == tool for c in last.tool_calls
+            ):
+                return str(snapshot.config["configurable"]["checkpoint_id"])
+        raise LookupError(f"thread {self.thread_id!r} has no checkpoint before a {tool} call")
+
+    def turns(self) -> list[Turn]:
+        """The user turns, with the checkpoint each started from (`GraphSession.turn_history`)."""
+        turn_history = getattr(self.session, "turn_history", None)
+        if turn_history is None:  # a framework-only thread: its questions, without checkpoint ids
+            return questions_of(self.session.messages)
+        return [
+            Turn(number, str(getattr(t, "question", getattr(t, "text", ""))), _checkpoint_of(t))
+            for number, t in enumerate(turn_history(), start=1)
+        ]
+
     def facts(self) -> dict[str, Any]:
+        """Messages, user turns, checkpoints and stored bytes of the thread: read from the checkpointer's own
+        storage (one count, one sum), never by walking the checkpoint history, which loads every checkpoint."""
+        messages = self.session.messages
+        checkpoints, stored = thread_storage(self.session, self.thread_id)
         return {
-            "messages": len(self.session.messages),
-            "checkpoints": len(self.session.history()),
+            "messages": len(messages),
+            "turns": count_turns(messages),
+            "checkpoints": checkpoints,
+            "stored_bytes": stored,
             "kept_in": str(self.path) if self.path else "memory",
         }
 
     def close(self) -> None:
         self.session.close()
+
+
+def _checkpoint_of(turn: Any) -> str | None:
+    value = getattr(turn, "checkpoint_id", None)
+    return None if value is None else str(value)
+
+
+def _stored_size(value: Any) -> int:
+    """The bytes in a checkpointer's stored entry (nested tuples and dicts of serialized bytes)."""
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, dict):
+        return sum(_stored_size(v) for v in value.values())
+    if isinstance(value, tuple | list):
+        return sum(_stored_size(v) for v in value)
+    return 0
+
+
+def thread_storage(session: Any, thread_id: str) -> tuple[int, int]:
+    """(checkpoints, bytes) a thread holds in its checkpointer, counted where they are stored.
+
+    SQLite: one COUNT and one SUM over the thread's rows (checkpoints and pending writes). `InMemorySaver`: its
+    storage dicts for the thread. Anything else: (0, 0), since it cannot be counted without loading it.
+    """
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from langgraph_version.session import SqliteCheckpoints
+
+    saver = getattr(session, "checkpointer", None)
+    if saver is None:  # a CheckpointThread keeps its saver in its graph (in memory) or its SqliteCheckpoints
+        saver = getattr(session, "sqlite", None) or getattr(getattr(session, "_graph", None), "checkpointer", None)
+    if isinstance(saver, SqliteCheckpoints):
+        return sqlite_thread_storage(Path(saver.path), thread_id)
+    if isinstance(saver, InMemorySaver):
+        stored = saver.storage.get(thread_id, {})
+        checkpoints = sum(len(by_id) for by_id in stored.values())
+        size = _stored_size(stored)
+        size += sum(_stored_size(v) for k, v in saver.writes.items() if k[0] == thread_id)
+        size += sum(_stored_size(v) for k, v in saver.blobs.items() if k[0] == thread_id)
+        return checkpoints, size
+    return 0, 0
+
+
+def sqlite_thread_storage(path: Path, thread_id: str) -> tuple[int, int]:
+    """(checkpoints, bytes) of one thread in a LangGraph SQLite checkpoint file, read-only."""
+    if not path.exists():
+        return 0, 0
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "checkpoints" not in tables:
+            return 0, 0
+        count, size = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(checkpoint) + LENGTH(metadata)), 0) FROM checkpoints"
+            " WHERE thread_id = ?",
+            (thread_id,),
+        ).fetchone()
+        if "writes" in tables:
+            size += db.execute(
+                "SELECT COALESCE(SUM(LENGTH(value)), 0) FROM writes WHERE thread_id = ?", (thread_id,)
+            ).fetchone()[0]
+    return int(count), int(size)
 
 
 def open_conversation(
@@ -390,15 +565,21 @@ def open_conversation(
     resume: bool,
     customer_id: str | None = None,
     approve: Approve | None = None,
+    policy: HistoryPolicy | None = None,
+    storage: dict[str, Any] | None = None,
 ) -> Conversation:
     """The contender's session; `db` set means persisted (SQLite for the graph, a JSON file beside it otherwise).
 
     `customer_id` is recorded with the conversation; `approve` answers the graph's approval pauses (the
-    hand-written loop was given its own when it was built).
+    hand-written loop was given its own when it was built); `policy` is the history policy of either session;
+    `storage`, the checkpoint storage options of a SQLite graph thread (ignored elsewhere).
     """
     if contender == "handwritten":
         json_path = None if db is None else session_json_path(db, thread_id)
-        return HandwrittenConversation(agent, instructions, json_path, resume=resume, customer_id=customer_id)
+        return HandwrittenConversation(
+            agent, instructions, json_path, resume=resume, customer_id=customer_id, policy=policy
+        )
     return GraphConversation(
-        agent, instructions, thread_id, db, resume=resume, customer_id=customer_id, approve=approve
+        agent, instructions, thread_id, db, resume=resume, customer_id=customer_id, approve=approve, policy=policy,
+        storage=storage,
     )

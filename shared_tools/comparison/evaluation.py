@@ -49,6 +49,9 @@ from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scen
 from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
 from shared_tools.models.personas import ScriptExhausted
 
+GRADED: tuple[Scenario, ...] = tuple(s for s in SCENARIOS if s.name in RUBRIC)
+"""The scenarios with a rubric (every one but the cost measurements: long-session, streaming, time-travel)."""
+
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FILE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 """The exit codes `compare.py` documents (README, "Exit codes"), the same for `compare.py eval`."""
 
@@ -121,7 +124,7 @@ class EvalPlan:
     """What one eval runs: scenarios x contenders, `runs` trials, trial t on the model seeded `seed + t`."""
 
     model: str = DEFAULT_MODEL
-    scenarios: tuple[Scenario, ...] = SCENARIOS
+    scenarios: tuple[Scenario, ...] = GRADED
     contenders: tuple[str, ...] = tuple(CONTENDERS)
     runs: int = DEFAULT_RUNS
     seed: int = 0
@@ -431,7 +434,7 @@ def _csv(value: str) -> list[str]:
 
 
 def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    names = "\n".join(f"  {s.name:<18} {s.description}" for s in SCENARIOS)
+    names = "\n".join(f"  {s.name:<18} {s.description}" for s in GRADED)
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Run scenarios x contenders N times, grade every run (success, safe or unsafe failure) "
@@ -479,6 +482,12 @@ def plan_from(args: argparse.Namespace) -> EvalPlan:
     unknown = [name for name in args.scenarios if name not in SCENARIOS_BY_NAME]
     if unknown:
         raise UsageError(f"unknown scenario {unknown[0]!r}; choose from: {', '.join(SCENARIOS_BY_NAME)}")
+    ungraded = [name for name in args.scenarios if name not in RUBRIC]
+    if ungraded:
+        raise UsageError(
+            f"{ungraded[0]!r} measures costs, it has no right or wrong outcome to grade; eval grades: "
+            f"{', '.join(s.name for s in GRADED)}"
+        )
     contenders = tuple(dict.fromkeys(args.contenders or CONTENDERS))
     bad = [c for c in contenders if c not in CONTENDERS]
     if bad:
@@ -487,7 +496,7 @@ def plan_from(args: argparse.Namespace) -> EvalPlan:
         raise UsageError(f"--runs must be at least 1, got {args.runs}")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
-    scenarios = tuple(SCENARIOS_BY_NAME[n] for n in dict.fromkeys(args.scenarios)) or SCENARIOS
+    scenarios = tuple(SCENARIOS_BY_NAME[n] for n in dict.fromkeys(args.scenarios)) or GRADED
     scripted = args.model.strip().startswith("scripted")
     plan = EvalPlan(
         model=args.model.strip(),

@@ -25,7 +25,7 @@ from typing import Any
 
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.tools import TOOL_NAMES
-from shared_tools.comparison.records import RunRecord, cart_text, first, pick, short_outcome
+from shared_tools.comparison.records import RunRecord, cart_text, duration_text, first, pick, short_outcome
 from shared_tools.results import AgentLimits, Guard, StopReason
 
 # --- the settings a run used -------------------------------------------------------------------------------
@@ -40,6 +40,11 @@ class RunSettings:
     detailed_errors: bool = False
     parallel_tools: bool = False
     approval_gate: bool = False
+    keep_turns: int | None = None
+    summarize: bool = False
+    storage: str | None = None
+    stream: bool = False
+    idempotent: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for a record to carry (see `recorded_settings`)."""
@@ -768,4 +773,260 @@ def notice_injection(records: list[RunRecord], settings: SettingsOf) -> list[str
     lines += _per_variant(went_on, after_refusal)
     if not any(approval_held(r) or over_approval_limits(r) or untyped_add_errors(r) for r in records):
         lines.append("No write went over the approval limits in any run, so the gate was not exercised.")
+    return lines
+
+
+# --- long conversations, streaming, time travel ------------------------------------------------------------------
+
+
+def _runs_of(records: list[RunRecord]) -> dict[tuple[str, str], list[RunRecord]]:
+    """The records of each (variant, contender), in turn order."""
+    runs: dict[tuple[str, str], list[RunRecord]] = {}
+    for r in records:
+        runs.setdefault((r.variant, r.contender), []).append(r)
+    return {key: sorted(rs, key=lambda r: r.turn) for key, rs in runs.items()}
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,} bytes" if n < 10_000 else f"{n / 1024:,.0f} KiB" if n < 10_000_000 else f"{n / 2**20:,.1f} MiB"
+
+
+def same_question_turns(turns: list[RunRecord]) -> tuple[RunRecord, RunRecord] | None:
+    """The first and the last turn that asked the same question as each other (and finished), so that what differs
+    between them is only the history before them; None when no question was asked twice."""
+    done = [r for r in turns if r.error is None and r.stop_reason == StopReason.DONE]
+    by_goal: dict[str, list[RunRecord]] = {}
+    for r in done:
+        by_goal.setdefault(r.goal, []).append(r)
+    repeated = [rs for rs in by_goal.values() if len(rs) > 1]
+    if not repeated:
+        return None
+    longest = max(repeated, key=lambda rs: rs[-1].turn - rs[0].turn)
+    return longest[0], longest[-1]
+
+
+def answered_from_memory(record: RunRecord) -> bool:
+    """The turn finished without a single tool call: whatever it said came from the history it was sent."""
+    return record.error is None and record.stop_reason == StopReason.DONE and record.tool_calls == 0
+
+
+def notice_long_session(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    lines: list[str] = []
+    runs = _runs_of(records)
+    label = {r.variant: r.variant_label for r in records}
+    for (variant, contender), turns in runs.items():
+        tag = f"[{label[variant]}] {contender}"
+        raised = [r for r in turns if r.error is not None]
+        if raised:
+            lines.append(f"{tag}: turn {raised[0].turn} raised {raised[0].error}.")
+        parts: list[str] = []
+        pair = same_question_turns(turns)
+        if pair is not None:
+            a, b = pair
+            growth = f" ({b.tokens / a.tokens:.1f}x)" if a.tokens else ""
+            parts.append(
+                f"the same question cost {a.tokens:,} tokens at turn {a.turn} and {b.tokens:,} at turn {b.turn}"
+                f"{growth}, in {duration_text(a.wall_s)} and {duration_text(b.wall_s)}"
+            )
+        last = turns[-1]
+        stored = last.facts.get("stored_bytes")
+        if isinstance(stored, int):
+            where = "" if last.facts.get("kept_in") in (None, "memory") else " on disk"
+            kept = f"{_bytes(stored)}{where}"
+            if isinstance(last.facts.get("checkpoints"), int):
+                kept += f" in {last.facts['checkpoints']:,} checkpoints"
+            parts.append(f"after {last.turn} turns it holds {last.facts.get('messages')} messages, {kept}")
+        if parts:
+            lines.append(f"{tag}: " + "; ".join(parts) + ".")
+    lines += _long_session_policies(runs, label)
+    lines += _cart_question(runs, label)
+    lines += _budget_cliff(records, settings)
+    return lines
+
+
+def _long_session_policies(runs: dict[tuple[str, str], list[RunRecord]], label: dict[str, str]) -> list[str]:
+    """A trimmed variant's last repeated question against the whole-history variant's, per contender."""
+    lines: list[str] = []
+    whole = {c: rs for (v, c), rs in runs.items() if rs[0].settings.get("keep_turns") is None}
+    for (variant, contender), turns in runs.items():
+        keep = turns[0].settings.get("keep_turns")
+        full = whole.get(contender)
+        if keep is None or full is None:
+            continue
+        mine, theirs = same_question_turns(turns), same_question_turns(full)
+        if mine is None or theirs is None or mine[1].turn != theirs[1].turn or not theirs[1].tokens:
+            continue
+        share = mine[1].tokens / theirs[1].tokens
+        lines.append(
+            f"[{label[variant]}] {contender}: turn {mine[1].turn} cost {mine[1].tokens:,} tokens against "
+            f"{theirs[1].tokens:,} with the whole history ({share:.0%})."
+        )
+    return lines
+
+
+def _cart_question(runs: dict[tuple[str, str], list[RunRecord]], label: dict[str, str]) -> list[str]:
+    """How each run answered its last question, the cart total: from memory or with a tool, and was it right."""
+    said: dict[tuple[str, str], list[str]] = {}
+    for (variant, contender), turns in runs.items():
+        last = turns[-1]
+        if last.turn < 2 or last.error is not None or last.stop_reason != StopReason.DONE:
+            continue
+        right = answer_states_cart(last)
+        verdict = (
+            f"which matches the store ({last.cart_total})"
+            if right
+            else f"which does NOT match the store ({last.cart_total})"
+            if right is False
+            else "with no amount in it"
+        )
+        if answered_from_memory(last):
+            how = "from memory, without a tool call"
+        else:
+            how = "with " + ", ".join(dict.fromkeys(c.name for c in calls(last)))
+            if any(c.name == "add_to_cart" for r in turns for c in calls(r)):
+                how += " (the turn that added the book was no longer in what the model is sent)"
+        text = f"turn {last.turn} {_quote(last.goal, 40)} was answered {how}, {verdict}."
+        said.setdefault((label[variant], text), []).append(contender)
+    return [f"[{variant}] {', '.join(names)}: {text}" for (variant, text), names in said.items()]
+
+
+def _budget_cliff(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    """A turn stopped by the token budget is the cliff; otherwise how close the costliest turn came to it."""
+    stopped = [r for r in records if r.stop_reason == StopReason.TOKEN_BUDGET]
+    if stopped:
+        first_hit = min(stopped, key=lambda r: r.turn)
+        return [
+            f"The budget cliff: [{first_hit.variant_label}] {first_hit.contender} stopped at turn {first_hit.turn} "
+            f"with 'token budget exceeded' after {first_hit.tokens:,} tokens: the question is no harder than the "
+            "turns before it; the history it re-sends is longer."
+        ]
+    finished = [r for r in records if r.error is None]
+    if not finished:
+        return []
+    top = max(finished, key=lambda r: r.tokens)
+    limits = settings(top)
+    budget = None if limits is None else limits.limits.max_tokens
+    if budget is None:
+        return []
+    return [
+        f"No turn hit the token budget: the costliest, [{top.variant_label}] {top.contender} turn {top.turn}, used "
+        f"{top.tokens:,} of max_tokens={budget:,} ({top.tokens / budget:.0%}); more turns (--turns) move it closer."
+    ]
+
+
+def _ms(seconds: Any) -> str:
+    return duration_text(float(seconds)) if isinstance(seconds, int | float) else "?"
+
+
+def notice_streaming(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    lines: list[str] = []
+    for contender in dict.fromkeys(r.contender for r in records):
+        mine = [r for r in records if r.contender == contender]
+        streamed = [r for r in mine if r.facts.get("streamed") and r.error is None]
+        plain = [r for r in mine if r.facts.get("streamed") is False and r.error is None]
+        for r in (r for r in mine if r.error is not None):
+            lines.append(f"[{r.variant_label}] {contender}: raised {r.error}.")
+        for s in streamed:
+            if not s.facts.get("text_chunks"):
+                lines.append(f"[{s.variant_label}] {contender}: on_token was never given any answer text.")
+                continue
+            text = (
+                f"[{s.variant_label}] {contender}: the first words of the answer reached the user after "
+                f"{_ms(s.facts['first_text_s'])}, the whole answer after {_ms(s.facts['answer_s'])} "
+                f"({s.facts['text_chunks']} pieces)"
+            )
+            if plain:
+                text += f"; without streaming nothing showed until {_ms(plain[0].facts['answer_s'])}"
+            if s.facts.get("streamed_text_is_answer") is False:
+                text += "; the streamed pieces do NOT add up to the answer"
+            lines.append(text + ".")
+        if streamed and plain:
+            a, b = plain[0], streamed[0]
+            same = (
+                [c.key for c in calls(a)] == [c.key for c in calls(b)]
+                and a.tokens == b.tokens
+                and a.answer == b.answer
+                and a.stop_reason == b.stop_reason
+            )
+            lines.append(
+                f"{contender}: streamed and not, the runs made the same tool calls, used the same tokens "
+                f"({a.tokens:,}) and gave the same answer."
+                if same
+                else f"{contender}: the streamed run differs from the one that was not (calls, tokens or answer)."
+            )
+        code = next((r.facts.get("streaming_code") for r in mine if r.facts.get("streaming_code") is not None), None)
+        if code is not None:
+            if code:
+                total = sum(int(c["lines"]) for c in code)
+                where = ", ".join(f"{c['where']} ({c['lines']})" for c in code)
+                lines.append(
+                    f"{contender}: the functions that handle streaming hold {total} lines of code (counted from "
+                    f"the source): {where}."
+                )
+            else:
+                lines.append(f"{contender}: no streaming code of its own was found in its source.")
+    return lines
+
+
+def _copies_text(copies: Any) -> str:
+    if not isinstance(copies, dict) or not copies:
+        return "an empty cart"
+    return ", ".join(f"{title} x{n}" for title, n in copies.items())
+
+
+def notice_time_travel(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    lines: list[str] = []
+    for (_variant, contender), turns in _runs_of(records).items():
+        tag = f"[{turns[0].variant_label}] {contender}"
+        raised = [r for r in turns if r.error is not None]
+        after = turns[-1]
+        facts = after.facts
+        if "rewound_turns" in facts:
+            lines.append(
+                f"{tag}: rewind took back {facts['rewound_turns']} turn ({facts['rewound_messages']} messages); the "
+                f"cart still held {_copies_text(facts.get('copies_before_rewind'))}: the store did not go back."
+            )
+            if after.error is None and after.stop_reason == StopReason.DONE:
+                how = "from memory" if answered_from_memory(after) else (
+                    "with " + ", ".join(dict.fromkeys(c.name for c in calls(after)))
+                )
+                right = answer_states_cart(after)
+                verdict = "the store's" if right else "NOT the store's" if right is False else "no"
+                lines.append(
+                    f"{tag}: asked the cart total after the rewind, the model answered {how}, with {verdict} total "
+                    f"({after.cart_total})."
+                )
+        if facts.get("nothing_to_replay"):
+            lines.append(f"{tag}: turn 1 called add_to_cart nowhere, so there was no checkpoint before it to replay.")
+        if "replayed_from" in facts:
+            adds = [c for c in calls(after) if c.name == "add_to_cart"]
+            ran = f"add_to_cart ran {len(adds)} time(s) in the replay" if adds else "add_to_cart did not run again"
+            keyed = "with the call id as the store's request id" if facts.get("idempotent") else "without the call id"
+            lines.append(
+                f"{tag}: {ran}, {keyed}: the cart went from {_copies_text(facts.get('copies_before_replay'))} to "
+                f"{_copies_text(facts.get('copies'))}."
+            )
+        if "retried_by" in facts:
+            ran = int(facts.get("add_to_cart_ran", 0))
+            adds = [c for c in calls(after) if c.name == "add_to_cart"]
+            replies = len({c.step for c in adds})
+            keyed = "with the call id" if facts.get("idempotent") else "without the call id"
+            if raised:
+                lines.append(
+                    f"{tag}: the lost reply raised {after.error}; the write had gone through: "
+                    f"{_copies_text(facts.get('copies'))}."
+                )
+                continue
+            if ran > 1 and replies <= 1:
+                who = f"{facts['retried_by']} retried the same call (one model reply)"
+            elif ran > 1:
+                who = f"the model retried after the error with a new call ({replies} replies asked for add_to_cart)"
+            else:
+                who = "nobody retried"
+            lines.append(
+                f"{tag}: add_to_cart ran {ran} time(s); {who}, {keyed}: the cart holds "
+                f"{_copies_text(facts.get('copies'))}."
+            )
+        elif raised and "rewound_turns" not in facts and "replayed_from" not in facts:
+            lines.append(f"{tag}: raised {raised[0].error}.")
     return lines

@@ -188,6 +188,41 @@ def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: T
     return table
 
 
+def growth_table(records: list[RunRecord]) -> Table:
+    """A long conversation, one row per contender: tokens of the first, the middle and the last turns, what the
+    conversation holds at the end, and the time of the first and the last turn (every turn is in the JSON)."""
+    table = Table(expand=True, padding=(0, 1))
+    table.add_column("contender", no_wrap=True, min_width=12)
+    table.add_column("turns", justify="right", width=5)
+    table.add_column("tokens per turn", ratio=4)
+    table.add_column("stored", justify="right", width=9)
+    table.add_column("check-\npoints", justify="right", width=6)
+    table.add_column("time per turn", ratio=2)
+    table.add_column("last turn", ratio=3)
+    for contender in dict.fromkeys(r.contender for r in records):
+        turns = sorted(pick(records, contender=contender), key=lambda r: r.turn)
+        last = turns[-1]
+        stored = last.facts.get("stored_bytes")
+        checkpoints = last.facts.get("checkpoints")
+        tokens = [r.tokens for r in turns]
+        times = [r.wall_s for r in turns]
+        how = "no tool call" if last.tool_calls == 0 else ", ".join(
+            dict.fromkeys(e["name"] for e in last.trace if e["name"] != "model")
+        )
+        table.add_row(
+            Text(contender),
+            Text(str(last.turn)),
+            Text(tokens_per_step_cell(tokens)),
+            Text("-" if not isinstance(stored, int) else f"{stored / 1024:,.0f} KiB" if stored >= 10_000 else
+                 f"{stored:,} B"),
+            Text("-" if not isinstance(checkpoints, int) else f"{checkpoints:,}"),
+            Text(f"{duration_text(times[0])} … {duration_text(times[-1])}"),
+            Text(clean_line(f"{short_outcome(last)}, {how}, cart {last.cart_total}"),
+                 style="" if last.error is None else "yellow"),
+        )
+    return table
+
+
 def answer_grid(records: list[RunRecord], *, show_turn: bool = False, show_goal: bool = False) -> Table:
     """What each run would show the user: the answer when done, an honest sentence (or the error) otherwise."""
     grid = Table.grid(padding=(0, 1))
@@ -229,6 +264,17 @@ def render_scenario(
             continue
         if several_variants:
             console.print(Text("\nvariant ", style="bold") + Text(f"{variant.name}: {variant.label}", style="bold"))
+        if scenario.growth:
+            ran = [r for r in runs if r.facts.get("not_available") is None]
+            if trace:
+                # Only each conversation's last turn: the turns before it differ only in their numbers.
+                for r in (r for r in ran if r.turn == max(x.turn for x in pick(ran, contender=r.contender))):
+                    console.print(Text(f"\n{r.contender} · turn {r.turn}: ", style="bold") + Text(clean_line(r.goal)))
+                    print_trace(console, r.trace)
+                console.print()
+            if ran:
+                console.print(growth_table(ran))
+            continue
         if trace:
             for r in runs:
                 if same[id(r)] is not None:

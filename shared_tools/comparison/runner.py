@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from langchain_core.tools import BaseTool
 
@@ -33,7 +34,7 @@ from shared_tools.comparison.contenders import (
     contenders_for,
     run_gated_graph,
 )
-from shared_tools.comparison.conversations import open_conversation
+from shared_tools.comparison.conversations import HistoryPolicy, open_conversation
 from shared_tools.comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
 from shared_tools.comparison.render import Progress
 from shared_tools.comparison.scenarios import Scenario, Variant
@@ -220,8 +221,11 @@ def _run_session(
         model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
         return build_contender(contender, model, tools, agent_options)
 
+    policy = HistoryPolicy(variant.keep_turns, variant.summarize)
+    storage = storage_options(variant.storage)
     conversation = open_conversation(
-        contender, new_agent(), instructions, thread, db, resume=False, customer_id=customer
+        contender, new_agent(), instructions, thread, db, resume=False, customer_id=customer, policy=policy,
+        storage=storage,
     )
     records: list[RunRecord] = []
     try:
@@ -241,7 +245,9 @@ def _run_session(
                 records.append(raised_record(key, store, customer, wall_s, events, result))
                 break
             record = result_record(key, store, customer, wall_s, result)
-            record.facts.update(conversation.facts())
+            if not scenario.growth or turn == len(scenario.goals):
+                # A long conversation is measured once, at its end: reading the thread costs a turn's time again.
+                record.facts.update(conversation.facts())
             if changed:
                 record.facts["changed_behind_the_agent"] = changed
             records.append(record)
@@ -250,7 +256,8 @@ def _run_session(
     if db is not None and records:
         # A restart: a new agent and a new session object read the same file; the conversation must be there.
         reopened = open_conversation(
-            contender, new_agent(), instructions, thread, db, resume=True, customer_id=customer
+            contender, new_agent(), instructions, thread, db, resume=True, customer_id=customer, policy=policy,
+            storage=storage,
         )
         try:
             after = reopened.facts()
@@ -259,6 +266,30 @@ def _run_session(
         records[-1].facts["messages_after_restart"] = after["messages"]
         records[-1].facts["survived_restart"] = after["messages"] == records[-1].facts.get("messages")
     return records
+
+
+def storage_options(name: str | None) -> dict[str, Any] | None:
+    """The `GraphSession.sqlite` keyword arguments of a variant's storage option (`scenarios.STORAGE_OPTIONS`)."""
+    if name is None:
+        return None
+    from shared_tools.comparison.scenarios import STORAGE_OPTIONS
+
+    return dict(STORAGE_OPTIONS[name])
+
+
+def run_variant(scenario: Scenario, variant: Variant, contender: str, options: RunOptions) -> list[RunRecord]:
+    """The records of one contender on one variant, by the kind of scenario it is."""
+    if scenario.experiment == "streaming":
+        from shared_tools.comparison.experiments import run_streaming
+
+        return run_streaming(scenario, variant, contender, options)
+    if scenario.experiment == "time-travel":
+        from shared_tools.comparison.experiments import run_time_travel
+
+        return run_time_travel(scenario, variant, contender, options)
+    if scenario.multi_turn:
+        return run_session(scenario, variant, contender, options)
+    return [run_single(scenario, variant, contender, g, options) for g in scenario.goals]
 
 
 def run_scenario(scenario: Scenario, options: RunOptions, on_record: Callable[[RunRecord], None]) -> None:
@@ -278,10 +309,7 @@ def run_scenario(scenario: Scenario, options: RunOptions, on_record: Callable[[R
                 options.progress.start_run(label)
             spin = options.progress.spinning() if options.progress is not None else nullcontext()
             with spin:
-                if scenario.multi_turn:
-                    records = run_session(scenario, variant, contender, options)
-                else:
-                    records = [run_single(scenario, variant, contender, g, options) for g in scenario.goals]
+                records = run_variant(scenario, variant, contender, options)
             for record in records:
                 record.settings = settings
                 on_record(record)

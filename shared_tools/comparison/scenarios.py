@@ -1,4 +1,4 @@
-"""The eleven experiments `compare.py` runs, as plain data: what to set up, what to ask, and what it teaches.
+"""The fourteen experiments `compare.py` runs, as plain data: what to set up, what to ask, and what it teaches.
 
 A `Scenario` names one lesson from the seed article (the token column, the step limit, a flaky warehouse, a
 looping model, a stale session answer, ...) and holds everything needed to repeat it: the goal or turns, the
@@ -8,7 +8,8 @@ it: the paragraph printed before the runs, and the `lessons` function that says 
 numbers after them, given each run's settings (`Scenario.settings_for`: the limits and switches it ran with).
 A variant's label is made from the limits it holds, so `with_limits` / `with_max_steps` (the --max-steps
 option) can never leave an old number in it. Nothing here runs an agent; the runner reads these definitions
-and gives every contender the same setup.
+and gives every contender the same setup (`experiment` names the few that are run their own way, in
+`experiments`: streaming and time travel; `growth` marks the many-turn long-session, shown one row per run).
 """
 
 from __future__ import annotations
@@ -63,6 +64,22 @@ class Variant:
     """Risky writes need a human's yes (`shared_tools.bookstore.RiskyWritePolicy`); the demo's human says no."""
     contenders: tuple[str, ...] | None = None
     """Only these contenders run this variant (None: the scenario's), for a knob the others do not have."""
+    keep_turns: int | None = None
+    """Session scenarios: send the model only the last N user turns (`shared_tools.history`); None: all."""
+    summarize: bool = False
+    """Session scenarios, with `keep_turns`: fold the turns that fall out of the window into one summary."""
+    storage: str | None = None
+    """Session scenarios, SQLite graph thread: the checkpoint storage option (`STORAGE_OPTIONS`); None: as shipped."""
+    stream: bool = False
+    """Stream the model's reply (`AgentOptions.on_token`), so the answer is seen as it is written."""
+    chunk_delay: float = 0.0
+    """The scripted model's simulated wait per streamed chunk (a real model ignores it)."""
+    time_travel: str | None = None
+    """The time-travel scenario's experiment: "rewind", "replay" or "retry" (`experiments.run_time_travel`)."""
+    idempotent: bool = True
+    """add_to_cart passes the tool-call id to the store as its idempotency key; False: a re-run adds again."""
+    why_not: tuple[tuple[str, str], ...] = ()
+    """(contender, reason) for the contenders this variant leaves out: why, in words (`contenders.not_available`)."""
     note: str | None = None
     """The label's own words, without the limits (None: take them from `label`)."""
 
@@ -109,6 +126,13 @@ class Scenario:
     injection: tuple[int, str] | None = None
     """(book id, text): before the run, the text is appended to that book's description, as a seller's
     catalog feed could, so search results carry it to the model (`BookStore.set_description`)."""
+    experiment: str | None = None
+    """Run by an experiment of its own instead of the goal runner: "streaming" or "time-travel" (see
+    `shared_tools.comparison.experiments`)."""
+    others_reason: str | None = None
+    """Why the contenders this scenario does not list cannot run it, in words (None: "run only by ...")."""
+    growth: bool = False
+    """Many turns: shown as one row per contender (tokens, storage, time as the turns go by), not one per turn."""
 
     def instructions_for(self, variant: Variant) -> str:
         if variant.fresh_cart_instruction:
@@ -139,6 +163,11 @@ class Scenario:
             detailed_errors=variant.detailed_errors,
             parallel_tools=variant.parallel_tools,
             approval_gate=variant.approval_gate,
+            keep_turns=variant.keep_turns,
+            summarize=variant.summarize,
+            storage=variant.storage,
+            stream=variant.stream,
+            idempotent=variant.idempotent,
         )
 
     def settings_of(self, record: RunRecord) -> RunSettings | None:
@@ -166,11 +195,16 @@ class Scenario:
         ran = [r for r in records if lessons.not_available(r) is None]
         points = self.what_to_notice(ran, self.settings_of) if ran else []
         skipped = [r for r in records if lessons.not_available(r) is not None]
+        # One point per (contenders, reason), naming the variants it holds for: "[every variant]" when all.
+        said: dict[tuple[str, str], list[str]] = {}
         for variant in dict.fromkeys(r.variant for r in skipped):
             runs = [r for r in skipped if r.variant == variant]
             for reason in dict.fromkeys(lessons.not_available(r) for r in runs):
                 names = ", ".join(r.contender for r in runs if lessons.not_available(r) == reason)
-                points.append(f"[{runs[0].variant_label}] {names}: not run, because {reason}.")
+                said.setdefault((names, str(reason)), []).append(runs[0].variant_label)
+        for (names, reason), labels in said.items():
+            where = "every variant" if len(labels) == len(self.variants) > 1 else " | ".join(labels)
+            points.append(f"[{where}] {names}: not run, because {reason}.")
         return points
 
     def notice_text(self, records: list[RunRecord]) -> str:
@@ -196,9 +230,55 @@ class Scenario:
         """The same scenario with every variant's step limit replaced (the --max-steps option)."""
         return self.with_limits(max_steps=max_steps)
 
+    def with_turns(self, turns: int) -> Scenario:
+        """The long-session scenario with `turns` turns (the --turns option); any other scenario as it is."""
+        if self.name != LONG_SESSION:
+            return self
+        return replace(self, goals=long_session_goals(turns))
+
 
 TRUNCATE_AT = 2_000
-TOOL_LATENCY_S = 0.3
+TOOL_LATENCY_S = 0.05
+"""Long enough that two calls one after another take visibly longer than two at once, short enough that the
+five runs of parallel-tools do not hold up `python compare.py`."""
+
+LONG_SESSION = "long-session"
+LONG_SESSION_TURNS = 6
+"""The default number of turns of long-session: enough to see the growth, small enough for the default run."""
+ORDER_QUESTION = "Where is my order 4512?"
+KEEP_TURNS = 3
+"""The history window of long-session's keep-turns variants: smaller than its turns, so the early add falls out."""
+CHUNK_DELAY_S = 0.001
+"""The scripted model's simulated wait per streamed chunk in the streaming scenario."""
+
+
+NO_STORAGE_OPTION = "a JSON file holds the list once, rewritten each turn: there are no checkpoints to store it in"
+NO_REWIND = (
+    "rewind is a method of our two sessions (handwritten.Session cuts its list; GraphSession forks from an "
+    "earlier checkpoint); the framework-only threads here have none"
+)
+NO_CHECKPOINTS = (
+    "a list of messages keeps no checkpoints, so there is nothing to replay: cutting the list (rewind) is all "
+    "the hand-written session has"
+)
+NO_REPLAY = (
+    "replaying a checkpoint is GraphSession.replay (LangGraph's invoke(None, config with a checkpoint_id)); the "
+    "framework-only threads here are not given one"
+)
+
+STORAGE_OPTIONS: dict[str, dict[str, Any]] = {"full": {"storage": "full"}}
+"""Checkpoint storage options of `GraphSession.sqlite` the long-session scenario compares, by name: the keyword
+arguments each passes."""
+
+REPLAY_WHY_NOT = (("handwritten", NO_CHECKPOINTS), ("langgraph-defaults", NO_REPLAY), ("create-agent", NO_REPLAY))
+
+
+def long_session_goals(turns: int) -> tuple[str, ...]:
+    """The turns of long-session: the seed goal (an add), order questions, and last the cart total question, which
+    the model can answer from memory only if the add is still in what it is sent."""
+    if turns < 2:
+        raise ValueError(f"long-session needs at least 2 turns, got {turns}")
+    return (SEED_GOAL, *([ORDER_QUESTION] * (turns - 2)), CART_QUESTION)
 
 INJECTED_BOOK = 12
 """Salt Hours, a Mira Holt title, so a search for The Last Lighthouse returns its description."""
@@ -397,6 +477,115 @@ SCENARIOS: tuple[Scenario, ...] = (
             Variant(name="no-gate", label="no approval gate"),
             Variant(
                 name="gate", label="approval for > 3 copies or a line > 50.00; the human says no", approval_gate=True
+            ),
+        ),
+    ),
+    Scenario(
+        name=LONG_SESSION,
+        description=f"{LONG_SESSION_TURNS} turns of one conversation (--turns N): tokens, storage, checkpoints, time",
+        lesson=(
+            "Every turn re-sends the whole conversation, so the tokens of a question grow with the turns before "
+            "it, and a checkpointer stores the history again with every checkpoint. A history policy keeps the "
+            f"prompt bounded: keep_turns sends only the last turns (here {KEEP_TURNS}), summarize folds the older "
+            "ones into one summary. The price is memory: the model no longer sees what it did early on, so the "
+            "last question, 'What is my cart total now?', needs a tool call instead of an answer from memory."
+        ),
+        what_to_notice=lessons.notice_long_session,
+        goals=long_session_goals(LONG_SESSION_TURNS),
+        multi_turn=True,
+        growth=True,
+        contenders=("handwritten", "langgraph"),
+        others_reason=(
+            "LangGraph's prebuilt graph and create_agent keep a thread but no history policy of ours (trimming "
+            "needs a pre-model hook or SummarizationMiddleware you add), so their growth is the langgraph "
+            "contender's full-history row"
+        ),
+        variants=(
+            Variant(name="full", label="in memory, whole history"),
+            Variant(name="keep-turns", label=f"in memory, keep_turns={KEEP_TURNS}", keep_turns=KEEP_TURNS),
+            Variant(
+                name="summarize",
+                label=f"in memory, keep_turns={KEEP_TURNS}, summarize",
+                keep_turns=KEEP_TURNS,
+                summarize=True,
+            ),
+            Variant(name="file", label="JSON file / SQLite (messages stored as deltas, the default)", persistent=True),
+            Variant(
+                name="file-full",
+                label='SQLite, storage="full": every checkpoint holds the whole history',
+                persistent=True,
+                storage="full",
+                contenders=("langgraph",),
+                why_not=(("handwritten", NO_STORAGE_OPTION),),
+            ),
+        ),
+    ),
+    Scenario(
+        name="streaming",
+        description="the answer token by token: time to first token vs time to the whole answer",
+        lesson=(
+            "A model writes its reply a piece at a time; without streaming the user sees nothing until the last "
+            "piece has arrived. Streamed, the first words show as soon as they exist. The hand-written loop "
+            "calls model.astream and merges the chunks itself (tool calls arrive in pieces too); the graphs use "
+            "LangGraph's stream_mode=\"messages\". The merged reply is the same, so the guards and the trace are. "
+            f"The scripted model waits {CHUNK_DELAY_S * 1000:g} ms per chunk here, as a real model's tokens take time."
+        ),
+        what_to_notice=lessons.notice_streaming,
+        goals=(ORDER_QUESTION,),
+        experiment="streaming",
+        variants=(
+            Variant(name="invoke", label="ainvoke: the whole reply at once", chunk_delay=CHUNK_DELAY_S),
+            Variant(name="stream", label="streamed (on_token)", stream=True, chunk_delay=CHUNK_DELAY_S),
+        ),
+    ),
+    Scenario(
+        name="time-travel",
+        description="rewind, replay and retry: the cart does not travel back with the conversation",
+        lesson=(
+            "Time travel rewinds the conversation, not the world. Rewinding past an add_to_cart takes the turn "
+            "out of the history, but the book stays in the cart, because the cart is in the store. Replaying a "
+            "checkpoint from before the tools node runs add_to_cart again with the same call id; only the "
+            "store's idempotency (the call id as a request id) keeps it from adding twice. A retry is the same "
+            "question: ToolRetryMiddleware retries a write whose reply was lost with the same call id, while a "
+            "model that retries after an error makes a new call, with a new id, that no store can tell from a "
+            "second add."
+        ),
+        what_to_notice=lessons.notice_time_travel,
+        goals=(SEED_GOAL, CART_QUESTION),
+        experiment="time-travel",
+        variants=(
+            Variant(
+                name="rewind",
+                label="add a book, rewind one turn, ask the cart total",
+                time_travel="rewind",
+                contenders=("handwritten", "langgraph"),
+                why_not=tuple((c, NO_REWIND) for c in ("langgraph-defaults", "create-agent")),
+            ),
+            Variant(
+                name="replay",
+                label="replay the checkpoint before the tools node (call id = idempotency key)",
+                time_travel="replay",
+                contenders=("langgraph",),
+                why_not=REPLAY_WHY_NOT,
+            ),
+            Variant(
+                name="replay-no-id",
+                label="the same replay, add_to_cart without the call id",
+                time_travel="replay",
+                idempotent=False,
+                contenders=("langgraph",),
+                why_not=REPLAY_WHY_NOT,
+            ),
+            Variant(
+                name="retry",
+                label="add_to_cart's reply is lost once (the write went through)",
+                time_travel="retry",
+            ),
+            Variant(
+                name="retry-no-id",
+                label="the same lost reply, add_to_cart without the call id",
+                time_travel="retry",
+                idempotent=False,
             ),
         ),
     ),
