@@ -1,0 +1,367 @@
+"""The experiments that are not "ask the goals": streaming and time travel, each run on a fresh store, each a record.
+
+`run_streaming` runs the goal once per contender with the reply streamed (`AgentOptions.on_token`) or not, and
+records when the first piece of the answer reached the user against when the whole answer was there (the
+scripted model waits `Variant.chunk_delay` per chunk, as a real model's tokens take time); `streaming_code`
+counts, from the source with `inspect`, the lines each layer needed to stream. `run_time_travel` adds a book
+and then goes back: `rewind` (both sessions) takes the turn back and asks the cart total, `replay` forks the
+graph's thread from the checkpoint before its tools node, so add_to_cart runs again with the same call id, and
+`retry` loses add_to_cart's reply once after the write went through (`LostReply`): `create_agent` retries it
+with `ToolRetryMiddleware` (the same call id), our loops hand the error to the model, whose retry is a new call.
+Each record says what happened as facts read from the store and the trace, never as words to recognise.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import logging
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.tools import BaseTool, StructuredTool
+
+from shared_tools.bookstore.store import BookStore
+from shared_tools.comparison.contenders import Contender, build_contender
+from shared_tools.comparison.conversations import open_conversation
+from shared_tools.comparison.records import RunRecord, raised_record, result_record
+from shared_tools.comparison.scenarios import Scenario, Variant
+from shared_tools.models import make_model
+from shared_tools.results import AgentOptions, AgentResult, Token, TokenKind, TraceEvent
+
+log = logging.getLogger("compare")
+
+LOST_REPLY = "add_to_cart: the store did not answer in time (the write may have gone through)"
+"""What the first add_to_cart raises in the retry experiments, after its write went through."""
+
+
+# --- streaming -------------------------------------------------------------------------------------------------
+
+
+def streaming_model(spec: str, chunk_delay: float, seed: int | None) -> BaseChatModel:
+    """The model of a streaming run. The scripted model waits `chunk_delay` per chunk and is made to generate by
+    streaming even when called with `ainvoke` (LangChain then merges the stream for the caller), so a reply takes
+    as long to write either way, as a real model's does: only when the user sees it differs."""
+    model = make_model(spec, seed=seed)
+    if chunk_delay and "chunk_delay" in type(model).model_fields:
+        model = model.model_copy(update={"chunk_delay": chunk_delay, "streaming": True})
+    return model
+
+
+class TokenClock:
+    """An `on_token` that notes when each reply's first piece of answer text arrived and keeps the pieces."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.first_answer_s: dict[int, float] = {}
+        """Per model call (`Token.step`): seconds from the start of the run to its first piece of answer text."""
+        self.text: dict[int, list[str]] = {}
+        self.plan_chunks = 0
+
+    def __call__(self, token: Token) -> None:
+        if token.kind is not TokenKind.ANSWER:
+            self.plan_chunks += 1
+            return
+        if not token.text:
+            return
+        self.first_answer_s.setdefault(token.step, time.perf_counter() - self.started)
+        self.text.setdefault(token.step, []).append(token.text)
+
+    @property
+    def last_step(self) -> int | None:
+        """The last model call that streamed answer text: the one whose text is the final answer."""
+        return max(self.text, default=None)
+
+    def answer(self) -> str | None:
+        step = self.last_step
+        return None if step is None else "".join(self.text[step])
+
+    def first_text_s(self) -> float | None:
+        step = self.last_step
+        return None if step is None else self.first_answer_s[step]
+
+    def chunks(self) -> int:
+        step = self.last_step
+        return 0 if step is None else len(self.text[step])
+
+
+STREAMING_MODULES: dict[str, tuple[str, ...]] = {
+    "handwritten": ("handwritten.loop",),
+    "langgraph": ("langgraph_version.graph", "langgraph_version.run", "langgraph_version.agent"),
+    "langgraph-defaults": ("langgraph_version.defaults", "langgraph_version.run"),
+    "create-agent": ("langgraph_version.contender", "langgraph_version.run"),
+}
+"""Where each contender's streaming code can live: the modules its agent is built from."""
+
+STREAMING_MARKERS = ("on_token", "AIMessageChunk", "tool_call_chunks", "astream_events", 'stream_mode="messages"')
+"""Words only token streaming code uses: a function holding one of them is part of what streaming costs."""
+
+
+def code_lines(source: str) -> int:
+    """Lines of code in `source`: not blank, not a comment, not part of a docstring."""
+    tree = ast.parse(textwrap.dedent(source))
+    docstrings: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            value = body[0].value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                docstrings.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    lines = textwrap.dedent(source).splitlines()
+    return sum(
+        1
+        for number, line in enumerate(lines, start=1)
+        if line.strip() and not line.strip().startswith("#") and number not in docstrings
+    )
+
+
+def _functions(module: ModuleType) -> list[tuple[str, Any]]:
+    """Every function and method defined in `module`, by qualified name."""
+    found: list[tuple[str, Any]] = []
+    for name, value in vars(module).items():
+        if inspect.isfunction(value) and value.__module__ == module.__name__:
+            found.append((name, value))
+        elif inspect.isclass(value) and value.__module__ == module.__name__:
+            for attr, member in vars(value).items():
+                function = member.__func__ if isinstance(member, staticmethod | classmethod) else member
+                if inspect.isfunction(function):
+                    found.append((f"{name}.{attr}", function))
+    return found
+
+
+def streaming_code(contender: str) -> list[dict[str, Any]]:
+    """The functions of `contender`'s modules that stream tokens, with their lines of code, read from the source.
+
+    Empty when none does: the contender has no streaming of its own.
+    """
+    import importlib
+
+    found: list[dict[str, Any]] = []
+    for module_name in STREAMING_MODULES.get(contender, ()):
+        module = importlib.import_module(module_name)
+        for name, function in _functions(module):
+            try:
+                source = inspect.getsource(function)
+            except (OSError, TypeError):
+                continue
+            if any(marker in source for marker in STREAMING_MARKERS):
+                found.append({"where": f"{module_name}.{name}", "lines": code_lines(source)})
+    return found
+
+
+def run_streaming(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
+    """Each goal once, streamed or not; when the first piece of the answer arrived and when the whole of it."""
+    from shared_tools.comparison.runner import collector, model_spec_for, open_store, run_key, scenario_tools
+
+    records: list[RunRecord] = []
+    for goal in scenario.goals:
+        with open_store(options, scenario) as (store, customer):
+            tools = scenario_tools(store, customer, scenario, variant)
+            model = streaming_model(
+                model_spec_for(options.model, scenario.persona), variant.chunk_delay, options.model_seed
+            )
+            events: list[TraceEvent] = []
+            clock = TokenClock()
+            agent_options = AgentOptions(
+                **{
+                    **vars(scenario.options_for(variant, collector(events, options.progress))),
+                    "on_token": clock if variant.stream else None,
+                }
+            )
+            agent = build_contender(contender, model, tools, agent_options)
+            key = run_key(scenario, variant, contender, goal, 1)
+            started = time.perf_counter()
+            clock.started = started
+            result = _attempt(lambda agent=agent, goal=goal: agent.run(scenario.instructions_for(variant), goal))
+            wall_s = time.perf_counter() - started
+            if isinstance(result, Exception):
+                records.append(raised_record(key, store, customer, wall_s, events, result))
+                continue
+            record = result_record(key, store, customer, wall_s, result)
+            streamed = clock.answer()
+            record.facts.update(
+                {
+                    "streamed": variant.stream,
+                    "chunk_delay_s": variant.chunk_delay,
+                    # Without streaming the user sees the answer when the run returns it, all at once.
+                    "first_text_s": clock.first_text_s() if variant.stream else wall_s,
+                    "answer_s": wall_s,
+                    "text_chunks": clock.chunks(),
+                    "plan_chunks": clock.plan_chunks,
+                    "streamed_text_is_answer": None
+                    if not variant.stream or result.answer is None or streamed is None
+                    else streamed.strip() == result.answer.strip(),
+                    "streaming_code": streaming_code(contender),
+                }
+            )
+            records.append(record)
+    return records
+
+
+def _attempt(run: Callable[[], AgentResult]) -> AgentResult | Exception:
+    from shared_tools.comparison.runner import attempt
+
+    return attempt(run, "experiment")
+
+
+# --- time travel ------------------------------------------------------------------------------------------------
+
+
+class LostReply:
+    """add_to_cart whose first reply is lost after its write went through: a timeout the caller cannot tell from
+    a write that never happened. Later calls answer normally."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def wrap(self, tools: list[BaseTool]) -> list[BaseTool]:
+        return [self._wrapped(t) if t.name == "add_to_cart" else t for t in tools]
+
+    def _lose_first(self) -> bool:
+        with self._lock:
+            self.calls += 1
+            return self.calls == 1
+
+    def _wrapped(self, tool: BaseTool) -> BaseTool:
+        assert isinstance(tool, StructuredTool) and tool.func is not None and tool.coroutine is not None
+        func, coroutine = tool.func, tool.coroutine
+
+        def lossy(**kwargs: Any) -> str:
+            result: str = func(**kwargs)
+            if self._lose_first():
+                raise TimeoutError(LOST_REPLY)
+            return result
+
+        async def alossy(**kwargs: Any) -> str:
+            result: str = await coroutine(**kwargs)
+            if self._lose_first():
+                raise TimeoutError(LOST_REPLY)
+            return result
+
+        return StructuredTool.from_function(
+            func=lossy, coroutine=alossy, name=tool.name, description=tool.description, args_schema=tool.args_schema
+        )
+
+
+def retrying_create_agent(model: BaseChatModel, tools: list[BaseTool], options: AgentOptions) -> Contender:
+    """create_agent with `ToolRetryMiddleware` retrying a timed-out tool once, at once, with the same call."""
+    from langchain.agents.middleware import ToolRetryMiddleware
+
+    from langgraph_version.contender import CreateAgentContender
+
+    class Retrying(CreateAgentContender):
+        def _middleware(self) -> list[Any]:
+            middleware: list[Any] = super()._middleware()
+            # Inside the error middleware (which would turn the timeout into a result before a retry sees it)
+            # and outside the trace, so the trace shows each attempt.
+            retry = ToolRetryMiddleware(max_retries=1, retry_on=(TimeoutError,), initial_delay=0.0, jitter=False)
+            middleware.insert(len(middleware) - 1, retry)
+            return middleware
+
+    own = AgentOptions(
+        limits=options.limits, detailed_errors=options.detailed_errors, on_event=options.on_event,
+        on_token=options.on_token,
+    )
+    return Retrying(model, tools, own)
+
+
+def _quantities(store: BookStore, customer: str) -> dict[str, int]:
+    return {line.book.title: line.quantity for line in store.cart(customer).lines}
+
+
+def run_time_travel(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
+    """Add a book, then go back in time (`variant.time_travel`), and record what the store holds afterwards."""
+    from shared_tools.bookstore.tools import make_tools
+    from shared_tools.comparison.runner import collector, model_spec_for, open_store, run_key
+
+    with open_store(options, scenario) as (store, customer):
+        lost = LostReply() if variant.time_travel == "retry" else None
+        tools = make_tools(store, customer, scenario.faults_for(variant), idempotent=variant.idempotent)
+        if lost is not None:
+            tools = lost.wrap(tools)
+        events: list[TraceEvent] = []
+        agent_options = scenario.options_for(variant, collector(events, options.progress))
+        model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
+        if lost is not None and contender == "create-agent":
+            agent = retrying_create_agent(model, tools, agent_options)
+        else:
+            agent = build_contender(contender, model, tools, agent_options)
+        instructions = scenario.instructions_for(variant)
+        goal = scenario.goals[0]
+
+        def record_of(goal: str, turn: int, started: float, result: AgentResult | Exception) -> RunRecord:
+            key = run_key(scenario, variant, contender, goal, turn)
+            wall_s = time.perf_counter() - started
+            if isinstance(result, Exception):
+                return raised_record(key, store, customer, wall_s, events, result)
+            return result_record(key, store, customer, wall_s, result)
+
+        if variant.time_travel == "retry":
+            started = time.perf_counter()
+            result = _attempt(lambda: agent.run(instructions, goal))
+            record = record_of(goal, 1, started, result)
+            record.facts.update(
+                {
+                    "reply_lost": lost is not None and lost.calls >= 1,
+                    "add_to_cart_ran": lost.calls if lost is not None else 0,
+                    "retried_by": "ToolRetryMiddleware" if contender == "create-agent" else "the model",
+                    "idempotent": variant.idempotent,
+                    "copies": _quantities(store, customer),
+                }
+            )
+            return [record]
+
+        conversation = open_conversation(contender, agent, instructions, f"{scenario.name}-{variant.name}", None,
+                                         resume=False, customer_id=customer)
+        try:
+            events.clear()
+            started = time.perf_counter()
+            first = record_of(goal, 1, started, _attempt(lambda: conversation.ask(goal)))
+            first.facts["copies"] = _quantities(store, customer)
+            records = [first]
+            if first.error is not None:
+                return records
+            before = _quantities(store, customer)
+            events.clear()
+            if variant.time_travel == "rewind":
+                rewound = conversation.rewind(1)
+                question = scenario.goals[1]
+                started = time.perf_counter()
+                second = record_of(question, 2, started, _attempt(lambda: conversation.ask(question)))
+                second.facts.update(
+                    {
+                        "rewound_turns": rewound.turns,
+                        "rewound_messages": rewound.messages,
+                        "rewound_to": rewound.checkpoint_id,
+                        "copies_before_rewind": before,
+                        "copies": _quantities(store, customer),
+                    }
+                )
+            else:
+                try:
+                    checkpoint = conversation.checkpoint_before_tool("add_to_cart")
+                except LookupError:  # the model added nothing (a real or noisy model may not): nothing to replay
+                    first.facts["nothing_to_replay"] = True
+                    return records
+                label = f"replay from checkpoint {checkpoint}"
+                started = time.perf_counter()
+                second = record_of(label, 2, started, _attempt(lambda: conversation.replay(checkpoint)))
+                second.facts.update(
+                    {
+                        "replayed_from": checkpoint,
+                        "idempotent": variant.idempotent,
+                        "copies_before_replay": before,
+                        "copies": _quantities(store, customer),
+                    }
+                )
+            records.append(second)
+            return records
+        finally:
+            conversation.close()
+

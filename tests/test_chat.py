@@ -1,0 +1,155 @@
+"""`compare.py chat` as a conversation: the answer streamed token by token, `/rewind`, `/history`, the history window.
+
+Through the function API (`compare.main` with stdin replaced) and through a real subprocess fed on stdin, on both
+contenders: the answer appears as the model writes it with the trace lines in between, `/rewind` takes turns
+back but never the cart (read from the store file afterwards), `/history` lists the turns (with checkpoint ids on
+the graph), `--keep-turns` bounds what the model is sent, and reopening a thread counts its turns without walking
+the checkpoint history. Offline: the scripted model.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import compare
+from shared_tools.bookstore.store import BookStore
+from shared_tools.comparison.chat import LiveTurn, chat_customer
+from shared_tools.comparison.scenarios import CART_QUESTION, ORDER_QUESTION, SEED_GOAL
+from shared_tools.results import AgentResult, StopReason, Token, TokenKind, TraceEvent
+
+ROOT = Path(__file__).resolve().parent.parent
+CONTENDERS = ["handwritten", "langgraph"]
+
+
+def chat(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], db: Path, typed: str, *args: str) -> str:
+    monkeypatch.setattr(sys, "stdin", io.StringIO(typed))
+    assert compare.main(["chat", "--session-db", str(db), *args]) == compare.EXIT_OK
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    return captured.out
+
+
+def cart_of(db: Path, contender: str) -> dict[str, int]:
+    store = BookStore(db.with_name(f"{db.stem}.store.db"))
+    try:
+        return {line.book.title: line.quantity for line in store.cart(chat_customer(contender, "default")).lines}
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("contender", CONTENDERS)
+def test_rewind_takes_the_turn_back_but_not_the_cart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
+) -> None:
+    db = tmp_path / "chat.db"
+    out = chat(monkeypatch, capsys, db, f"{SEED_GOAL}\n/rewind\n/history\n{CART_QUESTION}\n", "--contender", contender)
+    assert "Rewound 1 turn(s)" in out
+    assert "The cart is not rewound: The Quiet Orchard x1 (16.50)." in out
+    assert "(no turns yet)" in out, "after the rewind the conversation has no turn"
+    # Asked again, the model has no memory of the add, so it reads the cart: the store still holds the book.
+    assert "view_cart" in out and "assistant> Your cart total is $16.50 (The Quiet Orchard x1)." in out
+    assert cart_of(db, contender) == {"The Quiet Orchard": 1}
+    reopened = chat(monkeypatch, capsys, db, "/history\n", "--contender", contender)
+    assert "1 turn(s) so far" in reopened
+    assert f"  1. {CART_QUESTION}" in reopened and SEED_GOAL not in reopened.split("you>", 1)[1]
+
+
+def test_history_shows_the_checkpoint_each_graph_turn_started_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = chat(monkeypatch, capsys, tmp_path / "c.db", f"{ORDER_QUESTION}\n{CART_QUESTION}\n/history\n",
+               "--contender", "langgraph")
+    listing = out.rsplit("you>", 2)[1]
+    assert f"  1. {ORDER_QUESTION}\n" in listing, "the first turn starts from no checkpoint"
+    assert f"  2. {CART_QUESTION}  [checkpoint " in listing
+
+
+@pytest.mark.parametrize("typed", ["/rewind 0", "/rewind x", "/rewind 5", "/frobnicate"])
+def test_a_bad_command_is_a_line_of_help_and_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], typed: str
+) -> None:
+    db = tmp_path / "c.db"
+    out = chat(monkeypatch, capsys, db, f"{ORDER_QUESTION}\n{typed}\n/history\n")
+    assert "Rewound" not in out
+    assert f"  1. {ORDER_QUESTION}" in out.rsplit("you>", 2)[1], "the turn is still there"
+
+
+def test_the_answer_streams_before_the_trace_line_of_its_model_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = chat(monkeypatch, capsys, tmp_path / "c.db", f"{ORDER_QUESTION}\n", "--contender", "langgraph")
+    answer = out.index("assistant> Your order 4512 has shipped")
+    last_model_line = out.index("[step 2] model")
+    assert out.index("get_order_status") < answer < last_model_line, "tokens are shown as the reply is written"
+    assert out.count("plan: Order 4512 is shipped") == 1, "a streamed plan is not printed again by the trace"
+
+
+def test_live_turn_prints_only_clean_text_and_says_an_honest_stop() -> None:
+    buffer = io.StringIO()
+    live = LiveTurn(Console(file=buffer, width=100, no_color=True))
+    live.start()
+    live.on_token(Token("thinking\x1b]52;c;evil\x07", TokenKind.PLAN, 1))
+    live.on_token(Token("Hello \x1b[2J", TokenKind.ANSWER, 1))
+    live.on_event(TraceEvent(1, "model", 0.001, "0 tool call(s); plan: thinking", tokens=10))
+    live.end(AgentResult(StopReason.DONE, "Hello", 1, 10, 1, 0))
+    text = buffer.getvalue()
+    assert "\x1b" not in text and "\x07" not in text
+    assert "assistant> Hello" in text and text.count("assistant>") == 1, "a streamed answer is not repeated"
+    live.start()
+    live.end(AgentResult(StopReason.MAX_STEPS, None, 6, 10, 6, 5))
+    assert "(stop reason: max steps reached)" in buffer.getvalue()
+    assert "I couldn't finish this within the allowed number of steps" in buffer.getvalue()
+
+
+@pytest.mark.parametrize("contender", CONTENDERS)
+def test_keep_turns_bounds_what_the_model_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
+) -> None:
+    """With the add out of the window the cart question needs view_cart; with the whole history it does not."""
+    typed = f"{SEED_GOAL}\n{ORDER_QUESTION}\n{ORDER_QUESTION}\n{CART_QUESTION}\n"
+    windowed = chat(monkeypatch, capsys, tmp_path / "a.db", typed, "--contender", contender, "--keep-turns", "2")
+    whole = chat(monkeypatch, capsys, tmp_path / "b.db", typed, "--contender", contender, "--keep-turns", "none")
+    assert "the model sees the last 2 turn(s)" in " ".join(windowed.split())
+    assert "the model sees the whole history" in " ".join(whole.split())
+    last_windowed, last_whole = windowed.rsplit("you>", 2)[1], whole.rsplit("you>", 2)[1]
+    assert "view_cart" in last_windowed and "view_cart" not in last_whole
+    assert "$16.50" in last_windowed and "$16.50" in last_whole
+
+
+@pytest.mark.parametrize(
+    "args", [["--keep-turns", "-1"], ["--keep-turns", "many"], ["--keep-turns", "none", "--summarize"]]
+)
+def test_a_bad_history_window_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    assert compare.main(["chat", "--session-db", str(tmp_path / "c.db"), *args]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "keep-turns" in err
+    assert list(tmp_path.iterdir()) == [], "nothing is opened before the arguments are checked"
+
+
+@pytest.mark.parametrize("contender", CONTENDERS)
+def test_chat_in_a_real_process_fed_on_stdin(tmp_path: Path, contender: str) -> None:
+    """With --keep-turns 1 --summarize, turn 1 is folded into the summary once turn 2 is asked: /history lists
+    only turn 2, and rewinding it leaves no turn, while the book stays in the cart."""
+    typed = f"{SEED_GOAL}\n{ORDER_QUESTION}\n/history\n/rewind 1\n/history\n"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "compare.py"), "chat", "--contender", contender, "--session-db",
+         str(tmp_path / "p.db"), "--summarize", "--keep-turns", "1"],
+        input=typed, capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )
+    assert done.returncode == compare.EXIT_OK, done.stderr
+    assert done.stderr == ""
+    out = done.stdout
+    assert "older ones summarized" in " ".join(out.split())
+    before, rewind, after = out.rsplit("you>", 4)[1:4]
+    assert f"  1. {ORDER_QUESTION}" in before and SEED_GOAL not in before, "turn 1 was folded into the summary"
+    assert "Rewound 1 turn(s)" in rewind and "The Quiet Orchard x1" in rewind, "the cart is not rewound"
+    assert "(no turns yet)" in after
+    assert cart_of(tmp_path / "p.db", contender) == {"The Quiet Orchard": 1}
