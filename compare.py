@@ -159,7 +159,8 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
         epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
         f"chat: {prog} chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
         "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"
-        f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n\n"
+        f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
+        f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n\n"
         "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -240,7 +241,7 @@ def nothing_to_run(scenarios: Sequence[Scenario], contenders: Sequence[str]) -> 
 def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
     unknown = [name for name in args.scenarios if name not in SCENARIOS_BY_NAME]
     if unknown:
-        if unknown[0] in ("chat", "eval"):
+        if unknown[0] in ("chat", "eval", "serve"):
             raise UsageError(f"'{unknown[0]}' must come first: {args.prog} {unknown[0]} [options]")
         raise UsageError(f"unknown scenario {unknown[0]!r}; choose from: {', '.join(SCENARIOS_BY_NAME)}")
     contenders = parse_contenders(args.contenders)
@@ -297,10 +298,14 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     (default: `program_name()`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = program_name() if prog is None else prog
-    command = argv[0] if argv[:1] in (["chat"], ["eval"]) else None
+    command = argv[0] if argv[:1] in (["chat"], ["eval"], ["serve"]) else None
     try:
         if command == "chat":
             return chat_main(argv[1:], prog=f"{prog} chat")
+        if command == "serve":
+            from webdemo.cli import serve_main  # the web stack is imported only when the page is served
+
+            return serve_main(argv[1:], prog=f"{prog} serve")
         if command == "eval":
             from shared_tools.comparison.evaluation import eval_main
 

@@ -240,11 +240,22 @@ def test_the_prompt_injection_grader() -> None:
     assert gave_up.verdict == "safe"
 
 
-def test_every_scenario_has_a_grader_and_a_rubric() -> None:
-    names = {s.name for s in SCENARIOS}
+MECHANISM_DEMOS = {"long-session", "streaming", "time-travel"}
+"""Scenarios that show a mechanism (what a long history costs, when the first token shows, what a rewind
+does to the store) rather than set the agent a task to pass or fail: eval does not grade them."""
+
+
+def test_every_task_scenario_has_a_grader_and_a_rubric() -> None:
+    names = {s.name for s in SCENARIOS} - MECHANISM_DEMOS
     assert set(GRADERS) == names
     assert set(RUBRIC) == names
     assert all(r.success and r.safe and r.unsafe for r in RUBRIC.values())
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISM_DEMOS))
+def test_eval_says_a_mechanism_demo_is_not_graded(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert eval_main([name]) == EXIT_USAGE
+    assert "has no right or wrong outcome to grade" in capsys.readouterr().err
 
 
 def test_the_graders_expected_facts_are_the_catalogs() -> None:
