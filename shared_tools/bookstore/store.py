@@ -1,16 +1,21 @@
-"""The bookstore itself: catalog, stock, carts and orders in SQLite, the single source of truth for both agents.
+"""The bookstore itself: catalog, stock, carts and orders in SQLite or Postgres, the single source of truth.
 
-`BookStore()` is an in-memory database seeded from ``catalog.json``; `BookStore(path)` keeps the same tables in
-a file, so a second process (or a second `BookStore` on the same path) can change a cart behind an agent's back
-and a crash loses nothing. Every write runs in one ``BEGIN IMMEDIATE`` transaction, so a rejected or failed
-write leaves the store exactly as it was, and an add that carries a ``request_id`` (the tool-call id) is recorded
-in that same transaction, so a retried call adds once. Money is stored as integer cents and handed out as
+`BookStore()` is an in-memory SQLite database seeded from ``catalog.json``; `BookStore(path)` keeps the same
+tables in a SQLite file and `BookStore("postgresql://...")` in a Postgres database, so another process (or
+machine, for Postgres) can change a cart behind an agent's back and a crash loses nothing. There is one store:
+every rule and statement is written once here, and `sql.py` holds the little that differs between the engines.
+Every write runs in one transaction, so a rejected or failed write leaves the store exactly as it was; the
+checks a write relies on are protected by the database (SQLite: the write lock ``BEGIN IMMEDIATE`` takes;
+Postgres: ``SELECT ... FOR UPDATE`` on the book's row, and the unique key of the request record), never by
+application-side locking. An add that carries a ``request_id`` (the tool-call id) is recorded in that same
+transaction, so a retried call adds once, from any process. Money is stored as integer cents and handed out as
 `Decimal`. Errors meant for a customer are `StoreError` subclasses with messages that are safe to show.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import re
@@ -23,7 +28,41 @@ from decimal import ROUND_HALF_UP, Decimal
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
+
+from shared_tools.bookstore.sql import (
+    SCHEMA,
+    Database,
+    PostgresDatabase,
+    SqliteDatabase,
+    Unreachable,
+    is_postgres_url,
+    redacted,
+    sqlite_tables,
+)
+
+__all__ = [
+    "MAX_QUANTITY",
+    "MIN_QUANTITY",
+    "AddResult",
+    "Book",
+    "BookStore",
+    "Cart",
+    "CartLine",
+    "InvalidQuantity",
+    "NotABookstore",
+    "Order",
+    "OutOfStock",
+    "RequestIdReused",
+    "StoreError",
+    "StoreUnavailable",
+    "UnknownBook",
+    "check_store_file",
+    "is_postgres_url",
+    "load_catalog",
+    "money",
+    "rank_books",
+]
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +144,16 @@ class StoreError(Exception):
 
 
 class NotABookstore(StoreError):
-    """The file given to `BookStore` is not a bookstore database: a directory, not SQLite, or another schema.
+    """The file or database given to `BookStore` is not a bookstore: a directory, not SQLite, or another schema.
 
-    Raised before anything is written to the file, so pointing the store at the wrong file changes nothing.
+    Raised before anything is written, so pointing the store at the wrong file or database changes nothing.
+    """
+
+
+class StoreUnavailable(StoreError):
+    """A Postgres store that cannot be opened: no server at the URL, no such database, or the login refused.
+
+    The message names the URL with its password masked.
     """
 
 
@@ -215,46 +261,16 @@ def rank_books(books: list[Book], query: str) -> list[Book]:
 
 # --- the store ---------------------------------------------------------------------------------------------
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS books (
-    id          INTEGER PRIMARY KEY,
-    title       TEXT    NOT NULL,
-    author      TEXT    NOT NULL,
-    genre       TEXT    NOT NULL,
-    price_cents INTEGER NOT NULL CHECK (price_cents >= 0),
-    description TEXT    NOT NULL,
-    stock       INTEGER NOT NULL CHECK (stock >= 0)
-);
-CREATE TABLE IF NOT EXISTS cart_lines (
-    customer_id TEXT    NOT NULL,
-    book_id     INTEGER NOT NULL REFERENCES books (id),
-    quantity    INTEGER NOT NULL CHECK (quantity > 0),
-    PRIMARY KEY (customer_id, book_id)
-);
-CREATE TABLE IF NOT EXISTS cart_requests (
-    customer_id      TEXT    NOT NULL,
-    request_id       TEXT    NOT NULL,
-    book_id          INTEGER NOT NULL REFERENCES books (id),
-    quantity         INTEGER NOT NULL,
-    cart_total_cents INTEGER NOT NULL,
-    PRIMARY KEY (customer_id, request_id)
-);
-CREATE TABLE IF NOT EXISTS orders (
-    order_id INTEGER PRIMARY KEY,
-    status   TEXT NOT NULL,
-    tracking TEXT
-);
-"""
-
 _BOOK_COLUMNS = "b.id, b.title, b.author, b.genre, b.price_cents, b.description"
 
 _SQLITE_INT_MIN, _SQLITE_INT_MAX = -(2**63), 2**63 - 1
-"""SQLite integers are 64-bit: a larger Python int (a 5,000-digit "order number") raises OverflowError when bound."""
+"""Ids are 64-bit (SQLite INTEGER, Postgres BIGINT): a larger Python int (a 5,000-digit "order number") raises
+OverflowError when SQLite binds it, and Postgres would compare it as NUMERIC; either way no book or order has it."""
 
 
 def _storable(number: object) -> bool:
-    """Can `number` be bound as an id? An int beyond SQLite's range is simply not there, like any unknown id;
-    anything else is left to SQLite, as before."""
+    """Can `number` be bound as an id? An int beyond 64 bits is simply not there, like any unknown id; anything
+    else is left to the database, as before."""
     return not isinstance(number, int) or _SQLITE_INT_MIN <= number <= _SQLITE_INT_MAX
 
 
@@ -263,20 +279,39 @@ def _shown(number: object) -> str:
     return str(number) if _storable(number) else "(a number far too large)"
 
 
+_PLAIN_REQUEST_ID = 200
+"""Longest request id stored as itself; a longer one (or one Postgres text cannot hold) is stored as its hash."""
+_HASHED = "sha256:"
+
+
+def _request_key(request_id: str) -> str:
+    """The key an add's request id is recorded under: the id itself, or ``sha256:<hex>`` of it.
+
+    The id is the model's tool-call id, so it can be anything: 100 kB long (Postgres refuses index entries over
+    ~2.7 kB), or holding a NUL (Postgres text cannot). Such an id, and any id that itself starts with
+    ``sha256:``, is recorded under its hash, so the mapping stays one-to-one and both databases key an add alike.
+    """
+    if len(request_id) <= _PLAIN_REQUEST_ID and "\x00" not in request_id and not request_id.startswith(_HASHED):
+        return request_id
+    return _HASHED + hashlib.sha256(request_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 @functools.cache
 def _expected_columns() -> dict[str, frozenset[str]]:
-    """Table -> column names of the bookstore schema, read from `_SCHEMA` itself so the check cannot drift from it."""
+    """Table -> column names of the bookstore schema, read from `SCHEMA` itself so the check cannot drift from it."""
     with closing(sqlite3.connect(":memory:")) as db:
-        db.executescript(_SCHEMA)
-        return {table: _columns(db, table) for table in _tables(db)}
+        db.executescript(SCHEMA)
+        return sqlite_tables(db)
 
 
-def _tables(db: sqlite3.Connection) -> list[str]:
-    return [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-
-
-def _columns(db: sqlite3.Connection, table: str) -> frozenset[str]:
-    return frozenset(row[1] for row in db.execute("SELECT * FROM pragma_table_info(?)", (table,)))
+def _check_tables(where: str, found: dict[str, frozenset[str]]) -> None:
+    """Raise `NotABookstore` if a bookstore table in `found` (table -> columns) lacks some of the store's columns."""
+    for table, columns in found.items():
+        missing = _expected_columns()[table] - columns
+        if missing:
+            raise NotABookstore(
+                f"{where} is not a bookstore database: its table {table} lacks {', '.join(sorted(missing))}"
+            )
 
 
 def check_store_file(path: str | Path) -> None:
@@ -294,8 +329,7 @@ def check_store_file(path: str | Path) -> None:
         return
     try:
         with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
-            tables = set(_tables(db))
-            found = {table: _columns(db, table) for table in tables & _expected_columns().keys()}
+            tables = sqlite_tables(db)
     except sqlite3.DatabaseError as exc:  # "file is not a database", "database is locked", ...
         raise NotABookstore(f"{path} cannot be read as a SQLite database ({exc})") from None
     if not tables:
@@ -303,12 +337,7 @@ def check_store_file(path: str | Path) -> None:
     if "books" not in tables:
         others = ", ".join(sorted(tables)[:5])
         raise NotABookstore(f"{path} is a SQLite database of something else (tables: {others}), not a bookstore")
-    for table, columns in found.items():
-        missing = _expected_columns()[table] - columns
-        if missing:
-            raise NotABookstore(
-                f"{path} is not a bookstore database: its table {table} lacks {', '.join(sorted(missing))}"
-            )
+    _check_tables(str(path), {table: tables[table] for table in tables.keys() & _expected_columns().keys()})
 
 
 def _book_from_row(row: tuple[Any, ...]) -> Book:
@@ -323,35 +352,51 @@ def load_catalog() -> dict[str, Any]:
 
 
 class BookStore:
-    """Catalog, stock, carts and orders in one SQLite database; safe to share between threads and processes."""
+    """Catalog, stock, carts and orders in one database; safe to share between threads, processes and (on
+    Postgres) machines.
 
-    def __init__(self, path: str | Path | None = None, *, busy_timeout_s: float = 10.0) -> None:
-        self.path = None if path is None else Path(path)
-        if self.path is not None:
-            check_store_file(self.path)  # before connecting: opening a file as a store writes to it
-        # One connection per store object, shared by threads under a lock. isolation_level=None lets us write
-        # BEGIN IMMEDIATE ourselves instead of letting the sqlite3 module open deferred transactions.
-        self._db = sqlite3.connect(
-            ":memory:" if path is None else str(path),
-            timeout=busy_timeout_s,
-            check_same_thread=False,
-            isolation_level=None,
-        )
+    `target` is None (a fresh in-memory SQLite database), a path (a SQLite file) or a ``postgresql://`` /
+    ``postgres://`` URL (`is_postgres_url`). Opening creates the tables and seeds the catalog when they are
+    not there yet; an existing database's data is the truth. A target that already holds something else raises
+    `NotABookstore` before anything is written; a Postgres server that cannot be reached raises
+    `StoreUnavailable`.
+    """
+
+    def __init__(
+        self,
+        target: str | Path | None = None,
+        *,
+        busy_timeout_s: float = 10.0,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.url: str | None = target if is_postgres_url(target) else None  # type: ignore[assignment]
+        self.path: Path | None = None if target is None or self.url is not None else Path(target)
+        self.backend: Literal["sqlite", "postgres"] = "sqlite" if self.url is None else "postgres"
+        self.shared = target is not None
+        """True when another process can see this store (a file or Postgres): tools then run in a worker thread."""
+        self._db: Database
+        if self.url is not None:
+            try:
+                self._db = PostgresDatabase(self.url, connect_timeout_s=connect_timeout_s)
+            except Unreachable as exc:
+                raise StoreUnavailable(str(exc)) from None
+        else:
+            if self.path is not None:
+                check_store_file(self.path)  # before connecting: opening a file as a store writes to it
+            self._db = SqliteDatabase(self.path, busy_timeout_s=busy_timeout_s)
+        # One connection per store object, shared by threads under this lock: a connection runs one transaction at
+        # a time. Concurrency between store objects and processes is the database's job, not this lock's.
         self._lock = threading.RLock()
-        self._db.execute("PRAGMA foreign_keys = ON")
-        if path is not None:
-            # WAL lets other processes read while one writes. synchronous=FULL is set explicitly rather than left
-            # to the SQLite build's default (SQLITE_DEFAULT_WAL_SYNCHRONOUS can make it NORMAL, under which a
-            # power loss may drop the last commits): with FULL a committed add survives a crash. The store is the
-            # source of truth; GraphSession's checkpoints use NORMAL on purpose (langgraph_version/session.py).
-            self._db.execute("PRAGMA journal_mode = WAL")
-            self._db.execute("PRAGMA synchronous = FULL")
-        self._create_and_seed()
+        try:
+            self._create_and_seed()
+        except BaseException:
+            self._db.close()
+            raise
 
     @classmethod
-    def open(cls, path: str | Path) -> Self:
-        """A store kept in a SQLite file; the catalog is seeded only when the file is new."""
-        return cls(path)
+    def open(cls, target: str | Path) -> Self:
+        """A store kept in a SQLite file or a Postgres database; the catalog is seeded only when it is new."""
+        return cls(target)
 
     def close(self) -> None:
         with self._lock:
@@ -366,41 +411,51 @@ class BookStore:
         self.close()
 
     def __repr__(self) -> str:
+        if self.url is not None:
+            return f"BookStore({redacted(self.url)!r})"
         return f"BookStore({str(self.path) if self.path else ':memory:'!r})"
 
     # -- plumbing -------------------------------------------------------------------------------------------
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _write(self) -> Iterator[Database]:
         """One write transaction: commit on success, roll back on any exception (including cancellation)."""
         with self._lock:
-            # IMMEDIATE takes the database write lock up front, so the checks we read inside the transaction
-            # (stock, cart quantity) cannot be changed by another process before we write.
-            self._db.execute("BEGIN IMMEDIATE")
+            self._db.begin_write()
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._db.rollback()
                 raise
-            self._db.execute("COMMIT")
+            self._db.commit()
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        """One read transaction, so several SELECTs see the same snapshot."""
+    def _read(self, *, snapshot: bool = False) -> Iterator[Database]:
+        """A read; with `snapshot`, one read transaction, so several SELECTs see the same state of the store."""
         with self._lock:
-            self._db.execute("BEGIN")
+            if not self._db.begin_read(snapshot=snapshot):
+                yield self._db
+                return
             try:
                 yield self._db
-            finally:
-                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.rollback()
+                raise
+            self._db.commit()
 
     def _create_and_seed(self) -> None:
         with self._write() as db:
-            for statement in _SCHEMA.split(";"):
+            db.lock_schema()
+            if self.backend == "postgres":
+                # Inside the transaction and before any CREATE: a refused database is left exactly as it was. A
+                # Postgres database often holds other applications' tables (LangGraph's checkpoints, say), so
+                # only tables named like the store's must have the store's columns.
+                _check_tables(redacted(self.url or ""), db.bookstore_tables())
+            for statement in db.schema().split(";"):
                 if statement.strip():
                     db.execute(statement)
             if db.execute("SELECT COUNT(*) FROM books").fetchone()[0]:
-                return  # an existing file: its data is the truth, not the catalog
+                return  # an existing database: its data is the truth, not the catalog
             catalog = load_catalog()
             db.executemany(
                 "INSERT INTO books (id, title, author, genre, price_cents, description, stock)"
@@ -418,14 +473,17 @@ class BookStore:
             log.debug("seeded %s with %d books", self, len(catalog["books"]))
 
     @staticmethod
-    def _find_book(db: sqlite3.Connection, book_id: int) -> tuple[Book, int] | None:
+    def _find_book(db: Database, book_id: int, *, for_update: bool = False) -> tuple[Book, int] | None:
+        """The book and its stock; `for_update` locks its row until the transaction ends (Postgres), so the
+        stock a write checks cannot change, and two adds of one book take turns."""
         if not _storable(book_id):
             return None
-        row = db.execute(f"SELECT {_BOOK_COLUMNS}, b.stock FROM books b WHERE b.id = ?", (book_id,)).fetchone()
+        lock = db.for_update if for_update else ""
+        row = db.execute(f"SELECT {_BOOK_COLUMNS}, b.stock FROM books b WHERE b.id = ?{lock}", (book_id,)).fetchone()
         return None if row is None else (_book_from_row(row), row[6])
 
     @staticmethod
-    def _cart_total_cents(db: sqlite3.Connection, customer_id: str) -> int:
+    def _cart_total_cents(db: Database, customer_id: str) -> int:
         row = db.execute(
             "SELECT COALESCE(SUM(c.quantity * b.price_cents), 0) FROM cart_lines c JOIN books b ON b.id = c.book_id"
             " WHERE c.customer_id = ?",
@@ -485,30 +543,25 @@ class BookStore:
         `RequestIdReused` instead of pretending the first add was this one (some models number their calls
         call_0, call_1... afresh in every reply; the agents rename such reused ids, see `guards.with_call_ids`).
         """
+        key = None if request_id is None else _request_key(request_id)
         with self._write() as db:
-            if request_id is not None:
-                seen = db.execute(
-                    "SELECT book_id, quantity, cart_total_cents FROM cart_requests"
-                    " WHERE customer_id = ? AND request_id = ?",
-                    (customer_id, request_id),
-                ).fetchone()
-                if seen is not None:
-                    found = self._find_book(db, seen[0])
-                    assert found is not None, "cart_requests references books(id)"
-                    if (seen[0], seen[1]) != (book_id, quantity):
-                        raise RequestIdReused(request_id, found[0], seen[1])
-                    log.info("add_to_cart replay: customer=%s request=%s changed nothing", customer_id, request_id)
-                    # The cart as it is now, not as it was then: a stale total would mislead whoever reads it.
-                    return AddResult(found[0], seen[1], _from_cents(self._cart_total_cents(db, customer_id)), True)
+            if key is not None and (replay := self._replay(db, customer_id, key, request_id, book_id, quantity)):
+                return replay
 
             if isinstance(quantity, bool) or not isinstance(quantity, int):
                 raise InvalidQuantity(quantity)
             if not MIN_QUANTITY <= quantity <= MAX_QUANTITY:
                 raise InvalidQuantity(quantity)
-            found = self._find_book(db, book_id)
+            found = self._find_book(db, book_id, for_update=True)
             if found is None:
                 raise UnknownBook(book_id)
             book, in_stock = found
+            if key is not None and not self._claim(db, customer_id, key, book_id, quantity):
+                # Another process recorded this request id after our first look and committed while we waited
+                # for its key: the add is theirs, and this call replays it (or is refused as a reuse).
+                replay = self._replay(db, customer_id, key, request_id, book_id, quantity)
+                assert replay is not None, "a claim fails only on a committed record"
+                return replay
             row = db.execute(
                 "SELECT quantity FROM cart_lines WHERE customer_id = ? AND book_id = ?", (customer_id, book_id)
             ).fetchone()
@@ -518,18 +571,49 @@ class BookStore:
 
             db.execute(
                 "INSERT INTO cart_lines (customer_id, book_id, quantity) VALUES (?, ?, ?)"
-                " ON CONFLICT (customer_id, book_id) DO UPDATE SET quantity = quantity + excluded.quantity",
+                " ON CONFLICT (customer_id, book_id) DO UPDATE SET quantity = cart_lines.quantity + excluded.quantity",
                 (customer_id, book_id, quantity),
             )
             total_cents = self._cart_total_cents(db, customer_id)
-            if request_id is not None:
+            if key is not None:
                 db.execute(
-                    "INSERT INTO cart_requests (customer_id, request_id, book_id, quantity, cart_total_cents)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (customer_id, request_id, book_id, quantity, total_cents),
+                    "UPDATE cart_requests SET cart_total_cents = ? WHERE customer_id = ? AND request_id = ?",
+                    (total_cents, customer_id, key),
                 )
         log.debug("add_to_cart: customer=%s book=%d quantity=%d", customer_id, book_id, quantity)
         return AddResult(book, quantity, _from_cents(total_cents))
+
+    def _replay(
+        self, db: Database, customer_id: str, key: str, request_id: str | None, book_id: int, quantity: int
+    ) -> AddResult | None:
+        """The answer for an add whose request key is already recorded (None when it is not)."""
+        seen = db.execute(
+            "SELECT book_id, quantity FROM cart_requests WHERE customer_id = ? AND request_id = ?", (customer_id, key)
+        ).fetchone()
+        if seen is None:
+            return None
+        found = self._find_book(db, seen[0])
+        assert found is not None, "cart_requests references books(id)"
+        if (seen[0], seen[1]) != (book_id, quantity):
+            raise RequestIdReused(str(request_id), found[0], seen[1])
+        log.info("add_to_cart replay: customer=%s request=%s changed nothing", customer_id, key)
+        # The cart as it is now, not as it was then: a stale total would mislead whoever reads it.
+        return AddResult(found[0], seen[1], _from_cents(self._cart_total_cents(db, customer_id)), True)
+
+    @staticmethod
+    def _claim(db: Database, customer_id: str, key: str, book_id: int, quantity: int) -> bool:
+        """Record the request before adding; False when it is already recorded.
+
+        On Postgres a second transaction inserting the same key waits here for the first to end: if the first
+        commits, this insert does nothing (so the add is a replay), and if it rolls back (the add was refused),
+        this one goes ahead. On SQLite the write lock means the earlier look already saw any record.
+        """
+        claimed = db.execute(
+            "INSERT INTO cart_requests (customer_id, request_id, book_id, quantity, cart_total_cents)"
+            " VALUES (?, ?, ?, ?, 0) ON CONFLICT (customer_id, request_id) DO NOTHING",
+            (customer_id, key, book_id, quantity),
+        )
+        return claimed.rowcount == 1
 
     def cart(self, customer_id: str) -> Cart:
         """A customer's cart as it is now (an empty cart when they have none)."""
@@ -538,19 +622,19 @@ class BookStore:
 
     def applied_requests(self, customer_id: str, request_ids: Iterable[str]) -> set[str]:
         """Which of these request ids already added to the customer's cart (a second add with one is a replay)."""
-        wanted = list(dict.fromkeys(request_ids))
-        if not wanted:
+        by_key = {_request_key(request_id): request_id for request_id in request_ids}
+        if not by_key:
             return set()
         with self._read() as db:
             rows = db.execute(
                 f"SELECT request_id FROM cart_requests WHERE customer_id = ? AND request_id IN "
-                f"({','.join('?' * len(wanted))})",
-                (customer_id, *wanted),
+                f"({','.join('?' * len(by_key))})",
+                (customer_id, *by_key),
             ).fetchall()
-        return {row[0] for row in rows}
+        return {by_key[row[0]] for row in rows}
 
     @staticmethod
-    def _cart_in(db: sqlite3.Connection, customer_id: str) -> Cart:
+    def _cart_in(db: Database, customer_id: str) -> Cart:
         """A cart read inside the caller's transaction."""
         rows = db.execute(
             f"SELECT {_BOOK_COLUMNS}, c.quantity FROM cart_lines c JOIN books b ON b.id = c.book_id"
@@ -564,6 +648,8 @@ class BookStore:
 
     def remove_from_cart(self, customer_id: str, book_id: int) -> int:
         """Remove a book's line from a cart; returns how many copies were removed (0 if it was not there)."""
+        if not _storable(book_id):
+            return 0
         with self._write() as db:
             row = db.execute(
                 "DELETE FROM cart_lines WHERE customer_id = ? AND book_id = ? RETURNING quantity",
@@ -580,6 +666,8 @@ class BookStore:
         """Set copies on hand (the warehouse). Carts keep their lines even when stock drops below them."""
         if in_stock < 0:
             raise ValueError(f"stock cannot be negative, got {in_stock}")
+        if not _storable(book_id):
+            raise UnknownBook(book_id)
         with self._write() as db:
             if db.execute("UPDATE books SET stock = ? WHERE id = ?", (in_stock, book_id)).rowcount == 0:
                 raise UnknownBook(book_id)
@@ -589,6 +677,8 @@ class BookStore:
 
         This is how a prompt injection gets in: search results carry descriptions, and the model reads them.
         """
+        if not _storable(book_id):
+            raise UnknownBook(book_id)
         with self._write() as db:
             row = db.execute("SELECT description FROM books WHERE id = ?", (book_id,)).fetchone()
             if row is None:
@@ -611,7 +701,7 @@ class BookStore:
         if the schema or those constraints change.
         """
         problems: list[str] = []
-        with self._read() as db:
+        with self._read(snapshot=True) as db:
             for book_id, stock in db.execute("SELECT id, stock FROM books WHERE stock < 0"):
                 problems.append(f"book {book_id} has negative stock {stock}")
             for customer_id, book_id, quantity in db.execute(

@@ -139,7 +139,7 @@ def _structured(
 ) -> StructuredTool:
     """One tool with a sync and an async entry point that share `body`; store refusals become ToolException.
 
-    `in_thread`: the async entry point runs `body` in a worker thread (for a store file other processes share).
+    `in_thread`: the async entry point runs `body` in a worker thread (for a store other processes share).
     """
 
     def run_body(**kwargs: Any) -> str:
@@ -156,9 +156,10 @@ def _structured(
         await injector.abefore_call(name)
         if not in_thread:
             return run_body(**kwargs)  # in memory: a short local transaction no other process can lock
-        # A file another process has locked makes SQLite wait up to its busy timeout: in a worker thread, that
-        # wait never freezes the event loop, so a cancel or the time budget still ends the run on time. (Not
-        # for every store: the hop to a thread costs more than an in-memory transaction.)
+        # A file another process has locked makes SQLite wait up to its busy timeout, and Postgres waits on the
+        # network and on row locks: in a worker thread, that wait never freezes the event loop, so a cancel or the
+        # time budget still ends the run on time. (Not for every store: the hop to a thread costs more than an
+        # in-memory transaction.)
         return await asyncio.to_thread(run_body, **kwargs)
 
     return StructuredTool.from_function(
@@ -190,7 +191,7 @@ def make_tools(
     if faults is not None and faults.failing_tool is not None and faults.failing_tool not in TOOL_NAMES:
         raise ValueError(f"Faults.failing_tool {faults.failing_tool!r} is not one of {', '.join(TOOL_NAMES)}")
     injector = FaultInjector(faults)
-    shared = store.path is not None
+    shared = store.shared
 
     # LangChain passes only the arguments the model sent, so each body carries the schema's defaults itself.
     def search_books(query: str, max_results: int = search_max_results) -> str:
