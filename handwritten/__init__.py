@@ -1,12 +1,21 @@
 """The from-scratch agent: `AgentLoop` (one run toward a goal) and `Session` (a conversation of several runs).
 
 Written without an agent framework, over any langchain-core chat model and any LangChain tools, so every
-stopping rule and guard is visible in `loop.py`; `session.py` keeps the history between questions. The typed
+stopping rule and guard is visible in `loop.py`; `session.py` keeps the history between questions, in a JSON
+Lines file or (`postgres.py`) in two Postgres tables shared by several processes. The typed
 steps a reply is classified into are shared with the graph, in `shared_tools.steps`.
 """
 
 from handwritten.loop import AgentCancelled, AgentLoop, Approve
-from handwritten.session import Session, SessionConflict
+from handwritten.session import ConcurrentTurn, Session, SessionConflict
 from shared_tools.results import CustomerMismatch  # shared with GraphSession; still importable from here
 
-__all__ = ["AgentCancelled", "AgentLoop", "Approve", "CustomerMismatch", "Session", "SessionConflict"]
+__all__ = [
+    "AgentCancelled",
+    "AgentLoop",
+    "Approve",
+    "ConcurrentTurn",
+    "CustomerMismatch",
+    "Session",
+    "SessionConflict",
+]

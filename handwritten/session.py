@@ -10,7 +10,9 @@ the first), the customer the conversation belongs to, the history policy of `sha
 `rewind` (time travel: the list is cut, and the store is not rewound), and a save whose cost does not grow with
 the conversation: an append-only JSON Lines file (a header line, then one line of new messages per save), which
 a rewind or a summary rewrites atomically (a temp file, then `os.replace`), and which refuses to overwrite a
-file another process saved since this session read it.
+file another process saved since this session read it. The same conversation can live in Postgres instead
+(`load_postgres`, `save_postgres`: a thread row and its messages, `handwritten.postgres`), with the same
+conflict rule and, there, a turn lock several processes share (`handwritten.postgres.turn`).
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ class SessionConflict(RuntimeError):
     """The session file was saved by someone else since this session read it; saving would lose their turns."""
 
 
+class ConcurrentTurn(SessionConflict):
+    """Another process kept the turn of this conversation (`handwritten.postgres.turn`) longer than we would wait;
+    a `SessionConflict`, since its caller's remedy is the same: ask again later, on a fresh load."""
+
+
 class Session:
     """One conversation: ask several questions, each one seeing the earlier turns (or the last `keep_turns`)."""
 
@@ -92,8 +99,10 @@ class Session:
         """How many saves the file had when this session last read or wrote it (0: never saved)."""
         self._path: Path | None = None
         """The file this session was loaded from or last saved to: `rewind` saves there again."""
+        self._thread: tuple[str, str] | None = None
+        """Or the Postgres conversation (URL, thread id) it was loaded from or last saved to (`_path` is None)."""
         self._saved: int | None = None
-        """How many leading messages of `_messages` are in `_path` as they are here; None: rewrite it whole."""
+        """How many leading messages of `_messages` are stored there as they are here; None: rewrite it whole."""
         # Threading locks, not asyncio ones: sync `ask`s from two threads each run their own event loop.
         self._turn = threading.Lock()
         self._state = threading.Lock()
@@ -238,9 +247,13 @@ class Session:
                 saved = self._saved
                 if saved is not None and saved > cut:
                     self._saved = None  # the file holds messages that are gone: rewrite it
-            if self._path is not None:
+            if self._path is not None or self._thread is not None:
                 try:
-                    self.save(self._path)
+                    if self._path is not None:
+                        self.save(self._path)
+                    else:
+                        assert self._thread is not None
+                        await self.asave_postgres(*self._thread)
                 except BaseException:
                     with self._state:
                         self._messages, self._saved = before, saved
@@ -248,7 +261,7 @@ class Session:
         rewound = Rewound(turns=turns, messages=len(before) - cut)
         log.info(
             "rewound %d turn(s): %d message(s) dropped, %d kept%s; the store is unchanged",
-            turns, rewound.messages, cut, f", {self._path} rewritten" if self._path else "",
+            turns, rewound.messages, cut, "" if self._path is None and self._thread is None else ", saved again",
         )  # fmt: skip
         return rewound
 
@@ -284,7 +297,7 @@ class Session:
                     "instructions": self.instructions,
                 }
                 _write_atomically(path, _line(header) + _record(revision, messages))
-            self._revision, self._path, self._saved = revision, path, len(messages)
+            self._revision, self._path, self._thread, self._saved = revision, path, None, len(messages)
         log.info(
             "saved session (%d messages, revision %d, %s) to %s",
             len(messages), revision, "appended" if appending else "written whole", path,
@@ -329,6 +342,94 @@ class Session:
         session._revision, session._path = revision, path
         # Appending goes on only to a file this version wrote; an older one is rewritten whole at the next save.
         session._saved = len(messages) if header.get("format") == FORMAT else None
+        return session
+
+    # --- Postgres ------------------------------------------------------------------------------------------------
+
+    def save_postgres(self, url: str, thread_id: str) -> None:
+        """`asave_postgres` for sync callers."""
+        run_blocking(lambda: self.asave_postgres(url, thread_id), instead="Session.asave_postgres(...)")
+
+    async def asave_postgres(self, url: str, thread_id: str) -> None:
+        """Store the conversation as `thread_id` in the Postgres database at `url` (`handwritten.postgres`): the
+        messages added since the last save to that thread, or all of them (after a rewind or a summary, or the
+        first time), in one transaction. Raises `SessionConflict`, writing nothing, when another session saved
+        the thread since this one loaded or last saved it, as `save` does for a file."""
+        from handwritten import postgres
+
+        with self._state:  # a consistent copy; the write itself runs without the lock, on the event loop
+            messages, revision = list(self._messages), self._revision
+            appending = self._thread == (url, thread_id) and self._saved is not None
+            start = self._saved if appending and self._saved is not None else 0
+        saved = await postgres.write(
+            url,
+            thread_id,
+            read_revision=revision,
+            customer=self.customer_id,
+            instructions=self.instructions,
+            messages=messages_to_dict(messages),
+            start=start,
+        )
+        with self._state:
+            self._revision, self._path, self._thread, self._saved = saved, None, (url, thread_id), len(messages)
+        log.info("saved session (%d messages, revision %d, from message %d) to thread %r", len(messages), saved,
+                 start, thread_id)  # fmt: skip
+
+    @classmethod
+    def load_postgres(
+        cls,
+        url: str,
+        thread_id: str,
+        loop: AgentLoop,
+        *,
+        customer_id: str | None = None,
+        keep_turns: int | None = None,
+        summarize: bool = False,
+    ) -> Session:
+        """`aload_postgres` for sync callers."""
+        return run_blocking(
+            lambda: cls.aload_postgres(
+                url, thread_id, loop, customer_id=customer_id, keep_turns=keep_turns, summarize=summarize
+            ),
+            instead="Session.aload_postgres(...)",
+        )
+
+    @classmethod
+    async def aload_postgres(
+        cls,
+        url: str,
+        thread_id: str,
+        loop: AgentLoop,
+        *,
+        customer_id: str | None = None,
+        keep_turns: int | None = None,
+        summarize: bool = False,
+    ) -> Session:
+        """A session continuing the conversation stored as `thread_id` at `url`; `LookupError` when there is none
+        (start a new `Session` and `save_postgres` it). A conversation of another customer is refused
+        (`CustomerMismatch`), and a damaged one is a `ValueError`, as for `load`."""
+        from handwritten import postgres
+
+        stored = await postgres.read(url, thread_id)
+        if stored is None:
+            raise LookupError(f"no conversation {thread_id!r} is stored in that database")
+        if customer_id is not None and stored.customer is not None and stored.customer != customer_id:
+            raise CustomerMismatch(
+                f"thread {thread_id!r} is the conversation of customer {stored.customer!r}, not of {customer_id!r}"
+            )
+        try:
+            messages = messages_from_dict(stored.messages)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"thread {thread_id!r} is a damaged saved session ({type(exc).__name__}: {exc})") from None
+        session = cls(
+            loop,
+            stored.instructions,
+            messages,
+            customer_id=stored.customer or customer_id,
+            keep_turns=keep_turns,
+            summarize=summarize,
+        )
+        session._revision, session._thread, session._saved = stored.revision, (url, thread_id), len(messages)
         return session
 
 

