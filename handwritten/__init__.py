@@ -7,8 +7,8 @@ steps a reply is classified into are shared with the graph, in `shared_tools.ste
 """
 
 from handwritten.loop import AgentCancelled, AgentLoop, Approve
-from handwritten.session import ConcurrentTurn, Session, SessionConflict
-from shared_tools.results import CustomerMismatch  # shared with GraphSession; still importable from here
+from handwritten.session import Session, SessionConflict
+from shared_tools.results import ConcurrentTurn, CustomerMismatch  # shared with GraphSession; importable from here too
 
 __all__ = [
     "AgentCancelled",

@@ -27,7 +27,8 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from handwritten.session import ConcurrentTurn, SessionConflict
+from handwritten.session import SessionConflict
+from shared_tools.results import ConcurrentTurn
 
 log = logging.getLogger(__name__)
 

@@ -59,11 +59,6 @@ class SessionConflict(RuntimeError):
     """The session file was saved by someone else since this session read it; saving would lose their turns."""
 
 
-class ConcurrentTurn(SessionConflict):
-    """Another process kept the turn of this conversation (`handwritten.postgres.turn`) longer than we would wait;
-    a `SessionConflict`, since its caller's remedy is the same: ask again later, on a fresh load."""
-
-
 class Session:
     """One conversation: ask several questions, each one seeing the earlier turns (or the last `keep_turns`)."""
 

@@ -63,7 +63,7 @@ from shared_tools.history import (
     summary_request,
     summary_text,
 )
-from shared_tools.results import AgentResult, CustomerMismatch, RunUsage, StopReason
+from shared_tools.results import AgentResult, ConcurrentTurn, CustomerMismatch, RunUsage, StopReason
 from shared_tools.sync import run_blocking
 
 logger = logging.getLogger(__name__)
@@ -95,10 +95,6 @@ class Turn:
     question: str
     checkpoint_id: str | None
     """The checkpoint the turn started from: `rewind` goes back to it. None for the thread's first turn."""
-
-
-class ConcurrentTurn(RuntimeError):
-    """Another process kept a turn on this thread for longer than this session would wait for it."""
 
 
 class SqliteCheckpoints:
@@ -327,7 +323,10 @@ class PostgresCheckpoints:
 
         kwargs = {**CONNECTION_KWARGS, "row_factory": dict_row, "application_name": _application_name()}
         async with await AsyncConnection.connect(self.url, **kwargs) as connection:
-            await connection.execute("SELECT pg_advisory_lock(%s, %s)", SETUP_LOCK)
+            # Polled, not `pg_advisory_lock`: a statement blocked on the lock is a transaction, and the holder's
+            # CREATE INDEX CONCURRENTLY waits for every transaction, so a blocked waiter would deadlock it.
+            while not await _fetch_one(connection, "SELECT pg_try_advisory_lock(%s, %s)", SETUP_LOCK):
+                await asyncio.sleep(0.05)
             await AsyncPostgresSaver(connection, serde=CheckpointSerializer()).setup()
             # Closing the connection releases the lock, on every way out.
         self._ready = True

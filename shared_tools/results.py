@@ -51,6 +51,11 @@ class RunStopped(Exception):
         self.answer = answer
 
 
+class ConcurrentTurn(RuntimeError):
+    """Another process kept the turn of this conversation longer than this session would wait for it (both
+    agents' sessions on a SQLite file or on Postgres): ask again when it has finished."""
+
+
 class CustomerMismatch(ValueError):
     """A conversation was opened for another customer than the one it belongs to (`handwritten.Session.load`,
     `langgraph_version.GraphSession`): it holds that customer's name, address and cart."""
