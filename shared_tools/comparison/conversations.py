@@ -12,16 +12,20 @@ checkpointer, `create_agent(..., checkpointer=...)`), which is the same thread w
 their own state, their own pause (`HumanInTheLoopMiddleware` for create_agent). It answers approval pauses
 through the same `approve` callback the hand-written loop is given. Both record the
 customer a conversation belongs to. `open_conversation` picks the one that fits a contender and says where it
-is kept; `check_thread_name` and `check_saved_conversation` let the command line refuse a bad thread name or
+is kept: `db` is a SQLite file, or a ``postgresql://`` URL (`is_postgres_url`), where the hand-written session is
+a row in its own table (`Session.load_postgres` / `save_postgres`), our graph is `GraphSession.postgres` and the
+framework-only contenders a `CheckpointThread` on `PostgresCheckpoints`, one thread per name as in the file.
+`check_thread_name` and `check_saved_conversation` let the command line refuse a bad thread name or
 a damaged or foreign saved conversation before it opens anything.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +113,7 @@ def session_json_path(db: Path, thread_id: str) -> Path:
     return db.with_name(f"{db.stem}.{thread_id}.json")
 
 
-def check_saved_conversation(contender: str, thread_id: str, db: Path, customer_id: str | None) -> None:
+def check_saved_conversation(contender: str, thread_id: str, db: Path | str, customer_id: str | None) -> None:
     """Raise ValueError (`CustomerMismatch` among them) when the saved conversation of `thread_id` cannot be
     resumed: a damaged or wrong-shape file, or another customer's conversation. Reads, never writes.
 
@@ -118,7 +122,10 @@ def check_saved_conversation(contender: str, thread_id: str, db: Path, customer_
     """
     if contender != "handwritten":
         return
-    path = session_json_path(db, thread_id)
+    if _is_url(db):
+        _load_postgres_session(str(db), thread_id, None, customer_id)
+        return
+    path = session_json_path(Path(db), thread_id)
     if path.exists():
         _load_session(path, None, customer_id)
 
@@ -134,8 +141,47 @@ def _load_session(path: Path, loop: Any, customer_id: str | None, policy: Histor
         raise ValueError(f"{path} is a damaged saved session ({type(exc).__name__}: {exc})") from None
 
 
+def _is_url(target: object) -> bool:
+    from shared_tools.bookstore.store import is_postgres_url
+
+    return is_postgres_url(target)
+
+
+def shown_target(target: Path | str | None) -> str:
+    """Where a conversation is kept, for a person: a path, or a URL with its password masked."""
+    if target is None:
+        return "memory"
+    if _is_url(target):
+        from shared_tools.guards import mask_pii
+
+        return mask_pii(str(target))
+    return str(target)
+
+
+def _load_postgres_session(url: str, thread_id: str, loop: Any, customer_id: str | None,
+                           policy: HistoryPolicy | None = None) -> Any:  # fmt: skip
+    """The hand-written session of `thread_id` in Postgres, or None when there is none yet."""
+    return run_blocking(lambda: _aload_postgres_session(url, thread_id, loop, customer_id, policy),
+                        instead="_aload_postgres_session")  # fmt: skip
+
+
+async def _aload_postgres_session(url: str, thread_id: str, loop: Any, customer_id: str | None,
+                                  policy: HistoryPolicy | None = None) -> Any:  # fmt: skip
+    from handwritten import Session
+
+    try:
+        return await Session.aload_postgres(
+            url, thread_id, loop, customer_id=customer_id, **(policy or HistoryPolicy()).kwargs()
+        )
+    except LookupError:
+        return None
+
+
 class HandwrittenConversation:
-    """`handwritten.Session`, kept in memory or saved to a JSON file after every turn."""
+    """`handwritten.Session`, kept in memory, saved to a JSON file after every turn, or (`url` and `thread_id`)
+    kept in Postgres. There every turn (and rewind) is load, ask, save under the thread's turn lock
+    (`handwritten.postgres.turn`), so any process may take the next turn of a conversation another process
+    answered the last time, and two turns at once take turns instead of one losing its save."""
 
     def __init__(
         self,
@@ -146,12 +192,31 @@ class HandwrittenConversation:
         resume: bool = False,
         customer_id: str | None = None,
         policy: HistoryPolicy | None = None,
+        url: str | None = None,
+        thread_id: str | None = None,
     ) -> None:
         from handwritten import Session
 
         self.path = path
+        self.url = url
+        self.thread_id = thread_id
+        self.loop = loop
+        self.instructions = instructions
+        self.customer_id = customer_id
+        self.policy = policy
         given = (policy or HistoryPolicy()).kwargs()
-        if path is not None and resume and path.exists():
+        if url is not None:
+            assert thread_id is not None, "a Postgres session is named by its thread"
+            loaded = _load_postgres_session(url, thread_id, loop, customer_id, policy) if resume else None
+            if not resume:
+                from handwritten import postgres
+
+                # A demo re-run starts its thread from scratch, as on a file.
+                run_blocking(lambda: postgres.delete(url, thread_id), instead="postgres.delete")
+            self.session = loaded if loaded is not None else Session(
+                loop, instructions, customer_id=customer_id, **given
+            )
+        elif path is not None and resume and path.exists():
             self.session = _load_session(path, loop, customer_id, policy)
         else:
             if path is not None:
@@ -163,23 +228,81 @@ class HandwrittenConversation:
     def ask(self, question: str) -> AgentResult:
         from handwritten import SessionConflict
 
+        if self.url is not None:
+            return run_blocking(lambda: self.aask(question), instead="HandwrittenConversation.aask(...)")
         result = self.session.ask(question)
-        if self.path is not None:
-            try:
-                self.session.save(self.path)
-            except SessionConflict as exc:
-                reason = f"this turn was not saved and nothing was overwritten: {exc}"
-                raise ConversationNotSaved(result, reason) from exc
+        try:
+            self.save()
+        except SessionConflict as exc:
+            reason = f"this turn was not saved and nothing was overwritten: {exc}"
+            raise ConversationNotSaved(result, reason) from exc
         return result
+
+    async def aask(self, question: str, *, cancel: Any = None) -> AgentResult:
+        """One turn, saved where the conversation is kept; a cancelled turn is saved too (its history tells the
+        truth) and returned as its CANCELLED result."""
+        from handwritten.loop import AgentCancelled
+
+        result: AgentResult | None = None
+        try:
+            async with self._turn():
+                try:
+                    result = await self.session.aask(question, cancel=cancel)
+                except AgentCancelled as cancelled:
+                    result = cancelled.result
+                await _despite_cancel(self._asave())
+        except asyncio.CancelledError:
+            # A task cancel that lands after the loop stopped on the cancel event (the page cancels both ways)
+            # hits the save or the lock's release: the turn is saved, so its result stands.
+            if result is None:
+                raise
+        assert result is not None
+        return result
+
+    @asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """Postgres: the thread's turn lock, and the conversation as last saved by whichever process saved it."""
+        if self.url is None or self.thread_id is None:
+            yield
+            return
+        from handwritten import postgres
+
+        async with postgres.turn(self.url, self.thread_id):
+            latest = await _aload_postgres_session(self.url, self.thread_id, self.loop, self.customer_id, self.policy)
+            if latest is not None:
+                self.session = latest
+            yield
+
+    async def _asave(self) -> None:
+        if self.url is not None and self.thread_id is not None:
+            await self.session.asave_postgres(self.url, self.thread_id)
+        elif self.path is not None:
+            self.session.save(self.path)  # a small local file, written at once: no await for a cancel to land on
+
+    async def arewind(self, turns: int = 1) -> Rewound:
+        async with self._turn():
+            arewind = getattr(self.session, "arewind", None)
+            rewound: Rewound = await arewind(turns) if arewind is not None else self.session.rewind(turns)
+            await _despite_cancel(self._asave())
+        return rewound
+
+
+    def save(self) -> None:
+        """Save the session where it is kept (`SessionConflict` when another process saved it meanwhile)."""
+        if self.url is not None and self.thread_id is not None:
+            self.session.save_postgres(self.url, self.thread_id)
+        elif self.path is not None:
+            self.session.save(self.path)
 
     def finish_unfinished(self) -> AgentResult | None:
         return None  # the JSON file is written after a turn completes, so it never holds half a turn
 
     def rewind(self, turns: int = 1) -> Rewound:
-        """Cut the last `turns` turns off the list, and off the saved file too."""
+        """Cut the last `turns` turns off the list, and off the saved file (or row) too."""
+        if self.url is not None:
+            return run_blocking(lambda: self.arewind(turns), instead="HandwrittenConversation.arewind(...)")
         rewound: Rewound = self.session.rewind(turns)
-        if self.path is not None:
-            self.session.save(self.path)
+        self.save()
         return rewound
 
     def turns(self) -> list[Turn]:
@@ -189,6 +312,8 @@ class HandwrittenConversation:
         messages = self.session.messages
         if self.path is not None and self.path.exists():
             stored = self.path.stat().st_size
+        elif self.url is not None:
+            stored = len(json.dumps(messages_to_dict(messages), separators=(",", ":"), ensure_ascii=False).encode())
         else:
             # What a save would write: the compact JSON of the list.
             stored = len(json.dumps(messages_to_dict(messages), separators=(",", ":"), ensure_ascii=True))
@@ -196,11 +321,26 @@ class HandwrittenConversation:
             "messages": len(messages),
             "turns": count_turns(messages),
             "stored_bytes": stored,
-            "kept_in": str(self.path) if self.path else "memory",
+            "kept_in": shown_target(self.url or self.path),
         }
 
     def close(self) -> None:
         pass
+
+
+async def _despite_cancel(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` to its end even if the task is cancelled meanwhile (a turn's save must not be cut in half);
+    the cancel is then raised, so the caller still learns of it."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 class FrameworkAgent(Protocol):
@@ -233,15 +373,16 @@ class CheckpointThread:
         agent: FrameworkAgent,
         instructions: str,
         thread_id: str,
-        path: Path | None = None,
+        path: Path | str | None = None,
         *,
         customer_id: str | None = None,
         turn_timeout: float = 30.0,
     ) -> None:
+        """`path`: None (in memory), a SQLite file, or a Postgres URL (`PostgresCheckpoints`)."""
         from langgraph.checkpoint.memory import InMemorySaver
 
         from langgraph_version.serde import CheckpointSerializer
-        from langgraph_version.session import SqliteCheckpoints
+        from langgraph_version.session import PostgresCheckpoints, SqliteCheckpoints
 
         self.agent = agent
         self.instructions = instructions
@@ -252,7 +393,11 @@ class CheckpointThread:
         if customer_id is not None:
             self.config["metadata"] = {"customer": customer_id}
         graph = agent.graph_for(instructions)
-        self.sqlite = None if path is None else SqliteCheckpoints(str(path))
+        self.sqlite: Any = (
+            None if path is None else PostgresCheckpoints(str(path)) if _is_url(path) else SqliteCheckpoints(str(path))
+        )
+        """Where the checkpoints are (despite the name, a `PostgresCheckpoints` too): both open a saver per call
+        and hold a thread's turn across processes."""
         if self.sqlite is None:
             graph = graph.copy(update={"checkpointer": InMemorySaver(serde=CheckpointSerializer())})
         self._graph = graph
@@ -265,12 +410,14 @@ class CheckpointThread:
     @asynccontextmanager
     async def _graph_here(self, *, turn: bool = False) -> AsyncIterator[Any]:
         if self._closed and self.sqlite is not None:
-            raise RuntimeError(f"the conversation on {self.sqlite.path!r} is closed")
+            raise RuntimeError("the conversation is closed")
         if self.sqlite is None:
             yield self._graph
             return
         if turn:
-            async with self.sqlite.turn(self.thread_id, wait=self.turn_timeout), self.sqlite.open() as saver:
+            # The saver first: on Postgres its first use creates the tables with CREATE INDEX CONCURRENTLY, which
+            # waits for every open transaction, the turn lock's own included, so taking the turn first hangs.
+            async with self.sqlite.open() as saver, self.sqlite.turn(self.thread_id, wait=self.turn_timeout):
                 yield self._graph.copy(update={"checkpointer": saver})
         else:
             async with self.sqlite.open() as saver:
@@ -397,7 +544,7 @@ class GraphConversation:
         agent: Contender,
         instructions: str,
         thread_id: str,
-        path: Path | None = None,
+        path: Path | str | None = None,
         *,
         resume: bool = False,
         customer_id: str | None = None,
@@ -422,6 +569,12 @@ class GraphConversation:
                 self.session.delete()
         elif path is None:
             self.session = GraphSession(agent, instructions, thread_id=thread_id, customer_id=customer_id, **given)
+        elif _is_url(path):
+            self.session = GraphSession.postgres(
+                agent, instructions, url=str(path), thread_id=thread_id, customer_id=customer_id, **given
+            )
+            if not resume:
+                self.session.delete()
         else:
             self.session = GraphSession.sqlite(
                 agent, instructions, path=str(path), thread_id=thread_id, customer_id=customer_id,
@@ -485,7 +638,7 @@ class GraphConversation:
             "turns": count_turns(messages),
             "checkpoints": checkpoints,
             "stored_bytes": stored,
-            "kept_in": str(self.path) if self.path else "memory",
+            "kept_in": shown_target(self.path),
         }
 
     def close(self) -> None:
@@ -518,13 +671,15 @@ def thread_storage(session: Any, thread_id: str) -> tuple[int, int]:
     """
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from langgraph_version.session import SqliteCheckpoints
+    from langgraph_version.session import PostgresCheckpoints, SqliteCheckpoints
 
     saver = getattr(session, "checkpointer", None)
     if saver is None:  # a CheckpointThread keeps its saver in its graph (in memory) or its SqliteCheckpoints
         saver = getattr(session, "sqlite", None) or getattr(getattr(session, "_graph", None), "checkpointer", None)
     if isinstance(saver, SqliteCheckpoints):
         return sqlite_thread_storage(Path(saver.path), thread_id)
+    if isinstance(saver, PostgresCheckpoints):
+        return postgres_thread_storage(saver.url, thread_id)
     if isinstance(saver, InMemorySaver):
         stored = saver.storage.get(thread_id, {})
         checkpoints = sum(len(by_id) for by_id in stored.values())
@@ -555,12 +710,30 @@ def sqlite_thread_storage(path: Path, thread_id: str) -> tuple[int, int]:
     return int(count), int(size)
 
 
+def postgres_thread_storage(url: str, thread_id: str) -> tuple[int, int]:
+    """(checkpoints, bytes) of one thread in LangGraph's Postgres checkpoint tables (0, 0 before they exist)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as db:
+        if db.execute("SELECT to_regclass('checkpoints') IS NULL").fetchone() == (True,):
+            return 0, 0
+        count, size = db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(pg_column_size(checkpoint) + pg_column_size(metadata)), 0)"
+            " FROM checkpoints WHERE thread_id = %s",
+            (thread_id,),
+        ).fetchone() or (0, 0)
+        for table in ("checkpoint_blobs", "checkpoint_writes"):
+            row = db.execute(f"SELECT COALESCE(SUM(LENGTH(blob)), 0) FROM {table} WHERE thread_id = %s", (thread_id,))
+            size += (row.fetchone() or (0,))[0]
+    return int(count), int(size)
+
+
 def open_conversation(
     contender: str,
     agent: Contender,
     instructions: str,
     thread_id: str,
-    db: Path | None,
+    db: Path | str | None,
     *,
     resume: bool,
     customer_id: str | None = None,
@@ -568,14 +741,19 @@ def open_conversation(
     policy: HistoryPolicy | None = None,
     storage: dict[str, Any] | None = None,
 ) -> Conversation:
-    """The contender's session; `db` set means persisted (SQLite for the graph, a JSON file beside it otherwise).
+    """The contender's session; `db` set means persisted: a SQLite file (for the graph; a JSON file beside it for
+    the hand-written session) or a ``postgresql://`` URL (every contender's thread `thread_id` in that database).
 
     `customer_id` is recorded with the conversation; `approve` answers the graph's approval pauses (the
     hand-written loop was given its own when it was built); `policy` is the history policy of either session;
     `storage`, the checkpoint storage options of a SQLite graph thread (ignored elsewhere).
     """
     if contender == "handwritten":
-        json_path = None if db is None else session_json_path(db, thread_id)
+        if _is_url(db):
+            check_thread_name(thread_id)
+            return HandwrittenConversation(agent, instructions, resume=resume, customer_id=customer_id,
+                                           policy=policy, url=str(db), thread_id=thread_id)  # fmt: skip
+        json_path = None if db is None else session_json_path(Path(db), thread_id)
         return HandwrittenConversation(
             agent, instructions, json_path, resume=resume, customer_id=customer_id, policy=policy
         )

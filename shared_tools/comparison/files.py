@@ -6,7 +6,9 @@ run (so the whole run was lost), a database mid-run with a traceback. Each check
 with one line that names the option, the path and what is wrong, and checks without leaving anything behind:
 an output folder is probed with a temporary file that is removed again, and a database is opened read-only.
 `write_output` writes through a temporary file in the same folder and renames it over the target, so an
-interrupted or failed write leaves the old file (or none), never half a document.
+interrupted or failed write leaves the old file (or none), never half a document. A database option may also
+be a ``postgresql://`` URL: it is checked by connecting once (a wrong URL or a server that is down is one line,
+with the password masked), and nothing is created.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import tempfile
 from contextlib import closing
 from pathlib import Path
 
-from shared_tools.bookstore.store import NotABookstore, check_store_file
+from shared_tools.bookstore.store import NotABookstore, check_store_file, is_postgres_url
 
 SESSION_TABLES = frozenset({"checkpoints", "writes", "turn_locks"})
 """The tables of a session database: LangGraph's SQLite checkpointer's, and `GraphSession`'s turn locks. A SQLite
@@ -66,8 +68,26 @@ def write_output(path: str | Path, text: str) -> None:
         raise
 
 
+def check_postgres_url(url: str, option: str, *, timeout_s: float = 5.0) -> None:
+    """Raise `UnusableFile` unless a connection to `url` can be opened within `timeout_s` seconds."""
+    import psycopg
+
+    from shared_tools.guards import mask_pii
+
+    try:
+        with psycopg.connect(url, connect_timeout=max(1, round(timeout_s)), autocommit=True) as db:
+            db.execute("SELECT 1")
+    except psycopg.Error as exc:
+        why = " ".join(str(exc).split()) or type(exc).__name__
+        raise UnusableFile(f"{option}: the database {mask_pii(url)} cannot be used: {mask_pii(why)}") from None
+
+
 def check_store_db(path: str | Path, option: str = "--store-db") -> None:
-    """Raise `UnusableFile` unless `path` is a bookstore database, or a new file in an existing folder."""
+    """Raise `UnusableFile` unless `path` is a bookstore database, or a new file in an existing folder, or a
+    Postgres URL that answers."""
+    if is_postgres_url(path):
+        check_postgres_url(str(path), option)
+        return
     path = Path(path)
     try:
         check_store_file(path)
@@ -79,7 +99,11 @@ def check_store_db(path: str | Path, option: str = "--store-db") -> None:
 
 def check_session_db(path: str | Path, option: str = "--session-db") -> None:
     """Raise `UnusableFile` unless `path` is a session database (SQLite, LangGraph's checkpoint tables or no
-    tables yet), or a new file in an existing folder. Opened read-only: a wrong file is never written to."""
+    tables yet), or a new file in an existing folder, or a Postgres URL that answers. Opened read-only: a wrong
+    file is never written to."""
+    if is_postgres_url(path):
+        check_postgres_url(str(path), option)
+        return
     path = Path(path)
     if path.is_dir():
         raise UnusableFile(f"{option}: {path} is a directory; give a file name")

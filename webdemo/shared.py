@@ -1,0 +1,411 @@
+"""The live page's state in Postgres, so several server workers (processes, or machines) serve one set of tabs.
+
+With `--data postgresql://...` no worker keeps anything another worker needs: the tab-id secret, each tab's
+settings, which panes are mid-turn (a claim with a lease, taken in one UPDATE, so two workers cannot both start
+a turn on a pane and a dead worker's claim runs out), a snapshot of each pane for a page that connects to
+another worker (transcript, last report, pending approvals, trace so far), the scenario and eval reports, and
+the events themselves. `SharedState` is those tables (prefixed ``webdemo_``, in the URL's own schema).
+
+Events: every `publish` goes through one writer thread per process, which appends the tab's events with a
+per-tab sequence number (taken by updating the tab's row, whose lock is held until commit, so numbers commit
+in order and a reader that has seen number n never misses an earlier one) and sends ``NOTIFY webdemo, '<tab>'``.
+Each worker LISTENs once (`EventBus`) and wakes the streams of the tabs it has open; a one-second poll covers a
+notification lost while the listening connection was being re-made. Events whose type starts with "_" are
+commands between workers (cancel a tab's turns, answer a hand-written approval waiting in another worker):
+acted on by the worker that runs the turn, never sent to a page.
+
+Each tab's store lives in a schema of its own (``web_<key>``, chosen through the connection's ``search_path``),
+so one tab's prompt-injection note or cart never shows in another tab, as with a folder per tab in SQLite mode.
+Its sessions are threads named after the tab in the database's one set of session tables, whose migrations run
+once (`_setup_checkpoints`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "webdemo"
+LEASE_S = 15.0
+"""A claim not extended for this long belongs to a worker that died: the pane is free again."""
+POLL_S = 1.0
+"""How often a worker looks for events of its open tabs without being notified (a lost NOTIFY)."""
+SCHEMA_LOCK = 0x7765_6264_656D_6F
+"""The advisory lock key under which the tables are created (workers start at once; CREATE IF NOT EXISTS races)."""
+SETUP_QUEUE_LOCK = SCHEMA_LOCK + 1
+"""The lock workers queue on for LangGraph's migrations: another key than `SCHEMA_LOCK`, because a worker blocked
+on that one inside a transaction is a transaction the migrations' index build would wait for (a deadlock)."""
+
+TABLES = """
+CREATE TABLE IF NOT EXISTS webdemo_secret (id int PRIMARY KEY CHECK (id = 1), secret bytea NOT NULL);
+CREATE TABLE IF NOT EXISTS webdemo_tabs (
+    key text PRIMARY KEY, settings text, revision bigint NOT NULL DEFAULT 0,
+    last_event bigint NOT NULL DEFAULT 0, seen timestamptz);
+CREATE TABLE IF NOT EXISTS webdemo_events (
+    tab text NOT NULL, seq bigint NOT NULL, event text NOT NULL, at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tab, seq));
+CREATE TABLE IF NOT EXISTS webdemo_claims (
+    tab text NOT NULL, pane text NOT NULL, owner text NOT NULL, until timestamptz NOT NULL,
+    PRIMARY KEY (tab, pane));
+CREATE TABLE IF NOT EXISTS webdemo_panes (
+    tab text NOT NULL, pane text NOT NULL, snapshot text NOT NULL, PRIMARY KEY (tab, pane));
+CREATE TABLE IF NOT EXISTS webdemo_reports (
+    tab text NOT NULL, kind text NOT NULL, html text NOT NULL, PRIMARY KEY (tab, kind));
+"""
+
+
+def schema_of(key: str) -> str:
+    """The schema of a tab's store and sessions; `key` is 32 hex digits (checked by `TabIds`), so it is safe SQL."""
+    if not (len(key) == 32 and all(c in "0123456789abcdef" for c in key)):
+        raise ValueError(f"not a tab key: {key[:40]!r}")
+    return f"web_{key}"
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """`url` whose connections use `schema` first (libpq's ``options=-c search_path=...``)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "options"]
+    query.append(("options", f"-c search_path={schema}"))
+    # libpq reads %20 as a space but a '+' as a plus, so spaces are percent-encoded.
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+
+
+class SharedState:
+    """The page's tables in the Postgres database at `url`; every method is blocking (call from a worker thread,
+    except `publish`, which only queues)."""
+
+    def __init__(self, url: str, *, pool_size: int = 8) -> None:
+        from psycopg.rows import tuple_row
+        from psycopg_pool import ConnectionPool
+
+        self.url = url
+        # prepare_threshold=None: no server-side prepared statements, so PgBouncer in transaction mode works.
+        self.pool = ConnectionPool(
+            url, min_size=1, max_size=pool_size, open=True, name="webdemo",
+            kwargs={"autocommit": True, "prepare_threshold": None, "row_factory": tuple_row},
+        )  # fmt: skip
+        self._outbox: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
+        self._writer = threading.Thread(target=self._write_events, name="webdemo-events", daemon=True)
+        self._writer.start()
+        with self.pool.connection() as db, db.transaction():
+            db.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            db.execute(TABLES)
+        self._setup_checkpoints()
+
+    def _setup_checkpoints(self) -> None:
+        """LangGraph's checkpoint tables, made once, by one worker at a time, before any tab opens a session.
+
+        Its migrations include ``CREATE INDEX CONCURRENTLY``, which waits for every transaction in the database,
+        a blocked ``pg_advisory_lock`` call included: two workers running them at once deadlock. So the workers
+        queue by polling a lock of ours (each poll a short statement the index build can wait out); the one that
+        holds it runs the migrations, and later setups find nothing to do."""
+        from langgraph_version.session import PostgresCheckpoints
+
+        failed: list[BaseException] = []
+
+        def setup() -> None:
+            # A thread of its own: uvicorn builds each worker's app inside its event loop, where no loop may run.
+            try:
+                asyncio.run(PostgresCheckpoints(self.url).setup())
+            except BaseException as exc:
+                failed.append(exc)
+
+        with self.pool.connection() as db:
+            while db.execute("SELECT pg_try_advisory_lock(%s)", (SETUP_QUEUE_LOCK,)).fetchone() != (True,):
+                time.sleep(0.05)
+            try:
+                thread = threading.Thread(target=setup, name="webdemo-setup")
+                thread.start()
+                thread.join()
+                if failed:
+                    raise failed[0]
+            finally:
+                db.execute("SELECT pg_advisory_unlock(%s)", (SETUP_QUEUE_LOCK,))
+
+    def close(self) -> None:
+        self._outbox.put(None)
+        self._writer.join(5)
+        self.pool.close()
+
+    # --- tabs ------------------------------------------------------------------------------------------------
+
+    def secret(self, make: Callable[[], bytes]) -> bytes:
+        """The tab-id secret every worker shares: made once by whichever worker asks first."""
+        with self.pool.connection() as db:
+            db.execute("INSERT INTO webdemo_secret VALUES (1, %s) ON CONFLICT (id) DO NOTHING", (make(),))
+            row = db.execute("SELECT secret FROM webdemo_secret WHERE id = 1").fetchone()
+        assert row is not None
+        return bytes(row[0])
+
+    def open_tab(self, key: str) -> None:
+        """Make the tab's row and schema if they are not there yet (a new tab, or one whose page comes back)."""
+        with self.pool.connection() as db:
+            db.execute("INSERT INTO webdemo_tabs (key) VALUES (%s) ON CONFLICT (key) DO NOTHING", (key,))
+            db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema_of(key)}"')
+
+    def tab_url(self, key: str) -> str:
+        return with_search_path(self.url, schema_of(key))
+
+    def settings(self, key: str) -> tuple[int, dict[str, Any] | None]:
+        """(revision, settings JSON or None when never saved)."""
+        with self.pool.connection() as db:
+            row = db.execute("SELECT revision, settings FROM webdemo_tabs WHERE key = %s", (key,)).fetchone()
+        return (0, None) if row is None or row[1] is None else (int(row[0]), json.loads(row[1]))
+
+    def save_settings(self, key: str, settings: dict[str, Any]) -> int:
+        with self.pool.connection() as db:
+            row = db.execute(
+                "UPDATE webdemo_tabs SET settings = %s, revision = revision + 1 WHERE key = %s RETURNING revision",
+                (event_json(settings), key),
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def touch(self, keys: list[str]) -> None:
+        """An event stream of each tab is open (here): what `seen_age` reads in every worker."""
+        if keys:
+            with self.pool.connection() as db:
+                db.execute("UPDATE webdemo_tabs SET seen = now() WHERE key = ANY(%s)", (keys,))
+
+    def seen_age(self, key: str) -> float:
+        """Seconds since an event stream of the tab was last open in any worker; 0 when none ever was (a client
+        that drives the tab without a stream is not a page that went away)."""
+        with self.pool.connection() as db:
+            row = db.execute("SELECT extract(epoch FROM now() - seen) FROM webdemo_tabs WHERE key = %s",
+                             (key,)).fetchone()  # fmt: skip
+        return 0.0 if row is None or row[0] is None else float(row[0])
+
+    # --- claims: one turn at a time per pane, across workers ---------------------------------------------------
+
+    def claim(self, key: str, panes: list[str], owner: str, lease: float = LEASE_S) -> bool:
+        """Claim every pane in `panes` for `owner`, or none: False when another owner holds one (in time)."""
+        with self.pool.connection() as db, db.transaction():
+            for pane in panes:
+                taken = db.execute(
+                    "INSERT INTO webdemo_claims VALUES (%s, %s, %s, now() + make_interval(secs => %s)) "
+                    "ON CONFLICT (tab, pane) DO UPDATE SET owner = excluded.owner, until = excluded.until "
+                    "WHERE webdemo_claims.until < now() RETURNING 1",
+                    (key, pane, owner, lease),
+                ).fetchone()
+                if taken is None:
+                    raise _Taken  # leaving the transaction block by a raise rolls back the panes claimed so far
+        return True
+
+    def try_claim(self, key: str, panes: list[str], owner: str, lease: float = LEASE_S) -> bool:
+        try:
+            return self.claim(key, panes, owner, lease)
+        except _Taken:
+            return False
+
+    def extend(self, key: str, panes: list[str], owner: str, lease: float = LEASE_S) -> None:
+        with self.pool.connection() as db:
+            db.execute(
+                "UPDATE webdemo_claims SET until = now() + make_interval(secs => %s) "
+                "WHERE tab = %s AND pane = ANY(%s) AND owner = %s",
+                (lease, key, panes, owner),
+            )
+
+    def release(self, key: str, panes: list[str], owner: str) -> None:
+        with self.pool.connection() as db:
+            db.execute("DELETE FROM webdemo_claims WHERE tab = %s AND pane = ANY(%s) AND owner = %s",
+                       (key, panes, owner))  # fmt: skip
+
+    def claimed(self, key: str) -> set[str]:
+        """The panes (and jobs) of the tab some worker holds now."""
+        with self.pool.connection() as db:
+            rows = db.execute("SELECT pane FROM webdemo_claims WHERE tab = %s AND until >= now()", (key,)).fetchall()
+        return {str(r[0]) for r in rows}
+
+    # --- pane snapshots and reports ------------------------------------------------------------------------------
+
+    def put_pane(self, key: str, pane: str, snapshot: dict[str, Any]) -> None:
+        with self.pool.connection() as db:
+            db.execute(
+                "INSERT INTO webdemo_panes VALUES (%s, %s, %s) ON CONFLICT (tab, pane) DO UPDATE SET snapshot = "
+                "excluded.snapshot",
+                (key, pane, event_json(snapshot)),
+            )
+
+    def panes(self, key: str) -> tuple[dict[str, dict[str, Any]], set[str], int]:
+        """(pane snapshots, claimed panes, settings revision) of a tab, in one round trip."""
+        with self.pool.connection() as db:
+            rows = db.execute(
+                "SELECT 'p', pane, snapshot FROM webdemo_panes WHERE tab = %(k)s "
+                "UNION ALL SELECT 'c', pane, NULL FROM webdemo_claims WHERE tab = %(k)s AND until >= now() "
+                "UNION ALL SELECT 'r', revision::text, NULL FROM webdemo_tabs WHERE key = %(k)s",
+                {"k": key},
+            ).fetchall()
+        snapshots = {str(r[1]): json.loads(r[2]) for r in rows if r[0] == "p"}
+        claimed = {str(r[1]) for r in rows if r[0] == "c"}
+        revision = next((int(r[1]) for r in rows if r[0] == "r"), 0)
+        return snapshots, claimed, revision
+
+    def put_report(self, key: str, kind: str, html: str) -> None:
+        with self.pool.connection() as db:
+            db.execute("INSERT INTO webdemo_reports VALUES (%s, %s, %s) ON CONFLICT (tab, kind) DO UPDATE SET "
+                       "html = excluded.html", (key, kind, html))  # fmt: skip
+
+    def report(self, key: str, kind: str) -> str | None:
+        with self.pool.connection() as db:
+            row = db.execute("SELECT html FROM webdemo_reports WHERE tab = %s AND kind = %s", (key, kind)).fetchone()
+        return None if row is None else str(row[0])
+
+    def reports(self, key: str) -> list[str]:
+        with self.pool.connection() as db:
+            return sorted(str(r[0]) for r in db.execute("SELECT kind FROM webdemo_reports WHERE tab = %s", (key,)))
+
+    # --- events ------------------------------------------------------------------------------------------------
+
+    def publish(self, key: str, event: dict[str, Any]) -> None:
+        """Queue `event` for the tab's streams in every worker; returns at once (any thread)."""
+        self._outbox.put((key, event))
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until every event queued so far is written (tests, shutdown)."""
+        done = threading.Event()
+        self._outbox.put(("", {"_flush": done}))
+        done.wait(timeout)
+
+    def last_seq(self, key: str) -> int:
+        with self.pool.connection() as db:
+            row = db.execute("SELECT last_event FROM webdemo_tabs WHERE key = %s", (key,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def events_after(self, key: str, seq: int, limit: int = 500) -> list[tuple[int, dict[str, Any]]]:
+        with self.pool.connection() as db:
+            rows = db.execute(
+                "SELECT seq, event FROM webdemo_events WHERE tab = %s AND seq > %s ORDER BY seq LIMIT %s",
+                (key, seq, limit),
+            ).fetchall()
+        return [(int(r[0]), json.loads(r[1])) for r in rows]
+
+    def _write_events(self) -> None:
+        while True:
+            first = self._outbox.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < 500:  # a token stream arrives as many small events: one transaction for all queued
+                try:
+                    more = self._outbox.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._outbox.put(None)
+                    break
+                batch.append(more)
+            try:
+                self._insert(batch)
+            except Exception as exc:  # the database went away: the page misses these events and reloads its state
+                log.warning("could not write %d page events: %s", len(batch), exc)
+            for _, event in batch:
+                if "_flush" in event:
+                    event["_flush"].set()
+
+    def _insert(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        by_tab: dict[str, list[dict[str, Any]]] = {}
+        for key, event in batch:
+            if "_flush" not in event:
+                by_tab.setdefault(key, []).append(event)
+        if not by_tab:
+            return
+        with self.pool.connection() as db, db.transaction():
+            for key in sorted(by_tab):  # one lock order for every writer: no deadlock between two workers
+                events = by_tab[key]
+                row = db.execute("UPDATE webdemo_tabs SET last_event = last_event + %s WHERE key = %s "
+                                 "RETURNING last_event", (len(events), key)).fetchone()  # fmt: skip
+                if row is None:
+                    continue
+                first = int(row[0]) - len(events) + 1
+                with db.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO webdemo_events (tab, seq, event) VALUES (%s, %s, %s)",
+                        [(key, first + i, event_json(e)) for i, e in enumerate(events)],
+                    )
+                db.execute("SELECT pg_notify(%s, %s)", (CHANNEL, key))
+
+    def prune_events(self, keep_s: float = 3600.0) -> int:
+        """Forget events older than `keep_s` (a page that reconnects reloads its state, not old events)."""
+        with self.pool.connection() as db:
+            cur = db.execute("DELETE FROM webdemo_events WHERE at < now() - make_interval(secs => %s)", (keep_s,))
+            return cur.rowcount
+
+
+class _Taken(Exception):
+    """A claim found a pane held by another owner; the claim's transaction is rolled back."""
+
+
+class EventBus:
+    """One worker's listener: wakes `on_tab(key)` on the server's loop when a tab has new events.
+
+    `active()` names the tabs this worker cares about (open streams, turns running here); they are also polled
+    every `POLL_S` seconds and touched (`SharedState.touch`) when they have a stream open here.
+    """
+
+    def __init__(
+        self,
+        shared: SharedState,
+        on_tab: Callable[[str], None],
+        active: Callable[[], list[str]],
+        watched: Callable[[], list[str]],
+    ) -> None:
+        self.shared = shared
+        self.on_tab = on_tab
+        self.active = active
+        self.watched = watched
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._listen()), loop.create_task(self._poll())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _listen(self) -> None:
+        import psycopg
+
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.shared.url, autocommit=True, prepare_threshold=None
+                ) as db:
+                    await db.execute(f"LISTEN {CHANNEL}")
+                    async for note in db.notifies():
+                        self.on_tab(note.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database restarted: listen again; the poll covers the gap
+                log.warning("event listener lost its connection (%s); reconnecting", exc)
+                await asyncio.sleep(1.0)
+
+    async def _poll(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_touch = 0.0
+        while True:
+            await asyncio.sleep(POLL_S)
+            for key in self.active():
+                self.on_tab(key)
+            if time.monotonic() - last_touch >= 2.0:
+                last_touch = time.monotonic()
+                with contextlib.suppress(Exception):
+                    await loop.run_in_executor(None, self.shared.touch, self.watched())
+
+
+def event_json(event: dict[str, Any]) -> str:
+    """JSON text with every non-ASCII character escaped: a NUL from a hostile model is six characters, not a byte
+    Postgres refuses in text."""
+    return json.dumps(event, ensure_ascii=True, default=str)
