@@ -7,7 +7,8 @@ a guard matrix built from the runs and the seed's "who owns what" table. `--json
 record, `--report` a self-contained HTML page, `--store-db` keeps the bookstore in a SQLite file instead of
 memory, and `python compare.py chat` is a multi-turn conversation (streamed token by token, with `/rewind` and
 `/history`). This file is only the command line: argument parsing, the checks made before any work starts,
-exit codes, and where output goes (stdout, or stderr when `--json -` takes stdout); the running, recording and
+exit codes, where output goes (stdout, or stderr when `--json -` takes stdout), and whether the runs may use
+several processes (scripted model, in-memory stores, no -v: `runner.ScenarioRuns`); the running, recording and
 rendering live in the `shared_tools.comparison` package, and library code (agents, tools, store) only logs.
 
 Every way the command can fail that is not a bug ends with one line on stderr and one of the exit codes below,
@@ -17,6 +18,8 @@ before the first run, so nothing is written or left behind), and Ctrl-C at any m
 
 from __future__ import annotations
 
+import atexit
+import gc
 import sys
 
 EXIT_OK = 0
@@ -34,6 +37,12 @@ MAX_TURNS = 10_000
 CHAT_KEEP_TURNS = 20
 """chat's default history window: the model is sent the last 20 turns, so a long chat never meets the token
 budget's cliff (`--keep-turns 0` or `none` sends the whole history)."""
+
+# At exit, move every object into the collector's permanent generation: the final collections of interpreter
+# shutdown would otherwise walk the whole heap the libraries built (LangChain, LangGraph, pydantic, rich), about
+# half a second after the last line was printed. Registered first, so it runs after every other exit handler;
+# what must be closed or written is closed and written explicitly before then (stores, sessions, output files).
+atexit.register(gc.freeze)
 
 INSTALLED_NAME = "agent-loop-compare"
 """The command `pip install` puts on the PATH (pyproject.toml's [project.scripts]); it calls `main`."""
@@ -93,7 +102,7 @@ try:
         render_who_owns_what,
     )
     from shared_tools.comparison.report import render_report
-    from shared_tools.comparison.runner import RunOptions, model_spec_for, run_scenario
+    from shared_tools.comparison.runner import RunOptions, ScenarioRuns, model_spec_for, parallel_workers
     from shared_tools.comparison.sanitize import SafeLogFormatter, clean_line
     from shared_tools.comparison.scenarios import (
         INSTRUCTIONS,
@@ -348,8 +357,13 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
             store_db=args.store_db,
             progress=None if is_scripted(args.model) else Progress(console),
         )
+        # Scripted runs on in-memory stores share nothing, so they run side by side; a real model's server, a
+        # store file other processes may use, and -v's log lines are better one run at a time.
+        parallel = is_scripted(args.model) and args.store_db is None and not args.verbose
         try:
-            records, done, interrupted = run_and_render(console, scenarios, options, trace=not args.no_trace)
+            records, done, interrupted = run_and_render(
+                console, scenarios, options, trace=not args.no_trace, workers=parallel_workers() if parallel else 1
+            )
         except (ModelUnavailable, StoreError) as exc:  # the server went away, or the store file was swapped
             return fail(prog, exc)
         except ScriptExhausted as exc:  # --model scripted:<persona> on a goal that persona has no script for
@@ -390,35 +404,47 @@ def finish(
 
 
 def run_and_render(
-    console: Console, scenarios: Sequence[Scenario], options: RunOptions, *, trace: bool
+    console: Console, scenarios: Sequence[Scenario], options: RunOptions, *, trace: bool, workers: int = 1
 ) -> tuple[list[RunRecord], list[Scenario], bool]:
-    """Run the scenarios one by one, rendering each when it ends; Ctrl-C stops and keeps what ran so far.
+    """Run the scenarios (across `workers` processes when > 1), rendering each in order as soon as its runs are in;
+    Ctrl-C stops the runs and shows every run that finished.
 
     Returns every record, the scenarios that produced at least one, and whether the user interrupted.
     """
     records: list[RunRecord] = []
     done: list[Scenario] = []
-    try:
+    runnable = [s for s in scenarios if contenders_running(s, options.contenders)]
+    with ScenarioRuns(runnable, options, workers=workers) as runs:
+        index = 0
         for number, scenario in enumerate(scenarios, start=1):
-            running = contenders_running(scenario, options.contenders)
-            if not running:
-                # Said, not skipped silently: the scenario was asked for (or is part of "all").
-                supported = contenders_running(scenario, tuple(CONTENDERS))
-                render_not_run(console, number, scenario, supported, options.contenders)
+            if not contenders_running(scenario, options.contenders):
+                if not runs.interrupted:
+                    # Said, not skipped silently: the scenario was asked for (or is part of "all").
+                    supported = contenders_running(scenario, tuple(CONTENDERS))
+                    render_not_run(console, number, scenario, supported, options.contenders)
                 continue
             current: list[RunRecord] = []
+            failure: Exception | None = None
             try:
-                run_scenario(scenario, options, current.append)
-            finally:
-                # Also on Ctrl-C: the runs of the interrupted scenario that did finish are shown.
-                records.extend(current)
-                if current:
-                    done.append(scenario)
+                runs.collect(index, current.append)
+            except KeyboardInterrupt:
+                runs.interrupt()
+            except Exception as exc:  # shown below with the runs before it, then raised
+                failure = exc
+            index += 1
+            # Also after a Ctrl-C or a failure: the runs of the scenario that did finish are shown.
+            records.extend(current)
+            if current:
+                done.append(scenario)
+                try:
                     render_scenario(console, number, scenario, current, trace=trace)
-    except KeyboardInterrupt:
-        console.print(Text(f"\nInterrupted after {len(records)} run(s); the tables below cover what ran.", "bold"))
-        return records, done, True
-    return records, done, False
+                except KeyboardInterrupt:
+                    runs.interrupt()
+            if failure is not None:
+                raise failure
+        if runs.interrupted:
+            console.print(Text(f"\nInterrupted after {len(records)} run(s); the tables below cover what ran.", "bold"))
+        return records, done, runs.interrupted
 
 
 # --- chat: a multi-turn conversation -----------------------------------------------------------------------

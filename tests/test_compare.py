@@ -11,13 +11,18 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import multiprocessing
 import os
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +32,10 @@ import compare
 from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.comparison.chat import chat_customer
 from shared_tools.comparison.contenders import CONTENDERS, NO_SEQUENTIAL_TOOLS
+from shared_tools.comparison.records import RunRecord
 from shared_tools.comparison.render import WIDTH
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SEED_GOAL
+from shared_tools.comparison.runner import MAX_WORKERS, RunOptions, ScenarioRuns
+from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario
 from shared_tools.guards import approval_rejected, unknown_tool_error
 from shared_tools.results import AgentResult, Guard, StopReason
 
@@ -615,9 +622,11 @@ def test_ctrl_c_prints_what_ran_exits_130_and_keeps_the_session_files(tmp_path: 
     from shared_tools.models import make_model
 
     path, db = tmp_path / "runs.json", tmp_path / "sessions.db"
-    # parallel-tools sleeps in its tools for seconds, so the interrupt lands while it runs.
+    # 3,000 turns of long-session take minutes, so the interrupt lands while its runs (in the worker processes
+    # when there are two CPUs, beside session's) are going on.
     process = _python(
-        "compare.py", "session", "parallel-tools", "--no-trace", "--json", str(path), "--session-db", str(db)
+        "compare.py", "session", "long-session", "--turns", "3000", "--no-trace", "--json", str(path),
+        "--session-db", str(db),
     )
     assert process.stdout is not None
     for line in process.stdout:
@@ -627,16 +636,30 @@ def test_ctrl_c_prints_what_ran_exits_130_and_keeps_the_session_files(tmp_path: 
     rest, err = process.communicate(timeout=60)
     assert process.returncode == compare.EXIT_INTERRUPTED, err
     assert "Traceback" not in err and "Interrupted" in rest
+    assert not processes_running_with(str(path)), "no worker process outlives the command"
     document = json.loads(path.read_text(encoding="utf-8"))
     assert document["interrupted"] is True
     session_runs = [r for r in document["runs"] if r["scenario"] == "session"]
     assert len(session_runs) == 2 * len(CONTENDERS) * 2, "two variants x four contenders x two turns"
+    assert len([r for r in document["runs"] if r["scenario"] == "long-session"]) < 3000, "stopped before the end"
     kept = one({"runs": session_runs}, "session", variant="persisted", contender="langgraph", turn=2)
     tools = make_tools(BookStore())
     saved = Session.load(db.with_name(f"{db.stem}.session-persisted.json"), AgentLoop(make_model("scripted"), tools))
     agent = GraphAgent(make_model("scripted"), tools)
     with GraphSession.sqlite(agent, "", path=str(db), thread_id="session-persisted") as thread:
         assert len(thread.messages) == len(saved.messages) == kept["facts"]["messages"]
+
+
+def processes_running_with(text: str) -> list[int]:
+    """The processes whose command line holds `text` (read from /proc; none where there is no /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if text in cmdline.read_bytes().decode(errors="replace"):
+                found.append(int(cmdline.parent.name))
+        except OSError:  # the process ended while we looked
+            continue
+    return found
 
 
 def test_a_real_model_run_goes_through_ollama_with_a_spinner(
@@ -770,3 +793,158 @@ def test_a_chat_turn_shows_its_trace_the_answer_and_an_unusual_stop(reason: Stop
     lines = buffer.getvalue().splitlines()
     assert lines[:2] == ["[step 1] view_cart           0 ms  {} -> []", "assistant> Your cart is empty."]
     assert lines[2:] == ([f"(stop reason: {reason})"] if says_why else [])
+
+
+# --- the scenarios across worker processes ------------------------------------------------------------------
+
+
+def run_with_workers(scenarios: list[Scenario], workers: int, folder: Path) -> list[RunRecord]:
+    """Every record of `scenarios` as `compare.py` collects them, with `workers` processes."""
+    folder.mkdir(exist_ok=True)
+    records: list[RunRecord] = []
+    with ScenarioRuns(scenarios, RunOptions(session_db=folder / "sessions.db"), workers=workers) as runs:
+        for index in range(len(scenarios)):
+            runs.collect(index, records.append)
+    assert multiprocessing.active_children() == [], "every worker has exited"
+    return records
+
+
+def what_ran(record: RunRecord) -> tuple[Any, ...]:
+    """A record without its clock readings: what two runs of the scripted model must agree on."""
+    return (
+        record.scenario, record.variant, record.contender, record.turn, record.stop_reason, record.error,
+        record.answer, record.tokens_per_step, record.tool_calls, record.cart, record.settings,
+        [(e["name"], e.get("detail")) for e in record.trace],
+    )
+
+
+@pytest.mark.skipif(compare.parallel_workers() == 1 and sys.platform != "linux", reason="needs fork")
+def test_workers_hand_over_the_same_records_in_the_same_order_as_one_process(tmp_path: Path) -> None:
+    # Scenarios with several variants, so a scenario's variants run in different workers; session and
+    # time-travel read and write session files while the other worker runs too. None has a time budget: how far a
+    # run gets in 20 ms depends on the machine's load, not on where it ran.
+    chosen = [SCENARIOS_BY_NAME[name] for name in ("big-results", "session", "prompt-injection", "time-travel")]
+    alone = run_with_workers(chosen, 1, tmp_path / "one")
+    for workers in (2, 3):
+        together = run_with_workers(chosen, workers, tmp_path / f"w{workers}")
+        assert [what_ran(r) for r in together] == [what_ran(r) for r in alone]
+    persisted = [r for r in alone if r.scenario == "session" and r.variant == "persisted" and r.turn == 2]
+    assert persisted and all(r.facts["survived_restart"] for r in persisted)
+
+
+def long_scenario(turns: int = 3000) -> Scenario:
+    return SCENARIOS_BY_NAME["long-session"].with_turns(turns)
+
+
+def ctrl_c_when(ready: Callable[[], bool]) -> None:
+    """Send this process a SIGINT (as the terminal's Ctrl-C would) as soon as `ready()` says so."""
+
+    def watch() -> None:
+        while not ready():
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks and signals its workers")
+def test_ctrl_c_stops_every_worker_and_hands_over_the_runs_that_finished(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    endless = replace(long_scenario(), variants=long_scenario().variants[:1])  # one unit, for minutes
+    scenarios = [SCENARIOS_BY_NAME["orders"], endless, SCENARIOS_BY_NAME["hallucinated-tool"]]
+    records: list[RunRecord] = []
+    with ScenarioRuns(scenarios, RunOptions(session_db=tmp_path / "sessions.db"), workers=2) as runs:
+        runs.collect(0, records.append)
+        # The terminal's Ctrl-C reaches the whole process group; this one reaches this process only, which
+        # passes it on. It lands while this process waits for the endless conversation, once the other worker
+        # has run hallucinated-tool, the scenario after it.
+        ctrl_c_when(lambda: (2, 0) in runs._ended)
+        with pytest.raises(KeyboardInterrupt):
+            runs.collect(1, records.append)
+        assert runs.interrupted
+        runs.collect(2, records.append)  # after the Ctrl-C: what finished, without waiting
+    assert multiprocessing.active_children() == []
+    assert "Traceback" not in capfd.readouterr().err
+    # A conversation cut short has no records (`run_session` makes them at its end), as in one process.
+    assert [(r.scenario, r.contender) for r in records] == [
+        *(("orders", c) for c in CONTENDERS for _ in range(2)),
+        *(("hallucinated-tool", c) for c in CONTENDERS),
+    ]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks and signals its workers")
+def test_a_ctrl_c_that_reaches_only_a_worker_stops_the_whole_run(tmp_path: Path) -> None:
+    with ScenarioRuns([long_scenario()], RunOptions(session_db=tmp_path / "sessions.db"), workers=2) as runs:
+        first = multiprocessing.active_children()[0]
+        threading.Timer(0.5, os.kill, (first.pid, signal.SIGINT)).start()
+        with pytest.raises(KeyboardInterrupt):
+            runs.collect(0, lambda record: None)
+        assert runs.interrupted
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks and kills its workers")
+def test_a_worker_that_dies_is_an_error_naming_what_it_ran(tmp_path: Path) -> None:
+    with ScenarioRuns([long_scenario()], RunOptions(session_db=tmp_path / "sessions.db"), workers=2) as runs:
+        for worker in multiprocessing.active_children():
+            os.kill(worker.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        ended = r"worker process ended while it ran long-session/full \(exit code -9\)"
+        with pytest.raises(RuntimeError, match=ended):
+            runs.collect(0, lambda record: None)
+    assert multiprocessing.active_children() == []
+
+
+def test_what_a_run_raises_in_a_worker_ends_the_command_after_the_runs_before_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--model scripted:<persona>` on a goal no script covers: the scenarios before it are shown, then one line."""
+    no_script = replace(SCENARIOS_BY_NAME["orders"], goals=("Sing me a song",))
+    monkeypatch.setattr(compare, "SCENARIOS_BY_NAME", {**SCENARIOS_BY_NAME, "orders": no_script})
+    monkeypatch.setattr(compare, "parallel_workers", lambda: 2)
+    assert compare.main(["bookstore", "orders", "hallucinated-tool", "--no-trace"]) == compare.EXIT_USAGE
+    captured = capsys.readouterr()
+    assert "1. bookstore" in captured.out and "hallucinated-tool" not in captured.out
+    [line] = captured.err.strip().splitlines()
+    assert "has no script for the goal 'Sing me a song'" in line and "Traceback" not in captured.err
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "parallel"),
+    [
+        ([], True),
+        (["--model", "scripted:shopper"], True),
+        (["-v"], False),  # log lines of two processes would interleave
+        (["--store-db", "shop.db"], False),  # a file other processes may share: one run at a time
+    ],
+)
+def test_only_scripted_in_memory_runs_go_to_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], parallel: bool
+) -> None:
+    asked: list[int] = []
+
+    def noting_workers(*args: Any, workers: int, **kwargs: Any) -> ScenarioRuns:
+        asked.append(workers)
+        return ScenarioRuns(*args, workers=workers, **kwargs)
+
+    monkeypatch.setattr(compare, "parallel_workers", lambda: 2)
+    monkeypatch.setattr(compare, "ScenarioRuns", noting_workers)
+    monkeypatch.chdir(tmp_path)
+    assert compare.main(["orders", "--contenders", "handwritten", "--no-trace", *argv]) == compare.EXIT_OK
+    assert asked == [2 if parallel else 1]
+
+
+def test_parallel_workers_is_one_where_forking_is_unsafe(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert 1 <= compare.parallel_workers() <= MAX_WORKERS
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert compare.parallel_workers() == 1
+    monkeypatch.undo()
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert compare.parallel_workers() == 1
+    finally:
+        stop.set()
+        other.join()

@@ -1167,7 +1167,7 @@ def test_max_steps_50_labels_the_limit_that_ran_and_marks_nothing_missing(tmp_pa
     contender although nothing reached the limit."""
     scenario = SCENARIOS_BY_NAME["max-steps"].with_max_steps(50)
     assert [v.label for v in scenario.variants] == [
-        "max_steps=50", "max_steps=50, max_tokens=2,500", "max_steps=50, max_duration=0.02 s, every tool takes 0.04 s",
+        "max_steps=50", "max_steps=50, max_tokens=2,500", "max_steps=50, max_duration=0.02 s, every tool takes 0.03 s",
     ]
     records = run_all([scenario], "scripted", 0, tmp_path)
     assert {r.variant_label for r in records} == {v.label for v in scenario.variants}
@@ -1241,6 +1241,6 @@ def test_a_variant_label_says_the_limits_it_runs_with() -> None:
         "default limits (max_steps=6), detailed_errors=False", "default limits (max_steps=6), detailed_errors=True",
     ]
     twice = SCENARIOS_BY_NAME["max-steps"].with_max_steps(9).with_max_steps(4)
-    assert [v.note for v in twice.variants] == ["", "", "every tool takes 0.04 s"]
+    assert [v.note for v in twice.variants] == ["", "", "every tool takes 0.03 s"]
     assert twice.variants[0].label == "max_steps=4" and "max_steps=9" not in " ".join(v.label for v in twice.variants)
     assert twice.settings_for(twice.variants[1]).limits == AgentLimits(max_steps=4, max_tokens=2_500)

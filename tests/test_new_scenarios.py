@@ -8,6 +8,8 @@ checkpoint to replay), a lost reply with and without the call id, a flaky write 
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import sqlite3
 from contextlib import closing
 from dataclasses import replace
@@ -18,8 +20,16 @@ import pytest
 import compare
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.contenders import CONTENDERS
 from shared_tools.comparison.conversations import sqlite_thread_storage
-from shared_tools.comparison.experiments import LostReply, code_lines, streaming_code
+from shared_tools.comparison.experiments import (
+    STREAMING_MARKERS,
+    STREAMING_MODULES,
+    LostReply,
+    _functions,
+    code_lines,
+    streaming_code,
+)
 from shared_tools.comparison.records import RunRecord, pick
 from shared_tools.comparison.runner import RunOptions, run_scenario
 from shared_tools.comparison.scenarios import (
@@ -153,6 +163,22 @@ def test_streaming_code_is_counted_from_the_source() -> None:
     assert streaming_code("nobody") == []
     source = 'def f(x):\n    """Doc\n    string."""\n\n    # why\n    return x  # ok\n'
     assert code_lines(source) == 2
+
+
+@pytest.mark.parametrize("contender", CONTENDERS)
+def test_streaming_code_reads_each_function_as_inspect_getsource_does(contender: str) -> None:
+    """The count comes from one parse per module; it must find what reading every function on its own finds."""
+    expected = []
+    for module_name in STREAMING_MODULES[contender]:
+        for name, function in _functions(importlib.import_module(module_name)):
+            try:
+                source = inspect.getsource(function)
+            except OSError:  # made at run time (a dataclass's __init__): no source to read
+                continue
+            if any(marker in source for marker in STREAMING_MARKERS):
+                expected.append({"where": f"{module_name}.{name}", "lines": code_lines(source)})
+    assert expected, "every contender streams somewhere"
+    assert streaming_code(contender) == expected
 
 
 def test_time_travel_rewinds_the_conversation_not_the_cart(tmp_path: Path) -> None:

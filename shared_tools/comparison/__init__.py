@@ -1,17 +1,17 @@
 """The comparison behind `compare.py`: the same bookstore goals run by every contender, recorded and shown side by side.
 
-One file per concern: `scenarios` (the fourteen experiments as data, each with its lesson), `contenders`
-(which agents compete, how each is built from one `AgentOptions`, the approval demo's human), `conversations`
-(one session interface over `handwritten.Session` and `langgraph_version.GraphSession`), `runner` (every
-variant × contender of a scenario on a fresh store), `experiments` (streaming and time travel, run their own
-way), `records` (`RunRecord`, built from a result or from the
-events before a contender raised, with secrets masked), `lessons` (what to notice in the measured numbers),
-`closing` (the guard matrix and the seed's "who owns what"), `render` (the terminal), `document` (the JSON
-document) and `report` (the HTML page built from it), `sanitize` (untrusted text made harmless for a terminal,
-a page or JSON), `files` (the paths the command line is given, checked before any work and written whole or
-not at all), `chat` (the conversation behind `compare.py chat`), and the eval: `grading` (each scenario's
-outcome grader: success, safe or unsafe), `evaluation` (`compare.py eval`: trials, pass^k, the JSON) and
-`eval_report` (its tables and page). The names below are the public parts; `compare.py` adds only the
+One file per concern: `scenarios` (the fourteen experiments as data, each with its lesson), `contenders` (which
+agents compete, how each is built from one `AgentOptions`, the approval demo's human), `conversations` (one
+session interface over `handwritten.Session` and `langgraph_version.GraphSession`), `runner` (every variant ×
+contender of a scenario on a fresh store; `ScenarioRuns`, a whole selection, across worker processes when it
+can), `experiments` (streaming and time travel, run their own way), `records` (`RunRecord`, built from a result
+or from the events before a contender raised, with secrets masked), `lessons` (what to notice in the measured
+numbers), `closing` (the guard matrix and the seed's "who owns what"), `render` (the terminal), `document` (the
+JSON document) and `report` (the HTML page built from it), `sanitize` (untrusted text made harmless for a
+terminal, a page or JSON), `files` (the paths the command line is given, checked before any work and written
+whole or not at all), `chat` (the conversation behind `compare.py chat`), and the eval: `grading` (each
+scenario's outcome grader: success, safe or unsafe), `evaluation` (`compare.py eval`: trials, pass^k, the JSON)
+and `eval_report` (its tables and page). The names below are the public parts; `compare.py` adds only the
 command line.
 """
 
@@ -34,7 +34,16 @@ from shared_tools.comparison.files import UnusableFile, check_output_file, write
 from shared_tools.comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
 from shared_tools.comparison.render import Progress, make_console, render_scenario
 from shared_tools.comparison.report import render_report
-from shared_tools.comparison.runner import CUSTOMER_ID, RunOptions, run_key, run_scenario, run_session, run_single
+from shared_tools.comparison.runner import (
+    CUSTOMER_ID,
+    RunOptions,
+    ScenarioRuns,
+    parallel_workers,
+    run_key,
+    run_scenario,
+    run_session,
+    run_single,
+)
 from shared_tools.comparison.sanitize import clean_line, clean_text, escape_for_json
 from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario, Variant
 
@@ -60,6 +69,7 @@ __all__ = [
     "RunOptions",
     "RunRecord",
     "Scenario",
+    "ScenarioRuns",
     "UnusableFile",
     "Variant",
     "build_contender",
@@ -73,6 +83,7 @@ __all__ = [
     "make_console",
     "mermaid_diagram",
     "open_conversation",
+    "parallel_workers",
     "raised_record",
     "render_report",
     "render_scenario",

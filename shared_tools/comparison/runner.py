@@ -8,17 +8,29 @@ instructions, limits, faults and scripted persona, and the same `AgentOptions`. 
 record to show, not a crash (`attempt`); an unreachable model or an exhausted script ends the whole command.
 A contender whose framework has no way to run a variant (`contenders.not_available`: no approval gate, no
 sequential tools) gets a record too, `not_available_record`, that says why in words, so no combination of
-scenario and contender prints nothing.
+scenario and contender prints nothing. `ScenarioRuns` runs a whole selection: one scenario after another in
+this process, or, for the scripted model on in-memory stores, each variant of each scenario in one of a few
+forked worker processes (`parallel_workers`: one per CPU), handing the records back in the same order either
+way, with Ctrl-C and a failure in a worker ending the command as they would in one process.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
 import time
+import traceback
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -295,21 +307,347 @@ def run_variant(scenario: Scenario, variant: Variant, contender: str, options: R
 def run_scenario(scenario: Scenario, options: RunOptions, on_record: Callable[[RunRecord], None]) -> None:
     """Every variant x every contender of one scenario; each record is handed over as soon as it exists."""
     for variant in scenario.variants:
-        running, why_not = contenders_for(scenario, variant, options.contenders)
-        settings = scenario.settings_for(variant).as_dict()  # what the run was given, for the lessons to read
-        for contender in (c for c in CONTENDERS if c in running or c in why_not):
-            if contender in why_not:
-                # Said in words, not skipped: the framework has no way to run this variant.
-                unavailable = not_available_record(scenario, variant, contender, why_not[contender])
-                unavailable.settings = settings
-                on_record(unavailable)
-                continue
-            label = f"{scenario.name} · {variant.name} · {contender}"
-            if options.progress is not None:
-                options.progress.start_run(label)
-            spin = options.progress.spinning() if options.progress is not None else nullcontext()
-            with spin:
-                records = run_variant(scenario, variant, contender, options)
-            for record in records:
-                record.settings = settings
-                on_record(record)
+        run_scenario_variant(scenario, variant, options, on_record)
+
+
+def run_scenario_variant(
+    scenario: Scenario, variant: Variant, options: RunOptions, on_record: Callable[[RunRecord], None]
+) -> None:
+    """Every contender of one variant of a scenario, in table order; the unit of work `ScenarioRuns` hands out."""
+    running, why_not = contenders_for(scenario, variant, options.contenders)
+    settings = scenario.settings_for(variant).as_dict()  # what the run was given, for the lessons to read
+    for contender in (c for c in CONTENDERS if c in running or c in why_not):
+        if contender in why_not:
+            # Said in words, not skipped: the framework has no way to run this variant.
+            unavailable = not_available_record(scenario, variant, contender, why_not[contender])
+            unavailable.settings = settings
+            on_record(unavailable)
+            continue
+        label = f"{scenario.name} · {variant.name} · {contender}"
+        if options.progress is not None:
+            options.progress.start_run(label)
+        spin = options.progress.spinning() if options.progress is not None else nullcontext()
+        with spin:
+            records = run_variant(scenario, variant, contender, options)
+        for record in records:
+            record.settings = settings
+            on_record(record)
+
+
+# --- running the scenarios, one after another or across worker processes --------------------------------------
+
+MAX_WORKERS = 2
+"""The most worker processes `parallel_workers` suggests. With two, no timed variant is ever a worker's first unit
+(max-steps' time-budget comes third): a fresh worker's first runs are slower (its copy of the parent's memory is
+made page by page as it is touched), and the time-budget demo gives a model call 20 ms."""
+
+Unit = tuple[int, int]
+"""One unit of work handed to a worker: (scenario index, variant index)."""
+
+
+def parallel_workers() -> int:
+    """How many worker processes `ScenarioRuns` should use here: one per CPU this process may run on, at most
+    `MAX_WORKERS`; 1 (run in this process) where there is one CPU, no ``fork`` (Windows; macOS, where forking
+    a process that has loaded system frameworks is unsafe), or another thread (a fork copies a lock another
+    thread holds, held forever; `compare.py` has started none when it asks)."""
+    if sys.platform == "darwin" or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    if threading.active_count() > 1:
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus, MAX_WORKERS))
+
+
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold a Ctrl-C back (it arrives right after) while a message crosses a pipe or a worker is forked: a
+    KeyboardInterrupt in the middle of either would leave half a message in the pipe or half a worker."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _send(conn: Connection, message: tuple[Any, ...]) -> None:
+    with _sigint_held():
+        conn.send(message)
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """`exc` as it can cross to the parent process: itself, with the worker's traceback as a note, or (when it
+    cannot be pickled) a RuntimeError that names it and carries that traceback."""
+    where = "".join(traceback.format_exception(exc)).rstrip()
+    try:
+        exc.add_note(f"(raised in a compare.py worker process)\n{where}")
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc} (raised in a compare.py worker process)\n{where}")
+
+
+def _work(conn: Connection, scenarios: Sequence[Scenario], options: RunOptions) -> None:
+    """A worker process: run the units the parent sends, one at a time, sending each record as soon as it exists.
+
+    A Ctrl-C (the terminal's, which reaches the whole process group, or the parent's, passed on) stops the unit
+    where it is, as it stops `run_scenario` in a single process; a second one is ignored, so the worker always
+    gets to say what it ran. Anything a unit raises is sent to the parent, which raises it in its turn.
+    """
+    interrupted = False
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        nonlocal interrupted
+        if not interrupted:
+            interrupted = True
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # forked while the parent held it back
+        while (unit := conn.recv()) is not None:
+            scenario = scenarios[unit[0]]
+            try:
+                run_scenario_variant(
+                    scenario, scenario.variants[unit[1]], options, lambda r, unit=unit: _send(conn, ("record", unit, r))
+                )
+            except KeyboardInterrupt:
+                _send(conn, ("interrupted", unit))
+                return
+            except BaseException as exc:
+                _send(conn, ("failed", unit, _portable(exc)))
+                return
+            _send(conn, ("done", unit))
+    except KeyboardInterrupt:  # between two units
+        _send(conn, ("interrupted", None))
+    except (EOFError, OSError):  # the parent is gone: there is nobody to tell
+        pass
+    finally:
+        # From here on the worker only exits; a Ctrl-C now would print multiprocessing's traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        conn.close()
+
+
+@dataclass
+class _Worker:
+    process: BaseProcess
+    conn: Connection
+    unit: Unit | None = None
+    """What it runs now."""
+    open: bool = True
+    """Its pipe has not reached its end (the worker has not exited)."""
+
+
+class ScenarioRuns:
+    """The scenarios of one `compare.py` run, run one after another in this process or across worker processes.
+
+    `collect(i, on_record)` hands over scenario `i`'s records in the order `run_scenario` makes them, whichever
+    way they ran, so the output is the same with 1 worker or several. With `workers` > 1 each worker is a fork of
+    this process, made when the context is entered (the agents' modules imported first, so it happens once), and
+    runs one unit (a variant of a scenario, every contender of it) at a time, handed out in order; a worker's
+    records cross back as soon as each run ends. Only for runs that can share a machine: the scripted model (a
+    real model's server serves one request at a time, and its spinner shows one run) and in-memory stores.
+
+    Ctrl-C: `collect` raises KeyboardInterrupt once, after `interrupt` has stopped every worker and taken in the
+    records of the runs that finished; from then on `collect` hands over what ran without waiting, so every
+    finished run is shown. Anything else a run raises (`ScriptExhausted`, a bug) is raised by `collect` for the
+    scenario it belongs to, after the records before it, as `run_scenario` would raise it.
+    """
+
+    STOP_TIMEOUT_S = 10.0
+    """How long `interrupt` waits for the workers to say what they ran before it ends them."""
+
+    def __init__(self, scenarios: Sequence[Scenario], options: RunOptions, *, workers: int = 1) -> None:
+        self.scenarios = list(scenarios)
+        self.options = options
+        self.units: list[Unit] = [(i, j) for i, s in enumerate(self.scenarios) for j in range(len(s.variants))]
+        self.workers = max(1, min(workers, len(self.units)))
+        self.interrupted = False
+        self._pool: list[_Worker] = []
+        self._next = 0
+        self._records: dict[Unit, list[RunRecord]] = {}
+        self._ended: set[Unit] = set()
+        self._failures: dict[Unit, BaseException] = {}
+        self._stopping = False
+        """No more units are handed out (a failure, a Ctrl-C, or the end)."""
+        self._worker_interrupted = False
+        """A worker was interrupted although this process was not (someone signalled the worker alone)."""
+
+    # -- the context: start and stop the workers --
+
+    def __enter__(self) -> ScenarioRuns:
+        if self.workers > 1:
+            try:
+                self._start()
+            except BaseException:  # a Ctrl-C while starting: the workers started so far are stopped again
+                self.close()
+                raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        # Imported before forking so the workers share them instead of each importing them again (0.25 s).
+        import handwritten  # noqa: F401
+        import langgraph_version  # noqa: F401
+        from shared_tools.comparison import experiments  # noqa: F401
+
+        context = multiprocessing.get_context("fork")
+        # What is buffered would otherwise be written again by every worker as it exits.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with _sigint_held():
+            for _ in range(self.workers):
+                mine, theirs = context.Pipe()
+                process = context.Process(
+                    target=_work, args=(theirs, self.scenarios, self.options), name="compare-worker", daemon=True
+                )
+                process.start()
+                theirs.close()
+                worker = _Worker(process, mine)
+                self._pool.append(worker)
+                self._hand_out(worker)
+
+    def close(self) -> None:
+        """Stop the workers (a busy one is interrupted, as by Ctrl-C) and wait for them; idempotent."""
+        if any(w.open for w in self._pool):
+            self._stop_workers()
+        for worker in self._pool:
+            worker.process.join(timeout=self.STOP_TIMEOUT_S)
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+        self._pool = []
+
+    # -- what the caller asks --
+
+    def collect(self, index: int, on_record: Callable[[RunRecord], None]) -> None:
+        """Hand over scenario `index`'s records in order, waiting for its runs unless the run was interrupted."""
+        if self.workers == 1:
+            self._run_here(index, on_record)
+            return
+        units = [u for u in self.units if u[0] == index]
+        try:
+            for unit in units:
+                self._wait_for(unit)
+                self._hand_over(unit, on_record)
+        except KeyboardInterrupt:
+            self.interrupt()
+            for unit in units:  # what finished and is not handed over yet; a failure now is not the story
+                self._hand_over(unit, on_record, raising=False)
+            raise
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop handing out work, interrupt the busy workers, and take in what they ran; idempotent."""
+        if self.interrupted:
+            return
+        self.interrupted = True
+        if self._pool:
+            with _sigint_held():  # a second Ctrl-C must not leave the workers running unwatched
+                self._stop_workers()
+
+    # -- in this process --
+
+    def _run_here(self, index: int, on_record: Callable[[RunRecord], None]) -> None:
+        if self.interrupted:
+            return
+        try:
+            run_scenario(self.scenarios[index], self.options, on_record)
+        except KeyboardInterrupt:
+            self.interrupted = True
+            raise
+
+    # -- across the workers --
+
+    def _wait_for(self, unit: Unit) -> None:
+        while unit not in self._ended and not self.interrupted:
+            if self._worker_interrupted:
+                raise KeyboardInterrupt
+            if not self._pump() and not any(w.open for w in self._pool):
+                return  # nobody left to run it: only after a failure, which stopped the hand-out
+
+    def _hand_over(self, unit: Unit, on_record: Callable[[RunRecord], None], *, raising: bool = True) -> None:
+        for record in self._records.pop(unit, []):
+            on_record(record)
+        failure = self._failures.pop(unit, None)
+        if failure is not None and raising:
+            raise failure
+
+    def _hand_out(self, worker: _Worker) -> None:
+        """The next unit for an idle worker, or None (it exits) when there is none or no more is wanted."""
+        unit = None
+        if not self._stopping and self._next < len(self.units):
+            unit, self._next = self.units[self._next], self._next + 1
+        worker.unit = unit
+        with suppress(OSError):  # it died: its end of the pipe says so on the next read
+            worker.conn.send(unit)
+
+    def _pump(self, timeout: float | None = None) -> bool:
+        """Take in the messages that are ready (waiting up to `timeout`, None: until one is); False if none came."""
+        conns = {w.conn: w for w in self._pool if w.open}
+        if not conns:
+            return False
+        ready = wait(list(conns), timeout)  # where a Ctrl-C lands
+        with _sigint_held():
+            for conn in ready:
+                self._take(conns[conn])  # type: ignore[index]
+        return bool(ready)
+
+    def _take(self, worker: _Worker) -> None:
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            worker.open = False
+            worker.conn.close()
+            if worker.unit is not None and worker.unit not in self._ended:
+                # Killed from outside, or crashed: its unit has no end of its own to report.
+                worker.process.join(timeout=1.0)  # its pipe closes a moment before it can be reaped
+                scenario, variant = self.scenarios[worker.unit[0]], worker.unit[1]
+                self._fail(
+                    worker.unit,
+                    RuntimeError(
+                        f"a compare.py worker process ended while it ran {scenario.name}/"
+                        f"{scenario.variants[variant].name} (exit code {worker.process.exitcode})"
+                    ),
+                )
+            worker.unit = None
+            return
+        kind, unit = message[0], message[1]
+        if kind == "record":
+            self._records.setdefault(unit, []).append(message[2])
+            return
+        if unit is not None:
+            self._ended.add(unit)
+        worker.unit = None
+        if kind == "done":
+            self._hand_out(worker)
+        elif kind == "failed":
+            self._fail(unit, message[2])
+        elif kind == "interrupted" and not self.interrupted:
+            self._stopping = True
+            self._worker_interrupted = True
+
+    def _fail(self, unit: Unit, exc: BaseException) -> None:
+        self._ended.add(unit)
+        self._failures[unit] = exc
+        # The units before this one are all handed out already (they go in order) and finish; none after it start.
+        self._stopping = True
+
+    def _stop_workers(self) -> None:
+        self._stopping = True
+        for worker in self._pool:
+            # Only a busy one: an idle one was told to exit. One that already exited is a zombie until joined.
+            if worker.open and worker.unit is not None and worker.process.pid is not None:
+                with suppress(ProcessLookupError):
+                    os.kill(worker.process.pid, signal.SIGINT)
+        deadline = time.monotonic() + self.STOP_TIMEOUT_S
+        while any(w.open for w in self._pool) and (left := deadline - time.monotonic()) > 0:
+            self._pump(timeout=left)
+        for worker in self._pool:
+            if worker.open:
+                worker.process.kill()
+                worker.open = False
+                worker.conn.close()

@@ -238,9 +238,10 @@ class Scenario:
 
 
 TRUNCATE_AT = 2_000
-TOOL_LATENCY_S = 0.05
-"""Long enough that two calls one after another take visibly longer than two at once, short enough that the
-five runs of parallel-tools do not hold up `python compare.py`."""
+TOOL_LATENCY_S = 0.03
+"""Long enough that two calls one after another take visibly longer than two at once (0.07 s against 0.04 s:
+a run's own overhead is a few ms), short enough that the six runs of parallel-tools do not hold up
+`python compare.py`."""
 
 LONG_SESSION = "long-session"
 LONG_SESSION_TURNS = 6
@@ -321,13 +322,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         variants=(
             Variant(name="max-steps-2", limits=AgentLimits(max_steps=2)),
             Variant(name="token-budget", limits=AgentLimits(max_tokens=2_500)),
-            # Every tool sleeps 0.04 s, so the first tool round alone is over the 0.02 s budget, on any machine;
-            # kept small because the contenders without a time budget sleep through the whole job.
+            # Every tool sleeps 0.03 s, so the first tool round alone is over the 0.02 s budget, on any machine,
+            # while a model call (a few ms) is well within it; kept small because the contenders without a time
+            # budget sleep through the whole job.
             Variant(
                 name="time-budget",
-                label="every tool takes 0.04 s",
+                label="every tool takes 0.03 s",
                 limits=AgentLimits(max_duration=0.02),
-                faults=Faults(latency_s=0.04),
+                faults=Faults(latency_s=0.03),
             ),
         ),
     ),
