@@ -71,7 +71,7 @@ try:
     from rich.console import Console
     from rich.text import Text
 
-    from shared_tools.bookstore.store import BookStore, StoreError
+    from shared_tools.bookstore.store import BookStore, StoreError, is_postgres_url
     from shared_tools.bookstore.tools import make_tools
     from shared_tools.comparison.chat import COMMANDS, LiveTurn, approval_prompt, chat_customer, converse
     from shared_tools.comparison.closing import guard_matrix
@@ -464,12 +464,18 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--session-db",
-        type=Path,
+        type=path_or_url,
         default=Path("agent-sessions.db"),
-        help="SQLite file of the graph's threads; the hand-written session and the store are kept beside it",
+        metavar="PATH|URL",
+        help="SQLite file of the graph's threads (the hand-written session and the store are kept beside it), "
+        "or a postgresql:// URL that keeps all three",
     )
     parser.add_argument(
-        "--store-db", type=Path, help="SQLite file of the bookstore (default: <session-db stem>.store.db beside it)"
+        "--store-db",
+        type=path_or_url,
+        metavar="PATH|URL",
+        help="the bookstore: a SQLite file or a postgresql:// URL (default: <session-db stem>.store.db beside it, "
+        "or the --session-db database)",
     )
     parser.add_argument("--model", default="scripted", help="'scripted' or 'ollama:<model>'")
     parser.add_argument(
@@ -487,6 +493,11 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
     return parser
 
 
+def path_or_url(text: str) -> Path | str:
+    """A SQLite file's path, or a Postgres URL kept as text (a `Path` would fold its '//')."""
+    return text if is_postgres_url(text) else Path(text)
+
+
 def keep_turns_value(text: str) -> int | None:
     """`--keep-turns`: a number of turns, or 0 / ``none`` for the whole history (None)."""
     if text.strip().lower() in ("0", "none"):
@@ -500,15 +511,15 @@ def keep_turns_value(text: str) -> int | None:
     return value
 
 
-def _check_chat(args: argparse.Namespace, customer: str) -> Path:
+def _check_chat(args: argparse.Namespace, customer: str) -> Path | str:
     """Everything chat is given, before anything is opened; returns the store file."""
     try:
         check_thread_name(args.thread)
     except ValueError as exc:
         raise UsageError(f"--thread: {exc}") from None
     check_session_db(args.session_db)
-    db: Path = args.session_db
-    store_db: Path = args.store_db or db.with_name(f"{db.stem}.store.db")
+    db: Path | str = args.session_db
+    store_db: Path | str = args.store_db or (db if isinstance(db, str) else db.with_name(f"{db.stem}.store.db"))
     check_store_db(store_db)
     try:
         check_saved_conversation(args.contender, args.thread, db, customer)
