@@ -3,7 +3,7 @@
 The issue's target is under 5 s including imports. This times the whole command in a fresh process
 (several runs, interleaved with a bare `import` of what a default run loads, median), then splits it up:
 per-scenario wall time from compare.py's own JSON records (two scenarios sleep on purpose: the time-budget
-variant's 0.04 s tools and the parallel-tools scenario's 0.3 s tools), the import time of the modules a default
+variant's 0.03 s tools and the parallel-tools scenario's 0.03 s tools), the import time of the modules a default
 run loads with the biggest offenders from ``python -X importtime``, and what building each contender costs
 (binding tools, building and compiling a graph), which compare.py pays once per run.
 
