@@ -133,6 +133,22 @@ def assert_valid_history(messages: Sequence[BaseMessage], *, in_call_order: bool
             assert answered == ids if in_call_order else sorted(answered) == sorted(ids), (answered, ids)
 
 
+def assert_sendable(prompt: list[BaseMessage]) -> None:
+    """What a provider accepts: the system message first, then no ToolMessage without the reply that asked for
+    it, and no reply whose calls are not all answered right after it."""
+    assert isinstance(prompt[0], SystemMessage)
+    open_calls: set[str] = set()
+    for message in prompt[1:]:
+        if isinstance(message, ToolMessage):
+            assert message.tool_call_id in open_calls, f"orphan ToolMessage {message.tool_call_id}"
+            open_calls.discard(message.tool_call_id)
+            continue
+        assert not open_calls, f"calls {open_calls} unanswered before a {message.type} message"
+        if isinstance(message, AIMessage):
+            open_calls = {c["id"] for c in message.tool_calls}
+    assert not open_calls, f"calls {open_calls} unanswered at the end of the prompt"
+
+
 def tool_calls_in_order(result: AgentResult) -> list[tuple[str, dict[str, Any]]]:
     """Every tool call the model asked for, in order, as (name, args)."""
     from langchain_core.messages import AIMessage

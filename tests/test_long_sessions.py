@@ -22,7 +22,7 @@ from shared_tools.comparison.scenarios import CART_QUESTION, SEED_GOAL
 from shared_tools.history import count_turns, is_summary, is_user_turn
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, StopReason
-from tests.conftest import SESSION_KINDS, open_session
+from tests.conftest import SESSION_KINDS, assert_sendable, open_session
 from tests.doubles import ScriptModel, ai, call
 
 ORDER_QUESTION = "Where is my order 4512?"
@@ -30,22 +30,6 @@ ORDER_QUESTION = "Where is my order 4512?"
 
 def questions(messages: list[BaseMessage]) -> list[str]:
     return [m.text for m in messages if is_user_turn(m)]
-
-
-def assert_sendable(prompt: list[BaseMessage]) -> None:
-    """What a provider accepts: the system message first, then no ToolMessage without the reply that asked for
-    it, and no reply whose calls are not all answered right after it."""
-    assert isinstance(prompt[0], SystemMessage)
-    open_calls: set[str] = set()
-    for message in prompt[1:]:
-        if isinstance(message, ToolMessage):
-            assert message.tool_call_id in open_calls, f"orphan ToolMessage {message.tool_call_id}"
-            open_calls.discard(message.tool_call_id)
-            continue
-        assert not open_calls, f"calls {open_calls} unanswered before a {message.type} message"
-        if isinstance(message, AIMessage):
-            open_calls = {c["id"] for c in message.tool_calls}
-    assert not open_calls, f"calls {open_calls} unanswered at the end of the prompt"
 
 
 def echo_turn(n: int) -> list[AIMessage]:

@@ -39,7 +39,7 @@ from shared_tools.history import (
 from shared_tools.models import make_model
 from shared_tools.models.personas import Context, OrderStatus, decide
 from shared_tools.results import StopReason
-from tests.conftest import assert_valid_history
+from tests.conftest import assert_sendable, assert_valid_history
 from tests.doubles import ScriptModel, ai, call
 
 ORDER_QUESTION = "Where is my order 4512?"
@@ -142,20 +142,6 @@ def test_a_cancelled_ask_keeps_the_whole_history_and_a_valid_window() -> None:
 
 
 # --- the property: any history, any window, a prompt a provider accepts ----------------------------------------------
-
-
-def assert_sendable(prompt: list[BaseMessage]) -> None:
-    assert isinstance(prompt[0], SystemMessage)
-    open_calls: set[str] = set()
-    for message in prompt[1:]:
-        if isinstance(message, ToolMessage):
-            assert message.tool_call_id in open_calls, f"orphan ToolMessage {message.tool_call_id}"
-            open_calls.discard(message.tool_call_id)
-            continue
-        assert not open_calls, f"calls {open_calls} unanswered before a {message.type} message"
-        if isinstance(message, AIMessage):
-            open_calls = {c["id"] for c in message.tool_calls}
-    assert not open_calls
 
 
 @st.composite
