@@ -229,10 +229,15 @@ def _run(args: argparse.Namespace, data: Path | str, port: int) -> None:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     where = mask_pii(data) if isinstance(data, str) else data
     workers = f", {args.workers} workers" if args.workers > 1 else ""
-    print(f"Serving the live page at http://{shown}:{port}/  (tabs kept in {where}{workers}; Ctrl-C stops it)")
-    if warning := exposure_warning(args.host, port):
-        print(warning, file=sys.stderr)
+
+    def announce() -> None:
+        print(f"Serving the live page at http://{shown}:{port}/  (tabs kept in {where}{workers}; Ctrl-C stops it)")
+        if warning := exposure_warning(args.host, port):
+            print(warning, file=sys.stderr)
+        sys.stdout.flush()
+
     if args.workers > 1:
+        announce()  # uvicorn's supervisor binds the socket before it starts the workers
         # uvicorn starts each worker from an import string; the app's arguments travel in the environment.
         os.environ[ENV_CONFIG] = json.dumps({"data": str(data), **options})
         uvicorn.run("webdemo.server:app_from_env", factory=True, workers=args.workers, host=args.host, port=port,
@@ -240,4 +245,4 @@ def _run(args: argparse.Namespace, data: Path | str, port: int) -> None:
         return
     app = create_app(data, **options)
     config = uvicorn.Config(app, host=args.host, port=port, log_level="warning", timeout_graceful_shutdown=2)
-    make_server(config, app).run()
+    make_server(config, app, on_started=announce).run()  # the URL once it answers, not before

@@ -540,12 +540,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def make_server(config: Any, app: Starlette) -> Any:
+def make_server(config: Any, app: Starlette, on_started: Callable[[], None] | None = None) -> Any:
     """A uvicorn server that ends the page's event streams when it is told to stop (Ctrl-C), so the stop is not
-    held up by open pages until the graceful-shutdown timeout cancels them."""
+    held up by open pages until the graceful-shutdown timeout cancels them; `on_started` is called once it
+    listens (so a URL printed there can be opened at once)."""
     import uvicorn
 
     class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and on_started is not None:
+                on_started()
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             app.state.tabs.end_streams()
             super().handle_exit(sig, frame)
