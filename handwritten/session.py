@@ -30,19 +30,17 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, messages_from_dict, messages_to_dict
+from langchain_core.messages import BaseMessage, SystemMessage, messages_from_dict, messages_to_dict
 
 from handwritten.loop import AgentCancelled, AgentLoop
-from shared_tools import guards
 from shared_tools.history import (
     Rewound,
-    clip_summary,
     count_turns,
     is_summary,
     is_user_turn,
+    plan_fold,
     summary_message,
-    summary_request,
-    summary_text,
+    write_summary,
 )
 from shared_tools.results import AgentResult, CustomerMismatch, RunUsage
 from shared_tools.sync import run_blocking
@@ -176,35 +174,19 @@ class Session:
         prompt); a reply too long is cut (`clip_summary`).
         """
         assert self.keep_turns is not None
-        messages = self._messages
-        starts = [i for i, message in enumerate(messages) if is_user_turn(message)]
-        if len(starts) < self.keep_turns:
+        fold = plan_fold(self._messages, self.keep_turns)
+        if fold is None:
             return
-        keep_from = starts[len(starts) - self.keep_turns + 1] if self.keep_turns > 1 else len(messages)
-        system = [m for m in messages[:keep_from] if isinstance(m, SystemMessage)]
-        previous = [m for m in messages[:keep_from] if is_summary(m)]
-        folded = [m for m in messages[:keep_from] if not isinstance(m, SystemMessage) and not is_summary(m)]
-        prompt = summary_request(summary_text(previous[-1]) if previous else None, folded)
-        try:
-            async with asyncio.timeout(self.loop.limits.time_left(RunUsage())) as deadline:
-                reply = await self.loop.model.ainvoke(prompt)
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the model's own timeout: an outage, which the question's own call would meet too
-            log.warning("the summary call took longer than the time budget; %d older turn(s) stay", len(starts))
-            return
-        tokens = guards.usage_tokens(reply) if isinstance(reply, AIMessage) else 0
+        text, tokens = await write_summary(self.loop.model, fold, self.loop.limits.time_left(RunUsage()))
         self.summary_tokens += tokens
-        text = clip_summary(reply.text)
         if not text:
-            log.warning("the summary reply had no text; %d older turn(s) stay in the history", len(starts))
             return
         with self._state:
-            self._messages = [*system, summary_message(text), *messages[keep_from:]]
+            self._messages = [*fold.system, summary_message(text), *fold.kept]
             self._saved = None  # messages left the middle of the list: the file is rewritten at the next save
         log.info(
             "folded %d message(s) into the summary (%d characters, %d tokens; %d summary tokens in this session)",
-            len(folded), len(text), tokens, self.summary_tokens,
+            len(fold.folded), len(text), tokens, self.summary_tokens,
         )  # fmt: skip
 
     @contextlib.asynccontextmanager

@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import aiosqlite
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage
+from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
@@ -55,13 +55,11 @@ from langgraph_version.state import Storage, full_messages_channel
 from shared_tools import guards
 from shared_tools.history import (
     Rewound,
-    clip_summary,
     count_turns,
-    is_summary,
     is_user_turn,
+    plan_fold,
     summary_message,
-    summary_request,
-    summary_text,
+    write_summary,
 )
 from shared_tools.results import AgentResult, ConcurrentTurn, CustomerMismatch, RunUsage, StopReason
 from shared_tools.sync import run_blocking
@@ -695,30 +693,14 @@ class GraphSession:
         """
         assert self.keep_turns is not None
         messages = list((await self._snapshot(graph)).values.get("messages", []))
-        starts = [i for i, message in enumerate(messages) if is_user_turn(message)]
-        if len(starts) < self.keep_turns:
+        fold = plan_fold(messages, self.keep_turns)
+        if fold is None:
             return None
-        cut = starts[len(starts) - self.keep_turns + 1] if self.keep_turns > 1 else len(messages)
-        system = messages[:1]
-        previous = next((m for m in messages[1:cut] if is_summary(m)), None)
-        folded = [m for m in messages[1:cut] if not is_summary(m)]
-        prompt = summary_request(None if previous is None else summary_text(previous), folded)
-        try:
-            # As on the hand-written side: the summary call is bounded by the time budget too.
-            async with asyncio.timeout(self.agent.limits.time_left(RunUsage())) as deadline:
-                reply = await self.agent.model.ainvoke(prompt)
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the model's own timeout: an outage, which the question's own call would meet too
-            logger.warning("the summary call took longer than the time budget; %d older turn(s) stay", len(starts))
-            return None
-        if isinstance(reply, AIMessage):
-            self.summary_tokens += guards.usage_tokens(reply)
-        text = clip_summary(reply.text)
+        text, tokens = await write_summary(self.agent.model, fold, self.agent.limits.time_left(RunUsage()))
+        self.summary_tokens += tokens
         if not text:
-            logger.warning("the summary reply had no text; %d older turn(s) stay in the thread", len(starts))
             return None
-        update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *system, summary_message(text), *messages[cut:]]
+        update = [RemoveMessage(id=REMOVE_ALL_MESSAGES), *fold.system, summary_message(text), *fold.kept]
         config = await graph.aupdate_state(self.config, {"messages": update}, as_node=CHECK)
         assert graph.checkpointer is not None
         return await graph.checkpointer.aget_tuple(config)

@@ -16,11 +16,18 @@ and one message holding the earlier summary and a plain-text transcript of the f
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from shared_tools.guards import usage_tokens
+
+log = logging.getLogger(__name__)
 
 SUMMARY_SOURCE = "summarization"
 """`additional_kwargs["lc_source"]` of a summary message, as `SummarizationMiddleware` sets it."""
@@ -130,3 +137,56 @@ class Rewound:
     """How many messages the model will no longer see."""
     checkpoint_id: str | None = None
     """The graph: the checkpoint the thread now goes on from (the old branch stays in its history)."""
+
+
+@dataclass(frozen=True)
+class Fold:
+    """What a summary fold does to a history before a question: `folded` (with the text of the `previous`
+    summary) go into one new summary, which stands between `system` and `kept`."""
+
+    system: list[BaseMessage]
+    previous: str | None
+    folded: list[BaseMessage]
+    kept: list[BaseMessage]
+    """The last `keep_turns - 1` user turns: with the question about to be asked, the window."""
+
+
+def plan_fold(messages: Sequence[BaseMessage], keep_turns: int) -> Fold | None:
+    """The fold the next question needs under a `keep_turns` window; None while every turn still fits.
+
+    The cut falls only where a user turn starts, so a reply and its tool results are never split; both
+    sessions fold through this, so they agree on what is kept and what is summarised.
+    """
+    starts = [i for i, message in enumerate(messages) if is_user_turn(message)]
+    if len(starts) < keep_turns:
+        return None
+    cut = starts[len(starts) - keep_turns + 1] if keep_turns > 1 else len(messages)
+    before = messages[:cut]
+    summaries = [m for m in before if is_summary(m)]
+    return Fold(
+        system=[m for m in before if isinstance(m, SystemMessage)],
+        previous=summary_text(summaries[-1]) if summaries else None,
+        folded=[m for m in before if not isinstance(m, SystemMessage) and not is_summary(m)],
+        kept=list(messages[cut:]),
+    )
+
+
+async def write_summary(model: BaseChatModel, fold: Fold, time_left: float | None) -> tuple[str, int]:
+    """The summary of `fold` written by `model` (without tools), clipped, and the tokens it cost.
+
+    "" when the model wrote no text or took longer than `time_left` (the question's time budget): the caller then
+    folds nothing, and the window alone still bounds the prompt. The model's own timeout is an outage and raises.
+    """
+    try:
+        async with asyncio.timeout(time_left) as deadline:
+            reply = await model.ainvoke(summary_request(fold.previous, fold.folded))
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        log.warning("the summary call took longer than the time budget; the older turns stay")
+        return "", 0
+    tokens = usage_tokens(reply) if isinstance(reply, AIMessage) else 0
+    text = clip_summary(reply.text)
+    if not text:
+        log.warning("the summary reply had no text; the older turns stay")
+    return text, tokens
