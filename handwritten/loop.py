@@ -120,7 +120,7 @@ class AgentLoop:
                 raise RunStopped(StopReason.DONE, text)
             case InvalidResponse(reason):
                 log.warning("[step %d] invalid model response: %s", run.usage.model_calls, reason)
-                raise RunStopped(StopReason.INVALID_RESPONSE)
+                raise RunStopped(self.limits.unusable_reply_reason(run.usage))
             case CallTools(calls):
                 run.usage.tool_calls += len(calls)
                 had_error = await self.run_tools(run, calls)
@@ -131,17 +131,22 @@ class AgentLoop:
     # --- the seams of a step -----------------------------------------------------------------------------------
 
     async def call_model(self, run: _Run) -> AIMessage:
-        """Send the whole history; append the reply (tool calls included) before any tool runs."""
+        """Send the whole history; append the reply (tool calls included) before any tool runs.
+
+        The reply may use at most what is left of the token budget (`guards.reply_cap`), so a reply that never
+        ends is cut there; the time budget bounds the wait for it.
+        """
         run.check_cancel()
         started = time.perf_counter()
         time_left = self.limits.time_left(run.usage)
+        cap, budget_capped = guards.reply_cap(self.model, self.limits, run.usage)
         try:
             if time_left is None:
-                reply = await self._ask(run)
+                reply = await self._ask(run, cap)
             else:
-                # The time budget also bounds the wait for a reply: a model stuck for an hour must not hold the run.
+                # A model stuck for an hour must not hold the run.
                 async with asyncio.timeout(time_left) as deadline:
-                    reply = await self._ask(run)
+                    reply = await self._ask(run, cap)
         except TimeoutError:
             if time_left is None or not deadline.expired():
                 raise  # the model's own timeout: an outage, not our budget
@@ -155,20 +160,24 @@ class AgentLoop:
             raise
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
-        reply = guards.with_call_ids(reply, [*run.unsent, *run.history])
+        reply = guards.with_call_ids(guards.without_cut_calls(reply), [*run.unsent, *run.history])
         run.usage.model_calls += 1
-        event = guards.model_event(run.usage.model_calls, reply, time.perf_counter() - started)
+        event = guards.model_event(
+            run.usage.model_calls, reply, time.perf_counter() - started, budget_capped=budget_capped
+        )
         run.usage.tokens += event.tokens
         run.history.append(reply)
         self._emit(run, event)
         return reply
 
-    def _ask(self, run: _Run) -> Awaitable[BaseMessage]:
+    def _ask(self, run: _Run, cap: dict[str, int]) -> Awaitable[BaseMessage]:
         """The model call: streamed when someone takes the tokens, else `ainvoke` (no chunks to merge: faster)."""
         on_token = self.options.on_token
-        return self._bound.ainvoke(run.history) if on_token is None else self.stream_reply(run, on_token)
+        return self._bound.ainvoke(run.history, **cap) if on_token is None else self.stream_reply(run, on_token, cap)
 
-    async def stream_reply(self, run: _Run, on_token: Callable[[Token], None]) -> BaseMessage:
+    async def stream_reply(
+        self, run: _Run, on_token: Callable[[Token], None], cap: dict[str, int] | None = None
+    ) -> BaseMessage:
         """The reply, streamed: each piece to `on_token` as it arrives, the chunks merged as `ainvoke` merges them.
 
         Tool calls arrive as `tool_call_chunks` (name first, arguments in JSON fragments, calls told apart by
@@ -177,7 +186,7 @@ class AgentLoop:
         """
         step = run.usage.model_calls + 1
         chunks: list[BaseMessage] = []
-        async for chunk in self._bound.astream(run.history):
+        async for chunk in self._bound.astream(run.history, **(cap or {})):
             chunks.append(chunk)
             for token in Token.of_chunk(chunk, step):
                 on_token(token)  # the caller's code: its exceptions are not ours to hide

@@ -161,23 +161,29 @@ class GuardedNodes:
     """
 
     def __init__(self, model: BaseChatModel, tools: Sequence[BaseTool], options: AgentOptions) -> None:
+        self.model = model
         self.bound: Runnable[LanguageModelInput, BaseMessage] = model.bind_tools(tools)
         self.tools = {tool.name: tool for tool in tools}
         self.options = options
         self.limits = options.limits
 
     async def call_model(self, state: AgentState) -> dict[str, Any]:
-        """One model call; its reply is in state (tool calls included) before any tool runs."""
+        """One model call; its reply is in state (tool calls included) before any tool runs.
+
+        The reply may use at most what is left of the token budget (`guards.reply_cap`), so a reply that never
+        ends is cut there; the time budget bounds the wait for it.
+        """
         if run_context().cancelled:
             return stopped(StopReason.CANCELLED)
         step = state["model_calls"] + 1
         started = time.perf_counter()
+        cap, budget_capped = guards.reply_cap(self.model, self.limits, usage_of(state))
         try:
-            # The time budget also bounds the wait for a reply: a model stuck for an hour must not hold the run.
-            # With on_token the run streams in "messages" mode, and that alone makes this ainvoke stream.
+            # A model stuck for an hour must not hold the run. With on_token the run streams in "messages" mode,
+            # and that alone makes this ainvoke stream.
             async with asyncio.timeout(self.limits.time_left(usage_of(state))) as deadline:
                 history = visible_history(state["messages"], run_context().keep_turns)
-                reply = await invoke_model(self.bound, history)
+                reply = await invoke_model(self.bound, history, cap)
         except TimeoutError:
             if not deadline.expired():
                 raise  # the model's own timeout: an outage, not our budget
@@ -189,8 +195,8 @@ class GuardedNodes:
             return {"model_calls": step, **stopped(stop.reason)}
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
-        reply = guards.with_call_ids(reply, state["messages"])
-        emit(guards.model_event(step, reply, time.perf_counter() - started))
+        reply = guards.with_call_ids(guards.without_cut_calls(reply), state["messages"])
+        emit(guards.model_event(step, reply, time.perf_counter() - started, budget_capped=budget_capped))
         update: dict[str, Any] = {
             "messages": [reply],
             "model_calls": step,
@@ -199,6 +205,7 @@ class GuardedNodes:
         if (reason := stop_reason_for(reply)) is not None:
             if reason is StopReason.INVALID_RESPONSE:
                 logger.warning("[step %d] invalid model response", step)
+                reason = self.limits.unusable_reply_reason(usage_of({**state, **update}))
             update |= stopped(reason)
         return update
 

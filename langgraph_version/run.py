@@ -121,20 +121,22 @@ class _CancelWatcher(BaseCallbackHandler):
 
 
 async def invoke_model(
-    bound: Runnable[LanguageModelInput, BaseMessage], messages: Sequence[BaseMessage]
+    bound: Runnable[LanguageModelInput, BaseMessage], messages: Sequence[BaseMessage], cap: dict[str, int] | None = None
 ) -> BaseMessage:
     """`bound.ainvoke(messages)` from a model node. A run with `on_token` streams in "messages" mode, which alone
     makes this call stream; then a cancel set while the reply streams (from `on_token`, say) ends the call at
     its next chunk with `RunStopped(CANCELLED)`, and the half reply is dropped. LangGraph's messages stream
     delivers the chunks but cannot stop a call, so a callback that sees each chunk cancels it (a callback that
-    raised would be logged by langchain-core as a failure of every such cancel)."""
+    raised would be logged by langchain-core as a failure of every such cancel). `cap` is the reply's
+    `max_tokens` keyword (`guards.reply_cap`)."""
     context = run_context()
+    cap = cap or {}
     if not context.streaming or context.cancel is None:
-        return await bound.ainvoke(messages)
+        return await bound.ainvoke(messages, **cap)
     watcher = _CancelWatcher(context.cancel)
     # Merged into the node's config, so LangGraph's own stream handler stays on the call.
     config = merge_configs(ensure_config(), {"callbacks": [watcher]})
-    call = watcher.call = asyncio.ensure_future(bound.ainvoke(messages, config))
+    call = watcher.call = asyncio.ensure_future(bound.ainvoke(messages, config, **cap))
     try:
         return await call
     except asyncio.CancelledError:

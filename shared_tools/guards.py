@@ -19,11 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolCall, ToolMessage
+from langchain_core.language_models import BaseLanguageModel
+from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ValidationError
 
-from shared_tools.results import AgentLimits, Guard, TraceEvent
+from shared_tools.results import STREAM_FALLBACK, AgentLimits, Guard, RunUsage, TraceEvent
+from shared_tools.steps import was_cut
 
 log = logging.getLogger(__name__)
 
@@ -275,9 +277,37 @@ def tool_answer(
     return tool_result(call, cut, is_error=is_error), event
 
 
-def model_event(step: int, reply: AIMessage, duration_s: float) -> TraceEvent:
-    """The trace line of one model call: its tool calls, its plan (masked when the line is first read), its tokens."""
-    return TraceEvent.deferred(step, "model", duration_s, lambda: model_detail(reply), tokens=usage_tokens(reply))
+def model_event(step: int, reply: AIMessage, duration_s: float, *, budget_capped: bool = False) -> TraceEvent:
+    """The trace line of one model call: its tool calls, its plan (masked when the line is first read), its tokens.
+
+    Its guard: `Guard.REPLY_CAPPED` when the reply was cut at the cap `reply_cap` took from the token budget
+    (`budget_capped`), else `Guard.STREAM_FALLBACK` on the reply a model could not stream (said once, by the model).
+    """
+    guard = None
+    if budget_capped and was_cut(reply):
+        guard = Guard.REPLY_CAPPED
+    elif reply.response_metadata.get(STREAM_FALLBACK):
+        guard = Guard.STREAM_FALLBACK
+    return TraceEvent.deferred(
+        step, "model", duration_s, lambda: model_detail(reply), tokens=usage_tokens(reply), guard=guard
+    )
+
+
+def reply_cap(model: BaseLanguageModel, limits: AgentLimits, usage: RunUsage) -> tuple[dict[str, int], bool]:
+    """The keyword arguments that cap the next reply at what is left of the token budget, and whether that cap is
+    the budget's (rather than the model's own, lower, `max_tokens`).
+
+    A model takes the cap as a per-call `max_tokens` when its class has that setting (ChatOpenAI, ChatAnthropic,
+    the project's scripted and Ollama models); any other model gets no keyword, and its reply is judged by the
+    budget only once it has arrived. No framework here caps a reply by the budget: it is our guard.
+    """
+    cap = limits.reply_cap(usage)
+    if cap is None or "max_tokens" not in getattr(type(model), "model_fields", {}):
+        return {}, False
+    own = getattr(model, "max_tokens", None)
+    if isinstance(own, int) and own <= cap:
+        return {}, False  # the model's own limit is the tighter one: it caps the reply already
+    return {"max_tokens": cap}, True
 
 
 def model_timeout_event(step: int, duration_s: float) -> TraceEvent:
@@ -302,6 +332,8 @@ def plan_of(message: AIMessage) -> str | None:
 def model_detail(message: AIMessage) -> str:
     """A model trace line's detail: how many tool calls, and the plan when the model gave one."""
     detail = f"{len(message.tool_calls)} tool call(s)"
+    if was_cut(message):
+        detail += ", reply cut off at its length limit"
     plan = plan_of(message)
     return f"{detail}; plan: {mask_pii(plan)}" if plan else detail
 
@@ -326,6 +358,20 @@ def with_call_ids(reply: AIMessage, history: Sequence[BaseMessage] = ()) -> AIMe
     if calls == reply.tool_calls:
         return reply
     return reply.model_copy(update={"tool_calls": calls})
+
+
+def without_cut_calls(reply: AIMessage) -> AIMessage:
+    """The reply with the tool calls of a cut reply moved to its unparsable calls, where nothing runs them and no
+    ToolMessage is owed: a reply that ran out of output tokens may end in half a call that still parses."""
+    if not (was_cut(reply) and reply.tool_calls):
+        return reply
+    cut = [
+        InvalidToolCall(
+            name=c["name"], args=compact_json(c["args"]), id=c["id"], error="reply cut off", type="invalid_tool_call"
+        )
+        for c in reply.tool_calls
+    ]
+    return reply.model_copy(update={"tool_calls": [], "invalid_tool_calls": [*reply.invalid_tool_calls, *cut]})
 
 
 def usage_tokens(message: AIMessage) -> int:

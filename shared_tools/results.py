@@ -141,6 +141,20 @@ class AgentLimits:
         """Seconds left of the time budget (may be negative), or None without one; bounds each model call."""
         return None if self.max_duration is None else self.max_duration - usage.elapsed
 
+    def reply_cap(self, usage: RunUsage) -> int | None:
+        """The most output tokens the next reply may use: what is left of `max_tokens` (at least 1), or None.
+
+        The budget is judged on replies that have arrived; told this cap, a model cannot write past it while it
+        writes (a reply that never ends). The prompt's own tokens are known only once the reply is in.
+        """
+        return None if self.max_tokens is None else max(1, self.max_tokens - usage.tokens)
+
+    def unusable_reply_reason(self, usage: RunUsage) -> StopReason:
+        """Why a run ends on an unusable reply: the token budget when that reply took the run over it (it was
+        cut at `reply_cap`), else `StopReason.INVALID_RESPONSE`."""
+        over = self.max_tokens is not None and usage.tokens > self.max_tokens
+        return StopReason.TOKEN_BUDGET if over else StopReason.INVALID_RESPONSE
+
     def repeat_blocked(self, times_seen_before: int) -> bool:
         """True when a call seen `times_seen_before` times already may not run again."""
         return self.max_repeats is not None and times_seen_before >= self.max_repeats
@@ -180,6 +194,10 @@ class AgentOptions:
     chunk: the cut reply is not kept (the trace says `Guard.MODEL_CANCELLED`). Tokens of a reply come before
     its trace line (`on_event`); a reply that also calls tools may have text too, so join the ANSWER tokens
     of the last step (`Token.step`) for the final answer."""
+
+
+STREAM_FALLBACK = "stream_fallback"
+"""`response_metadata` key a model sets on the first reply it could not stream (the why, one line)."""
 
 
 class TokenKind(StrEnum):
@@ -224,6 +242,10 @@ class Guard(StrEnum):
     CANCELLED = "cancelled before it ran"
     MODEL_TIMEOUT = "model call cut by the time budget"
     MODEL_CANCELLED = "model reply cut by a cancel"
+    REPLY_CAPPED = "reply cut at the token budget"
+    """The reply ran out of the output tokens left of the token budget (`AgentLimits.reply_cap`)."""
+    STREAM_FALLBACK = "streaming refused: plain call"
+    """The server refused to stream a reply with tools; this model's calls go unstreamed from here on."""
 
 
 class _WrittenWhenRead:

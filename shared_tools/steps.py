@@ -2,9 +2,9 @@
 
 The typed steps come from the seed article's companion F# lesson ("The Agent Loop", a discriminated union
 `FinalAnswer | CallTools | InvalidResponse`). A reply either asks for tools (`CallTools`), answers the user
-(`FinalAnswer`), or is unusable (`InvalidResponse`: empty, or only tool calls that could not be parsed). The
-hand-written loop matches on these directly; the LangGraph model node turns them into a stop reason in graph
-state. One definition keeps the two from disagreeing about when a run is done.
+(`FinalAnswer`), or is unusable (`InvalidResponse`: empty, cut off at its length limit, or only tool calls that
+could not be parsed). The hand-written loop matches on these directly; the LangGraph model node turns them into
+a stop reason in graph state. One definition keeps the two from disagreeing about when a run is done.
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ AgentStep = FinalAnswer | CallTools | InvalidResponse
 
 def classify(reply: AIMessage) -> AgentStep:
     """Which of the three shapes a reply has. Tool calls win over text, as in the seed."""
+    if was_cut(reply):
+        # A reply that ran out of output tokens is half a reply: its text is half an answer, and its last call
+        # may be half a call that still parses (a streamed merge closes a cut JSON object: `{"quantity": 1` of
+        # a cut `{"quantity": 12}`), so nothing of it may run.
+        return InvalidResponse("the reply was cut off at its length limit")
     if reply.tool_calls:
         return CallTools(tuple(reply.tool_calls))
     if reply.invalid_tool_calls:
@@ -48,3 +53,9 @@ def classify(reply: AIMessage) -> AgentStep:
         return InvalidResponse(f"{len(reply.invalid_tool_calls)} tool call(s) could not be parsed")
     text = reply.text.strip()
     return FinalAnswer(text) if text else InvalidResponse("empty response")
+
+
+def was_cut(reply: AIMessage) -> bool:
+    """The model stopped because it ran out of output tokens (OpenAI's finish_reason, Ollama's done_reason)."""
+    metadata = reply.response_metadata
+    return metadata.get("finish_reason") == "length" or metadata.get("done_reason") == "length"

@@ -8,13 +8,13 @@ asks for three tools at once). Each reply reports usage so token sums can be ass
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
@@ -87,3 +87,62 @@ class ScriptModel(ToolBindingDouble):
         message = reply(list(messages)) if callable(reply) else reply
         # A copy, so one scripted reply object never ends up shared between two histories.
         return ChatResult(generations=[ChatGeneration(message=message.model_copy(deep=True))])
+
+
+class RunawayModel(ToolBindingDouble):
+    """A model whose reply never ends on its own: "la " for `length` tokens, unless a `max_tokens` (its own
+    setting, or the call's keyword) cuts it first, as a provider cuts it (``finish_reason="length"``).
+    `caps` records the keyword each call was given (None: none)."""
+
+    max_tokens: int | None = None
+    length: int = 100_000
+    prompt_tokens: int = 100
+    _caps: list[int | None] = PrivateAttr(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "test-runaway"
+
+    @property
+    def caps(self) -> list[int | None]:
+        return self._caps
+
+    def _reply(self, kwargs: dict[str, Any]) -> AIMessage:
+        self._caps.append(kwargs.get("max_tokens"))
+        limit = kwargs.get("max_tokens", self.max_tokens)
+        written = self.length if limit is None else min(self.length, limit)
+        return AIMessage(
+            content="la " * written,
+            response_metadata={"finish_reason": "length" if written < self.length else "stop"},
+            usage_metadata={
+                "input_tokens": self.prompt_tokens,
+                "output_tokens": written,
+                "total_tokens": self.prompt_tokens + written,
+            },
+        )
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._reply(kwargs))])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        reply = self._reply(kwargs)
+        text = str(reply.content)
+        for start in range(0, len(text), 300):
+            yield ChatGenerationChunk(message=AIMessageChunk(content=text[start : start + 300]))
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(
+                content="", usage_metadata=reply.usage_metadata, response_metadata=reply.response_metadata
+            )
+        )

@@ -124,13 +124,30 @@ def test_silent_model_is_an_invalid_response(make_agent: Any, store: BookStore) 
 
 def test_token_budget_stops_after_the_round_that_crossed_it(make_agent: Any, store: BookStore) -> None:
     full = build_agent("handwritten", make_model("scripted"), make_tools(BookStore())).run(INSTRUCTIONS, SEED_GOAL)
-    budget = sum(full.tokens_per_step[:2])  # crossed during step 3
+    # Crossed during step 3 by its prompt, with room left for its reply: the seed's rule, checked after the round.
+    budget = sum(full.tokens_per_step[:2]) + 100
     agent = make_agent(make_model("scripted"), make_tools(store), AgentLimits(max_tokens=budget))
     result = agent.run(INSTRUCTIONS, SEED_GOAL)
     assert result.stop_reason is StopReason.TOKEN_BUDGET
     assert result.answer is None
-    assert result.steps == 3
+    assert (result.steps, result.tool_calls) == (3, 3)  # step 3's check_stock ran, then the budget stopped the run
     assert result.tokens == sum(full.tokens_per_step[:3]) > budget
+    assert all(event.guard is None for event in result.trace if event.is_model)
+
+
+def test_a_reply_may_use_only_what_is_left_of_the_token_budget(make_agent: Any, store: BookStore) -> None:
+    full = build_agent("handwritten", make_model("scripted"), make_tools(BookStore())).run(INSTRUCTIONS, SEED_GOAL)
+    budget = sum(full.tokens_per_step[:2]) + 5  # step 3's reply (a check_stock call) needs more than 5 tokens
+    agent = make_agent(make_model("scripted"), make_tools(store), AgentLimits(max_tokens=budget))
+    result = agent.run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.TOKEN_BUDGET
+    assert (result.steps, result.tool_calls) == (3, 2)  # the cut reply's half call never ran
+    last = [event for event in result.trace if event.is_model][-1]
+    assert last.guard is Guard.REPLY_CAPPED
+    cut = result.messages[-1]
+    assert isinstance(cut, AIMessage) and cut.usage_metadata is not None
+    assert cut.usage_metadata["output_tokens"] == 5 and not cut.tool_calls
+    assert_every_call_answered_once(result)
 
 
 def test_time_budget_stops_after_a_slow_tool_round(make_agent: Any, store: BookStore) -> None:

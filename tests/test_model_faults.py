@@ -154,3 +154,15 @@ def test_a_healthy_reply_through_the_same_path_still_works(kind: str, monkeypatc
         result = run(kind, "sync", ollama_model(monkeypatch, server), store, AgentLimits())
     assert (result.stop_reason, result.answer, result.tokens) == (StopReason.DONE, "Added it.", 300)
     assert [(line.book.id, line.quantity) for line in store.cart("c1").lines] == [(7, 1)]
+
+
+@pytest.mark.parametrize("kind", IMPLEMENTATIONS)
+def test_ollama_is_told_what_is_left_of_the_token_budget(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reply cap reaches Ollama as `num_predict`, and a reply Ollama cut (done_reason "length") is no answer."""
+    store = BookStore()
+    script = [ReplayReply(tool_calls=[("search_books", {"query": "lighthouse"})]), ReplayReply(done_reason="length")]
+    with OllamaReplayServer(script=script) as server:
+        result = run(kind, "sync", ollama_model(monkeypatch, server), store, AgentLimits(max_tokens=1_000))
+        caps = [body["options"].get("num_predict") for body in server.chat_requests]
+    assert caps == [1_000, 1_000 - 150]  # each replay reply reports 120 + 30 tokens
+    assert result.stop_reason is StopReason.INVALID_RESPONSE  # cut, but not by the budget: 300 of 1,000 spent

@@ -46,7 +46,19 @@ def describe_failure(base_url: str, timeout_s: float | None, exc: BaseException)
 
 
 class CheckedChatOllama(ChatOllama):
-    """ChatOllama, except that a failed call raises `ModelCallFailed` with a message naming the server."""
+    """ChatOllama, except that a failed call raises `ModelCallFailed` with a message naming the server, and that a
+    reply's length can be capped per call with `max_tokens`, as on other providers."""
+
+    max_tokens: int | None = None
+    """Output tokens a reply may use, also a per-call keyword: Ollama's `num_predict`, under the name both agents
+    pass what is left of the token budget in (`guards.reply_cap`)."""
+
+    def _chat_params(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+        cap = kwargs.pop("max_tokens", self.max_tokens)
+        params = super()._chat_params(messages, stop, **kwargs)
+        if cap is not None:
+            params["options"] = {**(params.get("options") or {}), "num_predict": cap}
+        return params
 
     @property
     def request_timeout_s(self) -> float | None:

@@ -25,7 +25,7 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.language_models.base import LangSmithParams
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolCall, ToolCallChunk
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, InvalidToolCall, ToolCall, ToolCallChunk
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
@@ -90,11 +90,13 @@ class ScriptedChatModel(BaseChatModel):
     """Which policy decides the replies; a key of `PERSONAS`."""
 
     # The standard parameters of a provider model, accepted so this model can stand in for one (and pass
-    # langchain-tests' construction checks). A script has no sampling, network or length limit, so none of
-    # them changes a reply.
+    # langchain-tests' construction checks). A script has no sampling or network, so only `max_tokens` changes
+    # a reply.
     model: str = "scripted"
     temperature: float | None = None
     max_tokens: int | None = None
+    """Output tokens a reply may use (also a per-call keyword): a longer reply is cut there, as a provider cuts
+    it: its text shortened, its tool calls left unparsable, ``finish_reason="length"``."""
     timeout: float | None = None
     max_retries: int | None = None
     stop: list[str] | None = None
@@ -185,6 +187,9 @@ class ScriptedChatModel(BaseChatModel):
         # grows every step; that growth is what the seed's token column teaches.
         prompt_tokens = count_tokens_approximately(messages, tools=schemas or None)
         output_tokens = count_tokens_approximately([reply])
+        limit = kwargs.get("max_tokens", self.max_tokens)
+        if isinstance(limit, int) and output_tokens > limit:
+            reply, output_tokens = cut_reply(reply, limit), limit
         reply.usage_metadata = UsageMetadata(
             input_tokens=prompt_tokens, output_tokens=output_tokens, total_tokens=prompt_tokens + output_tokens
         )
@@ -216,6 +221,26 @@ class ScriptedChatModel(BaseChatModel):
         )
 
 
+def cut_reply(reply: AIMessage, limit: int) -> AIMessage:
+    """`reply` as a provider sends it when it runs out of output tokens after `limit` of them: the text cut
+    (about four characters a token), every tool call's arguments cut mid-JSON, so none can be parsed."""
+    text = reply.content if isinstance(reply.content, str) else ""
+    kept = max(0, limit * 4 - len(text))  # what the cut text leaves of the limit, for the calls' arguments
+    invalid = [
+        InvalidToolCall(
+            name=call["name"], args=json.dumps(call["args"])[: max(1, kept // 4)], id=call["id"], error=None,
+            type="invalid_tool_call",
+        )
+        for call in reply.tool_calls
+    ]
+    return AIMessage(
+        content=text[: limit * 4],
+        invalid_tool_calls=invalid,
+        additional_kwargs=dict(reply.additional_kwargs),
+        response_metadata={**reply.response_metadata, "finish_reason": "length"},
+    )
+
+
 ARGS_PIECE_CHARS = 7
 """Characters of a tool call's JSON arguments per streamed chunk: small, so arguments are cut mid-JSON."""
 
@@ -244,10 +269,11 @@ def stream_chunks(reply: AIMessage) -> list[AIMessageChunk]:
     text = reply.content if isinstance(reply.content, str) else ""
     chunks += [AIMessageChunk(content=p) for p in _pieces(text)]
     fragments: list[list[ToolCallChunk]] = []
-    for index, call in enumerate(reply.tool_calls):
-        args = json.dumps(call["args"], ensure_ascii=False)
+    calls = [(c["name"], json.dumps(c["args"], ensure_ascii=False), c["id"]) for c in reply.tool_calls]
+    calls += [(c["name"], c["args"] or "", c["id"]) for c in reply.invalid_tool_calls]
+    for index, (name, args, call_id) in enumerate(calls):
         pieces = [args[i : i + ARGS_PIECE_CHARS] for i in range(0, len(args), ARGS_PIECE_CHARS)]
-        head = ToolCallChunk(name=call["name"], args="", id=call["id"], index=index, type="tool_call_chunk")
+        head = ToolCallChunk(name=name, args="", id=call_id, index=index, type="tool_call_chunk")
         rest = [ToolCallChunk(name=None, args=p, id=None, index=index, type="tool_call_chunk") for p in pieces]
         fragments.append([head, *rest])
     for turn in range(max((len(f) for f in fragments), default=0)):
