@@ -88,6 +88,7 @@ class GraphAgent:
         started_at: float | None = None,
         customer: str | None = None,
         keep_turns: int | None = None,
+        count_stretch: bool = False,
     ) -> AgentResult:
         """Run `graph` (this agent's, perhaps compiled with a session's checkpointer) to an `AgentResult`.
 
@@ -95,8 +96,10 @@ class GraphAgent:
         thread's `customer` recorded, when given), so a session's messages persist while its budgets start over
         with each question. A `Command` (the answer to an approval) or None (no new input) instead goes on with
         the thread's paused or unfinished run, counters and all: it is the same run, its clock moved on to
-        `started_at` (`RunContext.started_at`). `keep_turns` bounds what the model is sent
-        (`RunContext.keep_turns`).
+        `started_at` (`RunContext.started_at`); its budgets judge the whole run. With `count_stretch` the result
+        counts only the calls made from the checkpoint on, the ones its trace shows (a replay forks a new branch
+        there; a continuation's earlier lines went with the process that made them). `keep_turns` bounds what the
+        model is sent (`RunContext.keep_turns`).
         """
         graph_input: dict[str, Any] | Command | None
         if isinstance(new_messages, list):
@@ -105,6 +108,10 @@ class GraphAgent:
                 graph_input["customer"] = customer
         else:
             graph_input = new_messages
+        before = None
+        if count_stretch and not isinstance(graph_input, dict):
+            earlier = (await graph.aget_state(config)).values
+            before = usage_of(earlier) if "model_calls" in earlier else None
         run = RunRecord(self.options.on_event, self.options.on_token)
         try:
             await run.stream(
@@ -122,7 +129,8 @@ class GraphAgent:
             raise  # never swallowed: the caller cancelled us
         # Every exit of the guarded graph writes its stop reason into state, except a pause for approval.
         reason = StopReason.AWAITING_APPROVAL if run.pending else StopReason(run.state["stop_reason"])
-        return run.result(reason, usage_of(run.state))
+        usage = usage_of(run.state)
+        return run.result(reason, usage if before is None else usage.since(before))
 
 
 async def record_cancellation(graph: CompiledStateGraph, config: RunnableConfig, calls: OpenCalls) -> None:

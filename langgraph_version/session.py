@@ -806,6 +806,7 @@ class GraphSession:
                 durability=self.durability,
                 started_at=_clock_after(snapshot),
                 keep_turns=self.keep_turns,
+                count_stretch=True,
             )
 
     def _refuse_while_paused(self, snapshot: StateSnapshot) -> None:
@@ -960,6 +961,7 @@ class GraphSession:
                 durability=self.durability,
                 started_at=_clock_after(base) if "started_at" in base.values else None,
                 keep_turns=self.keep_turns,
+                count_stretch=True,
             )
 
     def _at(self, checkpoint_id: str) -> RunnableConfig:

@@ -81,6 +81,16 @@ class RunUsage:
         """Count a finished tool round: consecutive error rounds go up, or back to zero."""
         self.error_rounds = self.error_rounds + 1 if had_error else 0
 
+    def since(self, earlier: RunUsage) -> RunUsage:
+        """What was spent after `earlier` (the counters of the same run at a checkpoint it went on from)."""
+        return RunUsage(
+            model_calls=self.model_calls - earlier.model_calls,
+            tool_calls=self.tool_calls - earlier.tool_calls,
+            tokens=self.tokens - earlier.tokens,
+            error_rounds=self.error_rounds,
+            started=self.started,
+        )
+
     @classmethod
     def of_trace(cls, trace: Iterable[TraceEvent]) -> RunUsage:
         """The counts a trace shows: for agents whose framework keeps no counters of its own."""

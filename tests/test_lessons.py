@@ -1244,3 +1244,19 @@ def test_a_variant_label_says_the_limits_it_runs_with() -> None:
     assert [v.note for v in twice.variants] == ["", "", "every tool takes 0.03 s"]
     assert twice.variants[0].label == "max_steps=4" and "max_steps=9" not in " ".join(v.label for v in twice.variants)
     assert twice.settings_for(twice.variants[1]).limits == AgentLimits(max_steps=4, max_tokens=2_500)
+
+
+def assert_counters_match_trace(records: list[RunRecord]) -> None:
+    """A record's counters count the calls its own trace shows: no step counted that is not on it."""
+    for r in records:
+        models = [e for e in r.trace if e["name"] == "model"]
+        where = f"{r.scenario}/{r.variant}/{r.contender} turn {r.turn}"
+        assert r.model_calls == len(models), where
+        assert r.tool_calls == len(r.trace) - len(models), where
+        assert r.tokens == sum(e["tokens"] for e in models), where
+        assert r.tokens_per_step == [e["tokens"] for e in models], where
+
+
+def test_every_records_counters_match_its_own_trace(runs: dict[tuple[str, int], list[RunRecord]]) -> None:
+    for records in runs.values():
+        assert_counters_match_trace(records)
