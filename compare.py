@@ -1,6 +1,6 @@
 """The front door: run the same bookstore goals through every contender and show, side by side, what each did.
 
-`python compare.py` runs the fourteen scenarios of `shared_tools.comparison.scenarios` on the embedded
+`python compare.py` runs the fifteen scenarios of `shared_tools.comparison.scenarios` on the embedded
 scripted model and prints, per scenario, each contender's trace in the seed's format, a side-by-side table
 (stop reason, calls, tokens per step, wall time, cart, answer) and what to notice in those numbers; at the end
 a guard matrix built from the runs and the seed's "who owns what" table. `--json` writes every run's full

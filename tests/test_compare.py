@@ -334,10 +334,11 @@ def test_store_db_keeps_every_run_in_one_file_as_its_own_customer(tmp_path: Path
 def test_guard_matrix_is_built_from_the_runs(full_run: dict[str, Any]) -> None:
     rows = {r["guard"]: r["cells"] for r in full_run["doc"]["guard_matrix"]}
     assert set(rows) == {
-        "step limit", "token budget", "time budget", "repeat check", "unknown tool", "error hiding", "truncation",
-        "stale read", "approval gate",
+        "step limit", "token budget", "time budget", "reply cap", "repeat check", "unknown tool", "error hiding",
+        "truncation", "stale read", "approval gate",
     }
     assert [rows["approval gate"][c]["status"] for c in CONTENDERS] == ["fired", "fired", "not run", "fired"]
+    assert [rows["reply cap"][c]["status"] for c in CONTENDERS] == ["fired", "fired", "missing", "missing"]
     for guard in ("token budget", "time budget", "repeat check", "truncation"):
         assert [rows[guard][c]["status"] for c in CONTENDERS] == ["fired", "fired", "missing", "missing"], guard
     assert rows["error hiding"]["langgraph-defaults"]["status"] == "raised"

@@ -453,6 +453,46 @@ def _looping_none(m: re.Match[str], records: list[RunRecord], s: Scenario) -> No
     assert all(n == 1 for r in records for n in repeats(r).values())
 
 
+def dearest(r: RunRecord) -> int:
+    return max((e["tokens"] for e in r.trace if e["name"] == "model"), default=0)
+
+
+def capped(r: RunRecord) -> bool:
+    return any(e["name"] == "model" and e.get("guard") == Guard.REPLY_CAPPED for e in r.trace)
+
+
+def shown_text(r: RunRecord) -> str:
+    return "no answer was shown" if r.answer is None else f"a {len(r.answer):,}-character answer was shown"
+
+
+@claim("runaway-reply", NAMES + r": the reply was cut at what was left of the budget \((?P<limit>max_tokens=[\d,]+)\): "
+       r"(?P<t>[\d,]+) tokens in all, (?P<outcome>[^;]+); (?P<shown>.+)")
+def _runaway_cut(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    for r in named(m, records):
+        assert capped(r) and limit_value(m["limit"]) == ("max_tokens", limits_of(s, r).max_tokens)
+        assert (used_value(m["t"]), outcome(r), shown_text(r)) == (r.tokens, m["outcome"], m["shown"])
+        assert r.answer is None  # a cut reply is never shown as the answer
+
+
+@claim("runaway-reply", NAMES + r": nothing cut the reply: one call used (?P<t>[\d,]+) tokens, (?P<x>[\d.]+)x the "
+       r"budget \((?P<limit>max_tokens=[\d,]+)\), and the budget saw it only once it had arrived; (?P<outcome>[^;]+); "
+       r"(?P<shown>.+)")
+def _runaway_uncut(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    for r in named(m, records):
+        budget = limits_of(s, r).max_tokens
+        assert not capped(r) and dearest(r) > budget and limit_value(m["limit"]) == ("max_tokens", budget)
+        assert used_value(m["t"]) == dearest(r) and float(m["x"]) == round(dearest(r) / budget, 1)
+        assert (outcome(r), shown_text(r)) == (m["outcome"], m["shown"])
+
+
+@claim("runaway-reply", NAMES + r": no reply came near the budget: the dearest call used (?P<t>[\d,]+) tokens "
+       r"\((?P<limit>max_tokens=[\d,]+)\); (?P<outcome>.+)")
+def _runaway_none(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    for r in named(m, records):
+        budget = limits_of(s, r).max_tokens
+        assert not capped(r) and dearest(r) == used_value(m["t"]) <= budget and outcome(r) == m["outcome"]
+
+
 @claim("hallucinated-tool", NAMES + r": no tool that does not exist was called; (?P<outcome>[^;]+); cart (?P<cart>.+)")
 def _hallucinated_none(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
@@ -1009,6 +1049,15 @@ def check_cell(guard: str, status: str, text: str, r: RunRecord | None, records:
         else:
             assert status == "not exercised" and text.startswith(f"not exercised: {outcome(r)} after ")
         return
+    if guard == "reply cap":
+        if capped(r):
+            assert (status, text) == ("fired", "reply cut at the budget")
+        elif dearest(r) > limits.max_tokens:  # type: ignore[operator]
+            expected = f"one call used {dearest(r):,} tokens (max_tokens={limits.max_tokens:,})"
+            assert (status, text) == ("missing", expected)
+        else:
+            assert (status, text) == ("not exercised", f"not exercised: the dearest call used {dearest(r):,} tokens")
+        return
     if guard == "repeat check":
         refused = with_guard(r, Guard.REPEAT)
         counts = repeats(r)
@@ -1119,8 +1168,8 @@ def test_every_guard_matrix_cell_is_true_of_the_records(
 ) -> None:
     rows = check_matrix(runs[(model, seed)])
     assert {row["guard"] for row in rows} == {
-        "step limit", "token budget", "time budget", "repeat check", "unknown tool", "error hiding", "truncation",
-        "stale read", "approval gate",
+        "step limit", "token budget", "time budget", "reply cap", "repeat check", "unknown tool", "error hiding",
+        "truncation", "stale read", "approval gate",
     }
 
 

@@ -453,7 +453,9 @@ def test_silent_returns_an_empty_reply_with_usage() -> None:
 
 
 def test_every_persona_has_a_description() -> None:
-    assert set(PERSONAS) == {"shopper", "parallel", "hallucinator", "gullible", "looper", "silent", "noisy"}
+    assert set(PERSONAS) == {
+        "shopper", "parallel", "hallucinator", "gullible", "looper", "silent", "noisy", "rambler"
+    }
     assert set(POLICIES) == set(PERSONAS), "personas.py keeps descriptions and policies in two dicts"
     assert all(PERSONAS.values())
 

@@ -1,6 +1,6 @@
 """The comparison behind `compare.py`: the same bookstore goals run by every contender, recorded and shown side by side.
 
-One file per concern: `scenarios` (the fourteen experiments as data, each with its lesson), `contenders` (which
+One file per concern: `scenarios` (the fifteen experiments as data, each with its lesson), `contenders` (which
 agents compete, how each is built from one `AgentOptions`, the approval demo's human), `conversations` (one
 session interface over `handwritten.Session` and `langgraph_version.GraphSession`), `runner` (every variant ×
 contender of a scenario on a fresh store; `ScenarioRuns`, a whole selection, across worker processes when it

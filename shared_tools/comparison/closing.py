@@ -26,6 +26,7 @@ GUARDS: dict[str, str] = {
     "step limit": "max-steps",
     "token budget": "max-steps",
     "time budget": "max-steps",
+    "reply cap": "runaway-reply",
     "repeat check": "looping-model",
     "unknown tool": "hallucinated-tool",
     "error hiding": "flaky-warehouse",
@@ -62,6 +63,12 @@ WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("token budget", "you", "you (a node reading usage)", "nobody (you write middleware)"),
     ("time budget", "you", "you (per-node timeouts only)", "nobody (you write middleware)"),
+    (
+        "reply cap",
+        "you: max_tokens = what is left of the budget",
+        "you (the model node passes it)",
+        "nobody (the model's own max_tokens, if any)",
+    ),
     ("repeat check", "you", "you", "nobody (ToolCallLimitMiddleware caps counts, not repeats)"),
     ("session memory", "you: keep the message list", "checkpointer per thread_id", "checkpointer per thread_id"),
     ("persistence", "you: save/load JSON", "SqliteSaver / Postgres saver", "the same checkpointers"),
@@ -135,6 +142,18 @@ def _token_budget(record: RunRecord, settings: RunSettings | None) -> Cell:
 
 def _time_budget(record: RunRecord, settings: RunSettings | None) -> Cell:
     return _budget_cell("max_duration", record, settings, "stopped in time")
+
+
+def _reply_cap(record: RunRecord, settings: RunSettings | None) -> Cell:
+    if lessons.reply_capped(record):
+        return _cell(FIRED, "reply cut at the budget")
+    budget = None if settings is None else settings.limits.max_tokens
+    if budget is None:
+        return _not_measured("no max_tokens was set")
+    biggest = lessons.biggest_call(record)
+    if biggest > budget:
+        return _cell(MISSING, f"one call used {biggest:,} tokens ({limit_text('max_tokens', budget)})")
+    return _cell(NOT_EXERCISED, f"not exercised: the dearest call used {biggest:,} tokens")
 
 
 def _repeat_check(record: RunRecord, settings: RunSettings | None) -> Cell:
@@ -224,6 +243,7 @@ _CELLS: dict[str, Callable[[RunRecord, RunSettings | None], Cell]] = {
     "step limit": _step_limit,
     "token budget": _token_budget,
     "time budget": _time_budget,
+    "reply cap": _reply_cap,
     "repeat check": _repeat_check,
     "unknown tool": _unknown_tool,
     "error hiding": _error_hiding,

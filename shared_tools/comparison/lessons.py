@@ -584,6 +584,45 @@ def notice_hallucinated(records: list[RunRecord], settings: SettingsOf) -> list[
     return lines
 
 
+def biggest_call(record: RunRecord) -> int:
+    """The tokens of the dearest model call of a run (its prompt and its reply)."""
+    return max((e["tokens"] for e in record.trace if e["name"] == "model"), default=0)
+
+
+def reply_capped(record: RunRecord) -> bool:
+    return any(e["name"] == "model" and _guard(e.get("guard")) is Guard.REPLY_CAPPED for e in record.trace)
+
+
+def notice_runaway(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    def describe(r: RunRecord) -> str:
+        if r.error is not None:
+            return f"raised {r.error}"
+        given = settings(r)
+        budget = None if given is None else given.limits.max_tokens
+        if budget is None:
+            return (
+                f"the budget is not on record; the dearest call used {biggest_call(r):,} tokens; {short_outcome(r)}"
+            )
+        limit = limit_text("max_tokens", budget)
+        shown = "no answer was shown" if r.answer is None else f"a {len(r.answer):,}-character answer was shown"
+        if reply_capped(r):
+            return (
+                f"the reply was cut at what was left of the budget ({limit}): {r.tokens:,} tokens in all, "
+                f"{short_outcome(r)}; {shown}"
+            )
+        if biggest_call(r) > budget:
+            return (
+                f"nothing cut the reply: one call used {biggest_call(r):,} tokens, {biggest_call(r) / budget:.1f}x "
+                f"the budget ({limit}), and the budget saw it only once it had arrived; {short_outcome(r)}; {shown}"
+            )
+        return (
+            f"no reply came near the budget: the dearest call used {biggest_call(r):,} tokens ({limit}); "
+            f"{short_outcome(r)}"
+        )
+
+    return _grouped(records, describe)
+
+
 def _no_second_turn(records: list[RunRecord]) -> list[str]:
     """A line per conversation whose first turn raised, so it had no second turn to speak of."""
     return [

@@ -223,6 +223,15 @@ def growth_table(records: list[RunRecord]) -> Table:
     return table
 
 
+ANSWER_CHARS = 600
+"""The most of an answer the terminal shows; the JSON and the report keep it whole."""
+
+
+def clip(text: str, limit: int = ANSWER_CHARS) -> str:
+    """`text`, or its first `limit` characters and how many more there are (a small model may write thousands)."""
+    return text if len(text) <= limit else f"{text[:limit]}... [{len(text) - limit:,} more characters]"
+
+
 def answer_grid(records: list[RunRecord], *, show_turn: bool = False, show_goal: bool = False) -> Table:
     """What each run would show the user: the answer when done, an honest sentence (or the error) otherwise."""
     grid = Table.grid(padding=(0, 1))
@@ -230,7 +239,7 @@ def answer_grid(records: list[RunRecord], *, show_turn: bool = False, show_goal:
     grid.add_column(ratio=1)
     for r in records:
         who = run_label(r, turn=show_turn, goal=show_goal) + ":"
-        message = clean_text(r.user_message)
+        message = clean_text(clip(r.user_message))
         grid.add_row(Text(who, style="bold"), Text(message, style="" if r.error is None else "yellow"))
     return grid
 

@@ -1,4 +1,4 @@
-"""The fourteen experiments `compare.py` runs, as plain data: what to set up, what to ask, and what it teaches.
+"""The fifteen experiments `compare.py` runs, as plain data: what to set up, what to ask, and what it teaches.
 
 A `Scenario` names one lesson from the seed article (the token column, the step limit, a flaky warehouse, a
 looping model, a stale session answer, ...) and holds everything needed to repeat it: the goal or turns, the
@@ -369,6 +369,21 @@ SCENARIOS: tuple[Scenario, ...] = (
                 max_tool_result_chars=TRUNCATE_AT,
             ),
         ),
+    ),
+    Scenario(
+        name="runaway-reply",
+        description="one reply that does not end on its own, under a 3,000-token budget: who cuts it",
+        persona="rambler",
+        lesson=(
+            "A token budget counts a reply once it has arrived, so it cannot stop a reply that never ends: a small "
+            "model can write until its context is full (SmolLM2-135M once wrote 7,592 tokens in 384 s). Our two "
+            "agents give every model call what is left of the budget as its max_tokens, so the reply is cut there, "
+            "and a reply cut at a length limit is never shown as the answer, nor are its calls run. No framework "
+            "here caps a reply by the budget: it sends the model's own max_tokens, or none."
+        ),
+        what_to_notice=lessons.notice_runaway,
+        goals=(SEED_GOAL,),
+        limits=AgentLimits(max_tokens=3_000),
     ),
     Scenario(
         name="looping-model",

@@ -681,6 +681,17 @@ def silent(ctx: Context) -> Decision:
     return Decision(plan="I am not sure what to say, so I return nothing.")
 
 
+RAMBLE = "The Last Lighthouse is a novel by Mira Holt, and the sea is grey, and the light turns, and "
+RAMBLE_TOKENS = 8_000
+"""About how long the rambler's reply is (a real 135M model once wrote 7,592 tokens in one reply)."""
+
+
+def rambler(ctx: Context) -> Decision:
+    """A reply that never ends on its own: the same clause again and again, for about `RAMBLE_TOKENS` tokens."""
+    text = RAMBLE * (RAMBLE_TOKENS * 4 // len(RAMBLE))
+    return Decision(plan="Tell the customer everything about the sea.", text=text)
+
+
 def _without_invalid_calls(facts: Facts) -> Facts:
     def invalid(o: ToolOutcome) -> bool:
         # Our agents' wording, and LangGraph ToolNode's ("Error invoking tool ... Please fix the error").
@@ -739,6 +750,8 @@ PERSONAS: dict[str, str] = {
     "silent": "returns an empty reply: no text, no tool calls",
     "noisy": "like shopper, but seeded slips as a small model makes them: a repeated call, an invented tool, a "
     "number sent as a word, obeying an injected instruction, answering the cart from memory (rates: Noise)",
+    "rambler": "answers with one reply that does not end on its own (about 8,000 tokens of the same clause), unless "
+    "a max_tokens cuts it",
 }
 """Persona name -> one-line description (for --list output)."""
 
@@ -750,6 +763,7 @@ POLICIES: dict[str, Callable[[Context], Decision]] = {
     "looper": looper,
     "silent": silent,
     "noisy": noisy,
+    "rambler": rambler,
 }
 
 
