@@ -1,6 +1,6 @@
-"""The Microsoft Agent Framework contender (`maf_version`): the adapter, each mapped setting, approval, sessions.
+"""Microsoft Agent Framework (`maf_version`): the adapter, each mapped setting, approval, sessions, cancel.
 
-Cancellation too. Real MAF (`agent-framework-core`) on the scripted model and on small test doubles; what the model was sent is read
+Real MAF (`agent-framework-core`) on the scripted model and on small test doubles; what the model was sent is read
 from the doubles' prompts, so every claim about MAF's behaviour here is what MAF really did. Skipped when the `maf`
 extra is not installed.
 """
