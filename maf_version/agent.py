@@ -26,6 +26,7 @@ from agent_framework import (
     AgentSession,
     ChatContext,
     ChatMiddleware,
+    ChatResponse,
     Content,
     FunctionInvocationContext,
     FunctionMiddleware,
@@ -33,6 +34,7 @@ from agent_framework import (
     Message,
     MiddlewareFailure,
     MiddlewareTermination,
+    ResponseStream,
 )
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolCall
@@ -49,6 +51,8 @@ from shared_tools.results import (
     RunStopped,
     RunUsage,
     StopReason,
+    Token,
+    TokenKind,
     TraceEvent,
 )
 from shared_tools.sync import run_blocking
@@ -99,14 +103,13 @@ class MafSettings:
 
 
 class MafCancelled(asyncio.CancelledError):
-    """The task running `MafAgent.arun` was cancelled (or its time ran out inside a model call or a tool). Still a
-    `CancelledError`, so the cancellation is never swallowed; `.result` is what the run did, and `.partial` the
-    messages of the cut turn for a session to keep (MAF itself keeps nothing of a run that raised)."""
+    """The task running `MafAgent.arun` was cancelled. Still a `CancelledError`, so the cancellation is never
+    swallowed; `.result` is what the run did. MAF keeps nothing of a run that raised, so the cut turn (the
+    question, the replies, a result for every call) is written into the session before this is raised."""
 
-    def __init__(self, result: AgentResult, partial: list[Message]) -> None:
+    def __init__(self, result: AgentResult) -> None:
         super().__init__("agent run cancelled")
         self.result = result
-        self.partial = partial
 
 
 class MafAgent:
@@ -253,6 +256,13 @@ class MafAgent:
                     return self._result(instructions, session, run, StopReason.AWAITING_APPROVAL)
                 turn = Message("user", decided)
         except RunStopped as stop:
+            # A cancel before a model call, or mid-stream: MAF raised, so it stored nothing of this run.
+            if run.model_in_flight is not None:
+                run.usage.model_calls += 1
+                run.emit(guards.model_cancelled_event(run.usage.model_calls, time.perf_counter() - run.model_in_flight))
+                run.model_in_flight = None
+            run.close_open_calls()
+            keep_cut_turn(session, run.partial_turn(turn))
             return self._result(instructions, session, run, stop.reason)
         except MiddlewareFailure as failure:
             if isinstance(failure.__cause__, _CallerError):
@@ -264,12 +274,12 @@ class MafAgent:
                 run.usage.model_calls += 1
                 run.emit(guards.model_timeout_event(run.usage.model_calls, time.perf_counter() - run.model_in_flight))
             run.close_open_calls()
+            keep_cut_turn(session, run.partial_turn(turn))  # MAF keeps nothing of a run that raised
             reason = StopReason.TIME_BUDGET if timed_out else StopReason.CANCELLED
-            result = self._result(instructions, session, run, reason, partial=True)
+            result = self._result(instructions, session, run, reason)
             if timed_out:
-                keep_cut_turn(session, run.partial_turn(turn))
                 return result
-            raise MafCancelled(result, run.partial_turn(turn)) from None
+            raise MafCancelled(result) from None
         finally:
             _RUN.reset(token)
         run.reconcile(response.messages)
@@ -279,13 +289,32 @@ class MafAgent:
         """One `Agent.run`, bounded by what is left of the time budget (the bound MAF does not have)."""
         left = self.limits.time_left(run.usage)
         if left is None:
-            return await agent.run(turn, session=session)
+            return await self._ask(agent, turn, session, run)
         try:
             async with asyncio.timeout(max(left, 0.0)) as deadline:
-                return await agent.run(turn, session=session)
+                return await self._ask(agent, turn, session, run)
         except TimeoutError:
             run.deadline_hit = deadline.expired()
             raise
+
+    async def _ask(self, agent: Agent, turn: str | Message, session: AgentSession, run: _Run) -> AgentResponse:
+        """`Agent.run`; streamed with `on_token`: each plan and text piece of a reply is handed on as it comes, and
+        a cancel it sets cuts the reply there (MAF then keeps nothing of the run; the cut turn is kept for it)."""
+        on_token = self.options.on_token
+        if on_token is None:
+            return await agent.run(turn, session=session)
+        stream = agent.run(turn, session=session, stream=True)
+        async for update in stream:
+            if str(update.role) != "assistant":
+                continue
+            step = run.usage.model_calls + 1
+            for content in update.contents:
+                if content.type in ("text", "text_reasoning") and content.text:
+                    kind = TokenKind.ANSWER if content.type == "text" else TokenKind.PLAN
+                    on_token(Token(str(content.text), kind, step))  # the caller's code: not ours to hide
+            if run.check_cancel():
+                raise RunStopped(StopReason.CANCELLED)
+        return await stream.get_final_response()
 
     def _decide(self, run: _Run, requests: Sequence[Content]) -> list[Content] | None:
         """The answers to MAF's approval requests, or None when the human must be asked later.
@@ -335,7 +364,6 @@ class MafAgent:
         reason: StopReason,
         *,
         response: AgentResponse | None = None,
-        partial: bool = False,
     ) -> AgentResult:
         if run.paused is not None:
             session.state[PENDING_KEY] = run.paused
@@ -347,8 +375,6 @@ class MafAgent:
             elif run.forced_by is not None:
                 forced = text
         messages = history_of(instructions, session)
-        if partial:
-            messages += to_langchain(run.transcript)
         usage = run.usage
         log.info("stop: %s after %d step(s), %d tool call(s), %d tokens", reason, usage.model_calls, usage.tool_calls,
                  usage.tokens)  # fmt: skip
@@ -450,7 +476,23 @@ class _Run:
 
     # --- model calls ---
 
-    def model_called(self, context: ChatContext, reply: AIMessage, duration: float) -> None:
+    def model_done(self, response: ChatResponse | None, started: float) -> None:
+        """A model call returned `response`: its reply joins the transcript and gets its trace line."""
+        self.model_in_flight = None
+        message = next((m for m in getattr(response, "messages", []) if str(m.role) == "assistant"), None)
+        converted = to_langchain([message]) if message is not None else []
+        reply = converted[0] if converted and isinstance(converted[0], AIMessage) else AIMessage("")
+        usage = getattr(response, "usage_details", None) or {}
+        reply.usage_metadata = {
+            "input_tokens": usage.get("input_token_count") or 0,
+            "output_tokens": usage.get("output_token_count") or 0,
+            "total_tokens": usage.get("total_token_count") or 0,
+        }
+        if message is not None:
+            self.transcript.append(message)
+        self.model_called(reply, time.perf_counter() - started)
+
+    def model_called(self, reply: AIMessage, duration: float) -> None:
         self.usage.model_calls += 1
         step = self.usage.model_calls
         self.results.clear()
@@ -516,29 +558,44 @@ class _Run:
             text = guards.CANCELLED_WHILE_RUNNING_TEXT if call_id in self.running else guards.CANCELLED_CALL_TEXT
             self.tool_answered(call, text, 0.0, is_error=True, guard=Guard.CANCELLED)
 
+    def _last_round(self) -> tuple[list[Content], set[str]]:
+        """The calls of the last reply in the transcript, and the ids of those the transcript already answers."""
+        at = next(
+            (i for i in range(len(self.transcript) - 1, -1, -1) if str(self.transcript[i].role) == "assistant"), None
+        )
+        if at is None:
+            return [], set()
+        calls = [c for c in self.transcript[at].contents if c.type == "function_call" and c.call_id]
+        answered = {
+            c.call_id
+            for m in self.transcript[at + 1 :]
+            for c in m.contents
+            if c.type == "function_result" and c.call_id
+        }
+        return calls, answered
+
     def open_ids(self) -> list[str]:
         """Calls of the last reply with no result yet."""
-        last = next((m for m in reversed(self.transcript) if str(m.role) == "assistant"), None)
-        if last is None:
-            return []
-        return [c.call_id for c in last.contents if c.type == "function_call" and c.call_id not in self.results]
+        calls, answered = self._last_round()
+        return [c.call_id for c in calls if c.call_id not in answered and c.call_id not in self.results]
 
     def partial_turn(self, turn: str | Message) -> list[Message]:
         """The cut turn as MAF messages: the question, what the run produced, a result for every open call."""
         question = [Message("user", [turn])] if isinstance(turn, str) else []
+        calls, answered = self._last_round()
         tail: list[Content] = []
-        last = next((m for m in reversed(self.transcript) if str(m.role) == "assistant"), None)
-        for content in last.contents if last is not None else []:
-            if content.type == "function_call" and content.call_id:
-                done = self.results.get(content.call_id)
-                if done is None:
-                    text = (
-                        guards.CANCELLED_WHILE_RUNNING_TEXT
-                        if content.call_id in self.running
-                        else guards.CANCELLED_CALL_TEXT
-                    )
-                    done = Content.from_function_result(content.call_id, result=text, exception="cancelled")
-                tail.append(done)
+        for content in calls:
+            if content.call_id in answered:
+                continue
+            done = self.results.get(content.call_id)
+            if done is None:
+                text = (
+                    guards.CANCELLED_WHILE_RUNNING_TEXT
+                    if content.call_id in self.running
+                    else guards.CANCELLED_CALL_TEXT
+                )
+                done = Content.from_function_result(content.call_id, result=text, exception="cancelled")
+            tail.append(done)
         return [*question, *self.transcript, *([Message("tool", tail)] if tail else [])]
 
     def stop_reason(self, response: AgentResponse, settings: MafSettings) -> StopReason:
@@ -581,20 +638,16 @@ class _ModelWatch(ChatMiddleware):
         run.transcript = list(context.messages[run.start :])
         started = run.model_in_flight = time.perf_counter()
         await call_next()
-        run.model_in_flight = None
-        response = context.result
-        message = next((m for m in getattr(response, "messages", []) if str(m.role) == "assistant"), None)
-        converted = to_langchain([message]) if message is not None else []
-        reply = converted[0] if converted and isinstance(converted[0], AIMessage) else AIMessage("")
-        usage = getattr(response, "usage_details", None) or {}
-        reply.usage_metadata = {
-            "input_tokens": usage.get("input_token_count") or 0,
-            "output_tokens": usage.get("output_token_count") or 0,
-            "total_tokens": usage.get("total_token_count") or 0,
-        }
-        if message is not None:
-            run.transcript.append(message)
-        run.model_called(context, reply, time.perf_counter() - started)
+        result = context.result
+        if isinstance(result, ResponseStream):
+            # Streamed: the reply is whole when MAF's loop finalizes the stream, once per model call.
+            def finished(response: ChatResponse) -> ChatResponse:
+                run.model_done(response, started)
+                return response
+
+            result.with_result_hook(finished)
+            return
+        run.model_done(result, started)
 
 
 class _ToolWatch(FunctionMiddleware):

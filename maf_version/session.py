@@ -22,7 +22,7 @@ from typing import Any
 from agent_framework import AgentSession, Content
 from langchain_core.messages import BaseMessage
 
-from maf_version.agent import MafAgent, MafCancelled, history_of, keep_cut_turn, pending_state, request_call
+from maf_version.agent import MafAgent, MafCancelled, history_of, pending_state, request_call
 from shared_tools.history import count_turns, is_user_turn
 from shared_tools.results import AgentResult, CustomerMismatch
 from shared_tools.sync import run_blocking
@@ -91,9 +91,8 @@ class MafSession:
             return result
 
     def _keep_cut_turn(self, cancelled: MafCancelled) -> None:
-        keep_cut_turn(self.session, cancelled.partial)
+        """The agent wrote the cut turn into the session; it is saved like any other."""
         self._save()
-        cancelled.result.messages = self.messages
 
     @contextlib.asynccontextmanager
     async def _one_turn_at_a_time(self) -> AsyncIterator[None]:

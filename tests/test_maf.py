@@ -31,7 +31,16 @@ from shared_tools.bookstore import BookStore, Faults, RiskyWritePolicy, make_too
 from shared_tools.bookstore.faults import FAKE_SECRET
 from shared_tools.guards import CANCELLED_WHILE_RUNNING_TEXT
 from shared_tools.models.scripted import ScriptedChatModel
-from shared_tools.results import AgentLimits, AgentOptions, CustomerMismatch, Guard, StopReason, TraceEvent
+from shared_tools.results import (
+    AgentLimits,
+    AgentOptions,
+    CustomerMismatch,
+    Guard,
+    StopReason,
+    Token,
+    TokenKind,
+    TraceEvent,
+)
 from tests.conftest import assert_valid_history
 from tests.doubles import ScriptModel, ToolBindingDouble, ai, call
 
@@ -401,3 +410,36 @@ async def test_cancelling_the_task_is_not_swallowed_and_the_session_keeps_the_qu
     assert isinstance(raised.value, asyncio.CancelledError)
     assert raised.value.result.stop_reason is StopReason.CANCELLED
     assert session.history_turns() == ["Where is my order 4512?"]
+
+
+# --- streaming ------------------------------------------------------------------------------------------------------
+
+
+def test_streaming_hands_on_every_piece_and_changes_nothing_else(store: BookStore) -> None:
+    tokens: list[Token] = []
+    streamed = MafAgent(ScriptedChatModel(), make_tools(store), AgentOptions(on_token=tokens.append)).run(
+        INSTRUCTIONS, SEED_GOAL
+    )
+    plain = MafAgent(ScriptedChatModel(), make_tools(BookStore())).run(INSTRUCTIONS, SEED_GOAL)
+    assert streamed.stop_reason is StopReason.DONE and streamed.answer == plain.answer
+    assert streamed.tokens_per_step == plain.tokens_per_step
+    last = max(t.step for t in tokens)
+    assert last == streamed.model_calls == 5
+    assert "".join(t.text for t in tokens if t.step == last and t.kind is TokenKind.ANSWER) == streamed.answer
+    assert {t.kind for t in tokens if t.step == 1} == {TokenKind.PLAN}  # step 1 only plans, then calls a tool
+
+
+def test_a_cancel_from_on_token_cuts_the_reply_and_the_turn_is_kept(store: BookStore) -> None:
+    cancel = threading.Event()
+
+    def on_token(token: Token) -> None:
+        if token.step == 2:
+            cancel.set()
+
+    agent = MafAgent(ScriptedChatModel(), make_tools(store), AgentOptions(on_token=on_token))
+    session = MafSession(agent, INSTRUCTIONS)
+    result = session.ask(SEED_GOAL, cancel=cancel)
+    assert result.stop_reason is StopReason.CANCELLED
+    assert result.trace[-1].guard is Guard.MODEL_CANCELLED and result.model_calls == 2
+    assert_valid_history(result.messages)
+    assert session.turns == 1 and len(result.messages) == 4  # system, question, step 1's call and its result
