@@ -283,7 +283,7 @@ class MafAgent:
         finally:
             _RUN.reset(token)
         run.reconcile(response.messages)
-        return self._result(instructions, session, run, run.stop_reason(response, self.settings), response=response)
+        return self._result(instructions, session, run, run.stop_reason(response), response=response)
 
     async def _one_run(self, agent: Agent, turn: str | Message, session: AgentSession, run: _Run) -> AgentResponse:
         """One `Agent.run`, bounded by what is left of the time budget (the bound MAF does not have)."""
@@ -598,7 +598,8 @@ class _Run:
             tail.append(done)
         return [*question, *self.transcript, *([Message("tool", tail)] if tail else [])]
 
-    def stop_reason(self, response: AgentResponse, settings: MafSettings) -> StopReason:
+    def stop_reason(self, response: AgentResponse) -> StopReason:
+        """Why a run MAF returned from ended: a forced last call, a cancel that ended the loop, or the reply."""
         if self.forced_by is not None:
             return self.forced_by
         if self.check_cancel() and self.usage.model_calls and _ends_with_tool_results(response):

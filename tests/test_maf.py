@@ -443,3 +443,12 @@ def test_a_cancel_from_on_token_cuts_the_reply_and_the_turn_is_kept(store: BookS
     assert result.trace[-1].guard is Guard.MODEL_CANCELLED and result.model_calls == 2
     assert_valid_history(result.messages)
     assert session.turns == 1 and len(result.messages) == 4  # system, question, step 1's call and its result
+
+
+def test_a_cancel_set_before_the_run_stops_it_before_the_first_model_call(store: BookStore) -> None:
+    cancel = threading.Event()
+    cancel.set()
+    session = MafSession(MafAgent(ScriptModel(replies=[]), make_tools(store)), INSTRUCTIONS)
+    result = session.ask("Where is my order 4512?", cancel=cancel)
+    assert (result.stop_reason, result.model_calls, result.trace) == (StopReason.CANCELLED, 0, [])
+    assert session.history_turns() == ["Where is my order 4512?"]
