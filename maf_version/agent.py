@@ -1,12 +1,10 @@
-"""`MafAgent`: Microsoft Agent Framework's `Agent` behind the contract of the other agents, options in, result out.
+"""`MafAgent`: Microsoft Agent Framework's `Agent` behind the other agents' contract, options in, result out.
 
-The tool loop is MAF's own (`FunctionInvocationLayer`, run by `agent_framework.Agent`); this file maps our
-`AgentOptions` onto its settings (`MafSettings`), watches the run through MAF's own middleware hooks (a chat
-middleware per model call, a function middleware per tool call: the trace, the cooperative cancel) and derives
-the stop reason from what happened. MAF never says why it stopped: at a limit it asks the model once more with
-tools disabled and returns that text as if done, so a run that ends on such a call is MAX_STEPS, TIME_BUDGET or
-TOO_MANY_ERRORS, with that text kept as `AgentResult.forced_answer`, never as the answer.
-"""
+MAF runs the tool loop (`FunctionInvocationLayer`); this file maps `AgentOptions` onto its settings (`MafSettings`),
+watches the run through MAF's middleware (one chat middleware per model call, one function middleware per tool
+call: the trace, the cancel) and derives the stop reason. At a limit MAF asks the model once more with tools
+disabled and returns that text as if done: such a run is MAX_STEPS, TIME_BUDGET or TOO_MANY_ERRORS, its text kept
+as `AgentResult.forced_answer`, never as the answer."""
 
 from __future__ import annotations
 

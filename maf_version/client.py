@@ -1,11 +1,9 @@
 """Any langchain-core chat model as a Microsoft Agent Framework chat client, and our tools as MAF tools.
 
-`LangChainChatClient` is a `BaseChatClient` stacked as MAF's own clients are (`FunctionInvocationLayer`, the tool
-loop; `ChatMiddlewareLayer`; `ChatTelemetryLayer`, a pass-through while MAF's instrumentation is off): each model
-call turns MAF's messages and tool definitions into langchain-core messages and `bind_tools`, and the reply back,
-with its usage, its plan and the model's tool-call ids. `maf_tool` makes one of our `BaseTool`s a MAF
-`FunctionTool` with the same name, description and JSON schema, which runs the `BaseTool` itself.
-"""
+`LangChainChatClient` is a `BaseChatClient` stacked as MAF's shipped clients are (`FunctionInvocationLayer`, the
+tool loop; `ChatMiddlewareLayer`; `ChatTelemetryLayer`): MAF messages and tool definitions become langchain-core
+messages and `bind_tools`, and the reply comes back with its usage, its plan and the model's call ids. `maf_tool`
+makes one of our `BaseTool`s a MAF `FunctionTool` with the same name, description and JSON schema."""
 
 from __future__ import annotations
 
