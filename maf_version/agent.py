@@ -224,6 +224,8 @@ class MafAgent:
         run = _Run(cancel, self.options, self.settings, frozenset(self.tools))
         # The counters go on from the pause (MAF's own iteration count does too), as a resumed graph's do.
         run.usage.model_calls, run.usage.tool_calls, run.usage.tokens = paused["counts"]
+        # The agent's clock goes on from the pause too, without the human's wait.
+        run.usage.started = time.monotonic() - paused["elapsed"]
         responses = []
         for data in paused["requests"]:
             request = Content.from_dict(data)
@@ -350,7 +352,12 @@ class MafAgent:
             run.pending = [{"tool_call": request_call(r), "reason": asked[request_call(r)["id"]]} for r in requests
                            if request_call(r)["id"] in asked]  # fmt: skip
             counts = [run.usage.model_calls, run.usage.tool_calls, run.usage.tokens]
-            run.paused = {"requests": [r.to_dict() for r in requests], "asked": asked, "counts": counts}
+            run.paused = {
+                "requests": [r.to_dict() for r in requests],
+                "asked": asked,
+                "counts": counts,
+                "elapsed": run.usage.elapsed,
+            }
             return None
         return answers
 
