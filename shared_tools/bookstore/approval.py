@@ -33,6 +33,9 @@ WRITE_TOOL = "add_to_cart"
 class RiskyWritePolicy:
     """An add_to_cart whose resulting cart line or cart is over the limits needs a human's yes."""
 
+    tool_names = frozenset({WRITE_TOOL})
+    """The only tool it ever asks about (a framework that gates whole tools gates only this one)."""
+
     def __init__(
         self,
         store: BookStore,

@@ -1,0 +1,21 @@
+"""The bookstore agent on Microsoft Agent Framework (`agent-framework-core`), the seed article's own framework.
+
+`MafAgent` runs MAF's `Agent` (its tool loop, `FunctionInvocationLayer`) behind the same `AgentOptions` and
+`AgentResult` as the other agents; `MafSession` is a conversation on MAF's `AgentSession`, kept in a file;
+`LangChainChatClient` lets MAF call any langchain-core chat model. Needs the `maf` extra.
+"""
+
+from maf_version.agent import NOT_AVAILABLE, MafAgent, MafCancelled, MafSettings
+from maf_version.client import LangChainChatClient, LangChainTool, maf_tool
+from maf_version.session import MafSession
+
+__all__ = [
+    "NOT_AVAILABLE",
+    "LangChainChatClient",
+    "LangChainTool",
+    "MafAgent",
+    "MafCancelled",
+    "MafSession",
+    "MafSettings",
+    "maf_tool",
+]

@@ -1,0 +1,726 @@
+"""`MafAgent`: Microsoft Agent Framework's `Agent` behind the other agents' contract, options in, result out.
+
+MAF runs the tool loop (`FunctionInvocationLayer`); this file maps `AgentOptions` onto its settings (`MafSettings`),
+watches the run through MAF's middleware (one chat middleware per model call, one function middleware per tool
+call: the trace, the cancel) and derives the stop reason. At a limit MAF asks the model once more with tools
+disabled and returns that text as if done: such a run is MAX_STEPS, TIME_BUDGET or TOO_MANY_ERRORS, its text kept
+as `AgentResult.forced_answer`, never as the answer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_framework import (
+    Agent,
+    AgentResponse,
+    AgentSession,
+    ChatContext,
+    ChatMiddleware,
+    ChatResponse,
+    Content,
+    FunctionInvocationContext,
+    FunctionMiddleware,
+    InMemoryHistoryProvider,
+    Message,
+    MiddlewareFailure,
+    MiddlewareTermination,
+    ResponseStream,
+)
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolCall
+from langchain_core.tools import BaseTool
+from pydantic import ValidationError
+
+from maf_version.client import LangChainChatClient, maf_tool, result_text, to_langchain
+from shared_tools import guards
+from shared_tools.results import (
+    AgentOptions,
+    AgentResult,
+    Guard,
+    NeedsApproval,
+    RunStopped,
+    RunUsage,
+    StopReason,
+    Token,
+    TokenKind,
+    TraceEvent,
+)
+from shared_tools.sync import run_blocking
+
+log = logging.getLogger(__name__)
+
+Approve = Callable[[ToolCall, str], bool]
+"""Asks a human whether `call` may run, given the reason it needs approval; True means yes."""
+
+NO_LIMIT = sys.maxsize
+"""What our "no limit" (None) becomes for MAF's settings, which take numbers only."""
+
+PENDING_KEY = "agent_loop_compare_pending"
+"""The `AgentSession.state` key of a paused run's approval requests: MAF's own (to answer them, after a restart
+too) and which of them wait for the human (the others the rule waved through)."""
+
+NOT_AVAILABLE: dict[str, str] = {
+    "max_tokens": "MAF has no token budget: its loop counts model round-trips, tool calls and seconds, never tokens",
+    "max_repeats": "MAF has no repeated-call check: the same call with the same arguments runs every time it is asked",
+    "max_tool_result_chars": "MAF does not cut tool results for the model (its payload budget is for the host only)",
+}
+"""Options MAF cannot honour, and why: `MafAgent.not_available` lists the ones a given `AgentOptions` asks for."""
+
+
+@dataclass(frozen=True)
+class MafSettings:
+    """Our limits as MAF's `FunctionInvocationConfiguration`, and the hard wall-clock bound MAF lacks."""
+
+    configuration: dict[str, Any]
+    hard_timeout: float | None
+    """Seconds for one `Agent.run`, enforced around it: MAF checks `max_duration_seconds` only after a tool round,
+    so a model call that never returns would hold the run forever."""
+
+    @classmethod
+    def of(cls, options: AgentOptions) -> MafSettings:
+        limits = options.limits
+        configuration: dict[str, Any] = {
+            "max_iterations": NO_LIMIT if limits.max_steps is None else limits.max_steps,
+            "max_consecutive_errors_per_request": (
+                NO_LIMIT if limits.max_consecutive_errors is None else limits.max_consecutive_errors
+            ),
+            "include_detailed_errors": options.detailed_errors,
+            "allow_concurrent_invocation": options.parallel_tools,
+        }
+        if limits.max_duration is not None:
+            configuration["max_duration_seconds"] = limits.max_duration
+        return cls(configuration, limits.max_duration)
+
+
+class MafCancelled(asyncio.CancelledError):
+    """The task running `MafAgent.arun` was cancelled. Still a `CancelledError`, so the cancellation is never
+    swallowed; `.result` is what the run did. MAF keeps nothing of a run that raised, so the cut turn (the
+    question, the replies, a result for every call) is written into the session before this is raised."""
+
+    def __init__(self, result: AgentResult) -> None:
+        super().__init__("agent run cancelled")
+        self.result = result
+
+
+class MafAgent:
+    """The bookstore agent on MAF's `Agent`, with the same `run`/`arun` -> `AgentResult` as the other agents."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        tools: Sequence[BaseTool],
+        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        *,
+        approve: Approve | None = None,
+    ) -> None:
+        """`approve` is the human behind `options.needs_approval`, asked during the run; without one a call that
+        needs approval pauses the run (`StopReason.AWAITING_APPROVAL`), answered with `MafSession.resume`.
+
+        MAF gates whole tools (``approval_mode="always_require"``), not calls: the tools the rule may ask about
+        (its `tool_names` attribute, if it has one; else every tool) are gated, and each call MAF pauses on is
+        put to the rule, which waves most of them through (answered yes at once, without a human).
+        """
+        self.model = model
+        self.options = options
+        self.limits = options.limits
+        self.approve = approve
+        self.tools = {tool.name: tool for tool in tools}
+        if len(self.tools) != len(tools):
+            raise ValueError("tool names must be unique: " + ", ".join(tool.name for tool in tools))
+        self.settings = MafSettings.of(options)
+        gated = _gated_tools(options.needs_approval, self.tools)
+        self.client = LangChainChatClient(
+            model,
+            function_invocation_configuration=self.settings.configuration,  # type: ignore[arg-type]
+            middleware=[_ModelWatch(), _ToolWatch()],
+        )
+        self.maf_tools = [maf_tool(tool, needs_approval=tool.name in gated) for tool in tools]
+        self._agents: dict[str, Agent] = {}
+
+    @property
+    def not_available(self) -> dict[str, str]:
+        """The options these `AgentOptions` ask for that MAF cannot honour, each with the reason."""
+        limits, asked = self.limits, {}
+        if limits.max_tokens is not None:
+            asked["max_tokens"] = NOT_AVAILABLE["max_tokens"]
+        if limits.max_repeats is not None:
+            asked["max_repeats"] = NOT_AVAILABLE["max_repeats"]
+        if self.options.max_tool_result_chars is not None:
+            asked["max_tool_result_chars"] = NOT_AVAILABLE["max_tool_result_chars"]
+        return asked
+
+    def agent_for(self, instructions: str) -> Agent:
+        """MAF's `Agent` for these instructions (they are fixed when it is built): one per instructions."""
+        if instructions not in self._agents:
+            self._agents[instructions] = Agent(
+                client=self.client, name="bookstore", instructions=instructions, tools=list(self.maf_tools)
+            )
+        return self._agents[instructions]
+
+    # --- running -------------------------------------------------------------------------------------------------
+
+    def run(
+        self,
+        instructions: str,
+        goal: str,
+        *,
+        session: AgentSession | None = None,
+        cancel: threading.Event | None = None,
+    ) -> AgentResult:
+        """`arun` for sync callers. Inside a running event loop, await `arun` instead."""
+        return run_blocking(
+            lambda: self.arun(instructions, goal, session=session, cancel=cancel), instead="MafAgent.arun(...)"
+        )
+
+    async def arun(
+        self,
+        instructions: str,
+        goal: str,
+        *,
+        session: AgentSession | None = None,
+        cancel: threading.Event | None = None,
+    ) -> AgentResult:
+        """Work on `goal` until MAF's loop returns. `session` continues a conversation (MAF loads its history and
+        stores the turn); without one a fresh session is used and dropped. `cancel` is checked before every model
+        call and every tool call."""
+        session = session if session is not None else self.agent_for(instructions).create_session()
+        return await self._drive(
+            instructions, goal, session, _Run(cancel, self.options, self.settings, frozenset(self.tools))
+        )
+
+    async def aresume(
+        self,
+        instructions: str,
+        session: AgentSession,
+        approved: bool | Mapping[str, bool],
+        *,
+        cancel: threading.Event | None = None,
+    ) -> AgentResult:
+        """Answer the approval requests `session` is paused on and let the run go on: one yes or no for all, or
+        ``{call id: yes or no}`` naming every request the human was asked. Each answer is MAF's own
+        `to_function_approval_response` of the request it names, so a yes approves that call and no other."""
+        paused = pending_state(session)
+        if paused is None:
+            raise RuntimeError("the session is not waiting for an approval")
+        asked: dict[str, str] = paused["asked"]
+        if isinstance(approved, Mapping):
+            unknown = set(approved) - set(asked)
+            missing = set(asked) - set(approved)
+            if unknown or missing:
+                raise ValueError(
+                    f"answer each pending request by its call id: expected {sorted(asked)}, got {sorted(approved)}"
+                )
+            answers = {call_id: approved[call_id] is True for call_id in asked}
+        else:
+            answers = dict.fromkeys(asked, approved is True)
+        run = _Run(cancel, self.options, self.settings, frozenset(self.tools))
+        # The counters go on from the pause (MAF's own iteration count does too), as a resumed graph's do.
+        run.usage.model_calls, run.usage.tool_calls, run.usage.tokens = paused["counts"]
+        # The agent's clock goes on from the pause too, without the human's wait.
+        run.usage.started = time.monotonic() - paused["elapsed"]
+        responses = []
+        for data in paused["requests"]:
+            request = Content.from_dict(data)
+            call = request_call(request)
+            call_id = call["id"]
+            run.calls[call_id] = call
+            run.steps[call_id] = run.usage.model_calls
+            yes = answers.get(call_id, True)  # not asked: the rule waved it through
+            if not yes:
+                run.refused.add(call_id)
+            responses.append(request.to_function_approval_response(approved=yes))
+        del session.state[PENDING_KEY]
+        return await self._drive(instructions, Message("user", responses), session, run)
+
+    async def _drive(self, instructions: str, goal: str | Message, session: AgentSession, run: _Run) -> AgentResult:
+        """Run MAF until it ends the run, answering the approvals the rule (or `approve`) can answer on the way."""
+        agent = self.agent_for(instructions)
+        token = _RUN.set(run)
+        turn: str | Message = goal
+        try:
+            while True:
+                response = await self._one_run(agent, turn, session, run)
+                requests = response.user_input_requests
+                if not requests:
+                    break
+                decided = self._decide(run, requests)
+                if decided is None:  # a human must answer: the run pauses
+                    return self._result(instructions, session, run, StopReason.AWAITING_APPROVAL)
+                turn = Message("user", decided)
+        except RunStopped as stop:
+            # A cancel before a model call, or mid-stream: MAF raised, so it stored nothing of this run.
+            if run.model_in_flight is not None:
+                run.usage.model_calls += 1
+                run.emit(guards.model_cancelled_event(run.usage.model_calls, time.perf_counter() - run.model_in_flight))
+                run.model_in_flight = None
+            run.close_open_calls()
+            keep_cut_turn(session, run.partial_turn(turn))
+            return self._result(instructions, session, run, stop.reason)
+        except MiddlewareFailure as failure:
+            if isinstance(failure.__cause__, _CallerError):
+                raise failure.__cause__.error from None  # the caller's own exception, from on_event
+            raise
+        except (asyncio.CancelledError, TimeoutError) as exc:
+            timed_out = isinstance(exc, TimeoutError) and run.deadline_hit
+            if run.model_in_flight is not None and timed_out:
+                run.usage.model_calls += 1
+                run.emit(guards.model_timeout_event(run.usage.model_calls, time.perf_counter() - run.model_in_flight))
+            run.close_open_calls()
+            keep_cut_turn(session, run.partial_turn(turn))  # MAF keeps nothing of a run that raised
+            reason = StopReason.TIME_BUDGET if timed_out else StopReason.CANCELLED
+            result = self._result(instructions, session, run, reason)
+            if timed_out:
+                return result
+            raise MafCancelled(result) from None
+        finally:
+            _RUN.reset(token)
+        run.reconcile(response.messages)
+        return self._result(instructions, session, run, run.stop_reason(response), response=response)
+
+    async def _one_run(self, agent: Agent, turn: str | Message, session: AgentSession, run: _Run) -> AgentResponse:
+        """One `Agent.run`, bounded by what is left of the time budget (the bound MAF does not have)."""
+        left = self.limits.time_left(run.usage)
+        if left is None:
+            return await self._ask(agent, turn, session, run)
+        try:
+            async with asyncio.timeout(max(left, 0.0)) as deadline:
+                return await self._ask(agent, turn, session, run)
+        except TimeoutError:
+            run.deadline_hit = deadline.expired()
+            raise
+
+    async def _ask(self, agent: Agent, turn: str | Message, session: AgentSession, run: _Run) -> AgentResponse:
+        """`Agent.run`; streamed with `on_token`: each plan and text piece of a reply is handed on as it comes, and
+        a cancel it sets cuts the reply there (MAF then keeps nothing of the run; the cut turn is kept for it)."""
+        on_token = self.options.on_token
+        if on_token is None:
+            return await agent.run(turn, session=session)
+        stream = agent.run(turn, session=session, stream=True)
+        async for update in stream:
+            if str(update.role) != "assistant":
+                continue
+            step = run.usage.model_calls + 1
+            for content in update.contents:
+                if content.type in ("text", "text_reasoning") and content.text:
+                    kind = TokenKind.ANSWER if content.type == "text" else TokenKind.PLAN
+                    on_token(Token(str(content.text), kind, step))  # the caller's code: not ours to hide
+            if run.check_cancel():
+                raise RunStopped(StopReason.CANCELLED)
+        return await stream.get_final_response()
+
+    def _decide(self, run: _Run, requests: Sequence[Content]) -> list[Content] | None:
+        """The answers to MAF's approval requests, or None when the human must be asked later.
+
+        Each call is put to the rule with the calls of its reply before it (every one of them, as if each is
+        approved: the cautious reading of a pause that lists several at once), so 4 + 3 copies of one book ask
+        about the second add too. A call the rule waves through is approved at once; with `approve`, the human
+        is asked now, in call order.
+        """
+        rule = self.options.needs_approval
+        answers: list[Content] = []
+        asked: dict[str, str] = {}
+        earlier: list[ToolCall] = []
+        for request in requests:
+            call = request_call(request)
+            reason = None if rule is None else rule(call, list(earlier))
+            if reason is None:
+                answers.append(request.to_function_approval_response(approved=True))
+                earlier.append(call)
+                continue
+            if self.approve is None:
+                asked[call["id"]] = reason
+                earlier.append(call)
+                continue
+            waited = time.monotonic()
+            yes = self.approve(call, reason)
+            run.usage.started += time.monotonic() - waited  # the human's time is not the agent's
+            log.info("approval for %s (%s): %s", call["name"], reason, "yes" if yes else "no")
+            if not yes:
+                run.refused.add(call["id"])
+            else:
+                earlier.append(call)
+            answers.append(request.to_function_approval_response(approved=yes))
+        if asked:
+            run.pending = [{"tool_call": request_call(r), "reason": asked[request_call(r)["id"]]} for r in requests
+                           if request_call(r)["id"] in asked]  # fmt: skip
+            counts = [run.usage.model_calls, run.usage.tool_calls, run.usage.tokens]
+            run.paused = {
+                "requests": [r.to_dict() for r in requests],
+                "asked": asked,
+                "counts": counts,
+                "elapsed": run.usage.elapsed,
+            }
+            return None
+        return answers
+
+    def _result(
+        self,
+        instructions: str,
+        session: AgentSession,
+        run: _Run,
+        reason: StopReason,
+        *,
+        response: AgentResponse | None = None,
+    ) -> AgentResult:
+        if run.paused is not None:
+            session.state[PENDING_KEY] = run.paused
+        answer = forced = None
+        if response is not None:
+            text = str(response.text).strip()
+            if reason is StopReason.DONE:
+                answer = text
+            elif run.forced_by is not None:
+                forced = text
+        messages = history_of(instructions, session)
+        usage = run.usage
+        log.info("stop: %s after %d step(s), %d tool call(s), %d tokens", reason, usage.model_calls, usage.tool_calls,
+                 usage.tokens)  # fmt: skip
+        result = AgentResult.of_run(
+            reason, usage, answer=answer, trace=list(run.trace), messages=messages, pending=run.pending or None
+        )
+        result.forced_answer = forced
+        return result
+
+
+def history_of(instructions: str, session: AgentSession) -> list[BaseMessage]:
+    """The session's conversation as langchain-core messages, system message first (as the other agents give it)."""
+    stored = session.state.get(InMemoryHistoryProvider.DEFAULT_SOURCE_ID, {}).get("messages", [])
+    return [SystemMessage(instructions), *to_langchain(stored)]
+
+
+def pending_state(session: AgentSession) -> dict[str, Any] | None:
+    paused = session.state.get(PENDING_KEY)
+    return paused if isinstance(paused, dict) else None
+
+
+def keep_cut_turn(session: AgentSession, messages: list[Message]) -> None:
+    """Store a cut turn in the session's history, as MAF would have stored a finished one."""
+    state = session.state.setdefault(InMemoryHistoryProvider.DEFAULT_SOURCE_ID, {})
+    state["messages"] = [*state.get("messages", []), *messages]
+
+
+def _gated_tools(rule: NeedsApproval | None, tools: Mapping[str, BaseTool]) -> set[str]:
+    if rule is None:
+        return set()
+    names = getattr(rule, "tool_names", None)
+    return set(tools) if names is None else set(names) & set(tools)
+
+
+def request_call(request: Content) -> ToolCall:
+    call = request.function_call
+    assert call is not None and call.call_id is not None, "an approval request names the call it is about"
+    return ToolCall(name=call.name or "", args=call.parse_arguments() or {}, id=call.call_id, type="tool_call")
+
+
+# --- watching the run ---------------------------------------------------------------------------------------
+
+
+class _CallerError(Exception):
+    """Carries an exception of the caller's `on_event` through MAF, which would turn it into a tool result."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+@dataclass
+class _Run:
+    """What one run (one `arun` or `aresume`) has seen: its trace, counts, open calls, and why MAF forced an end."""
+
+    cancel: threading.Event | None
+    options: AgentOptions
+    settings: MafSettings
+    tool_names: frozenset[str]
+    usage: RunUsage = field(default_factory=RunUsage)
+    trace: list[TraceEvent] = field(default_factory=list)
+    steps: dict[str, int] = field(default_factory=dict)
+    """Call id -> the step (model call) whose reply asked for it."""
+    calls: dict[str, ToolCall] = field(default_factory=dict)
+    traced: set[str] = field(default_factory=set)
+    """Calls that have their trace line."""
+    round_open: bool = False
+    """A tool round has been answered since the last model call."""
+    round_errors: bool = False
+    """The tool round in progress has an error result (MAF counts such rounds in a row)."""
+    model_in_flight: float | None = None
+    """`time.perf_counter()` when the model call in progress started."""
+    refused: set[str] = field(default_factory=set)
+    """Calls the human said no to: MAF answers them itself ("rejected by user")."""
+    running: dict[str, Content] = field(default_factory=dict)
+    """Calls whose tool has started, by id, and the call."""
+    results: dict[str, Content] = field(default_factory=dict)
+    """The results of the round in progress, for a turn cut off mid-round."""
+    transcript: list[Message] = field(default_factory=list)
+    """The run's messages so far (what the model was sent after the question, and its last reply)."""
+    start: int | None = None
+    forced_by: StopReason | None = None
+    deadline_hit: bool = False
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    paused: dict[str, Any] | None = None
+
+    def check_cancel(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def emit(self, event: TraceEvent) -> None:
+        self.trace.append(event)
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s", event.line())
+        if self.options.on_event is not None:
+            try:
+                self.options.on_event(event)
+            except Exception as exc:  # the caller's code: raised again from arun, not hidden in a tool result
+                raise MiddlewareFailure("on_event raised") from _CallerError(exc)
+
+    # --- model calls ---
+
+    def model_done(self, response: ChatResponse | None, started: float) -> None:
+        """A model call returned `response`: its reply joins the transcript and gets its trace line."""
+        self.model_in_flight = None
+        message = next((m for m in getattr(response, "messages", []) if str(m.role) == "assistant"), None)
+        converted = to_langchain([message]) if message is not None else []
+        reply = converted[0] if converted and isinstance(converted[0], AIMessage) else AIMessage("")
+        usage = getattr(response, "usage_details", None) or {}
+        reply.usage_metadata = {
+            "input_tokens": usage.get("input_token_count") or 0,
+            "output_tokens": usage.get("output_token_count") or 0,
+            "total_tokens": usage.get("total_token_count") or 0,
+        }
+        if message is not None:
+            self.transcript.append(message)
+        self.model_called(reply, time.perf_counter() - started)
+
+    def model_called(self, reply: AIMessage, duration: float) -> None:
+        self.usage.model_calls += 1
+        step = self.usage.model_calls
+        self.results.clear()
+        for call in reply.tool_calls:
+            self.steps[call["id"]] = step
+            self.calls[call["id"]] = call
+        event = guards.model_event(step, reply, duration)
+        self.usage.tokens += event.tokens
+        self.emit(event)
+
+    def close_round(self) -> None:
+        """Count the tool round answered since the last model call, as MAF does: an error in it or not."""
+        if self.round_open:
+            self.usage.end_round(self.round_errors)
+        self.round_open = self.round_errors = False
+
+    def forced(self) -> StopReason:
+        """Why MAF disabled the tools for the call about to be made: in `AgentLimits.check`'s order."""
+        limits = self.options.limits
+        config = self.settings.configuration
+        if self.usage.error_rounds >= config["max_consecutive_errors_per_request"]:
+            return StopReason.TOO_MANY_ERRORS
+        if limits.max_duration is not None and self.usage.elapsed >= limits.max_duration:
+            return StopReason.TIME_BUDGET
+        if self.usage.model_calls >= config["max_iterations"]:
+            return StopReason.MAX_STEPS
+        raise RuntimeError(
+            f"MAF disabled the tools after {self.usage.model_calls} model call(s) and "
+            f"{self.usage.error_rounds} error round(s) in a row, and no limit of this run explains it"
+        )
+
+    # --- tool calls ---
+
+    def tool_answered(self, call: ToolCall, text: str, duration: float, *, is_error: bool, guard: Guard | None) -> None:
+        self.traced.add(call["id"])
+        self.usage.tool_calls += 1
+        self.round_open = True
+        self.round_errors |= is_error
+        self.emit(guards.tool_event(self.steps.get(call["id"], self.usage.model_calls), call, text, duration,
+                                    is_error=is_error, guard=guard))  # fmt: skip
+
+    def reconcile(self, messages: Sequence[Message]) -> None:
+        """A trace line for each result MAF wrote itself, without running a tool (no middleware saw it): an
+        unknown tool, a refused approval."""
+        for message in messages:
+            for content in message.contents:
+                if content.type != "function_result" or not content.call_id or content.call_id in self.traced:
+                    continue
+                call = self.calls.get(content.call_id)
+                if call is None:
+                    continue  # a call of an earlier run (a resumed one) that ran there
+                guard = Guard.APPROVAL_REFUSED if call["id"] in self.refused else None
+                if guard is None and call["name"] not in self.tool_names:
+                    guard = Guard.UNKNOWN_TOOL
+                self.tool_answered(call, result_text(content), 0.0, is_error=content.exception is not None,
+                                   guard=guard)  # fmt: skip
+
+    def close_open_calls(self) -> None:
+        """The trace lines of a round cut off by a cancel or the time budget (the handwritten loop's rule)."""
+        for call_id, call in self.calls.items():
+            if call_id in self.traced or call_id not in self.open_ids():
+                continue
+            text = guards.CANCELLED_WHILE_RUNNING_TEXT if call_id in self.running else guards.CANCELLED_CALL_TEXT
+            self.tool_answered(call, text, 0.0, is_error=True, guard=Guard.CANCELLED)
+
+    def _last_round(self) -> tuple[list[Content], set[str]]:
+        """The calls of the last reply in the transcript, and the ids of those the transcript already answers."""
+        at = next(
+            (i for i in range(len(self.transcript) - 1, -1, -1) if str(self.transcript[i].role) == "assistant"), None
+        )
+        if at is None:
+            return [], set()
+        calls = [c for c in self.transcript[at].contents if c.type == "function_call" and c.call_id]
+        answered = {
+            c.call_id
+            for m in self.transcript[at + 1 :]
+            for c in m.contents
+            if c.type == "function_result" and c.call_id
+        }
+        return calls, answered
+
+    def open_ids(self) -> list[str]:
+        """Calls of the last reply with no result yet."""
+        calls, answered = self._last_round()
+        return [c.call_id for c in calls if c.call_id not in answered and c.call_id not in self.results]
+
+    def partial_turn(self, turn: str | Message) -> list[Message]:
+        """The cut turn as MAF messages: the question, what the run produced, a result for every open call."""
+        question = [Message("user", [turn])] if isinstance(turn, str) else []
+        calls, answered = self._last_round()
+        tail: list[Content] = []
+        for content in calls:
+            if content.call_id in answered:
+                continue
+            done = self.results.get(content.call_id)
+            if done is None:
+                text = (
+                    guards.CANCELLED_WHILE_RUNNING_TEXT
+                    if content.call_id in self.running
+                    else guards.CANCELLED_CALL_TEXT
+                )
+                done = Content.from_function_result(content.call_id, result=text, exception="cancelled")
+            tail.append(done)
+        return [*question, *self.transcript, *([Message("tool", tail)] if tail else [])]
+
+    def stop_reason(self, response: AgentResponse) -> StopReason:
+        """Why a run MAF returned from ended: a forced last call, a cancel that ended the loop, or the reply."""
+        if self.forced_by is not None:
+            return self.forced_by
+        if self.check_cancel() and self.usage.model_calls and _ends_with_tool_results(response):
+            return StopReason.CANCELLED
+        if not str(response.text).strip():
+            return StopReason.INVALID_RESPONSE
+        return StopReason.DONE
+
+
+def _ends_with_tool_results(response: AgentResponse) -> bool:
+    return bool(response.messages) and str(response.messages[-1].role) == "tool"
+
+
+_RUN: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("maf_run", default=None)
+
+
+def _this_run() -> _Run | None:
+    return _RUN.get()
+
+
+class _ModelWatch(ChatMiddleware):
+    """Around each model call: the cancel check, the forced last call noticed, the trace line with its tokens."""
+
+    async def process(self, context: ChatContext, call_next: Callable[[], Awaitable[None]]) -> None:
+        run = _this_run()
+        if run is None:
+            await call_next()
+            return
+        if run.check_cancel():
+            raise RunStopped(StopReason.CANCELLED)
+        run.reconcile(context.messages)
+        run.close_round()
+        if context.options.get("tool_choice") == "none" and run.forced_by is None:
+            run.forced_by = run.forced()
+        if run.start is None:
+            run.start = len(context.messages)
+        run.transcript = list(context.messages[run.start :])
+        started = run.model_in_flight = time.perf_counter()
+        await call_next()
+        result = context.result
+        if isinstance(result, ResponseStream):
+            # Streamed: the reply is whole when MAF's loop finalizes the stream, once per model call.
+            def finished(response: ChatResponse) -> ChatResponse:
+                run.model_done(response, started)
+                return response
+
+            result.with_result_hook(finished)
+            return
+        run.model_done(result, started)
+
+
+class _ToolWatch(FunctionMiddleware):
+    """Around each tool call MAF runs: the cancel check (a cancelled call ends MAF's loop gracefully, with an
+    error result, so MAF keeps the turn), and the trace line with the text MAF gives the model."""
+
+    async def process(self, context: FunctionInvocationContext, call_next: Callable[[], Awaitable[None]]) -> None:
+        run = _this_run()
+        call_id = context.metadata.get("call_id")
+        if run is None or not isinstance(call_id, str):
+            await call_next()
+            return
+        call = run.calls.get(call_id) or ToolCall(
+            name=context.function.name, args=dict(context.arguments or {}), id=call_id, type="tool_call"
+        )
+        if run.check_cancel():
+            result = Content.from_function_result(call_id, result=guards.CANCELLED_CALL_TEXT, exception="cancelled")
+            run.results[call_id] = result
+            run.tool_answered(call, guards.CANCELLED_CALL_TEXT, 0.0, is_error=True, guard=Guard.CANCELLED)
+            raise MiddlewareTermination("cancelled", result=result)
+        detailed = bool(run.options.detailed_errors)
+        invalid = _invalid_arguments(context)
+        started = time.perf_counter()
+        run.running[call_id] = Content.from_function_call(call_id, call["name"])
+        try:
+            await call_next()
+        except (MiddlewareFailure, MiddlewareTermination):
+            raise
+        except Exception as exc:
+            text, guard = maf_error_text(exc, detailed=detailed, invalid_arguments=invalid)
+            run.running.pop(call_id, None)
+            run.results[call_id] = Content.from_function_result(call_id, result=text, exception=str(exc))
+            run.tool_answered(call, text, time.perf_counter() - started, is_error=True, guard=guard)
+            raise
+        run.running.pop(call_id, None)
+        text = result_text(Content.from_function_result(call_id, result=context.result))
+        run.results[call_id] = Content.from_function_result(call_id, result=text)
+        run.tool_answered(call, text, time.perf_counter() - started, is_error=False, guard=None)
+        if run.check_cancel():  # set by on_event of this very line: no more model calls
+            raise MiddlewareTermination("cancelled", result=run.results[call_id])
+
+
+def _invalid_arguments(context: FunctionInvocationContext) -> bool:
+    """Whether MAF's own validation (the tool's input model) will refuse these arguments."""
+    model = getattr(context.function, "input_model", None)
+    if model is None:
+        return False
+    try:
+        model.model_validate(dict(context.arguments or {}))
+    except (ValidationError, TypeError, ValueError):
+        return True
+    return False
+
+
+MAF_FAILED = "Error: Function failed."
+MAF_BAD_ARGUMENTS = "Error: Argument parsing failed."
+
+
+def maf_error_text(exc: Exception, *, detailed: bool, invalid_arguments: bool) -> tuple[str, Guard | None]:
+    """The text MAF gives the model for a tool call that raised, and the guard that decided it.
+
+    MAF's words (`agent_framework._tools`): every exception, a `ToolException` too, is "Error: Function
+    failed."; bad arguments are "Error: Argument parsing failed."; `include_detailed_errors` appends
+    " Exception: <its text>". The tests check these against what the model was actually sent.
+    """
+    base = MAF_BAD_ARGUMENTS if invalid_arguments else MAF_FAILED
+    text = f"{base} Exception: {exc}" if detailed else base
+    if invalid_arguments:
+        return text, Guard.INVALID_ARGS
+    return text, None if detailed else Guard.ERROR_HIDDEN

@@ -1,0 +1,176 @@
+"""`MafSession`: a multi-turn conversation on MAF's `AgentSession`, kept across a restart in a JSON file.
+
+MAF gives the conversation itself: `AgentSession` holds the history (its `InMemoryHistoryProvider`), the
+pending approval requests it will accept answers to, and `to_dict`/`from_dict`. What is written here: the file
+(MAF's dict with our header, whose customer a session for anyone else refuses, written whole or not at all after
+every turn), one turn at a time, and the turn a cancel cut short (MAF keeps nothing of a run that raised).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from agent_framework import AgentSession, Content
+from langchain_core.messages import BaseMessage
+
+from maf_version.agent import MafAgent, MafCancelled, history_of, pending_state, request_call
+from shared_tools.history import count_turns, is_user_turn
+from shared_tools.results import AgentResult, CustomerMismatch
+from shared_tools.sync import run_blocking
+
+log = logging.getLogger(__name__)
+
+FORMAT = "agent-loop-compare/maf-session/1"
+
+
+class MafSession:
+    """One conversation with a `MafAgent`: each `ask` sees the earlier turns; `resume` answers a pause."""
+
+    def __init__(
+        self,
+        agent: MafAgent,
+        instructions: str,
+        *,
+        path: str | Path | None = None,
+        customer_id: str | None = None,
+    ) -> None:
+        """With `path`, the conversation saved there is continued (a new one is started when there is no file),
+        and every turn is saved there. A file of another customer is refused (`CustomerMismatch`)."""
+        self.agent = agent
+        self.instructions = instructions
+        self.customer_id = customer_id
+        self.path = None if path is None else Path(path)
+        self._turn = threading.Lock()
+        loaded = None if self.path is None or not self.path.exists() else self._read(self.path)
+        self.session: AgentSession = loaded if loaded is not None else agent.agent_for(instructions).create_session()
+
+    # --- asking --------------------------------------------------------------------------------------------------
+
+    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """`aask` for sync callers. Inside a running event loop, await `aask` instead."""
+        return run_blocking(lambda: self.aask(question, cancel=cancel), instead="MafSession.aask(...)")
+
+    async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """One user turn on the conversation so far, with fresh budgets; saved when it ends (a cut turn too)."""
+        async with self._one_turn_at_a_time():
+            if pending_state(self.session) is not None:
+                raise RuntimeError("the conversation is waiting for an approval; call resume() first")
+            try:
+                result = await self.agent.arun(self.instructions, question, session=self.session, cancel=cancel)
+            except MafCancelled as cancelled:
+                self._keep_cut_turn(cancelled)
+                raise
+            self._save()
+            return result
+
+    def resume(self, approved: bool | Mapping[str, bool], *, cancel: threading.Event | None = None) -> AgentResult:
+        """`aresume` for sync callers."""
+        return run_blocking(lambda: self.aresume(approved, cancel=cancel), instead="MafSession.aresume(...)")
+
+    async def aresume(
+        self, approved: bool | Mapping[str, bool], *, cancel: threading.Event | None = None
+    ) -> AgentResult:
+        """Answer the approval requests the conversation is paused on (`pending`): one yes or no for all, or
+        ``{call id: yes or no}`` for each; the run goes on from where it paused (`MafAgent.aresume`)."""
+        async with self._one_turn_at_a_time():
+            try:
+                result = await self.agent.aresume(self.instructions, self.session, approved, cancel=cancel)
+            except MafCancelled as cancelled:
+                self._keep_cut_turn(cancelled)
+                raise
+            self._save()
+            return result
+
+    def _keep_cut_turn(self, cancelled: MafCancelled) -> None:
+        """The agent wrote the cut turn into the session; it is saved like any other."""
+        self._save()
+
+    @contextlib.asynccontextmanager
+    async def _one_turn_at_a_time(self) -> AsyncIterator[None]:
+        # Polled, so that waiting never blocks an event loop and a cancel while waiting simply ends the wait.
+        while not self._turn.acquire(blocking=False):
+            await asyncio.sleep(0.005)
+        try:
+            yield
+        finally:
+            self._turn.release()
+
+    # --- the conversation ----------------------------------------------------------------------------------------
+
+    @property
+    def pending(self) -> list[dict[str, Any]]:
+        """The approval requests the conversation waits for (``{"tool_call", "reason"}`` each); empty when none."""
+        paused = pending_state(self.session)
+        if paused is None:
+            return []
+        calls = [request_call(Content.from_dict(data)) for data in paused["requests"]]
+        return [{"tool_call": c, "reason": paused["asked"][c["id"]]} for c in calls if c["id"] in paused["asked"]]
+
+    @property
+    def messages(self) -> list[BaseMessage]:
+        """The whole conversation, system message first."""
+        return history_of(self.instructions, self.session)
+
+    @property
+    def turns(self) -> int:
+        """How many user turns the conversation holds."""
+        return count_turns(self.messages)
+
+    def history_turns(self) -> list[str]:
+        """The user's questions, oldest first."""
+        return [str(message.text) for message in self.messages if is_user_turn(message)]
+
+    # --- the file ------------------------------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        document = {
+            "format": FORMAT,
+            "customer": self.customer_id,
+            "instructions": self.instructions,
+            "session": self.session.to_dict(),
+        }
+        data = json.dumps(document, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        _write_atomically(self.path, data)
+        log.info("saved MAF session %s (%d messages) to %s", self.session.session_id, len(self.messages), self.path)
+
+    def _read(self, path: Path) -> AgentSession:
+        try:
+            document = json.loads(path.read_bytes())
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path} is not a saved MAF session (not JSON: {exc})") from None
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
+            found = document.get("format") if isinstance(document, dict) else type(document).__name__
+            raise ValueError(f"{path} is not a saved MAF session (format {found!r}, expected {FORMAT!r})")
+        owner = document.get("customer")
+        if self.customer_id is not None and owner is not None and owner != self.customer_id:
+            raise CustomerMismatch(f"{path} is the conversation of customer {owner!r}, not of {self.customer_id!r}")
+        self.customer_id = owner or self.customer_id
+        try:
+            return AgentSession.from_dict(document["session"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path} is a damaged saved MAF session ({type(exc).__name__}: {exc})") from None
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """The whole file or nothing: a temp file beside it, then `os.replace`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
