@@ -246,8 +246,10 @@ class RunSpans:
     def answered_unless_ran(
         self, call: ToolCall, step: int | None, text: str, *, is_error: bool, duration_s: float = 0.0
     ) -> None:
-        """`answered`, unless a span was already opened for this call id (its tool ran and has its own span)."""
-        if self.on and call.get("id") not in self._tools_seen:
+        """`answered`, unless a span was already opened for this call id (its tool ran and has its own span). A call
+        without an id cannot be told apart, so it gets no second span."""
+        call_id = call.get("id")
+        if self.on and call_id and call_id not in self._tools_seen:
             self.answered(call, step, text, is_error=is_error, duration_s=duration_s)
 
     def finish(self, result: AgentResult) -> None:

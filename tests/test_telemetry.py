@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -624,6 +625,32 @@ def test_compare_otel_otlp_honours_the_standard_variables_and_flushes_the_worker
         "invoke_agent langgraph-defaults"
     ] * 3
     assert {resource["service.name"] for resource, _ in received} == {"bookstore-class"}
+
+
+CLOSING_TABLES = "shared_tools.comparison.render:render_who_owns_what"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
+def test_spans_of_the_finished_runs_are_sent_when_ctrl_c_ends_the_program() -> None:
+    """Ctrl-C while the closing tables are written (after every run, before the batch's next export)."""
+    with Receiver() as receiver:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "pause_at.py"), f"call:{CLOSING_TABLES}", "compare.py", "bookstore",
+             "orders", "--contenders", "langgraph-defaults,create-agent", "--no-trace", "--otel", "otlp"],
+            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                 "OTEL_BSP_SCHEDULE_DELAY": "600000"},  # no export on the batch's clock: only the exit sends them
+        )  # fmt: skip
+        assert process.stderr is not None
+        for line in process.stderr:
+            if line.startswith("PAUSED"):
+                break
+        assert receiver.bodies == []
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        received = receiver.spans()
+    assert process.returncode == 130, err
+    assert len([span for _, span in received if span.name.startswith("invoke_agent")]) == 6
 
 
 def test_otel_without_a_receiver_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path) -> None:
