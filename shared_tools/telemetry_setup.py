@@ -92,7 +92,7 @@ def _check_receiver(endpoint: str) -> None:
 
 def _flush_when_a_worker_ends(provider: TracerProvider) -> None:
     """A multiprocessing worker ends with ``os._exit``, which runs no atexit handler, but it does run these
-    finalizers first: without it the spans of runs done in a forked worker (compare.py's) would be lost."""
+    finalizers first: without it the spans of a worker process (``serve --workers N``: uvicorn's) would be lost."""
     multiprocessing_util.Finalize(provider, provider.force_flush, exitpriority=0)
 
 

@@ -609,7 +609,7 @@ def _compare(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
     )  # fmt: skip
 
 
-def test_compare_otel_otlp_honours_the_standard_variables_and_flushes_the_workers_spans_at_exit() -> None:
+def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_spans_by_exit() -> None:
     with Receiver() as receiver:
         done = _compare(
             "bookstore", "orders", "--contenders", "langgraph-defaults,create-agent", "--otel", "otlp",
@@ -620,7 +620,7 @@ def test_compare_otel_otlp_honours_the_standard_variables_and_flushes_the_worker
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     roots = [span for _, span in received if span.name.startswith("invoke_agent")]
-    # bookstore: 1 goal, orders: 2 questions; per contender. Two scenarios run in two forked workers.
+    # bookstore: 1 goal, orders: 2 questions; per contender.
     assert sorted(span.name for span in roots) == ["invoke_agent create-agent"] * 3 + [
         "invoke_agent langgraph-defaults"
     ] * 3
