@@ -91,8 +91,9 @@ def _check_receiver(endpoint: str) -> None:
 
 
 def _flush_when_a_worker_ends(provider: TracerProvider) -> None:
-    """A multiprocessing worker ends with ``os._exit``, which runs no atexit handler, but it does run these
-    finalizers first: without it the spans of a worker process (``serve --workers N``: uvicorn's) would be lost."""
+    """A process forked by multiprocessing ends with ``os._exit``, which runs no atexit handler, but it runs these
+    finalizers first: without one, the spans of runs done in a forked worker would be lost. (A spawned one, such
+    as uvicorn's ``serve --workers`` processes, sets up its own in `webdemo.server.app_from_env`.)"""
     multiprocessing_util.Finalize(provider, provider.force_flush, exitpriority=0)
 
 
