@@ -395,16 +395,25 @@ async def test_a_run_cut_from_outside_ends_the_running_tool_and_the_run_with_err
     name: str, how: str, spans: Spans
 ) -> None:
     """Neither framework contender has a time budget of its own, so a caller cuts it: `asyncio.timeout` or a
-    cancel of its task, while a slow tool runs. No span may be left open (an open span is never exported)."""
+    cancel of its task, once the first (slow) tool has started. No span may be left open (an open span is never
+    exported)."""
     agent = contender(name, make_model("scripted"), make_tools(BookStore(), faults=Faults(latency_s=5.0)),
                       spans.provider)  # fmt: skip
+
+    async def tool_started() -> None:
+        while not any(a.get("gen_ai.operation.name") == "execute_tool" for a in spans.at_start.attributes.values()):
+            await asyncio.sleep(0.01)
+
     task = asyncio.ensure_future(agent.arun(INSTRUCTIONS, SEED_GOAL))
     if how == "timeout":
         with pytest.raises(TimeoutError):
-            async with asyncio.timeout(0.3):
+            async with asyncio.timeout(None) as deadline:
+                await asyncio.wait_for(tool_started(), 60)
+                deadline.reschedule(asyncio.get_running_loop().time() + 0.05)
                 await task
+        assert task.cancelled()
     else:
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(tool_started(), 60)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
