@@ -114,6 +114,7 @@ try:
     from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
     from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted
     from shared_tools.results import AgentOptions, CustomerMismatch, TraceEvent
+    from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
 except KeyboardInterrupt:
     # Ctrl-C while the libraries load (about a second): nothing has started, so there is nothing to show or keep.
     print(f"{program_name()}: interrupted while starting; nothing was run", file=sys.stderr)
@@ -169,7 +170,8 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
         f"chat: {prog} chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
         "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
-        f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n\n"
+        f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n"
+        "spans: --otel console|otlp on any of these (needs the otel extra: pip install 'agent-loop-compare[otel]')\n\n"
         "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -204,6 +206,7 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     parser.add_argument("--graph", action="store_true", help="print the LangGraph agent's mermaid diagram, then exit")
     parser.add_argument("--no-trace", action="store_true", help="tables and notes only, no per-step traces")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log the agents' steps (-vv: debug)")
+    parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
     parser.set_defaults(prog=prog)
     return parser
 
@@ -346,7 +349,8 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
         scenarios, contenders = _select(args)
         _check_outputs(args)
         check_model(args.model)
-    except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile) as exc:
+        setup_tracing(args.otel)
+    except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile, TracingUnavailable) as exc:
         return fail(prog, exc)
 
     with tempfile.TemporaryDirectory(prefix="agent-loop-compare-") as scratch:
@@ -489,6 +493,7 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
         "--summarize", action="store_true", help="fold the turns that fall out of --keep-turns into one summary"
     )
     parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
     parser.set_defaults(prog=prog)
     return parser
 
@@ -544,7 +549,8 @@ def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
     try:
         store_db = _check_chat(args, customer)
         model = check_model(spec)
-    except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile) as exc:
+        setup_tracing(args.otel)
+    except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile, TracingUnavailable) as exc:
         return fail(args.prog, exc)
 
     # The cart lives in a store file beside the sessions, so a resumed conversation and the cart agree.

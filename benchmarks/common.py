@@ -44,6 +44,7 @@ PACKAGES = (
     "langchain-core",
     "langchain",
     "pydantic",
+    "opentelemetry-sdk",
 )
 
 Prepare = Callable[[], Callable[[], Any]]

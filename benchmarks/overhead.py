@@ -7,7 +7,9 @@ supersteps, checkpoint writes. The floor is a bare langchain-core loop of a doze
 as a ratio to it. A fresh `BookStore` (and the agent over it) is built for every run outside the clock:
 building the store costs about as much as the floor's whole job, and a reused store would fill up the
 cart. Sessions get a fresh thread per run on one shared checkpointer (in memory, or one SQLite file per
-variant opened the way `GraphSession.sqlite` opens it, on every call), in each durability mode.
+variant opened the way `GraphSession.sqlite` opens it, on every call), in each durability mode. The "+ spans"
+variants write OpenTelemetry spans to an SDK provider with an in-memory exporter (and, "+ content", the masked
+messages too); every other variant runs with the API's no-op, as a program that set up no SDK does.
 
     python benchmarks/overhead.py [--runs 200] [--json PATH]
 """
@@ -15,6 +17,7 @@ variant opened the way `GraphSession.sqlite` opens it, on every call), in each d
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -32,6 +35,9 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from handwritten import AgentLoop
 from langgraph_version import DefaultsGraphAgent, GraphAgent, GraphSession, create_agent_contender
@@ -41,6 +47,7 @@ from shared_tools.bookstore.tools import make_tools
 from shared_tools.comparison import CUSTOMER_ID, INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions
+from shared_tools.telemetry import CAPTURE_CONTENT_ENV
 
 MODEL_CALLS, TOOL_CALLS = 5, 4
 DURABILITIES = ("sync", "async", "exit")
@@ -48,6 +55,10 @@ FLOOR = "floor: bare langchain-core loop"
 ASYNC_FLOOR = "floor, async: asyncio.run + ainvoke"
 BARE_GRAPH = "DefaultsGraphAgent (bare graph)"
 GUARDED_GRAPH = "GraphAgent (guarded)"
+CREATE_AGENT = "create_agent contender"
+SPANS, CONTENT = " + spans", " + spans + content"
+TRACED = (BARE_GRAPH, CREATE_AGENT)
+"""The variants that write spans so far (the hand-written loop and the guarded graph join when they do)."""
 
 
 class FullSyncCheckpoints(SqliteCheckpoints):
@@ -99,6 +110,8 @@ class Job:
 
     run: Callable[[], Any]
     store: BookStore
+    spans: InMemorySpanExporter | None = None
+    """Where a "+ spans" variant's spans go."""
 
     def __call__(self) -> None:
         self.run()
@@ -142,11 +155,33 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
 
         return prepare
 
-    def create_agent() -> Job:
+    def create_agent(own: AgentOptions = options) -> Job:
         store, tools = fresh()
-        contender = create_agent_contender(model, tools, options)
+        contender = create_agent_contender(model, tools, own)
         contender.agent_for(INSTRUCTIONS)  # compiled outside the clock, like the graphs
         return Job(lambda: contender.run(INSTRUCTIONS, SEED_GOAL), store)
+
+    def traced(kind: str, content: bool) -> common.Prepare:
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        own = AgentOptions(tracer_provider=provider)
+
+        def prepare() -> Job:
+            exporter.clear()  # outside the clock: the spans of the last run
+            os.environ.pop(CAPTURE_CONTENT_ENV, None)
+            if content:
+                os.environ[CAPTURE_CONTENT_ENV] = "true"  # read when the run starts, so it holds for this run only
+            if kind == CREATE_AGENT:
+                job = create_agent(own)
+            else:
+                store, tools = fresh()
+                agent = DefaultsGraphAgent(model, tools, own)
+                job = Job(lambda: agent.run(INSTRUCTIONS, SEED_GOAL), store)
+            job.spans = exporter
+            return job
+
+        return prepare
 
     def session(saver: BaseCheckpointSaver | SqliteCheckpoints, durability: str) -> common.Prepare:
         def prepare() -> Job:
@@ -169,8 +204,11 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
         "handwritten AgentLoop": handwritten,
         BARE_GRAPH: graph(DefaultsGraphAgent),
         GUARDED_GRAPH: graph(GraphAgent),
-        "create_agent contender": create_agent,
+        CREATE_AGENT: create_agent,
     }
+    for kind in TRACED:
+        result[kind + SPANS] = traced(kind, content=False)
+        result[kind + CONTENT] = traced(kind, content=True)
     memory = InMemorySaver()
     for durability in DURABILITIES:
         result[f"GraphSession InMemorySaver {durability}"] = session(memory, durability)
@@ -195,6 +233,12 @@ def check(all_variants: dict[str, common.Prepare]) -> None:
         cart = job.store.cart(CUSTOMER_ID)
         if cart.total != Decimal("16.50") or [line.book.id for line in cart.lines] != [7]:
             raise SystemExit(f"{name} did not do the seed job: cart {cart}")
+        written = [] if job.spans is None else job.spans.get_finished_spans()
+        if name.endswith((SPANS, CONTENT)) and len(written) != 1 + MODEL_CALLS + TOOL_CALLS:
+            raise SystemExit(f"{name} wrote {len(written)} spans, not {1 + MODEL_CALLS + TOOL_CALLS}")
+        with_content = any("gen_ai.input.messages" in (span.attributes or {}) for span in written)
+        if with_content != name.endswith(CONTENT):
+            raise SystemExit(f"{name}: content in its spans is {with_content}")
 
 
 def target_ratios(measured: dict[str, common.Measured]) -> dict[str, float]:
@@ -203,9 +247,12 @@ def target_ratios(measured: dict[str, common.Measured]) -> dict[str, float]:
         "handwritten / floor (target ≤ 1.2)": ("handwritten AgentLoop", FLOOR),
         "handwritten / async floor": ("handwritten AgentLoop", ASYNC_FLOOR),
         "guarded graph / bare graph (target ≤ 1.3)": (GUARDED_GRAPH, BARE_GRAPH),
-        "create_agent / bare graph": ("create_agent contender", BARE_GRAPH),
+        "create_agent / bare graph": (CREATE_AGENT, BARE_GRAPH),
         "in-memory session (async) / guarded graph": ("GraphSession InMemorySaver async", GUARDED_GRAPH),
     }
+    for kind in TRACED:
+        pairs[f"{kind}: spans on / off (the API's no-op)"] = (kind + SPANS, kind)
+        pairs[f"{kind}: spans with content on / off"] = (kind + CONTENT, kind)
     for durability in DURABILITIES:
         pairs[f"SQLite / in-memory session, both durability={durability} (target ≤ 1.3)"] = (
             f"GraphSession SQLite {durability}",

@@ -43,7 +43,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
 from langgraph_version.run import RunContext, RunRecord, calls_this_run, emit, emit_tool_result, final_stop_reason
-from shared_tools import guards
+from langgraph_version.tracing import framework_run
+from shared_tools import guards, telemetry
 from shared_tools.results import (
     AgentLimits,
     AgentOptions,
@@ -56,6 +57,8 @@ from shared_tools.results import (
 )
 from shared_tools.sync import run_blocking
 
+AGENT_NAME = "create-agent"
+"""`gen_ai.agent.name` of this agent's spans (its contender name)."""
 TOOL_CALLS_PER_STEP = 2
 
 
@@ -177,7 +180,9 @@ class RefusalTraceMiddleware(AgentMiddleware):
                 continue
             rejected = message.status == "error"
             guard = Guard.APPROVAL_REFUSED if rejected else None
-            emit(guards.tool_event(calls_this_run(messages), call, message.text, 0.0, is_error=rejected, guard=guard))
+            step = calls_this_run(messages)
+            emit(guards.tool_event(step, call, message.text, 0.0, is_error=rejected, guard=guard))
+            telemetry.current_run().answered(call, step, message.text, is_error=rejected, guard=guard)
 
 
 class CreateAgentContender:
@@ -281,6 +286,20 @@ class CreateAgentContender:
         A dict input is a new turn; a `Command` (the answer to a pause) or None goes on with the thread's run,
         and `earlier` is the trace of that run's stretches before it, so the counts are the whole run's.
         """
+        with framework_run(AGENT_NAME, self.model, config, self.options.tracer_provider) as (spans, config):
+            result = await self._drive(graph, graph_input, config, instructions, earlier=earlier)
+            spans.finish(result)
+        return result
+
+    async def _drive(
+        self,
+        graph: CompiledStateGraph,
+        graph_input: dict[str, Any] | Command | None,
+        config: RunnableConfig,
+        instructions: str,
+        *,
+        earlier: Sequence[TraceEvent],
+    ) -> AgentResult:
         run = RunRecord(self.options.on_event, self.options.on_token)
         try:
             await run.stream(graph, graph_input, config)

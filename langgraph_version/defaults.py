@@ -45,6 +45,7 @@ from langgraph_version.run import (
     invoke_model,
     run_context,
 )
+from langgraph_version.tracing import framework_run
 from shared_tools import guards
 from shared_tools.results import (
     AgentLimits,
@@ -57,6 +58,8 @@ from shared_tools.results import (
 )
 from shared_tools.sync import run_blocking
 
+AGENT_NAME = "langgraph-defaults"
+"""`gen_ai.agent.name` of this agent's spans (its contender name)."""
 SUPERSTEPS_PER_ROUND = 2
 """model + tools: one round of the defaults graph."""
 
@@ -131,6 +134,7 @@ class DefaultsGraphAgent:
     ) -> None:
         if options.needs_approval is not None:
             raise ValueError("needs_approval: LangGraph's defaults have no approval gate (GraphAgent has one)")
+        self.model = model
         self.options = options
         self.limits = options.limits
         self.recursion_limit = defaults_recursion_limit_for(options.limits)
@@ -181,6 +185,20 @@ class DefaultsGraphAgent:
         that run before it, so the counts are the whole run's. The recursion limit is per run, as LangGraph
         counts it.
         """
+        with framework_run(AGENT_NAME, self.model, config, self.options.tracer_provider) as (spans, config):
+            result = await self._drive(graph, graph_input, config, earlier=earlier, cancel=cancel)
+            spans.finish(result)
+        return result
+
+    async def _drive(
+        self,
+        graph: CompiledStateGraph,
+        graph_input: dict[str, Any] | Command | None,
+        config: RunnableConfig,
+        *,
+        earlier: Sequence[TraceEvent],
+        cancel: threading.Event | None,
+    ) -> AgentResult:
         run = RunRecord(self.options.on_event, self.options.on_token)
         try:
             await run.stream(graph, graph_input, {**config, "recursion_limit": self.recursion_limit}, cancel=cancel)

@@ -34,7 +34,7 @@ from langgraph.pregel import Pregel
 from langgraph.runtime import get_runtime
 from langgraph.types import Command
 
-from shared_tools import guards
+from shared_tools import guards, telemetry
 from shared_tools.results import AgentResult, RunStopped, RunUsage, StopReason, Token, TraceEvent
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 
@@ -160,6 +160,8 @@ def emit_tool_result(request: ToolCallRequest, result: ToolMessage | Command, du
     is_error = isinstance(result, ToolMessage) and result.status == "error"
     step = calls_this_run(request.state["messages"])
     emit(guards.tool_event(step, request.tool_call, text, duration_s, is_error=is_error))
+    # A call ToolNode answers itself (an unknown tool) runs no tool, so no tool callback gave it a span.
+    telemetry.current_run().answered_unless_ran(request.tool_call, step, text, is_error=is_error, duration_s=duration_s)
 
 
 def calls_this_run(messages: Sequence[AnyMessage]) -> int:

@@ -384,11 +384,12 @@ def usage_tokens(message: AIMessage) -> int:
     usage = message.usage_metadata
     if not usage:
         return 0
-    parts = _count(usage.get("input_tokens")) + _count(usage.get("output_tokens"))
-    return max(_count(usage.get("total_tokens")), parts)
+    parts = token_count(usage.get("input_tokens")) + token_count(usage.get("output_tokens"))
+    return max(token_count(usage.get("total_tokens")), parts)
 
 
-def _count(value: object) -> int:
+def token_count(value: object) -> int:
+    """One reported token count, read as `usage_tokens` reads it: anything but a non-negative finite number is 0."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         return 0
     return int(value)

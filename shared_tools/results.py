@@ -19,9 +19,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage, ToolCall
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 
 class StopReason(StrEnum):
@@ -204,6 +207,9 @@ class AgentOptions:
     chunk: the cut reply is not kept (the trace says `Guard.MODEL_CANCELLED`). Tokens of a reply come before
     its trace line (`on_event`); a reply that also calls tools may have text too, so join the ANSWER tokens
     of the last step (`Token.step`) for the final answer."""
+    tracer_provider: TracerProvider | None = None
+    """Where the run's OpenTelemetry spans go (`shared_tools.telemetry`). None: OpenTelemetry's global provider,
+    which records nothing until an SDK is set up (`compare.py --otel`)."""
 
 
 STREAM_FALLBACK = "stream_fallback"

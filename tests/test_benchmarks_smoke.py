@@ -39,6 +39,9 @@ def test_overhead_times_every_variant(tmp_path: Path) -> None:
     assert sum(name.startswith("GraphSession SQLite") for name in variants) == 5
     assert all(v["wall"]["n"] == 2 and v["cpu"]["n"] == 2 for v in variants.values())
     assert "handwritten / floor (target ≤ 1.2)" in document["ratios"]
+    for traced in ("DefaultsGraphAgent (bare graph)", "create_agent contender"):
+        assert {traced + " + spans", traced + " + spans + content"} <= set(variants)
+        assert f"{traced}: spans on / off (the API's no-op)" in document["ratios"]
     assert document["machine"]["cpu_count"] >= 1
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
 from webdemo.panes import default_data_dir
 
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FILE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
@@ -66,6 +67,7 @@ def build_serve_parser(prog: str = "compare.py serve") -> argparse.ArgumentParse
     parser.add_argument("--approval-timeout", type=float, default=120.0, metavar="S",
                         help="seconds the hand-written loop waits for the page's yes before it takes a no")  # fmt: skip
     parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
     parser.set_defaults(prog=prog)
     return parser
 
@@ -183,7 +185,8 @@ def _serve(argv: Sequence[str], prog: str) -> int:
                 "process, which the other workers cannot see"
             )
         port = _check_port(args.host, args.port)
-    except UsageError as exc:
+        setup_tracing(args.otel)  # uvicorn's workers set theirs up in `app_from_env`
+    except (UsageError, TracingUnavailable) as exc:
         _say(prog, str(exc))
         return EXIT_USAGE
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
@@ -239,7 +242,7 @@ def _run(args: argparse.Namespace, data: Path | str, port: int) -> None:
     if args.workers > 1:
         announce()  # uvicorn's supervisor binds the socket before it starts the workers
         # uvicorn starts each worker from an import string; the app's arguments travel in the environment.
-        os.environ[ENV_CONFIG] = json.dumps({"data": str(data), **options})
+        os.environ[ENV_CONFIG] = json.dumps({"data": str(data), "otel": args.otel, **options})
         uvicorn.run("webdemo.server:app_from_env", factory=True, workers=args.workers, host=args.host, port=port,
                     log_level="warning", timeout_graceful_shutdown=2)  # fmt: skip
         return

@@ -46,6 +46,7 @@ from starlette.staticfiles import StaticFiles
 from shared_tools.comparison.chat import scripted_knows
 from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.models.personas import KNOWN_GOALS, PERSONAS
+from shared_tools.telemetry_setup import setup_tracing
 from webdemo.panes import MAX_MESSAGE_CHARS, BadRequest, Pane, Phase, Tab, Tabs, TurnRunner
 from webdemo.shared import EventBus, SharedState
 
@@ -75,6 +76,7 @@ def app_from_env() -> Starlette:
     """The app described by ``$WEBDEMO_CONFIG`` (uvicorn's factory for ``--workers N``: one call per process)."""
     config = json.loads(os.environ[ENV_CONFIG])
     data = config.pop("data")
+    setup_tracing(config.pop("otel", None))  # `compare.py serve --otel`: each worker process exports its own spans
     return create_app(data if "://" in data else Path(data), **config)
 
 

@@ -196,6 +196,7 @@ def build_contender(
 
         # create_agent has no switch for parallel tools or for truncating results: that gap is part of the lesson.
         own = AgentOptions(
+            tracer_provider=options.tracer_provider,
             limits=options.limits,
             detailed_errors=options.detailed_errors,
             on_event=options.on_event,

@@ -48,6 +48,7 @@ from shared_tools.comparison.sanitize import clean_line
 from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
 from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
 from shared_tools.models.personas import ScriptExhausted
+from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
 
 GRADED: tuple[Scenario, ...] = tuple(s for s in SCENARIOS if s.name in RUBRIC)
 """The scenarios with a rubric (every one but the cost measurements: long-session, streaming, time-travel)."""
@@ -474,6 +475,7 @@ def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--json", metavar="PATH|-", help="write the results as JSON ('-': stdout)")
     parser.add_argument("--report", metavar="PATH", help="write a self-contained HTML report with pass^k charts")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log the agents' steps (-vv: debug)")
+    parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
     return parser
 
 
@@ -552,7 +554,8 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
         if args.report:
             check_output_file(args.report, "--report")
         check_model(plan.model)
-    except (UsageError, ModelSpecError) as exc:
+        setup_tracing(args.otel)
+    except (UsageError, ModelSpecError, TracingUnavailable) as exc:
         _say(prog, str(exc))
         return EXIT_USAGE
     except ModelUnavailable as exc:

@@ -1,0 +1,109 @@
+"""Where the spans go for the command line and the page: `setup_tracing("console" | "otlp" | None)`.
+
+It needs the `otel` extra (the SDK and the OTLP/HTTP exporter); without it, or with nothing listening at the
+OTLP endpoint, `TracingUnavailable` says in one line what to do. What the standard variables say is left to the
+SDK: OTEL_EXPORTER_OTLP_ENDPOINT and its friends, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*,
+OTEL_SDK_DISABLED. Spans are flushed at interpreter exit (Ctrl-C included) and when a multiprocessing worker ends.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from multiprocessing import util as multiprocessing_util
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+ExportKind = Literal["console", "otlp"]
+EXPORT_KINDS: tuple[ExportKind, ...] = ("console", "otlp")
+SERVICE_NAME = "agent-loop-compare"
+"""The service name when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES gives one."""
+RECEIVER_CHECK_TIMEOUT_S = 2.0
+INSTALL_HINT = "pip install 'agent-loop-compare[otel]'"
+OTEL_HELP = (
+    "send OpenTelemetry GenAI spans of every run to stderr (console) or over OTLP/HTTP to "
+    "$OTEL_EXPORTER_OTLP_ENDPOINT (otlp; default http://localhost:4318); needs the otel extra"
+)
+"""The help of every face's ``--otel`` option."""
+
+
+class TracingUnavailable(RuntimeError):
+    """`--otel` was asked for, but the `otel` extra (the OpenTelemetry SDK and exporter) is not installed."""
+
+
+def setup_tracing(kind: ExportKind | None) -> TracerProvider | None:
+    """Make an SDK provider exporting to `kind` the global one, and return it; None sets up nothing.
+
+    ``console`` writes each span as JSON to stderr (stdout stays the program's output); ``otlp`` sends them over
+    OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318). Both batch the spans.
+    """
+    if kind is None:
+        return None
+    if kind not in EXPORT_KINDS:
+        raise ValueError(f"unknown span exporter {kind!r}; choose one of {', '.join(EXPORT_KINDS)}")
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+    except ImportError:
+        raise TracingUnavailable(f"--otel needs the OpenTelemetry SDK: {INSTALL_HINT}") from None
+    exporter: SpanExporter
+    if kind == "console":
+        exporter = ConsoleSpanExporter(out=sys.stderr)
+    else:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            raise TracingUnavailable(f"--otel otlp needs the OTLP/HTTP exporter: {INSTALL_HINT}") from None
+        exporter = OTLPSpanExporter()  # endpoint, headers, timeout, compression: from the OTEL_* variables
+        # The endpoint as the exporter resolved it from the variables (it has no public accessor).
+        _check_receiver(str(getattr(exporter, "_endpoint", "")))
+    resource = Resource.create()  # what OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES say, and the SDK's own
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
+    provider = TracerProvider(resource=resource)  # shuts down (flushing every span) at interpreter exit
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    _flush_when_a_worker_ends(provider)
+    multiprocessing_util.register_after_fork(provider, _flush_when_a_worker_ends)
+    return provider
+
+
+def _check_receiver(endpoint: str) -> None:
+    """Raise `TracingUnavailable` (one line, how to start one) unless something accepts connections at `endpoint`:
+    otherwise every batch would fail, and the exit would wait out the exporter's retries (about 8 s)."""
+    parts = urlsplit(endpoint)
+    if not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=RECEIVER_CHECK_TIMEOUT_S).close()
+    except OSError:
+        raise TracingUnavailable(
+            f"nothing accepts OTLP/HTTP at {endpoint} (from OTEL_EXPORTER_OTLP_ENDPOINT or its default): start a "
+            "receiver there, e.g. Arize Phoenix (PHOENIX_HOST=127.0.0.1 phoenix serve, then "
+            "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:6006), or use --otel console"
+        ) from None
+
+
+def _flush_when_a_worker_ends(provider: TracerProvider) -> None:
+    """A process forked by multiprocessing ends with ``os._exit``, which runs no atexit handler, but it runs these
+    finalizers first: without one, the spans of runs done in a forked worker would be lost. (A spawned one, such
+    as uvicorn's ``serve --workers`` processes, sets up its own in `webdemo.server.app_from_env`.)"""
+    multiprocessing_util.Finalize(provider, provider.force_flush, exitpriority=0)
+
+
+def flush_tracing() -> None:
+    """Send every span still buffered now (the faces call it before they print their last line)."""
+    try:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+    except ImportError:
+        return
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, TracerProvider):
+        provider.force_flush()

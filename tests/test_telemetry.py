@@ -1,0 +1,679 @@
+"""OpenTelemetry GenAI spans: the span helpers on their own, then every contender that writes spans, then the wire.
+
+Spans are read with the SDK's `InMemorySpanExporter` behind an explicit `TracerProvider` given to the agent
+(`AgentOptions.tracer_provider`), never the global one, which a process can set only once. `SPAN_CONTENDERS` is
+the list every behaviour test runs on: a contender joins the tests by being added to it. A real export goes over
+OTLP/HTTP to a receiver on loopback and is decoded with `opentelemetry-proto`; the command line's `--otel` runs in
+a child process, since it sets the global provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from shared_tools import telemetry
+from shared_tools.bookstore.approval import RiskyWritePolicy
+from shared_tools.bookstore.faults import FAKE_SECRET, Faults
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.comparison.contenders import build_contender
+from shared_tools.comparison.conversations import CheckpointThread
+from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from shared_tools.models import make_model
+from shared_tools.results import AgentOptions, AgentResult, Guard, RunStopped, RunUsage, StopReason
+from tests.doubles import ScriptModel, ai, call
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPAN_CONTENDERS = ("langgraph-defaults", "create-agent")
+"""The contenders that write spans; the hand-written loop and the guarded graph join when they do."""
+FRAMEWORK_ONLY = ("langgraph-defaults", "create-agent")
+"""Contenders whose spans come from LangChain's callbacks (no time budget, no cooperative cancel in create_agent)."""
+
+CONTENT_ATTRIBUTES = (
+    telemetry.INPUT_MESSAGES,
+    telemetry.OUTPUT_MESSAGES,
+    telemetry.TOOL_CALL_ARGUMENTS,
+    telemetry.TOOL_CALL_RESULT,
+)
+
+
+class AtStart(SpanProcessor):
+    """Keeps every span's attributes as they were when it started (the conventions want some set by then)."""
+
+    def __init__(self) -> None:
+        self.attributes: dict[int, dict[str, Any]] = {}
+
+    def on_start(self, span: Span, parent_context: Any = None) -> None:
+        self.attributes[span.context.span_id] = dict(span.attributes or {})
+
+
+class Spans:
+    """A provider of its own, the spans it finished, and the attributes each had at its start."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.at_start = AtStart()
+        self.provider = TracerProvider()
+        self.provider.add_span_processor(self.at_start)
+        self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+
+    @property
+    def finished(self) -> list[ReadableSpan]:
+        return sorted(self.exporter.get_finished_spans(), key=lambda s: s.start_time or 0)
+
+    def root(self) -> ReadableSpan:
+        """The one span without a parent: the run's ``invoke_agent``; every other span must be its child."""
+        roots = [s for s in self.finished if s.parent is None]
+        assert len(roots) == 1, [s.name for s in roots]
+        root = roots[0]
+        for span in self.finished:
+            if span is not root:
+                assert span.parent is not None and span.parent.span_id == root.context.span_id, span.name
+                assert span.context.trace_id == root.context.trace_id
+        return root
+
+    def of(self, operation: str) -> list[ReadableSpan]:
+        return [s for s in self.finished if (s.attributes or {}).get(telemetry.OPERATION) == operation]
+
+    def clear(self) -> None:
+        self.exporter.clear()
+        self.at_start.attributes.clear()
+
+
+@pytest.fixture
+def spans() -> Iterator[Spans]:
+    recorded = Spans()
+    yield recorded
+    recorded.provider.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _no_content_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(telemetry.CAPTURE_CONTENT_ENV, raising=False)
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _callbacks_never_fail(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """langchain-core logs a callback handler's exception and goes on: a bug in `SpanCallbacks` must fail here."""
+    yield
+    failures = [r.getMessage() for r in caplog.records if "SpanCallbacks" in r.getMessage()]
+    assert failures == []
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def everything_in(spans: Sequence[ReadableSpan]) -> str:
+    """Every name, attribute, event and status text of `spans`, as one string to search."""
+    parts: list[Any] = []
+    for span in spans:
+        parts += [span.name, attrs(span), span.status.description]
+        parts += [[event.name, dict(event.attributes or {})] for event in span.events]
+        parts += [dict(link.attributes or {}) for link in span.links]
+    return json.dumps(parts, default=str)
+
+
+def contender(name: str, model: Any, tools: list[BaseTool], provider: TracerProvider, **options: Any) -> Any:
+    return build_contender(name, model, tools, AgentOptions(tracer_provider=provider, **options))
+
+
+# --- the helpers on their own -----------------------------------------------------------------------------
+
+
+def fake_run(spans: Spans, *, fail_with: BaseException | None = None) -> None:
+    """A run as a loop would write it: two model calls, one tool that runs, one call a guard refused."""
+    model = make_model("scripted")
+    history = [SystemMessage("be brief"), HumanMessage("find it")]
+    reply = AIMessage("", tool_calls=[{"name": "search_books", "args": {"query": "x"}, "id": "c1"}])
+    reply.usage_metadata = {"input_tokens": 30, "output_tokens": 5, "total_tokens": 35}
+    answer = AIMessage("Found it.", usage_metadata={"input_tokens": 40, "output_tokens": 3, "total_tokens": 43})
+    with telemetry.agent_run("demo", model, provider=spans.provider, conversation_id="thread-1") as run:
+        with run.chat(1, history) as chat:
+            chat.replied(reply)
+        with run.tool(reply.tool_calls[0], 1) as running:
+            running.answered("[]", is_error=False)
+        run.answered({"name": "search_books", "args": {"query": "x"}, "id": "c2"}, 1, "You already called",
+                     is_error=True, guard=Guard.REPEAT)  # fmt: skip
+        with run.chat(2, [*history, reply]) as chat:
+            if fail_with is not None:
+                raise fail_with
+            chat.replied(answer)
+        run.finish(AgentResult.of_run(StopReason.DONE, RunUsage(), answer="Found it.", trace=[], messages=[]))
+
+
+def test_the_helpers_build_one_tree_with_the_names_kinds_and_attributes_of_the_conventions(spans: Spans) -> None:
+    fake_run(spans)
+    root = spans.root()
+    assert [s.name for s in spans.finished] == [
+        "invoke_agent demo", "chat scripted", "execute_tool search_books", "execute_tool search_books", "chat scripted"
+    ]  # fmt: skip
+    assert root.kind is SpanKind.INTERNAL and root.status.status_code is StatusCode.UNSET
+    assert attrs(root) == {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "scripted", "gen_ai.agent.name": "demo",
+        "gen_ai.request.model": "scripted", "gen_ai.conversation.id": "thread-1", "agent_loop.stop_reason": "done",
+        "gen_ai.usage.input_tokens": 70, "gen_ai.usage.output_tokens": 8,
+    }  # fmt: skip
+    first_chat, ran, refused, last_chat = spans.finished[1:]
+    assert first_chat.kind is SpanKind.CLIENT
+    assert attrs(first_chat) == {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "scripted", "gen_ai.request.model": "scripted",
+        "agent_loop.step": 1, "gen_ai.usage.input_tokens": 30, "gen_ai.usage.output_tokens": 5,
+        "gen_ai.response.finish_reasons": ("tool_calls",),
+    }  # fmt: skip
+    assert attrs(last_chat)["gen_ai.response.finish_reasons"] == ("stop",)
+    assert ran.kind is SpanKind.INTERNAL and ran.status.status_code is StatusCode.UNSET
+    assert attrs(ran) == {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_books", "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.id": "c1", "agent_loop.step": 1,
+    }  # fmt: skip
+    assert refused.status.status_code is StatusCode.ERROR
+    assert attrs(refused)["agent_loop.guard"] == "repeat" and attrs(refused)["error.type"] == "repeat"
+    # What sampling may look at is there when each span starts.
+    for span in spans.finished:
+        at_start = spans.at_start.attributes[span.context.span_id]
+        wanted = {"gen_ai.operation.name"} | {
+            "invoke_agent": {"gen_ai.provider.name", "gen_ai.request.model", "gen_ai.agent.name"},
+            "chat": {"gen_ai.provider.name", "gen_ai.request.model"},
+            "execute_tool": {"gen_ai.tool.name", "gen_ai.tool.call.id"},
+        }[attrs(span)["gen_ai.operation.name"]]
+        assert wanted <= at_start.keys(), span.name
+
+
+@pytest.mark.parametrize(
+    ("failure", "kind"),
+    [
+        (RuntimeError("db refused postgres://shop:hunter2@db/orders"), "RuntimeError"),
+        (asyncio.CancelledError(), "asyncio.exceptions.CancelledError"),
+        (RunStopped(StopReason.TIME_BUDGET), "time_budget"),
+    ],
+)
+def test_a_failure_leaving_the_run_ends_the_open_span_and_the_run_with_error_type_and_never_its_text(
+    spans: Spans, failure: BaseException, kind: str
+) -> None:
+    with pytest.raises(type(failure)):
+        fake_run(spans, fail_with=failure)
+    root = spans.root()
+    cut = spans.finished[-1]
+    for span in (root, cut):
+        assert span.status.status_code is StatusCode.ERROR
+        assert attrs(span)["error.type"] == kind
+    assert "hunter2" not in everything_in(spans.finished) and "db refused" not in everything_in(spans.finished)
+
+
+def test_a_child_left_open_is_ended_with_the_run_as_unfinished(spans: Spans) -> None:
+    with telemetry.agent_run("demo", make_model("scripted"), provider=spans.provider) as run:
+        run.tool({"name": "view_cart", "args": {}, "id": "c1"}, 1)  # never ended by the caller
+        run.finish(AgentResult.of_run(StopReason.MAX_STEPS, RunUsage(), answer=None, trace=[], messages=[]))
+    root = spans.root()
+    assert attrs(root)["error.type"] == "max_steps" and root.status.status_code is StatusCode.ERROR
+    assert attrs(spans.finished[1])["error.type"] == telemetry.UNFINISHED
+
+
+def test_the_model_info_comes_from_each_model_s_langsmith_params() -> None:
+    from langchain_ollama import ChatOllama
+
+    assert telemetry.ModelInfo.of(make_model("scripted")) == telemetry.ModelInfo("scripted", "scripted")
+    assert telemetry.ModelInfo.of(ChatOllama(model="qwen3:4b")) == telemetry.ModelInfo("ollama", "qwen3:4b")
+    bound = make_model("scripted").bind_tools(make_tools(BookStore()))
+    assert telemetry.ModelInfo.of(bound) == telemetry.ModelInfo("scripted", "scripted")
+    # A model with no name still gets its chat span, named plain "chat".
+    assert telemetry.ModelInfo.of(ScriptModel(replies=[])) == telemetry.ModelInfo("scriptmodel", None)
+
+
+# --- off costs nothing ------------------------------------------------------------------------------------
+
+
+def _must_not_run(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("built while nothing records")
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+def test_without_an_sdk_nothing_is_built_even_with_content_capture_on(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
+    for helper in ("mask_pii", "mask_values", "_json", "_message_json", "capture_content"):
+        monkeypatch.setattr(telemetry, helper, _must_not_run)
+    assert telemetry.tracer_for() is None  # the API's proxy: no SDK was set up in this process
+    agent = build_contender(name, make_model("scripted"), make_tools(BookStore()), AgentOptions())
+    assert agent.run(INSTRUCTIONS, SEED_GOAL).ok
+    with telemetry.agent_run("demo", make_model("scripted")) as run:
+        assert run is telemetry.OFF
+        assert run.chat(1, []) is telemetry.OFF_CHILD and run.tool({"name": "x", "args": {}, "id": "1"}, 1) is (
+            telemetry.OFF_CHILD
+        )
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+def test_otel_sdk_disabled_turns_an_sdk_provider_off(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    disabled = Spans()  # the SDK reads the variable when the provider is made
+    assert telemetry.tracer_for(disabled.provider) is None
+    assert contender(name, make_model("scripted"), make_tools(BookStore()), disabled.provider).run(
+        INSTRUCTIONS, SEED_GOAL
+    ).ok
+    assert disabled.finished == []
+
+
+# --- the contenders ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+def test_a_seed_run_is_one_invoke_agent_with_a_chat_per_model_call_and_a_tool_span_per_call(
+    name: str, spans: Spans
+) -> None:
+    result = contender(name, make_model("scripted"), make_tools(BookStore()), spans.provider).run(
+        INSTRUCTIONS, SEED_GOAL
+    )
+    assert result.ok
+    root = spans.root()
+    assert root.name == f"invoke_agent {name}" and attrs(root)["gen_ai.agent.name"] == name
+    assert attrs(root)["agent_loop.stop_reason"] == "done" and root.status.status_code is StatusCode.UNSET
+    chats, tools = spans.of("chat"), spans.of("execute_tool")
+    assert len(chats) == result.model_calls == 5 and len(tools) == result.tool_calls == 4
+    assert {c.name for c in chats} == {"chat scripted"} and {c.kind for c in chats} == {SpanKind.CLIENT}
+    assert [attrs(c)["agent_loop.step"] for c in chats] == [1, 2, 3, 4, 5]
+    assert [attrs(t)["agent_loop.step"] for t in tools] == [1, 2, 3, 4]
+    calls = [c for m in result.messages if isinstance(m, AIMessage) for c in m.tool_calls]
+    assert [(t.name, attrs(t)["gen_ai.tool.call.id"]) for t in tools] == [
+        (f"execute_tool {c['name']}", c["id"]) for c in calls
+    ]
+    assert [attrs(c)["gen_ai.response.finish_reasons"] for c in chats] == [("tool_calls",)] * 4 + [("stop",)]
+    tokens_in = sum(attrs(c)["gen_ai.usage.input_tokens"] for c in chats)
+    tokens_out = sum(attrs(c)["gen_ai.usage.output_tokens"] for c in chats)
+    assert tokens_in + tokens_out == result.tokens
+    assert (attrs(root)["gen_ai.usage.input_tokens"], attrs(root)["gen_ai.usage.output_tokens"]) == (
+        tokens_in,
+        tokens_out,
+    )
+    assert not set(CONTENT_ATTRIBUTES) & set().union(*(attrs(s).keys() for s in spans.finished))
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+def test_a_tool_that_raises_has_an_error_span_with_its_type_and_no_secret(name: str, spans: Spans) -> None:
+    agent = contender(
+        name, make_model("scripted"), make_tools(BookStore(), faults=Faults(failing_tool="check_stock")),
+        spans.provider,
+    )  # fmt: skip
+    try:
+        agent.run(INSTRUCTIONS, SEED_GOAL)
+    except RuntimeError:
+        root = spans.root()  # LangGraph's defaults re-raise the tool's exception: the run's span says so
+        assert attrs(root)["error.type"] == "RuntimeError" and root.status.status_code is StatusCode.ERROR
+    failed = [t for t in spans.of("execute_tool") if t.name == "execute_tool check_stock"]
+    assert failed and all(t.status.status_code is StatusCode.ERROR for t in failed)
+    assert {attrs(t)["error.type"] for t in failed} == {"RuntimeError"}
+    assert FAKE_SECRET not in everything_in(spans.finished)
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+def test_a_call_the_framework_answers_without_a_tool_still_gets_its_span(name: str, spans: Spans) -> None:
+    result = contender(name, make_model("scripted:hallucinator"), make_tools(BookStore()), spans.provider).run(
+        INSTRUCTIONS, SEED_GOAL
+    )
+    spans.root()
+    unknown = [t for t in spans.of("execute_tool") if attrs(t)["gen_ai.tool.name"] == "find_book"]
+    assert len(unknown) == 1 and unknown[0].status.status_code is StatusCode.ERROR
+    assert len(spans.of("execute_tool")) == result.tool_calls
+
+
+def test_a_call_the_human_refused_is_a_span_with_the_approval_guard(spans: Spans) -> None:
+    from langgraph_version import create_agent_contender
+
+    store = BookStore()
+    options = AgentOptions(needs_approval=RiskyWritePolicy(store), tracer_provider=spans.provider)
+    agent = create_agent_contender(make_model("scripted"), make_tools(store), options, checkpointer=InMemorySaver())
+    thread = CheckpointThread(agent, INSTRUCTIONS, "approval-1")
+    paused = thread.ask("Add 5 copies of The Quiet Orchard to my cart.")
+    assert paused.stop_reason is StopReason.AWAITING_APPROVAL
+    pause_root = spans.root()
+    assert attrs(pause_root)["agent_loop.stop_reason"] == "awaiting_approval"
+    assert pause_root.status.status_code is StatusCode.UNSET  # a pause is not a failure
+    spans.clear()
+    thread.resume(False)
+    resumed = spans.root()
+    refused = [t for t in spans.of("execute_tool") if attrs(t).get("agent_loop.guard") == "approval_refused"]
+    assert len(refused) == 1 and refused[0].name == "execute_tool add_to_cart"
+    assert refused[0].status.status_code is StatusCode.ERROR
+    # The pause and the resume are one conversation: the thread's id ties them together.
+    assert attrs(pause_root)["gen_ai.conversation.id"] == attrs(resumed)["gen_ai.conversation.id"] == "approval-1"
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+def test_each_turn_of_a_conversation_carries_its_thread_id(name: str, spans: Spans) -> None:
+    agent = contender(name, make_model("scripted"), make_tools(BookStore()), spans.provider)
+    thread = CheckpointThread(agent, INSTRUCTIONS, "conversation-7")
+    assert thread.ask(SEED_GOAL).ok and thread.ask("What is my cart total now?").ok
+    roots = [s for s in spans.finished if s.parent is None]
+    assert len(roots) == 2 and {attrs(r)["gen_ai.conversation.id"] for r in roots} == {"conversation-7"}
+    assert len({r.context.trace_id for r in roots}) == 2  # a trace per turn, tied by the conversation id
+
+
+def test_a_cancel_of_the_defaults_graph_ends_its_run_span_as_cancelled(spans: Spans) -> None:
+    cancel = threading.Event()
+    agent = contender(
+        "langgraph-defaults", make_model("scripted"), make_tools(BookStore()), spans.provider,
+        on_event=lambda event: cancel.set() if event.name == "check_stock" else None,
+    )  # fmt: skip
+    result = agent.run(INSTRUCTIONS, SEED_GOAL, cancel=cancel)
+    assert result.stop_reason is StopReason.CANCELLED
+    root = spans.root()
+    assert attrs(root)["agent_loop.stop_reason"] == "cancelled" and attrs(root)["error.type"] == "cancelled"
+    assert root.status.status_code is StatusCode.ERROR
+    assert all(s.end_time is not None for s in spans.finished)
+
+
+@pytest.mark.parametrize("name", FRAMEWORK_ONLY)
+@pytest.mark.parametrize("how", ["timeout", "cancel"])
+async def test_a_run_cut_from_outside_ends_the_running_tool_and_the_run_with_error(
+    name: str, how: str, spans: Spans
+) -> None:
+    """Neither framework contender has a time budget of its own, so a caller cuts it: `asyncio.timeout` or a
+    cancel of its task, once the first (slow) tool has started. No span may be left open (an open span is never
+    exported)."""
+    agent = contender(name, make_model("scripted"), make_tools(BookStore(), faults=Faults(latency_s=5.0)),
+                      spans.provider)  # fmt: skip
+
+    async def tool_started() -> None:
+        while not any(a.get("gen_ai.operation.name") == "execute_tool" for a in spans.at_start.attributes.values()):
+            await asyncio.sleep(0.01)
+
+    task = asyncio.ensure_future(agent.arun(INSTRUCTIONS, SEED_GOAL))
+    if how == "timeout":
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(None) as deadline:
+                await asyncio.wait_for(tool_started(), 60)
+                deadline.reschedule(asyncio.get_running_loop().time() + 0.05)
+                await task
+        assert task.cancelled()
+    else:
+        await asyncio.wait_for(tool_started(), 60)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    root = spans.root()
+    assert root.status.status_code is StatusCode.ERROR
+    assert attrs(root)["error.type"] == "asyncio.exceptions.CancelledError"
+    cut = spans.of("execute_tool")
+    assert len(cut) == 1 and cut[0].name == "execute_tool search_books"
+    assert cut[0].status.status_code is StatusCode.ERROR
+    assert attrs(cut[0])["error.type"] == "asyncio.exceptions.CancelledError"
+
+
+# --- content: opt-in, masked ------------------------------------------------------------------------------
+
+EMAIL, STREET, CREDENTIALS = "ann.lee@example.com", "12 Baker Street", "shop:hunter2@"
+
+
+def leaky_tools() -> list[BaseTool]:
+    @tool
+    def lookup(query: str) -> str:
+        """Look a customer up."""
+        return f"customer {query}: {EMAIL}, {STREET}, orders at postgres://{CREDENTIALS}db/orders"
+
+    return [lookup]
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+@pytest.mark.parametrize("setting", ["true", "TRUE", "span_only"])
+def test_content_capture_puts_masked_messages_arguments_and_results_in_the_conventions_shapes(
+    name: str, setting: str, spans: Spans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, setting)
+    model = ScriptModel(replies=[ai("", call("lookup", "c1", query=f"{EMAIL} at {STREET}")), ai(f"Done, {EMAIL}.")])
+    contender(name, model, leaky_tools(), spans.provider).run("Be brief.", f"Find {EMAIL}, {STREET}.")
+    spans.root()
+    text = everything_in(spans.finished)
+    assert EMAIL not in text and STREET not in text and "hunter2" not in text
+    first, last = spans.of("chat")
+    assert first.name == "chat"  # a model without a name still gets its span
+    sent = json.loads(attrs(first)[telemetry.INPUT_MESSAGES])
+    assert [m["role"] for m in sent][-1] == "user"
+    assert sent[-1]["parts"] == [{"type": "text", "content": "Find <email>, <address>"}]  # the mask takes "St."'s dot
+    said = json.loads(attrs(first)[telemetry.OUTPUT_MESSAGES])
+    assert said == [{"role": "assistant", "finish_reason": "tool_call", "parts": [
+        {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": {"query": "<email> at <address>"}}
+    ]}]  # fmt: skip
+    (ran,) = spans.of("execute_tool")
+    assert json.loads(attrs(ran)[telemetry.TOOL_CALL_ARGUMENTS]) == {"query": "<email> at <address>"}
+    assert attrs(ran)[telemetry.TOOL_CALL_RESULT] == (
+        "customer <email> at <address>: <email>, <address>, orders at postgres://<credentials>@db/orders"
+    )
+    resent = json.loads(attrs(last)[telemetry.INPUT_MESSAGES])
+    assert resent[-1]["role"] == "tool" and resent[-1]["parts"][0]["type"] == "tool_call_response"
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+@pytest.mark.parametrize("setting", [None, "false", "no_content", "1"])
+def test_content_stays_out_unless_switched_on(
+    name: str, setting: str | None, spans: Spans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if setting is not None:
+        monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, setting)
+    model = ScriptModel(replies=[ai("", call("lookup", "c1", query="x")), ai("Done.")])
+    contender(name, model, leaky_tools(), spans.provider).run("Be brief.", "Find x.")
+    assert len(spans.finished) == 4
+    assert not set(CONTENT_ATTRIBUTES) & set().union(*(attrs(s).keys() for s in spans.finished))
+
+
+# --- the property: personal data and secrets never reach a span -------------------------------------------
+
+_word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=3, max_size=8)
+emails = st.builds(lambda a, b, c: f"{a}.{b}@{c}.com", _word, _word, _word)
+kinds = st.sampled_from(["Street", "Road", "Lane"])
+streets = st.builds(lambda n, w, kind: f"{n} {w.title()} {kind}", st.integers(1, 9999), _word, kinds)
+passwords = st.text(alphabet="ABCDEFGHJKMNPQRSTUVWXYZ23456789", min_size=10, max_size=16)
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(email=emails, street=streets, password=passwords)
+def test_no_address_email_or_secret_reaches_any_attribute_or_event(
+    name: str, email: str, street: str, password: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Content capture on (the worst case). The goal, the model's arguments and answer, a tool's result and a tool
+    call's id and name carry an e-mail and an address; a tool's exception text carries a password that no mask
+    would recognise (it is never put on a span); a URL in a result carries one in its credentials."""
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
+    recorded = Spans()
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look a customer up."""
+        return f"{query}: {email}, {street}, db postgres://shop:{password}@db/x"
+
+    @tool
+    def orders(query: str) -> str:
+        """The customer's orders."""
+        raise RuntimeError(f"orders db refused login with {password}")
+
+    model = ScriptModel(replies=[
+        ai("", call("lookup", f"id-{email}", query=f"{email} {street}")),
+        ai("", call("orders", "o1", query=street), call(email, "u1", query="x")),
+        ai(f"Done for {email} at {street}."),
+    ])  # fmt: skip
+    agent = contender(name, model, [lookup, orders], recorded.provider)
+    with contextlib.suppress(RuntimeError):  # LangGraph's defaults re-raise the tool's exception
+        agent.run("Be brief.", f"I am {email}, {street}.")
+    try:
+        assert recorded.finished, "the run wrote spans"
+        text = everything_in(recorded.finished)
+        for secret in (email, street, password):
+            assert secret not in text
+    finally:
+        recorded.provider.shutdown()
+
+
+# --- the wire ---------------------------------------------------------------------------------------------
+
+
+class Receiver:
+    """An OTLP/HTTP receiver on loopback: keeps every ``POST /v1/traces`` body and answers 200."""
+
+    def __init__(self) -> None:
+        bodies = self.bodies = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                bodies.append((self.path, self.headers.get("Content-Type"), self.rfile.read(length)))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def spans(self) -> list[tuple[dict[str, Any], Any]]:
+        """Every span received, decoded, with its resource's attributes."""
+        found = []
+        for path, content_type, body in self.bodies:
+            assert path == "/v1/traces" and content_type == "application/x-protobuf"
+            request = ExportTraceServiceRequest.FromString(body)
+            for resource_spans in request.resource_spans:
+                resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
+                for scope_spans in resource_spans.scope_spans:
+                    found += [(resource, span) for span in scope_spans.spans]
+        return found
+
+
+def _value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    return getattr(value, kind) if kind else None
+
+
+def test_spans_go_over_otlp_http_as_protobuf_the_collector_can_read() -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    with Receiver() as receiver:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces")))
+        agent = contender("create-agent", make_model("scripted"), make_tools(BookStore()), provider)
+        assert agent.run(INSTRUCTIONS, SEED_GOAL).ok
+        provider.shutdown()
+        received = receiver.spans()
+    names = [span.name for _, span in received]
+    assert sorted(set(names)) == [
+        "chat scripted", "execute_tool add_to_cart", "execute_tool check_stock", "execute_tool search_books",
+        "invoke_agent create-agent",
+    ]  # fmt: skip
+    assert len(names) == 10
+    root = next(span for _, span in received if span.name == "invoke_agent create-agent")
+    root_attributes = {a.key: _value(a.value) for a in root.attributes}
+    assert root_attributes["gen_ai.agent.name"] == "create-agent"
+    assert root_attributes["agent_loop.stop_reason"] == "done"
+    chat = next(span for _, span in received if span.name == "chat scripted")
+    assert chat.kind == chat.SPAN_KIND_CLIENT and chat.parent_span_id == root.span_id
+    chat_attributes = {a.key: _value(a.value) for a in chat.attributes}
+    assert chat_attributes["gen_ai.response.finish_reasons"] == ["tool_calls"]
+
+
+def _compare(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "compare.py"), *args], capture_output=True, text=True, timeout=120,
+        env={**os.environ, **env}, cwd=ROOT,
+    )  # fmt: skip
+
+
+def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_spans_by_exit() -> None:
+    with Receiver() as receiver:
+        done = _compare(
+            "bookstore", "orders", "--contenders", "langgraph-defaults,create-agent", "--otel", "otlp",
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "bookstore-class",
+                 telemetry.CAPTURE_CONTENT_ENV: "false"},
+        )  # fmt: skip
+        received = receiver.spans()
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    roots = [span for _, span in received if span.name.startswith("invoke_agent")]
+    # bookstore: 1 goal, orders: 2 questions; per contender.
+    assert sorted(span.name for span in roots) == ["invoke_agent create-agent"] * 3 + [
+        "invoke_agent langgraph-defaults"
+    ] * 3
+    assert {resource["service.name"] for resource, _ in received} == {"bookstore-class"}
+
+
+CLOSING_TABLES = "shared_tools.comparison.render:render_who_owns_what"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
+def test_spans_of_the_finished_runs_are_sent_when_ctrl_c_ends_the_program() -> None:
+    """Ctrl-C while the closing tables are written (after every run, before the batch's next export)."""
+    with Receiver() as receiver:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "pause_at.py"), f"call:{CLOSING_TABLES}", "compare.py", "bookstore",
+             "orders", "--contenders", "langgraph-defaults,create-agent", "--no-trace", "--otel", "otlp"],
+            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                 "OTEL_BSP_SCHEDULE_DELAY": "600000"},  # no export on the batch's clock: only the exit sends them
+        )  # fmt: skip
+        assert process.stderr is not None
+        for line in process.stderr:
+            if line.startswith("PAUSED"):
+                break
+        assert receiver.bodies == []
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        received = receiver.spans()
+    assert process.returncode == 130, err
+    assert len([span for _, span in received if span.name.startswith("invoke_agent")]) == 6
+
+
+def test_otel_without_a_receiver_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path) -> None:
+    done = _compare("bookstore", "--otel", "otlp", env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "nothing accepts OTLP/HTTP at http://127.0.0.1:9/v1/traces" in done.stderr
+
+
+def test_otel_without_the_extra_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    import compare
+
+    for module in ("opentelemetry.sdk", "opentelemetry.sdk.trace", "opentelemetry.sdk.resources"):
+        monkeypatch.setitem(sys.modules, module, None)  # what importing a package that is not installed does
+    assert compare.main(["bookstore", "--otel", "console"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "compare.py: --otel needs the OpenTelemetry SDK: pip install 'agent-loop-compare[otel]'\n"
