@@ -16,10 +16,11 @@ same words. There is one implementation, async; `run` only drives it. Nothing he
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from langchain_core.language_models import BaseChatModel
@@ -204,26 +205,48 @@ class AgentLoop:
         """Answer every call with one ToolMessage, appended in call order. True when any answer is an error.
 
         Guard decisions (`admit`) are always made in call order, before a call runs, so the repeat count doesn't
-        depend on which parallel call finishes first.
+        depend on which parallel call finishes first. The tools run `within_time_budget`, as the model call does.
         """
         admitted: list[ToolCall] = []  # the calls of this reply allowed to run so far, for the approval rule
         if self.options.parallel_tools:
             verdicts = [(call, self.admit(run, call, admitted)) for call in calls]
-            tasks = [asyncio.ensure_future(self.run_tool(run, call, verdict)) for call, verdict in verdicts]
-            try:
-                await asyncio.gather(*tasks)
-            finally:
-                # Also when the round is cancelled: a call that finished (and may have written) keeps its real
-                # result; the others are answered by `answer_open_calls`.
-                answers = [task.result() for task in tasks if task.done() and not task.cancelled()]
-                for answer in answers:
-                    self._record(run, answer)
+            async with self.within_time_budget(run, calls):
+                tasks = [asyncio.ensure_future(self.run_tool(run, call, verdict)) for call, verdict in verdicts]
+                try:
+                    await asyncio.gather(*tasks)
+                finally:
+                    # Also when the round is cut short: a call that finished (and may have written) keeps its real
+                    # result; the others are answered by `within_time_budget` or `answer_open_calls`.
+                    answers = [task.result() for task in tasks if task.done() and not task.cancelled()]
+                    for answer in answers:
+                        self._record(run, answer)
         else:
             answers = []
             for call in calls:
-                answers.append(await self.run_tool(run, call, self.admit(run, call, admitted)))
+                verdict = self.admit(run, call, admitted)  # a human's wait here is not the tools' time
+                async with self.within_time_budget(run, calls):
+                    answers.append(await self.run_tool(run, call, verdict))
                 self._record(run, answers[-1])  # live: on_event sees each call as soon as it is answered
         return any(message.status == "error" for message, _ in answers)
+
+    @contextlib.asynccontextmanager
+    async def within_time_budget(self, run: _Run, calls: Sequence[ToolCall]) -> AsyncIterator[None]:
+        """Run tools bounded by what is left of the time budget. When it runs out, every unanswered call of
+        `calls` is answered (`guards.tool_cut_answer`: a tool cut off mid-run may have completed, since its worker
+        thread cannot be stopped) and the run stops."""
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.limits.time_left(run.usage)) as deadline:
+                yield
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            answered = {m.tool_call_id for m in run.history if isinstance(m, ToolMessage)}
+            for call in (c for c in calls if c["id"] not in answered):
+                running, waited = call["id"] in run.running, time.perf_counter() - started
+                cut = guards.tool_cut_answer(run.usage.model_calls, call, running=running, duration_s=waited)
+                self._record(run, cut)
+            raise RunStopped(StopReason.TIME_BUDGET) from None
 
     def admit(self, run: _Run, call: ToolCall, admitted: list[ToolCall]) -> BaseTool | guards.Refusal:
         """The tool to run for `call`, or the refusal the model gets instead; `admitted` collects the calls let through.

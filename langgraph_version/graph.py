@@ -224,28 +224,43 @@ class GuardedNodes:
         admitted: list[ToolCall] = []  # the calls of this reply let through so far, for the approval rule
         decisions: dict[str, bool] = {}  # the human's answers read so far in this node run, by call id
         answers: list[tuple[ToolMessage, TraceEvent]] = []
-        if self.options.parallel_tools:
-            if not run_context().cancelled:
-                # Every call is screened, in call order, before any runs: repeat counts never depend on timing.
-                verdicts = [(call, self.admit(call, seen, admitted, decisions)) for call in calls]
-                tasks = [
-                    asyncio.ensure_future(self.run_tool(step, call, verdict, open_calls)) for call, verdict in verdicts
-                ]
-                try:
-                    await asyncio.gather(*tasks)
-                finally:
-                    # Also when the round is cancelled: a call that finished (and may have written) keeps its
-                    # real result, on the trace too.
-                    answers = [task.result() for task in tasks if task.done() and not task.cancelled()]
-                    for _, event in answers:
-                        emit(event)
-        else:
-            for call in calls:
-                if run_context().cancelled:
-                    break
-                verdict = self.admit(call, seen, admitted, decisions)
-                answers.append(await self.run_tool(step, call, verdict, open_calls))
-                emit(answers[-1][1])  # live: on_event may set the cancel that the next call checks
+        started, out_of_time = time.perf_counter(), False
+        try:
+            # The time budget bounds the round as it bounds a model call (see the loop's `run_tools`).
+            async with asyncio.timeout(self.limits.time_left(usage_of(state))) as deadline:
+                if self.options.parallel_tools:
+                    if not run_context().cancelled:
+                        # Every call is screened, in call order, before any runs: repeat counts never depend on
+                        # timing.
+                        verdicts = [(call, self.admit(call, seen, admitted, decisions)) for call in calls]
+                        tasks = [
+                            asyncio.ensure_future(self.run_tool(step, call, verdict, open_calls))
+                            for call, verdict in verdicts
+                        ]
+                        try:
+                            await asyncio.gather(*tasks)
+                        finally:
+                            # Also when the round is cut short: a call that finished (and may have written) keeps
+                            # its real result, on the trace too.
+                            answers = [task.result() for task in tasks if task.done() and not task.cancelled()]
+                            for _, event in answers:
+                                emit(event)
+                else:
+                    for call in calls:
+                        if run_context().cancelled:
+                            break
+                        verdict = self.admit(call, seen, admitted, decisions)
+                        answers.append(await self.run_tool(step, call, verdict, open_calls))
+                        emit(answers[-1][1])  # live: on_event may set the cancel that the next call checks
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            out_of_time = True
+            for call in (c for c in calls if c["id"] not in open_calls.answers):
+                running, waited = call["id"] in open_calls.running, time.perf_counter() - started
+                message, event = guards.tool_cut_answer(step, call, running=running, duration_s=waited)
+                open_calls.answers[call["id"]] = message
+                emit(event)
         # Calls a cancel stopped still get a result: a reply with unanswered calls is a broken history.
         results = [open_calls.answer_for(call) for call in calls]
         update: dict[str, Any] = {
@@ -253,7 +268,9 @@ class GuardedNodes:
             "tool_calls": state["tool_calls"] + len(calls),
             "seen_calls": seen,
         }
-        if len(answers) < len(calls):
+        if out_of_time:
+            update |= stopped(StopReason.TIME_BUDGET)
+        elif len(answers) < len(calls):
             update |= stopped(StopReason.CANCELLED)
         elif not any(message.status == "error" for message in results):
             update["consecutive_error_rounds"] = 0

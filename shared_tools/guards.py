@@ -36,6 +36,13 @@ CANCELLED_WHILE_RUNNING_TEXT = "Cancelled while it was running: it may have comp
 """The result given to a tool call a cancel cut off mid-run: its write may have landed (a store commit, a worker
 thread that cannot be stopped), so the model must not be told it did not run."""
 
+TOOL_CUT_RUNNING_TEXT = (
+    "Cut off by the time budget while it was running: it may have completed. Check before doing it again."
+)
+"""The result of a tool call the time budget cut off mid-run: like a cancel's, its write may have landed."""
+
+TOOL_CUT_UNSTARTED_TEXT = "Not run: the time budget ran out before it started."
+
 MODEL_TIMED_OUT_DETAIL = "no reply within the time budget"
 """Trace detail of a model call that the time budget cut off."""
 
@@ -275,6 +282,13 @@ def tool_answer(
         guard = Guard.TRUNCATED
     event = tool_event(step, call, cut, duration_s, is_error=is_error, guard=guard)
     return tool_result(call, cut, is_error=is_error), event
+
+
+def tool_cut_answer(step: int, call: ToolCall, *, running: bool, duration_s: float) -> tuple[ToolMessage, TraceEvent]:
+    """The answer and trace line of a call the time budget cut off: mid-run (`running`), or before it started."""
+    text = TOOL_CUT_RUNNING_TEXT if running else TOOL_CUT_UNSTARTED_TEXT
+    event = tool_event(step, call, text, duration_s, is_error=True, guard=Guard.TOOL_TIMEOUT)
+    return tool_result(call, text, is_error=True), event
 
 
 def model_event(step: int, reply: AIMessage, duration_s: float, *, budget_capped: bool = False) -> TraceEvent:

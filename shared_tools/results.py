@@ -258,6 +258,8 @@ class Guard(StrEnum):
     CANCELLED = "cancelled before it ran"
     MODEL_TIMEOUT = "model call cut by the time budget"
     MODEL_CANCELLED = "model reply cut by a cancel"
+    TOOL_TIMEOUT = "tool call cut by the time budget"
+    """The time budget ran out while the call was running (it may have completed) or before it started."""
     REPLY_CAPPED = "reply cut at the token budget"
     """The reply ran out of the output tokens left of the token budget (`AgentLimits.reply_cap`)."""
     STREAM_FALLBACK = "streaming refused: plain call"

@@ -25,7 +25,14 @@ from shared_tools.bookstore.store import BookStore, UnknownBook
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, Guard, StopReason, TraceEvent
-from tests.conftest import IMPLEMENTATIONS, SESSION_KINDS, build_agent, open_session, tool_calls_in_order
+from tests.conftest import (
+    IMPLEMENTATIONS,
+    SESSION_KINDS,
+    assert_valid_history,
+    build_agent,
+    open_session,
+    tool_calls_in_order,
+)
 from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
 
 INSTRUCTIONS = "You are the assistant of an online bookstore. Use the tools; answer briefly."
@@ -535,3 +542,37 @@ def test_a_conversation_opened_for_another_customer_is_refused_before_anything_r
         reopen_and_ask("bob", bobs)
     assert bobs.calls == 0, "Bob's question never reached the model"
     assert reopen_and_ask("ann", ScriptModel(replies=[ai("To 12 Baker Street.")])).answer == "To 12 Baker Street."
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+async def test_the_time_budget_bounds_a_tool_blocked_on_a_locked_store(
+    make_agent: Any, tmp_path: Path, parallel: bool
+) -> None:
+    """A store file another writer holds for 5 s: the run ends when its 1 s budget does, not when the lock goes.
+    The blocked add is answered "may have completed" (its worker thread cannot be stopped), the call after it
+    "not run"; the history can go on, and the cart holds one copy at most."""
+    path = tmp_path / "store.db"
+    other_process = sqlite3.connect(path, isolation_level=None)
+    try:
+        with BookStore(path, busy_timeout_s=5) as store:
+            other_process.execute("BEGIN EXCLUSIVE")
+            reply = ai("", call("add_to_cart", "a1", book_id=7, quantity=1), call("check_stock", "s1", book_id=7))
+            limits = AgentLimits(max_duration=1.0)
+            agent = make_agent(ScriptModel(replies=[reply]), make_tools(store), limits, parallel_tools=parallel)
+            started = time.monotonic()
+            result = await agent.arun(INSTRUCTIONS, "add it")
+            assert time.monotonic() - started < 2.5, "the run waited for the lock, not its budget"
+            other_process.close()
+    finally:
+        other_process.close()
+    assert result.stop_reason is StopReason.TIME_BUDGET
+    guard_of = {e.name: e.guard for e in result.trace if not e.is_model}
+    assert guard_of["add_to_cart"] is Guard.TOOL_TIMEOUT
+    texts = {m.tool_call_id: m.content for m in tool_messages(result)}
+    assert texts["a1"] == guards.TOOL_CUT_RUNNING_TEXT
+    if not parallel:
+        assert (texts["s1"], guard_of["check_stock"]) == (guards.TOOL_CUT_UNSTARTED_TEXT, Guard.TOOL_TIMEOUT)
+    assert_valid_history(result.messages)
+    with BookStore(path) as store:
+        assert store.check_invariants() == []
+        assert store.cart("c1").quantity_of(7) in (0, 1)

@@ -15,6 +15,7 @@ import logging
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,13 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import PrivateAttr
 
 from handwritten import AgentCancelled, AgentLoop, CustomerMismatch, Session, SessionConflict
+from shared_tools import guards
 from shared_tools.bookstore.faults import FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.guards import CANCELLED_CALL_TEXT, CANCELLED_WHILE_RUNNING_TEXT, MODEL_TIMED_OUT_DETAIL, truncate
 from shared_tools.models import ScriptedChatModel
-from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason, TraceEvent
+from shared_tools.results import AgentLimits, AgentOptions, AgentResult, Guard, StopReason, TraceEvent
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 from tests.conftest import assert_valid_history
 from tests.doubles import ScriptModel, ToolBindingDouble, ai, call
@@ -399,17 +401,20 @@ def test_token_budget_is_checked_after_the_tool_round(tools: Tools) -> None:
     assert tools.ran == ["echo:0", "echo:1", "echo:2"]  # the tools of the step that crossed the budget ran
 
 
-def test_time_budget_is_checked_after_the_tool_round() -> None:
+def test_the_time_budget_cuts_a_tool_that_runs_past_it() -> None:
     async def slow() -> str:
-        await asyncio.sleep(0.4)
+        await asyncio.sleep(2.0)
         return "slow result"
 
     # A budget far above a scripted reply's time even on a loaded machine, far below the tool's.
     slow_tool = StructuredTool.from_function(coroutine=slow, name="slow", description="Takes a while.")
     loop, _ = loop_of([ai("", call("slow", "c1"))], [slow_tool], limits=AgentLimits(max_duration=0.2))
+    started = time.monotonic()
     result = loop.run(SYSTEM, "go")
+    assert time.monotonic() - started < 1.5
     assert (result.stop_reason, result.steps) == (StopReason.TIME_BUDGET, 1)
-    assert tool_messages(result)[0].content == "slow result"
+    assert tool_messages(result)[0].content == guards.TOOL_CUT_RUNNING_TEXT
+    assert result.trace[-1].guard is Guard.TOOL_TIMEOUT
 
 
 async def test_a_model_slower_than_the_time_budget_ends_the_run(tools: Tools) -> None:
