@@ -46,7 +46,17 @@ def describe_failure(base_url: str, timeout_s: float | None, exc: BaseException)
 
 
 class CheckedChatOllama(ChatOllama):
-    """ChatOllama, except that a failed call raises `ModelCallFailed` with a message naming the server."""
+    """ChatOllama, except that a failed call raises `ModelCallFailed` with a message naming the server, and a
+    call takes ``max_tokens=N`` as the other models do (Ollama's ``num_predict``, never above the model's own)."""
+
+    def _chat_params(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+        cap = kwargs.pop("max_tokens", None)
+        params = super()._chat_params(messages, stop, **kwargs)
+        if cap is not None:
+            options = dict(params.get("options") or {})
+            options["num_predict"] = min(cap, self.num_predict) if self.num_predict else cap
+            params["options"] = options
+        return params
 
     @property
     def request_timeout_s(self) -> float | None:
