@@ -202,7 +202,7 @@ def local_server(weights: Path | None = None) -> LocalServer:
         if server is not None and server.alive():
             return server
         check_engine(weights)
-        _SERVERS[weights] = server = _start(weights)
+        _SERVERS[weights] = server = start_server(weights)
         return server
 
 
@@ -212,13 +212,14 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _start(weights: Path) -> LocalServer:
+def start_server(weights: Path, *, chat_format: str = PATCHED_FORMAT) -> LocalServer:
+    """A new server of `weights` in `chat_format`, not shared: the caller stops it (`local_server` shares one)."""
     threads = str(max(1, min(4, os.cpu_count() or 1)))
     for _attempt in range(3):  # another program may take the free port before the server binds it
         port = _free_port()
         handle, name = tempfile.mkstemp(prefix="agent-loop-compare-llama-", suffix=".log")
         command = _launcher(
-            EXIT_WITH_PARENT, "--model", str(weights), "--model_alias", MODEL_ALIAS, "--chat_format", PATCHED_FORMAT,
+            EXIT_WITH_PARENT, "--model", str(weights), "--model_alias", MODEL_ALIAS, "--chat_format", chat_format,
             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS), "--n_threads", threads,
             "--n_threads_batch", threads,
             # By default a new request cuts off a reply that is still streaming: two agents on one server would
