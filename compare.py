@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import sys
 
 EXIT_OK = 0
 EXIT_USAGE = 2
 """A bad command line or setting: unknown scenario or contender, bad model spec, bad --thread, bad OLLAMA_HOST."""
 EXIT_UNAVAILABLE = 3
-"""The model cannot be used: Ollama not running, the model not pulled, or the server went away mid-run."""
+"""The model cannot be used: its server not running or not serving it, the `local` extra not installed, an engine
+that crashes on this CPU, or the server went away mid-run."""
 EXIT_FILE = 4
 """A file cannot be used as asked: an output path, a store or session database, a saved conversation."""
 EXIT_INTERRUPTED = 130
@@ -111,7 +113,8 @@ try:
         SCENARIOS_BY_NAME,
         Scenario,
     )
-    from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
+    from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
+    from shared_tools.models.factory import BASE_URL_ENV, BASE_URL_HELP
     from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted
     from shared_tools.results import AgentOptions, CustomerMismatch, TraceEvent
     from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
@@ -172,6 +175,8 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
         f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n"
         "spans: --otel console|otlp on any of these (needs the otel extra: pip install 'agent-loop-compare[otel]')\n\n"
+        "every command takes --model local (the bundled SmolLM2-135M, 'local' extra) and --model openai:<model> "
+        "--base-url URL (any OpenAI-compatible server)\n\n"
         "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -179,8 +184,10 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     parser.add_argument(
         "--model",
         default="scripted",
-        help="'scripted' (each scenario's persona), 'scripted:<persona>', or 'ollama:<model>' e.g. ollama:qwen3:4b",
+        help="'scripted' (each scenario's persona), 'scripted:<persona>', 'local' (the bundled SmolLM2-135M), "
+        "'openai:<model>' (with --base-url) or 'ollama:<model>' e.g. ollama:qwen3:4b",
     )
+    parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
     parser.add_argument(
         "--contenders",
         action="append",
@@ -311,6 +318,8 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = program_name() if prog is None else prog
     command = argv[0] if argv[:1] in (["chat"], ["eval"], ["serve"]) else None
+    # --base-url is set as OPENAI_BASE_URL for the command (worker processes inherit it), and only for it.
+    saved_base_url = os.environ.get(BASE_URL_ENV)
     try:
         if command == "chat":
             return chat_main(argv[1:], prog=f"{prog} chat")
@@ -327,6 +336,11 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
         # Ctrl-C anywhere the stages below do not handle it themselves: parsing, the checks, opening the files.
         say(f"{prog} {command}" if command else prog, "interrupted")
         return EXIT_INTERRUPTED
+    finally:
+        if saved_base_url is None:
+            os.environ.pop(BASE_URL_ENV, None)
+        else:
+            os.environ[BASE_URL_ENV] = saved_base_url
 
 
 def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
@@ -348,6 +362,7 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
     try:
         scenarios, contenders = _select(args)
         _check_outputs(args)
+        apply_base_url(args.model, args.base_url)
         check_model(args.model)
         setup_tracing(args.otel)
     except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile, TracingUnavailable) as exc:
@@ -481,7 +496,12 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
         help="the bookstore: a SQLite file or a postgresql:// URL (default: <session-db stem>.store.db beside it, "
         "or the --session-db database)",
     )
-    parser.add_argument("--model", default="scripted", help="'scripted' or 'ollama:<model>'")
+    parser.add_argument(
+        "--model",
+        default="scripted",
+        help="'scripted', 'local', 'openai:<model>' (with --base-url) or 'ollama:<model>'",
+    )
+    parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
     parser.add_argument(
         "--keep-turns",
         type=keep_turns_value,
@@ -548,6 +568,7 @@ def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
     customer = chat_customer(args.contender, args.thread)
     try:
         store_db = _check_chat(args, customer)
+        apply_base_url(spec, args.base_url)
         model = check_model(spec)
         setup_tracing(args.otel)
     except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile, TracingUnavailable) as exc:

@@ -225,6 +225,10 @@ class TokenKind(StrEnum):
     """A thinking model's reasoning (``additional_kwargs["reasoning_content"]``), which the trace shows as the plan."""
 
 
+STREAM_FALLBACK = "stream_fallback"
+"""`response_metadata` key of the first reply a model served whole because its server refused to stream (why)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Token:
     """One streamed piece of a model reply, given to `AgentOptions.on_token` as it arrives."""

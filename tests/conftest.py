@@ -224,3 +224,26 @@ def database_url(server_url: str, name: str) -> str:
 
     parts = urlsplit(server_url)
     return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def local_extra_missing() -> str | None:
+    """Why `--model local` cannot run here (the line to install it), or None when the `local` extra is installed."""
+    from shared_tools.models import ModelUnavailable
+    from shared_tools.models.local import check_extra
+
+    try:
+        check_extra()
+    except ModelUnavailable as exc:
+        return str(exc)
+    return None
+
+
+@pytest.fixture(scope="session")
+def local_server() -> Any:
+    """The bundled SmolLM2's server, started once for the test run (the one `make_model("local")` shares, stopped
+    at exit); the test is skipped, with the install line, where the `local` extra is not installed."""
+    if (missing := local_extra_missing()) is not None:
+        pytest.skip(missing)
+    from shared_tools.models.local import local_server as shared
+
+    return shared()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
+from shared_tools.models.factory import BASE_URL_HELP
 from webdemo.panes import default_data_dir
 
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FILE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
@@ -62,8 +63,9 @@ def build_serve_parser(prog: str = "compare.py serve") -> argparse.ArgumentParse
                         "long as the server runs, and keep the tabs there")  # fmt: skip
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="worker processes (default 1); above 1 needs Postgres (--data URL or --postgres-local)")
-    parser.add_argument("--model", default="scripted", help="'scripted' (the persona is chosen on the page) or "
-                        "'ollama:<model>'")  # fmt: skip
+    parser.add_argument("--model", default="scripted", help="'scripted' (the persona is chosen on the page), "
+                        "'local', 'openai:<model>' (with --base-url) or 'ollama:<model>'")  # fmt: skip
+    parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
     parser.add_argument("--approval-timeout", type=float, default=120.0, metavar="S",
                         help="seconds the hand-written loop waits for the page's yes before it takes a no")  # fmt: skip
     parser.add_argument("-v", "--verbose", action="count", default=0)
@@ -167,7 +169,7 @@ def serve_main(argv: Sequence[str], *, prog: str = "compare.py serve") -> int:
 def _serve(argv: Sequence[str], prog: str) -> int:
     from shared_tools.bookstore.store import is_postgres_url
     from shared_tools.comparison.sanitize import SafeLogFormatter
-    from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
+    from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
 
     try:
         args = build_serve_parser(prog).parse_args(argv)
@@ -194,6 +196,7 @@ def _serve(argv: Sequence[str], prog: str) -> int:
     handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
     try:
+        apply_base_url(args.model, args.base_url)
         make_model(args.model)
     except ModelSpecError as exc:
         _say(prog, str(exc))

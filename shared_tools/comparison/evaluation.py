@@ -46,7 +46,8 @@ from shared_tools.comparison.render import make_console
 from shared_tools.comparison.runner import RunOptions, run_scenario
 from shared_tools.comparison.sanitize import clean_line
 from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
-from shared_tools.models import ModelSpecError, ModelUnavailable, make_model
+from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
+from shared_tools.models.factory import BASE_URL_HELP
 from shared_tools.models.personas import ScriptExhausted
 from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
 
@@ -463,9 +464,10 @@ def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument(
         "--model",
         default=DEFAULT_MODEL,
-        help="'scripted:noisy' (default), 'scripted:<persona>', 'scripted' (each scenario's persona) "
-        "or 'ollama:<model>'",
+        help="'scripted:noisy' (default), 'scripted:<persona>', 'scripted' (each scenario's persona), 'local', "
+        "'openai:<model>' (with --base-url) or 'ollama:<model>'",
     )
+    parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
     parser.add_argument(
         "--jobs",
         type=int,
@@ -553,6 +555,7 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
             check_output_file(args.json, "--json")
         if args.report:
             check_output_file(args.report, "--report")
+        apply_base_url(plan.model, args.base_url)
         check_model(plan.model)
         setup_tracing(args.otel)
     except (UsageError, ModelSpecError, TracingUnavailable) as exc:

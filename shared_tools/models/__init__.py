@@ -1,14 +1,13 @@
-"""The chat models both agents run on: a deterministic scripted model, and a checked Ollama model.
+"""The chat models both agents run on: a deterministic scripted model, and real ones, each checked first.
 
-`make_model(spec)` is the one way in: ``"scripted"`` (the offline default), ``"scripted:<persona>"`` (a
-persona from `personas.py`: shopper, looper, hallucinator, ...), or ``"ollama:<model>"`` (a real local model,
-checked to be up and pulled first). `ScriptedChatModel` is the test double and demo model; its decisions live
-in `personas.py`. Failures are `ModelUnavailable` (what to start or pull, one line) and `ModelCallFailed` (a
-real call broke mid-run).
+`make_model(spec)` is the one way in: ``"scripted"`` (the offline default), ``"scripted:<persona>"``
+(`personas.py`), ``"ollama:<model>"``, ``"local"`` (the bundled SmolLM2-135M on a server of our own, `local.py`)
+or ``"openai:<model>"`` (any OpenAI-compatible server, `openai_compat.py`). Failures are `ModelUnavailable` (what
+to start, pull or install, one line) and `ModelCallFailed` (a real call broke mid-run).
 """
 
 from shared_tools.models.errors import ModelCallFailed, ModelSpecError, ModelUnavailable
-from shared_tools.models.factory import make_model, ollama_base_url
+from shared_tools.models.factory import apply_base_url, make_model, ollama_base_url, openai_base_url
 from shared_tools.models.personas import PERSONAS, ScriptExhausted
 from shared_tools.models.scripted import ScriptedChatModel
 
@@ -19,6 +18,8 @@ __all__ = [
     "ModelUnavailable",
     "ScriptExhausted",
     "ScriptedChatModel",
+    "apply_base_url",
     "make_model",
     "ollama_base_url",
+    "openai_base_url",
 ]

@@ -1,8 +1,9 @@
-"""`make_model`: a spec string ("scripted", "scripted:<persona>", "ollama:<model>") to a chat model.
+"""`make_model`: a spec string ("scripted", "scripted:<persona>", "ollama:<model>", "local", "openai:<model>")
+to a chat model.
 
-The scripted model needs nothing; a real model is checked first, cheaply (is Ollama up, is the model
-pulled?), so a missing server is one clear line naming the command to run, not a traceback from deep inside
-httpx. The Ollama client is imported only when an Ollama model is asked for, so scripted runs never load it.
+The scripted model needs nothing; a real model is checked first, cheaply (is the server up, is the model there?),
+so a missing server is one clear line naming what to run, not a traceback from deep inside httpx. Each real
+model's client is imported only when that model is asked for, so scripted runs never load one.
 """
 
 from __future__ import annotations
@@ -19,6 +20,21 @@ from shared_tools.models.scripted import ScriptedChatModel
 
 DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
 _REACHABILITY_TIMEOUT_S = 3.0
+
+BASE_URL_ENV = "OPENAI_BASE_URL"
+"""Where `openai:<model>` is served when `make_model` is given no `base_url` (`--base-url` sets it)."""
+BASE_URL_HELP = (
+    f"the OpenAI-compatible server of --model openai:<model>, e.g. http://127.0.0.1:11434/v1 (default: ${BASE_URL_ENV})"
+)
+"""The help of every command's `--base-url`."""
+DEFAULT_SEED = 42
+"""A real model's sampling seed when none is given (with temperature 0 a rerun on one build repeats itself)."""
+LOCAL_MAX_TOKENS = 512
+"""The longest reply of `local`: a call's arguments are a few dozen tokens and an answer a few sentences, and at
+30-70 tokens/s a runaway reply stops after seconds, not minutes (one once ran 7,592 tokens, 384 s, uncapped)."""
+SERVER_MAX_TOKENS = 2048
+"""The longest reply of an `openai:` or `ollama:` model: room for a small thinking model's reasoning, which
+counts against the cap, before its answer; still a bound on a reply that never ends."""
 
 
 def ollama_base_url(host: str | None = None) -> str:
@@ -70,15 +86,77 @@ def _check_ollama(base_url: str, model: str) -> None:
 def _spec_error(spec: str) -> ModelSpecError:
     personas = ", ".join(f"scripted:{p}" for p in PERSONAS)
     return ModelSpecError(
-        f"Unknown model spec {spec!r}; use 'scripted', {personas}, or 'ollama:<model>' (e.g. ollama:qwen3:4b)."
+        f"Unknown model spec {spec!r}; use 'scripted', {personas}, 'local', 'openai:<model>' (with --base-url) "
+        "or 'ollama:<model>' (e.g. ollama:qwen3:4b)."
     )
 
 
-def make_model(spec: str, *, timeout_s: float | None = 120.0, seed: int | None = None) -> BaseChatModel:
-    """Build the model named by `spec`: "scripted", "scripted:<persona>" or "ollama:<model>".
+def openai_base_url(base_url: str | None = None) -> str:
+    """`base_url`, else `OPENAI_BASE_URL`, as a usable http(s) URL; `ModelSpecError` names what is missing or bad."""
+    given = (base_url if base_url is not None else os.environ.get(BASE_URL_ENV, "")).strip()
+    where = "--base-url" if base_url is not None else BASE_URL_ENV
+    if not given:
+        raise ModelSpecError(
+            f"openai:<model> needs the server's address: give --base-url URL or set {BASE_URL_ENV} "
+            "(e.g. http://127.0.0.1:11434/v1 for Ollama, http://127.0.0.1:8000/v1 for vLLM)"
+        )
+    try:
+        parts = urlsplit(given)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number or out of range
+    except ValueError as exc:
+        raise ModelSpecError(f"{where}={given!r} is not a usable address ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in given):
+        raise ModelSpecError(f"{where}={given!r} is not an http(s) URL; e.g. http://127.0.0.1:11434/v1")
+    return given.rstrip("/")
 
-    `seed` is the model's own seed (Ollama's sampling seed, 42 when not given; the noisy persona's dice, 0);
-    an eval gives every trial a different one.
+
+def apply_base_url(spec: str, base_url: str | None) -> None:
+    """`--base-url URL`: checked, then set as `OPENAI_BASE_URL`, where every `make_model("openai:...")` of the
+    command looks, in this process and in the worker processes it starts. `ModelSpecError` for a bad URL, or for
+    a model that is not served at an address."""
+    if base_url is None:
+        return
+    if not spec.strip().startswith("openai:"):
+        raise ModelSpecError(
+            f"--base-url is the address of the server of an openai:<model>; --model {spec} does not use one"
+        )
+    os.environ[BASE_URL_ENV] = openai_base_url(base_url)
+
+
+def _openai_model(
+    model: str, base_url: str, *, max_tokens: int, timeout_s: float | None, seed: int | None
+) -> BaseChatModel:
+    from shared_tools.models.openai_compat import NO_KEY, CompatChatOpenAI, async_http_client
+
+    return CompatChatOpenAI(
+        model=model,
+        base_url=base_url,
+        api_key=os.environ.get("OPENAI_API_KEY") or NO_KEY,
+        temperature=0,
+        seed=DEFAULT_SEED if seed is None else seed,
+        max_tokens=max_tokens,
+        timeout=timeout_s,
+        stream_chunk_timeout=timeout_s,
+        http_async_client=async_http_client(timeout_s),
+        # A retry would hide a failure behind minutes of waiting; the agents report it, once.
+        max_retries=0,
+        # Usage on the last streamed chunk, so a streamed reply's tokens are counted (OpenAI-style servers only
+        # send it when asked; llama_server always does).
+        stream_usage=True,
+    )
+
+
+def make_model(
+    spec: str, *, timeout_s: float | None = 120.0, seed: int | None = None, base_url: str | None = None
+) -> BaseChatModel:
+    """Build the model named by `spec`: "scripted", "scripted:<persona>", "ollama:<model>", "local" (the bundled
+    SmolLM2-135M, its server started on first use) or "openai:<model>" (served at `base_url`, default
+    `OPENAI_BASE_URL`).
+
+    `seed` is the model's own seed (a real model's sampling seed, 42 when not given; the noisy persona's dice, 0);
+    an eval gives every trial a different one. Every real model has the request timeout `timeout_s`, temperature
+    0 and a cap on a reply's length (`LOCAL_MAX_TOKENS`, `SERVER_MAX_TOKENS`); a call may lower the cap with
+    ``max_tokens=N``.
     """
     kind, colon, rest = spec.strip().partition(":")
     if kind == "scripted":
@@ -95,10 +173,30 @@ def make_model(spec: str, *, timeout_s: float | None = 120.0, seed: int | None =
         return CheckedChatOllama(
             model=rest,
             temperature=0,
-            seed=42 if seed is None else seed,
+            seed=DEFAULT_SEED if seed is None else seed,
             reasoning=True,
             base_url=base_url,
+            num_predict=SERVER_MAX_TOKENS,
             # The ollama client's default timeout is None (wait forever); a stuck server must not hang a run.
             client_kwargs={"timeout": timeout_s},
         )
+    if kind == "local" and not colon:
+        from shared_tools.models.local import MODEL_ALIAS, local_server  # the extra is checked there
+
+        server = local_server()
+        return _openai_model(MODEL_ALIAS, server.base_url, max_tokens=LOCAL_MAX_TOKENS, timeout_s=timeout_s, seed=seed)
+    if kind == "openai" and rest:
+        url = openai_base_url(base_url)
+        if not _installed("langchain_openai"):
+            raise ModelUnavailable("openai:<model> needs langchain-openai: pip install 'langchain-openai>=1.7,<2'")
+        from shared_tools.models.openai_compat import NO_KEY, check_server
+
+        check_server(url, rest, os.environ.get("OPENAI_API_KEY") or NO_KEY)
+        return _openai_model(rest, url, max_tokens=SERVER_MAX_TOKENS, timeout_s=timeout_s, seed=seed)
     raise _spec_error(spec)
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None

