@@ -1,6 +1,6 @@
 """The front door: run the same bookstore goals through every contender and show, side by side, what each did.
 
-`python compare.py` runs the fifteen scenarios of `shared_tools.comparison.scenarios` on the embedded
+`python compare.py` runs the fifteen scenarios of `comparison.scenarios` on the embedded
 scripted model and prints, per scenario, each contender's trace in the seed's format, a side-by-side table
 (stop reason, calls, tokens per step, wall time, cart, answer) and what to notice in those numbers; at the end
 a guard matrix built from the runs and the seed's "who owns what" table. `--json` writes every run's full
@@ -9,7 +9,7 @@ memory, and `python compare.py chat` is a multi-turn conversation (streamed toke
 `/history`). This file is only the command line: argument parsing, the checks made before any work starts,
 exit codes, where output goes (stdout, or stderr when `--json -` takes stdout), and whether the runs may use
 several processes (scripted model, in-memory stores, no -v: `runner.ScenarioRuns`); the running, recording and
-rendering live in the `shared_tools.comparison` package, and library code (agents, tools, store) only logs.
+rendering live in the `comparison` package, and library code (agents, tools, store) only logs.
 
 Every way the command can fail that is not a bug ends with one line on stderr and one of the exit codes below,
 never a traceback: a bad command line, a model that cannot be reached, a file that cannot be used (checked
@@ -73,28 +73,26 @@ try:
     from rich.console import Console
     from rich.text import Text
 
-    from shared_tools.bookstore.store import BookStore, StoreError, is_postgres_url
-    from shared_tools.bookstore.tools import make_tools
-    from shared_tools.comparison.chat import COMMANDS, LiveTurn, approval_prompt, chat_customer, converse
-    from shared_tools.comparison.closing import guard_matrix
-    from shared_tools.comparison.contenders import CONTENDERS, AskingHuman, build_contender
-    from shared_tools.comparison.conversations import (
+    from comparison.chat import COMMANDS, LiveTurn, approval_prompt, chat_customer, converse
+    from comparison.closing import guard_matrix
+    from comparison.contenders import CONTENDERS, AskingHuman, build_contender
+    from comparison.conversations import (
         ConversationNotSaved,
         HistoryPolicy,
         check_saved_conversation,
         check_thread_name,
         open_conversation,
     )
-    from shared_tools.comparison.document import build_document, mermaid_diagram, write_document
-    from shared_tools.comparison.files import (
+    from comparison.document import build_document, mermaid_diagram, write_document
+    from comparison.files import (
         UnusableFile,
         check_output_file,
         check_session_db,
         check_store_db,
         write_output,
     )
-    from shared_tools.comparison.records import RunRecord
-    from shared_tools.comparison.render import (
+    from comparison.records import RunRecord
+    from comparison.render import (
         Progress,
         make_console,
         render_guard_matrix,
@@ -103,16 +101,18 @@ try:
         render_scenario,
         render_who_owns_what,
     )
-    from shared_tools.comparison.report import render_report
-    from shared_tools.comparison.runner import RunOptions, ScenarioRuns, model_spec_for, parallel_workers
-    from shared_tools.comparison.sanitize import SafeLogFormatter, clean_line
-    from shared_tools.comparison.scenarios import (
+    from comparison.report import render_report
+    from comparison.runner import RunOptions, ScenarioRuns, model_spec_for, parallel_workers
+    from comparison.sanitize import SafeLogFormatter, clean_line
+    from comparison.scenarios import (
         INSTRUCTIONS,
         LONG_SESSION_TURNS,
         SCENARIOS,
         SCENARIOS_BY_NAME,
         Scenario,
     )
+    from shared_tools.bookstore.store import BookStore, StoreError, is_postgres_url
+    from shared_tools.bookstore.tools import make_tools
     from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
     from shared_tools.models.factory import BASE_URL_ENV, BASE_URL_HELP
     from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted
@@ -328,7 +328,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
 
             return serve_main(argv[1:], prog=f"{prog} serve")
         if command == "eval":
-            from shared_tools.comparison.evaluation import eval_main
+            from comparison.eval.trials import eval_main
 
             return eval_main(argv[1:], prog=f"{prog} eval")
         return compare_main(argv, prog=prog)

@@ -39,12 +39,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from comparison import CUSTOMER_ID, INSTRUCTIONS, SEED_GOAL
 from handwritten import AgentLoop
 from langgraph_version import DefaultsGraphAgent, GraphAgent, GraphSession, create_agent_contender
 from langgraph_version.session import SqliteCheckpoints
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison import CUSTOMER_ID, INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions
 from shared_tools.telemetry import CAPTURE_CONTENT_ENV

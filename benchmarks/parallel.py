@@ -19,12 +19,12 @@ from typing import Any
 
 import common
 
+from comparison import INSTRUCTIONS
 from handwritten import AgentLoop
 from langgraph_version import DefaultsGraphAgent, GraphAgent
 from shared_tools.bookstore.faults import Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison import INSTRUCTIONS
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, AgentResult, StopReason
 

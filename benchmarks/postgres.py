@@ -34,12 +34,12 @@ from typing import Any
 import common
 import psycopg
 
+from comparison.scenarios import INSTRUCTIONS
 from handwritten import AgentLoop, Session
 from handwritten import postgres as handwritten_postgres
 from langgraph_version import GraphAgent, GraphSession
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import INSTRUCTIONS
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions
 from shared_tools.sync import run_blocking

@@ -49,11 +49,11 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 from pydantic import PrivateAttr
 
+from comparison import CUSTOMER_ID, INSTRUCTIONS
 from handwritten import AgentLoop, Session
 from langgraph_version import GraphAgent, GraphSession
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison import CUSTOMER_ID, INSTRUCTIONS
 from shared_tools.history import count_turns
 from shared_tools.models.scripted import ScriptedChatModel
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason

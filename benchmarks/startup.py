@@ -88,11 +88,11 @@ def import_offenders(limit: int = 12) -> list[tuple[str, float, float]]:
 
 def build_costs(runs: int) -> dict[str, common.Stats]:
     """What building each contender costs (µs), fresh tools every time, as compare.py builds them."""
+    from comparison import INSTRUCTIONS
     from handwritten import AgentLoop
     from langgraph_version import DefaultsGraphAgent, GraphAgent, create_agent_contender
     from shared_tools.bookstore.store import BookStore
     from shared_tools.bookstore.tools import make_tools
-    from shared_tools.comparison import INSTRUCTIONS
     from shared_tools.models import make_model
     from shared_tools.results import AgentOptions
 

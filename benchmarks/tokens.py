@@ -1,7 +1,7 @@
 """Tokens per job and per step for every compare.py scenario and contender, what truncation saves, and the bill.
 
 Tokens are what a hosted model charges for, and every model call re-sends the whole history, so the count
-per step grows. This runs compare.py's own scenarios through its own runner (`shared_tools.comparison`: same stores,
+per step grows. This runs compare.py's own scenarios through its own runner (`comparison`: same stores,
 instructions, limits, faults and scripted model), so the numbers are exactly the ones `python compare.py`
 shows, and prints: tokens per run and per step; the big-results job with and without the 2,000-character
 cut (the issue's target is at least 40 % fewer tokens with the same outcome); and the seed's projection,
@@ -20,7 +20,7 @@ from typing import Any
 
 import common
 
-from shared_tools.comparison import SCENARIOS, SCENARIOS_BY_NAME, RunOptions, RunRecord, Scenario, run_scenario
+from comparison import SCENARIOS, SCENARIOS_BY_NAME, RunOptions, RunRecord, Scenario, run_scenario
 
 JOBS_PER_DAY = 1_000
 DAYS_PER_MONTH = 30

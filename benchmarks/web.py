@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from shared_tools.comparison.scenarios import SEED_GOAL
+from comparison.scenarios import SEED_GOAL
 from webdemo.server import create_app, free_port, running_server
 
 ROOT = Path(__file__).resolve().parents[1]

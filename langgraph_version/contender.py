@@ -10,7 +10,7 @@ FunctionInvokingChatClient does; `ToolCallLimitMiddleware` caps the tool calls o
 come from the trace (`RunUsage.of_trace`), and so does the stop reason: a last reply that no model call wrote
 is the middleware's "limits exceeded" message, recognised by that count, never by its text. A conversation
 is `create_agent(..., checkpointer=...)` on one thread: `graph_for`, `turn_input` and `adrive` are what a
-checkpointer thread needs to run it turn by turn (`shared_tools.comparison.conversations.CheckpointThread`).
+checkpointer thread needs to run it turn by turn (`comparison.conversations.CheckpointThread`).
 The agent is async only; `run` is a thin sync driver over `arun`.
 """
 

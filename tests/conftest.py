@@ -54,7 +54,7 @@ def open_session(
 ) -> Any:
     """A conversation of `kind` (see `SESSION_KINDS`); the SQLite one lives in `path`/threads.db. `keep_turns`
     and `summarize` are the history policy (`shared_tools.history`); `options` are the agent's."""
-    from shared_tools.comparison.scenarios import INSTRUCTIONS
+    from comparison.scenarios import INSTRUCTIONS
 
     agent = build_agent("handwritten" if kind == "handwritten" else "langgraph", model, tools, **options)
     policy: dict[str, Any] = {"customer_id": customer_id}

@@ -447,9 +447,9 @@ def test_the_node_rerun_after_a_resume_adds_once_only_with_the_call_id(
 
 
 def run_gullible(store: BookStore, **options: Any) -> AgentResult:
+    from comparison.scenarios import INSTRUCTIONS as SHOP_INSTRUCTIONS
+    from comparison.scenarios import SEED_GOAL
     from handwritten import AgentLoop
-    from shared_tools.comparison.scenarios import INSTRUCTIONS as SHOP_INSTRUCTIONS
-    from shared_tools.comparison.scenarios import SEED_GOAL
     from shared_tools.models import make_model
 
     return AgentLoop(make_model("scripted:gullible"), make_tools(store), AgentOptions(**options)).run(

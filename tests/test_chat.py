@@ -18,9 +18,9 @@ import pytest
 from rich.console import Console
 
 import compare
+from comparison.chat import LiveTurn, chat_customer
+from comparison.scenarios import CART_QUESTION, ORDER_QUESTION, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
-from shared_tools.comparison.chat import LiveTurn, chat_customer
-from shared_tools.comparison.scenarios import CART_QUESTION, ORDER_QUESTION, SEED_GOAL
 from shared_tools.results import AgentResult, StopReason, Token, TokenKind, TraceEvent
 
 ROOT = Path(__file__).resolve().parent.parent

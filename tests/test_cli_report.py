@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 import compare
-from shared_tools.comparison.contenders import CONTENDERS
-from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME
+from comparison.contenders import CONTENDERS
+from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -196,8 +196,8 @@ def test_a_scenario_no_chosen_contender_runs_is_named_not_skipped(
     ],
 )
 def test_a_duration_keeps_a_decimal_point_and_is_never_rounded_to_nothing(seconds: float, shown: str) -> None:
-    from shared_tools.comparison.records import duration_text
-    from shared_tools.comparison.render import TIME_WIDTH
+    from comparison.records import duration_text
+    from comparison.render import TIME_WIDTH
 
     assert duration_text(seconds) == shown
     assert "," not in shown and len(shown) <= TIME_WIDTH
@@ -228,7 +228,7 @@ def columns(line: str) -> tuple[int, int]:
 
 
 def test_terminal_trace_columns_stay_aligned_past_step_9() -> None:
-    from shared_tools.comparison.render import trace_lines
+    from comparison.render import trace_lines
 
     lines = [t.plain for t in trace_lines(long_trace(), 100)]
     calls = [line for line in lines if line.startswith("[step")]
@@ -246,7 +246,7 @@ def test_terminal_trace_columns_stay_aligned_past_step_9() -> None:
 def test_report_trace_columns_stay_aligned_past_step_9() -> None:
     from html import unescape
 
-    from shared_tools.comparison.report import trace_block
+    from comparison.report import trace_block
 
     run = {"trace": long_trace(), "error": None, "contender": "langgraph-defaults", "turn": 1, "variant": "default",
            "goal": "g"}
@@ -273,7 +273,7 @@ def test_trace_times_do_not_depend_on_the_locale() -> None:
 
 
 def test_report_tables_show_wall_time_readably() -> None:
-    from shared_tools.comparison.report import summary_table
+    from comparison.report import summary_table
 
     run = {
         "turn": 1, "goal": "g", "contender": "handwritten", "stop_reason": "done", "error": None, "model_calls": 5,
@@ -345,7 +345,7 @@ def _path_ends(d: str) -> tuple[tuple[float, float], tuple[float, float]]:
 
 
 def test_the_graph_layout_keeps_nodes_apart_and_edges_on_their_nodes(small_report: dict[str, Any]) -> None:
-    from shared_tools.comparison.report import graph_svg
+    from comparison.report import graph_svg
 
     picture = graph_svg(small_report["doc"]["graph"])
     width, height = (float(v) for v in re.search(r'viewBox="0 0 (\d+) (\d+)"', picture).groups())  # type: ignore[union-attr]
@@ -380,7 +380,7 @@ def test_the_graph_layout_keeps_nodes_apart_and_edges_on_their_nodes(small_repor
 
 def test_the_graph_layout_draws_any_graph() -> None:
     """Not only ours: two nodes in a row, a node with two ways back, and an edge that skips rows."""
-    from shared_tools.comparison.report import graph_svg
+    from comparison.report import graph_svg
 
     graph = {
         "nodes": ["__start__", "plan", "search", "write", "review", "__end__"],
@@ -410,7 +410,7 @@ def test_the_graph_layout_draws_any_graph() -> None:
 
 
 def test_a_chart_whose_contenders_coincide_says_so() -> None:
-    from shared_tools.comparison.report import tokens_chart
+    from comparison.report import tokens_chart
 
     def run(contender: str, tokens: list[int]) -> dict[str, Any]:
         return {"contender": contender, "tokens_per_step": tokens, "variant": "default", "turn": 1, "goal": "g"}
@@ -441,8 +441,8 @@ def test_the_full_report_names_coinciding_contenders(small_report: dict[str, Any
 
 
 def test_an_empty_guard_matrix_is_not_printed(small_report: dict[str, Any]) -> None:
-    from shared_tools.comparison.render import make_console, render_guard_matrix
-    from shared_tools.comparison.report import render_report
+    from comparison.render import make_console, render_guard_matrix
+    from comparison.report import render_report
 
     buffer = io.StringIO()
     render_guard_matrix(make_console(buffer), [], list(CONTENDERS))

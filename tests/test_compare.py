@@ -29,13 +29,13 @@ from typing import Any
 import pytest
 
 import compare
+from comparison.chat import chat_customer
+from comparison.contenders import CONTENDERS, NO_SEQUENTIAL_TOOLS
+from comparison.records import RunRecord
+from comparison.render import WIDTH
+from comparison.runner import MAX_WORKERS, RunOptions, ScenarioRuns
+from comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario
 from shared_tools.bookstore.tools import TOOL_NAMES
-from shared_tools.comparison.chat import chat_customer
-from shared_tools.comparison.contenders import CONTENDERS, NO_SEQUENTIAL_TOOLS
-from shared_tools.comparison.records import RunRecord
-from shared_tools.comparison.render import WIDTH
-from shared_tools.comparison.runner import MAX_WORKERS, RunOptions, ScenarioRuns
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario
 from shared_tools.guards import approval_rejected, unknown_tool_error
 from shared_tools.results import AgentResult, Guard, StopReason
 
@@ -369,9 +369,9 @@ def test_report_guard_matrix_has_a_cell_per_contender_and_guard(full_run: dict[s
 
 
 def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
-    from shared_tools.comparison.closing import GUARD_LEGEND, OWNERS_SUMMARY
-    from shared_tools.comparison.render import make_console, render_guard_matrix, render_who_owns_what
-    from shared_tools.comparison.report import render_report
+    from comparison.closing import GUARD_LEGEND, OWNERS_SUMMARY
+    from comparison.render import make_console, render_guard_matrix, render_who_owns_what
+    from comparison.report import render_report
 
     buffer = io.StringIO()
     console = make_console(buffer)
@@ -393,7 +393,7 @@ def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
 
 
 def records_of(full_run: dict[str, Any], scenario: str) -> list[Any]:
-    from shared_tools.comparison.records import RunRecord
+    from comparison.records import RunRecord
 
     return [RunRecord(**{k: v for k, v in r.items() if k != "outcome"}) for r in runs_of(full_run, scenario)]
 
@@ -428,8 +428,8 @@ def test_report_tells_the_two_orders_questions_apart(full_run: dict[str, Any]) -
 def test_terminal_tells_the_two_orders_questions_apart(full_run: dict[str, Any]) -> None:
     import re
 
-    from shared_tools.comparison.render import make_console, render_scenario
-    from shared_tools.comparison.scenarios import SCENARIOS_BY_NAME
+    from comparison.render import make_console, render_scenario
+    from comparison.scenarios import SCENARIOS_BY_NAME
 
     buffer = io.StringIO()
     render_scenario(make_console(buffer), 2, SCENARIOS_BY_NAME["orders"], records_of(full_run, "orders"))
@@ -455,10 +455,10 @@ def test_terminal_tells_the_two_orders_questions_apart(full_run: dict[str, Any])
 
 
 def test_same_traces_names_the_first_identical_run() -> None:
-    from shared_tools.comparison.render import same_traces
+    from comparison.render import same_traces
 
     def record(contender: str, detail: str, error: str | None = None) -> Any:
-        from shared_tools.comparison.records import RunRecord
+        from comparison.records import RunRecord
 
         event = {"step": 1, "name": "get_order", "detail": detail, "tokens": 0, "is_error": False, "duration_s": 0}
         return RunRecord(
@@ -480,7 +480,7 @@ def test_same_traces_names_the_first_identical_run() -> None:
     ],
 )
 def test_tokens_per_step_cell_shortens_only_long_runs(tokens: list[int], shown: str) -> None:
-    from shared_tools.comparison.render import tokens_per_step_cell
+    from comparison.render import tokens_per_step_cell
 
     assert tokens_per_step_cell(tokens) == shown
 
@@ -692,7 +692,7 @@ def test_a_real_model_run_goes_through_ollama_with_a_spinner(
 
 
 def test_spinner_says_which_run_which_step_and_how_long() -> None:
-    from shared_tools.comparison.render import Progress, make_console
+    from comparison.render import Progress, make_console
     from shared_tools.results import TraceEvent
 
     progress = Progress(make_console(io.StringIO()))
@@ -760,7 +760,7 @@ def test_the_guards_the_renderers_count_are_typed_facts_in_the_trace(full_run: d
     """Truncation, the repeat check and the approval gate are read from each trace entry's `guard`, not its text."""
     from dataclasses import replace
 
-    from shared_tools.comparison.closing import guard_matrix
+    from comparison.closing import guard_matrix
 
     for contender in GUARDED:
         cut = tool_events(one(full_run, "big-results", variant="truncated", contender=contender))[0]
@@ -786,7 +786,7 @@ def test_the_guards_the_renderers_count_are_typed_facts_in_the_trace(full_run: d
 
 @pytest.mark.parametrize(("reason", "says_why"), [(StopReason.DONE, False), (StopReason.MAX_STEPS, True)])
 def test_a_chat_turn_shows_its_trace_the_answer_and_an_unusual_stop(reason: StopReason, says_why: bool) -> None:
-    from shared_tools.comparison.render import make_console, render_turn
+    from comparison.render import make_console, render_turn
 
     event = {"step": 1, "name": "view_cart", "detail": "{} -> []", "tokens": 0, "is_error": False, "duration_s": 0}
     buffer = io.StringIO()

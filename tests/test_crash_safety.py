@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions
 
@@ -41,7 +41,7 @@ from langgraph_version import GraphAgent, GraphSession
 from shared_tools.bookstore.faults import Faults
 from shared_tools.results import AgentOptions
 from shared_tools.models import make_model
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from shared_tools.bookstore.store import BookStore
-from shared_tools.comparison import evaluation
-from shared_tools.comparison.evaluation import (
+from comparison.eval import trials as evaluation
+from comparison.eval.grading import GRADERS, ORDERS, RUBRIC, SEED_BOOK, STOCK, Grade, grade
+from comparison.eval.trials import (
     EXIT_FILE,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -26,9 +26,9 @@ from shared_tools.comparison.evaluation import (
     pass_hat_curve,
     pass_hat_k,
 )
-from shared_tools.comparison.grading import GRADERS, ORDERS, RUBRIC, SEED_BOOK, STOCK, Grade, grade
-from shared_tools.comparison.records import RunRecord
-from shared_tools.comparison.scenarios import SCENARIOS, SEED_GOAL
+from comparison.records import RunRecord
+from comparison.scenarios import SCENARIOS, SEED_GOAL
+from shared_tools.bookstore.store import BookStore
 
 QUIET_ORCHARD = {"id": 7, "title": "The Quiet Orchard", "quantity": 1, "lineTotal": "16.50"}
 ADDED = 'The Last Lighthouse is out of stock, so I added "The Quiet Orchard" by Mira Holt. Your cart total is $16.50.'

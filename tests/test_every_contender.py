@@ -14,9 +14,7 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 import compare
-from shared_tools.bookstore.store import BookStore
-from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.contenders import (
+from comparison.contenders import (
     CONTENDERS,
     NO_APPROVAL_GATE,
     NO_SEQUENTIAL_TOOLS,
@@ -25,10 +23,10 @@ from shared_tools.comparison.contenders import (
     contenders_for,
     run_gated_graph,
 )
-from shared_tools.comparison.conversations import open_conversation
-from shared_tools.comparison.records import RunRecord
-from shared_tools.comparison.runner import NOT_AVAILABLE, RunOptions, run_scenario
-from shared_tools.comparison.scenarios import (
+from comparison.conversations import open_conversation
+from comparison.records import RunRecord
+from comparison.runner import NOT_AVAILABLE, RunOptions, run_scenario
+from comparison.scenarios import (
     CART_QUESTION,
     INJECTED_BOOK,
     INJECTION,
@@ -41,6 +39,8 @@ from shared_tools.comparison.scenarios import (
     SCENARIOS_BY_NAME,
     SEED_GOAL,
 )
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, Guard, StopReason
 

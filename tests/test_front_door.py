@@ -28,13 +28,13 @@ import pytest
 from langchain_core.tools import StructuredTool, ToolException
 
 import compare
+from comparison import runner
+from comparison.chat import chat_customer
+from comparison.files import check_output_file, write_output
+from comparison.sanitize import clean_line, clean_text, escape_for_json
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario
 from shared_tools.bookstore.store import BookStore, InvalidQuantity, NotABookstore, UnknownBook, check_store_file
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison import runner
-from shared_tools.comparison.chat import chat_customer
-from shared_tools.comparison.files import check_output_file, write_output
-from shared_tools.comparison.sanitize import clean_line, clean_text, escape_for_json
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario
 from shared_tools.models import make_model
 from tests.doubles import ScriptModel, ai, call
 
@@ -278,12 +278,12 @@ def interrupt_at(point: str, *argv: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("point", "argv", "says"),
     [
-        ("import:shared_tools.comparison.render", ["orders"], "interrupted while starting"),
+        ("import:comparison.render", ["orders"], "interrupted while starting"),
         ("import:rich.table", ["chat"], "interrupted while starting"),
-        ("call:shared_tools.comparison.files:check_output_file", ["orders"], "compare.py: interrupted"),
-        ("call:shared_tools.comparison.render:render_who_owns_what", ["orders"], "while the final tables"),
-        ("call:shared_tools.comparison.files:os.replace", ["orders"], "while the final tables"),
-        ("call:shared_tools.comparison.files:check_session_db", ["chat"], "compare.py chat: interrupted"),
+        ("call:comparison.files:check_output_file", ["orders"], "compare.py: interrupted"),
+        ("call:comparison.render:render_who_owns_what", ["orders"], "while the final tables"),
+        ("call:comparison.files:os.replace", ["orders"], "while the final tables"),
+        ("call:comparison.files:check_session_db", ["chat"], "compare.py chat: interrupted"),
     ],
 )
 def test_ctrl_c_at_any_moment_is_exit_130_without_a_traceback(

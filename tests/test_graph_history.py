@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
 
 import shared_tools.history as shared_history
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from langgraph_version import GraphAgent, GraphSession
 from langgraph_version.history import visible_history
 from langgraph_version.state import add_message_batches
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.history import count_turns, is_summary, summary_message
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, CustomerMismatch, StopReason

@@ -37,12 +37,12 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from pydantic import PrivateAttr
 
+from comparison.scenarios import INSTRUCTIONS
 from langgraph_version import ConcurrentTurn, GraphAgent, GraphSession
 from langgraph_version.session import HOST
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import INSTRUCTIONS
 from shared_tools.guards import CANCELLED_CALL_TEXT, CANCELLED_WHILE_RUNNING_TEXT
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, CustomerMismatch, StopReason
@@ -678,7 +678,7 @@ import sys
 from langgraph_version import GraphAgent, GraphSession
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions
 

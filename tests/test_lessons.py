@@ -28,14 +28,14 @@ from typing import Any
 
 import pytest
 
+from comparison.closing import GUARD_LEGEND, guard_matrix
+from comparison.contenders import CONTENDERS
+from comparison.lessons import RunSettings
+from comparison.records import RunRecord, cart_text
+from comparison.runner import RunOptions, run_scenario
+from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
 from shared_tools.bookstore.faults import Faults
 from shared_tools.bookstore.tools import TOOL_NAMES
-from shared_tools.comparison.closing import GUARD_LEGEND, guard_matrix
-from shared_tools.comparison.contenders import CONTENDERS
-from shared_tools.comparison.lessons import RunSettings
-from shared_tools.comparison.records import RunRecord, cart_text
-from shared_tools.comparison.runner import RunOptions, run_scenario
-from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
 from shared_tools.results import AgentLimits, Guard, StopReason
 
 MODELS = [("scripted", 0), ("scripted:shopper", 0), ("scripted:noisy", 0), ("scripted:noisy", 1), ("scripted:noisy", 2)]

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
+from comparison.scenarios import CART_QUESTION, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import CART_QUESTION, SEED_GOAL
 from shared_tools.history import count_turns, is_summary, is_user_turn
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, StopReason

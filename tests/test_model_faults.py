@@ -21,9 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.guards import MODEL_TIMED_OUT_DETAIL
 from shared_tools.models import ModelCallFailed, ModelUnavailable, make_model
 from shared_tools.models.ollama import CheckedChatOllama

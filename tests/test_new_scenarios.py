@@ -18,11 +18,9 @@ from pathlib import Path
 import pytest
 
 import compare
-from shared_tools.bookstore.store import BookStore
-from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.contenders import CONTENDERS
-from shared_tools.comparison.conversations import sqlite_thread_storage
-from shared_tools.comparison.experiments import (
+from comparison.contenders import CONTENDERS
+from comparison.conversations import sqlite_thread_storage
+from comparison.experiments import (
     STREAMING_MARKERS,
     STREAMING_MODULES,
     LostReply,
@@ -30,14 +28,16 @@ from shared_tools.comparison.experiments import (
     code_lines,
     streaming_code,
 )
-from shared_tools.comparison.records import RunRecord, pick
-from shared_tools.comparison.runner import RunOptions, run_scenario
-from shared_tools.comparison.scenarios import (
+from comparison.records import RunRecord, pick
+from comparison.runner import RunOptions, run_scenario
+from comparison.scenarios import (
     CART_QUESTION,
     LONG_SESSION_TURNS,
     SCENARIOS_BY_NAME,
     long_session_goals,
 )
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
 from shared_tools.results import StopReason
 
 

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
+from comparison.scenarios import CART_QUESTION, INSTRUCTIONS, SEED_GOAL
 from handwritten import AgentLoop, Session, SessionConflict
 from handwritten import ConcurrentTurn as HandwrittenConcurrentTurn
 from langgraph_version import ConcurrentTurn, GraphAgent, GraphSession
@@ -29,7 +30,6 @@ from langgraph_version.session import PostgresCheckpoints
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import CART_QUESTION, INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, CustomerMismatch, StopReason
 from tests.conftest import assert_valid_history

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage
 
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import ScriptedChatModel
 from shared_tools.results import STREAM_FALLBACK, AgentLimits, Guard, StopReason, Token
 from tests.conftest import SESSION_KINDS, assert_valid_history, open_session

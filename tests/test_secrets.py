@@ -20,16 +20,16 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 
+from comparison.contenders import CONTENDERS, build_contender
+from comparison.document import build_document, write_document
+from comparison.records import result_record
+from comparison.render import make_console, render_scenario
+from comparison.runner import CUSTOMER_ID, RunOptions, run_key, run_scenario
+from comparison.sanitize import SafeLogFormatter
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario, Variant
 from shared_tools.bookstore.faults import FAILURE_MESSAGE, FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.contenders import CONTENDERS, build_contender
-from shared_tools.comparison.document import build_document, write_document
-from shared_tools.comparison.records import result_record
-from shared_tools.comparison.render import make_console, render_scenario
-from shared_tools.comparison.runner import CUSTOMER_ID, RunOptions, run_key, run_scenario
-from shared_tools.comparison.sanitize import SafeLogFormatter
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario, Variant
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, TraceEvent
 from tests.conftest import IMPLEMENTATIONS, build_agent

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 
+from comparison.scenarios import CART_QUESTION, INSTRUCTIONS, SEED_GOAL
 from handwritten import AgentLoop, Session, SessionConflict
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.scenarios import CART_QUESTION, INSTRUCTIONS, SEED_GOAL
 from shared_tools.history import (
     SUMMARY_INSTRUCTIONS,
     SUMMARY_MAX_CHARS,

@@ -34,14 +34,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from comparison.contenders import build_contender
+from comparison.conversations import CheckpointThread
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools import telemetry
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.faults import FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.contenders import build_contender
-from shared_tools.comparison.conversations import CheckpointThread
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, AgentResult, Guard, RunStopped, RunUsage, StopReason
 from tests.doubles import ScriptModel, ai, call
@@ -636,7 +636,7 @@ def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_
     assert {resource["service.name"] for resource, _ in received} == {"bookstore-class"}
 
 
-CLOSING_TABLES = "shared_tools.comparison.render:render_who_owns_what"
+CLOSING_TABLES = "comparison.render:render_who_owns_what"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")

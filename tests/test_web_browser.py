@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from shared_tools.comparison.scenarios import SEED_GOAL
+from comparison.scenarios import SEED_GOAL
 from webdemo.server import create_app, running_server
 
 CHROMIUM = Path("/usr/bin/chromium")

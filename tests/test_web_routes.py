@@ -22,7 +22,7 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from shared_tools.comparison.scenarios import CART_QUESTION, SEED_GOAL
+from comparison.scenarios import CART_QUESTION, SEED_GOAL
 from webdemo.cli import allowed_hosts, build_serve_parser, exposure_warning, serve_main
 from webdemo.server import create_app, running_server
 

@@ -27,8 +27,8 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
+from comparison.scenarios import SEED_GOAL
 from shared_tools.bookstore.store import BookStore
-from shared_tools.comparison.scenarios import SEED_GOAL
 from webdemo.cli import serve_main
 from webdemo.server import create_app, free_port, running_server
 from webdemo.shared import SharedState, schema_of, with_search_path

@@ -167,8 +167,8 @@ def serve_main(argv: Sequence[str], *, prog: str = "compare.py serve") -> int:
 
 
 def _serve(argv: Sequence[str], prog: str) -> int:
+    from comparison.sanitize import SafeLogFormatter
     from shared_tools.bookstore.store import is_postgres_url
-    from shared_tools.comparison.sanitize import SafeLogFormatter
     from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
 
     try:

@@ -52,14 +52,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall
 
+from comparison.contenders import APPROVAL_CONTENDERS, CONTENDERS, NO_APPROVAL_GATE, build_contender
+from comparison.conversations import open_conversation
+from comparison.eval.grading import amounts, states_total
+from comparison.runner import model_spec_for
+from comparison.scenarios import INJECTED_BOOK, INJECTION, INSTRUCTIONS
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore, load_catalog, money
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.contenders import APPROVAL_CONTENDERS, CONTENDERS, NO_APPROVAL_GATE, build_contender
-from shared_tools.comparison.conversations import open_conversation
-from shared_tools.comparison.grading import amounts, states_total
-from shared_tools.comparison.runner import model_spec_for
-from shared_tools.comparison.scenarios import INJECTED_BOOK, INJECTION, INSTRUCTIONS
 from shared_tools.models import make_model
 from shared_tools.models.personas import PERSONAS
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason, TraceEvent

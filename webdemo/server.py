@@ -43,8 +43,8 @@ from starlette.responses import FileResponse, HTMLResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from shared_tools.comparison.chat import scripted_knows
-from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
+from comparison.chat import scripted_knows
+from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.models.personas import KNOWN_GOALS, PERSONAS
 from shared_tools.telemetry_setup import setup_tracing
 from webdemo.panes import MAX_MESSAGE_CHARS, BadRequest, Pane, Phase, Tab, Tabs, TurnRunner
@@ -414,7 +414,7 @@ def create_app(
 
 
 def _contenders() -> dict[str, str]:
-    from shared_tools.comparison.contenders import CONTENDERS
+    from comparison.contenders import CONTENDERS
 
     return dict(CONTENDERS)
 
@@ -506,10 +506,10 @@ def _scenario_names(value: Any) -> list[str]:
 
 def _scenario_report(names: list[str], model: str, folder: Path | None) -> str:
     """Run the scenarios as `compare.py` does and render them as its HTML report (blocking: in a worker)."""
-    from shared_tools.comparison.contenders import CONTENDERS
-    from shared_tools.comparison.document import build_document
-    from shared_tools.comparison.report import render_report
-    from shared_tools.comparison.runner import RunOptions, run_scenario
+    from comparison.contenders import CONTENDERS
+    from comparison.document import build_document
+    from comparison.report import render_report
+    from comparison.runner import RunOptions, run_scenario
 
     scenarios = [SCENARIOS_BY_NAME[n] for n in names]
     records: list[Any] = []
@@ -522,8 +522,8 @@ def _scenario_report(names: list[str], model: str, folder: Path | None) -> str:
 
 def _eval_report(names: list[str], runs: int, model: str) -> str:
     """Run the eval as `compare.py eval` does and render its pass^k page (blocking: in a worker)."""
-    from shared_tools.comparison.eval_report import render_eval_report
-    from shared_tools.comparison.evaluation import DEFAULT_MODEL, EvalPlan, eval_document, run_eval
+    from comparison.eval.report import render_eval_report
+    from comparison.eval.trials import DEFAULT_MODEL, EvalPlan, eval_document, run_eval
 
     plan = EvalPlan(
         model=DEFAULT_MODEL if model == "scripted" else model,

@@ -3,10 +3,11 @@
 `make_model(spec)` is the one way in: ``"scripted"`` (the offline default), ``"scripted:<persona>"``
 (`personas.py`), ``"ollama:<model>"``, ``"local"`` (the bundled SmolLM2-135M on a server of our own, `local.py`)
 or ``"openai:<model>"`` (any OpenAI-compatible server, `openai_compat.py`). Failures are `ModelUnavailable` (what
-to start, pull or install, one line) and `ModelCallFailed` (a real call broke mid-run).
+to start, pull or install, one line) `ModelCallFailed` (a real call broke mid-run) and
+`ModelRequestRefused` (the server refused one request).
 """
 
-from shared_tools.models.errors import ModelCallFailed, ModelSpecError, ModelUnavailable
+from shared_tools.models.errors import ModelCallFailed, ModelRequestRefused, ModelSpecError, ModelUnavailable
 from shared_tools.models.factory import apply_base_url, make_model, ollama_base_url, openai_base_url
 from shared_tools.models.personas import PERSONAS, ScriptExhausted
 from shared_tools.models.scripted import ScriptedChatModel
@@ -14,6 +15,7 @@ from shared_tools.models.scripted import ScriptedChatModel
 __all__ = [
     "PERSONAS",
     "ModelCallFailed",
+    "ModelRequestRefused",
     "ModelSpecError",
     "ModelUnavailable",
     "ScriptExhausted",

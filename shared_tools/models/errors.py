@@ -2,8 +2,8 @@
 
 `ModelSpecError` is a spec string `make_model` does not understand; `ModelUnavailable` is a real model that
 cannot be used right now (its message is the one line a user needs: what to start or pull); `ModelCallFailed`
-is a real model call that broke mid-run. Kept apart from the models so that the Ollama wrapper and the
-factory can both raise them without importing each other.
+is a real model call that broke mid-run; `ModelRequestRefused` is one request the server refused (a prompt
+over the context window). Kept apart so that the model wrappers and the factory can raise them.
 """
 
 from __future__ import annotations
@@ -19,3 +19,8 @@ class ModelUnavailable(RuntimeError):
 
 class ModelCallFailed(ModelUnavailable):
     """A real model call failed mid-run (refused, cut off, garbled or timed out); see `ollama_model`."""
+
+
+class ModelRequestRefused(RuntimeError):
+    """The server answered, and refused this one request (HTTP 400 or 422: the history no longer fits the model's
+    context, say): a failure of this run, which the run's record shows, not a server that cannot be used."""

@@ -29,7 +29,7 @@ from langchain_openai._compat import httpx as sdk_httpx
 from langchain_openai.chat_models._client_utils import StreamChunkTimeoutError
 from pydantic import PrivateAttr
 
-from shared_tools.models.errors import ModelCallFailed, ModelUnavailable
+from shared_tools.models.errors import ModelCallFailed, ModelRequestRefused, ModelUnavailable
 from shared_tools.results import STREAM_FALLBACK
 
 log = logging.getLogger(__name__)
@@ -126,8 +126,11 @@ class CompatChatOpenAI(ChatOpenAI):
     def server(self) -> str:
         return str(self.openai_api_base or "https://api.openai.com/v1")
 
-    def _failed(self, exc: BaseException) -> ModelCallFailed:
-        return ModelCallFailed(describe_failure(self.server, self.request_timeout, exc))
+    def _failed(self, exc: BaseException) -> ModelCallFailed | ModelRequestRefused:
+        line = describe_failure(self.server, self.request_timeout, exc)
+        if isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 413, 422):
+            return ModelRequestRefused(line)  # this request (a history past the context), not the server
+        return ModelCallFailed(line)
 
     def _get_request_payload(
         self, input_: LanguageModelInput, *, stop: list[str] | None = None, **kwargs: Any

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
 
-from shared_tools.comparison.contenders import Approve, Contender, decide, resume_until_answered
+from comparison.contenders import Approve, Contender, decide, resume_until_answered
 from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult, CustomerMismatch, TraceEvent
 from shared_tools.sync import run_blocking

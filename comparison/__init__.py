@@ -9,14 +9,14 @@ or from the events before a contender raised, with secrets masked), `lessons` (w
 numbers), `closing` (the guard matrix and the seed's "who owns what"), `render` (the terminal), `document` (the
 JSON document) and `report` (the HTML page built from it), `sanitize` (untrusted text made harmless for a
 terminal, a page or JSON), `files` (the paths the command line is given, checked before any work and written
-whole or not at all), `chat` (the conversation behind `compare.py chat`), and the eval: `grading` (each
-scenario's outcome grader: success, safe or unsafe), `evaluation` (`compare.py eval`: trials, pass^k, the JSON)
-and `eval_report` (its tables and page). The names below are the public parts; `compare.py` adds only the
+whole or not at all), `chat` (the conversation behind `compare.py chat`), and the eval in `comparison.eval`:
+`grading` (each scenario's outcome grader: success, safe or unsafe), `trials` (`compare.py eval`: trials,
+pass^k, the JSON) and `report` (its tables and page). The names below are the public parts; `compare.py` adds only the
 command line.
 """
 
-from shared_tools.comparison.closing import GUARDS, OWNERS, WHO_OWNS_WHAT, guard_matrix
-from shared_tools.comparison.contenders import (
+from comparison.closing import GUARDS, OWNERS, WHO_OWNS_WHAT, guard_matrix
+from comparison.contenders import (
     APPROVAL_CONTENDERS,
     CONTENDERS,
     SESSION_CONTENDERS,
@@ -28,13 +28,13 @@ from shared_tools.comparison.contenders import (
     resume_until_answered,
     run_gated_graph,
 )
-from shared_tools.comparison.conversations import Conversation, open_conversation
-from shared_tools.comparison.document import build_document, mermaid_diagram, write_document
-from shared_tools.comparison.files import UnusableFile, check_output_file, write_output
-from shared_tools.comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
-from shared_tools.comparison.render import Progress, make_console, render_scenario
-from shared_tools.comparison.report import render_report
-from shared_tools.comparison.runner import (
+from comparison.conversations import Conversation, open_conversation
+from comparison.document import build_document, mermaid_diagram, write_document
+from comparison.files import UnusableFile, check_output_file, write_output
+from comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
+from comparison.render import Progress, make_console, render_scenario
+from comparison.report import render_report
+from comparison.runner import (
     CUSTOMER_ID,
     RunOptions,
     ScenarioRuns,
@@ -44,8 +44,8 @@ from shared_tools.comparison.runner import (
     run_session,
     run_single,
 )
-from shared_tools.comparison.sanitize import clean_line, clean_text, escape_for_json
-from shared_tools.comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario, Variant
+from comparison.sanitize import clean_line, clean_text, escape_for_json
+from comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario, Variant
 
 __all__ = [
     "APPROVAL_CONTENDERS",

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Literal
 
-from shared_tools.comparison.records import RunRecord
-from shared_tools.comparison.scenarios import SCENARIOS_BY_NAME, Scenario
+from comparison.records import RunRecord
+from comparison.scenarios import SCENARIOS_BY_NAME, Scenario
 from shared_tools.results import AgentLimits, StopReason
 
 Verdict = Literal["success", "safe", "unsafe"]

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from shared_tools.comparison.closing import GUARD_LEGEND, OWNERS_SUMMARY
-from shared_tools.comparison.records import duration_text
-from shared_tools.comparison.render import TIME_WIDTH, step_label
-from shared_tools.comparison.sanitize import clean_line, clean_text
+from comparison.closing import GUARD_LEGEND, OWNERS_SUMMARY
+from comparison.records import duration_text
+from comparison.render import TIME_WIDTH, step_label
+from comparison.sanitize import clean_line, clean_text
 
 CHART_WIDTH, CHART_HEIGHT = 480, 240
 """The chart's drawing units: it is scaled to the page (at most 640 px wide), so on a 420 px phone its 12-unit
@@ -528,7 +528,7 @@ def scenario_section(number: int, scenario: dict[str, Any], runs: Sequence[dict[
             parts.append(f"<h3>variant {esc(variant['name'])}: {esc(variant['label'])}</h3>")
         parts.append(summary_table(variant_runs))
         parts += [trace_block(r, multi_turn=scenario.get("multi_turn", False)) for r in variant_runs]
-    points = scenario.get("notice", "").splitlines()  # one point per line: see shared_tools.comparison.render.notice
+    points = scenario.get("notice", "").splitlines()  # one point per line: see comparison.render.notice
     if points:
         items = "".join(f"<li>{esc(point)}</li>" for point in points)
         parts.append(f'<div class="notice"><strong>What to notice:</strong><ul>{items}</ul></div>')

@@ -23,7 +23,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from shared_tools.comparison.closing import (
+from comparison.closing import (
     FIRED,
     GUARD_LEGEND,
     MISSING,
@@ -33,10 +33,10 @@ from shared_tools.comparison.closing import (
     RAISED,
     WHO_OWNS_WHAT,
 )
-from shared_tools.comparison.contenders import CONTENDERS
-from shared_tools.comparison.records import RunRecord, cart_text, duration_text, pick, short_outcome
-from shared_tools.comparison.sanitize import clean_line, clean_text
-from shared_tools.comparison.scenarios import SCENARIOS, Scenario
+from comparison.contenders import CONTENDERS
+from comparison.records import RunRecord, cart_text, duration_text, pick, short_outcome
+from comparison.sanitize import clean_line, clean_text
+from comparison.scenarios import SCENARIOS, Scenario
 from shared_tools.models.personas import PERSONAS
 from shared_tools.results import StopReason, TraceEvent
 

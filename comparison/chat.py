@@ -20,9 +20,9 @@ from dataclasses import asdict, replace
 from rich.console import Console
 from rich.text import Text
 
-from shared_tools.comparison.conversations import Conversation, ConversationNotSaved
-from shared_tools.comparison.render import Progress, print_trace, render_turn
-from shared_tools.comparison.sanitize import clean_line, clean_text
+from comparison.conversations import Conversation, ConversationNotSaved
+from comparison.render import Progress, print_trace, render_turn
+from comparison.sanitize import clean_line, clean_text
 from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
 from shared_tools.results import AgentResult, StopReason, Token, TokenKind, TraceEvent
 

@@ -18,14 +18,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from comparison.closing import OWNERS, WHO_OWNS_WHAT, guard_matrix
+from comparison.contenders import CONTENDERS
+from comparison.files import write_output
+from comparison.records import RunRecord, pick
+from comparison.sanitize import escape_for_json
+from comparison.scenarios import Scenario
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.closing import OWNERS, WHO_OWNS_WHAT, guard_matrix
-from shared_tools.comparison.contenders import CONTENDERS
-from shared_tools.comparison.files import write_output
-from shared_tools.comparison.records import RunRecord, pick
-from shared_tools.comparison.sanitize import escape_for_json
-from shared_tools.comparison.scenarios import Scenario
 from shared_tools.guards import mask_pii, mask_values
 from shared_tools.models import make_model
 

@@ -36,9 +36,7 @@ from typing import Any
 
 from langchain_core.tools import BaseTool
 
-from shared_tools.bookstore.store import BookStore
-from shared_tools.bookstore.tools import make_tools
-from shared_tools.comparison.contenders import (
+from comparison.contenders import (
     CONTENDERS,
     Contender,
     DemoHuman,
@@ -46,10 +44,12 @@ from shared_tools.comparison.contenders import (
     contenders_for,
     run_gated_graph,
 )
-from shared_tools.comparison.conversations import HistoryPolicy, open_conversation
-from shared_tools.comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
-from shared_tools.comparison.render import Progress
-from shared_tools.comparison.scenarios import Scenario, Variant
+from comparison.conversations import HistoryPolicy, open_conversation
+from comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
+from comparison.render import Progress
+from comparison.scenarios import Scenario, Variant
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import ModelUnavailable, make_model
 from shared_tools.models.personas import ScriptExhausted
 from shared_tools.results import AgentResult, TraceEvent
@@ -284,7 +284,7 @@ def storage_options(name: str | None) -> dict[str, Any] | None:
     """The `GraphSession.sqlite` keyword arguments of a variant's storage option (`scenarios.STORAGE_OPTIONS`)."""
     if name is None:
         return None
-    from shared_tools.comparison.scenarios import STORAGE_OPTIONS
+    from comparison.scenarios import STORAGE_OPTIONS
 
     return dict(STORAGE_OPTIONS[name])
 
@@ -292,11 +292,11 @@ def storage_options(name: str | None) -> dict[str, Any] | None:
 def run_variant(scenario: Scenario, variant: Variant, contender: str, options: RunOptions) -> list[RunRecord]:
     """The records of one contender on one variant, by the kind of scenario it is."""
     if scenario.experiment == "streaming":
-        from shared_tools.comparison.experiments import run_streaming
+        from comparison.experiments import run_streaming
 
         return run_streaming(scenario, variant, contender, options)
     if scenario.experiment == "time-travel":
-        from shared_tools.comparison.experiments import run_time_travel
+        from comparison.experiments import run_time_travel
 
         return run_time_travel(scenario, variant, contender, options)
     if scenario.multi_turn:
@@ -493,7 +493,7 @@ class ScenarioRuns:
         # Imported before forking so the workers share them instead of each importing them again (0.25 s).
         import handwritten  # noqa: F401
         import langgraph_version  # noqa: F401
-        from shared_tools.comparison import experiments  # noqa: F401
+        from comparison import experiments  # noqa: F401
 
         context = multiprocessing.get_context("fork")
         # What is buffered would otherwise be written again by every worker as it exits.

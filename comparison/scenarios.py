@@ -18,11 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from comparison import lessons
+from comparison.contenders import CONTENDERS, SESSION_CONTENDERS
+from comparison.lessons import Notice, RunSettings, limit_text, recorded_settings
+from comparison.records import RunRecord
 from shared_tools.bookstore.faults import Faults
-from shared_tools.comparison import lessons
-from shared_tools.comparison.contenders import CONTENDERS, SESSION_CONTENDERS
-from shared_tools.comparison.lessons import Notice, RunSettings, limit_text, recorded_settings
-from shared_tools.comparison.records import RunRecord
 from shared_tools.models.personas import FRESH_CART_INSTRUCTION
 from shared_tools.results import AgentLimits, AgentOptions, TraceEvent
 
@@ -128,7 +128,7 @@ class Scenario:
     catalog feed could, so search results carry it to the model (`BookStore.set_description`)."""
     experiment: str | None = None
     """Run by an experiment of its own instead of the goal runner: "streaming" or "time-travel" (see
-    `shared_tools.comparison.experiments`)."""
+    `comparison.experiments`)."""
     others_reason: str | None = None
     """Why the contenders this scenario does not list cannot run it, in words (None: "run only by ...")."""
     growth: bool = False

@@ -1,6 +1,6 @@
 """The eval's two faces: the terminal tables (`render_eval`) and the HTML page (`render_eval_report`).
 
-Both read only the document `evaluation.eval_document` builds (plain dicts), as the comparison's renderers read
+Both read only the document `trials.eval_document` builds (plain dicts), as the comparison's renderers read
 theirs, so the JSON, the table and the page cannot disagree. Per scenario: one row per contender (successes of
 n graded runs, pass^k for k = 1..N, mean tokens of a successful run, unsafe failures, how the runs ended) and,
 where a scenario has several tasks (variants, or the two orders), a row per task under it, because that is
@@ -22,7 +22,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from shared_tools.comparison.report import (
+from comparison.report import (
     CHART_HEIGHT,
     CHART_WIDTH,
     COLOURS,
@@ -34,7 +34,7 @@ from shared_tools.comparison.report import (
     MARGIN_TOP,
     esc,
 )
-from shared_tools.comparison.sanitize import clean_line
+from comparison.sanitize import clean_line
 
 PASS_HAT_K = "pass^k = C(c,k)/C(n,k) per task (c successes in n trials), averaged over tasks (tau-bench)"
 _SHORT_STOPS = {

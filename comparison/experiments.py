@@ -27,11 +27,11 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, StructuredTool
 
+from comparison.contenders import Contender, build_contender
+from comparison.conversations import open_conversation
+from comparison.records import RunRecord, raised_record, result_record
+from comparison.scenarios import Scenario, Variant
 from shared_tools.bookstore.store import BookStore
-from shared_tools.comparison.contenders import Contender, build_contender
-from shared_tools.comparison.conversations import open_conversation
-from shared_tools.comparison.records import RunRecord, raised_record, result_record
-from shared_tools.comparison.scenarios import Scenario, Variant
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, AgentResult, Token, TokenKind, TraceEvent
 
@@ -190,7 +190,7 @@ def streaming_code(contender: str) -> list[dict[str, Any]]:
 
 def run_streaming(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
     """Each goal once, streamed or not; when the first piece of the answer arrived and when the whole of it."""
-    from shared_tools.comparison.runner import collector, model_spec_for, open_store, run_key, scenario_tools
+    from comparison.runner import collector, model_spec_for, open_store, run_key, scenario_tools
 
     records: list[RunRecord] = []
     for goal in scenario.goals:
@@ -238,7 +238,7 @@ def run_streaming(scenario: Scenario, variant: Variant, contender: str, options:
 
 
 def _attempt(run: Callable[[], AgentResult]) -> AgentResult | Exception:
-    from shared_tools.comparison.runner import attempt
+    from comparison.runner import attempt
 
     return attempt(run, "experiment")
 
@@ -311,8 +311,8 @@ def _quantities(store: BookStore, customer: str) -> dict[str, int]:
 
 def run_time_travel(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
     """Add a book, then go back in time (`variant.time_travel`), and record what the store holds afterwards."""
+    from comparison.runner import collector, model_spec_for, open_store, run_key
     from shared_tools.bookstore.tools import make_tools
-    from shared_tools.comparison.runner import collector, model_spec_for, open_store, run_key
 
     with open_store(options, scenario) as (store, customer):
         lost = LostReply() if variant.time_travel == "retry" else None

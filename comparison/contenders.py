@@ -28,7 +28,7 @@ from shared_tools.bookstore.store import BookStore
 from shared_tools.results import AgentOptions, AgentResult, StopReason
 
 if TYPE_CHECKING:
-    from shared_tools.comparison.scenarios import Scenario, Variant
+    from comparison.scenarios import Scenario, Variant
 
 Approve = Callable[[ToolCall, str], bool]
 """A human asked whether a tool call may run, given the reason it needs approval; True means yes."""
@@ -254,7 +254,7 @@ def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoH
     if isinstance(agent, GraphAgent):
         session = GraphSession(agent, instructions, thread_id=thread_id)
     else:
-        from shared_tools.comparison.conversations import CheckpointThread
+        from comparison.conversations import CheckpointThread
 
         session = CheckpointThread(agent, instructions, thread_id)  # type: ignore[arg-type]
     result, pauses = resume_until_answered(session, session.ask(goal), human.approve)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shared_tools.comparison import lessons
-from shared_tools.comparison.lessons import RunSettings, guarded, limit_text
-from shared_tools.comparison.records import RunRecord, cart_text, first, short_outcome
-from shared_tools.comparison.scenarios import SCENARIOS_BY_NAME, Scenario
+from comparison import lessons
+from comparison.lessons import RunSettings, guarded, limit_text
+from comparison.records import RunRecord, cart_text, first, short_outcome
+from comparison.scenarios import SCENARIOS_BY_NAME, Scenario
 from shared_tools.results import Guard, StopReason
 
 GUARDS: dict[str, str] = {

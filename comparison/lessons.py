@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from comparison.records import RunRecord, cart_text, duration_text, first, pick, short_outcome
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.tools import TOOL_NAMES
-from shared_tools.comparison.records import RunRecord, cart_text, duration_text, first, pick, short_outcome
 from shared_tools.results import AgentLimits, Guard, StopReason
 
 # --- the settings a run used -------------------------------------------------------------------------------

@@ -36,16 +36,16 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
+from comparison.contenders import CONTENDERS
+from comparison.document import document_json
+from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
+from comparison.files import UnusableFile, check_output_file, write_output
+from comparison.records import RunRecord
+from comparison.render import make_console
+from comparison.runner import RunOptions, run_scenario
+from comparison.sanitize import clean_line
+from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
 from shared_tools.bookstore.store import StoreError
-from shared_tools.comparison.contenders import CONTENDERS
-from shared_tools.comparison.document import document_json
-from shared_tools.comparison.files import UnusableFile, check_output_file, write_output
-from shared_tools.comparison.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
-from shared_tools.comparison.records import RunRecord
-from shared_tools.comparison.render import make_console
-from shared_tools.comparison.runner import RunOptions, run_scenario
-from shared_tools.comparison.sanitize import clean_line
-from shared_tools.comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
 from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
 from shared_tools.models.factory import BASE_URL_HELP
 from shared_tools.models.personas import ScriptExhausted
@@ -192,7 +192,7 @@ def unavailable_variants(scenario: Scenario, contender: str) -> list[dict[str, s
     """The variants of `scenario` that `contender` cannot run, with the reason in words (none without the runner's
     `contenders.not_available`)."""
     try:
-        from shared_tools.comparison.contenders import not_available as why_not  # type: ignore[attr-defined]
+        from comparison.contenders import not_available as why_not  # type: ignore[attr-defined]
     except ImportError:
         return []
     found = []
@@ -542,7 +542,7 @@ def _configure_logging(verbose: int) -> None:
 def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     """`compare.py eval ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable, 4 unusable file,
     130 interrupted). `prog` is the name help and error lines use (compare.py may pass its own + " eval")."""
-    from shared_tools.comparison.eval_report import render_eval, render_eval_report
+    from comparison.eval.report import render_eval, render_eval_report
 
     parser = build_eval_parser(prog)
     try:
@@ -612,6 +612,6 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     return EXIT_OK
 
 
-# `python -m shared_tools.comparison.evaluation ...` works too, until compare.py routes `eval` here.
+# `python -m comparison.eval.trials ...` works too, until compare.py routes `eval` here.
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(eval_main(sys.argv[1:]))
