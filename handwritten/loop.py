@@ -36,12 +36,15 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import BaseTool
 
-from shared_tools import guards
-from shared_tools.results import AgentOptions, AgentResult, RunStopped, RunUsage, StopReason, Token, TraceEvent
+from shared_tools import guards, telemetry
+from shared_tools.results import AgentOptions, AgentResult, Guard, RunStopped, RunUsage, StopReason, Token, TraceEvent
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
+
+AGENT_NAME = "handwritten"
+"""The agent's name on its spans (``invoke_agent handwritten``)."""
 
 Approve = Callable[[ToolCall, str], bool]
 """Asks a human whether `call` may run, given the reason it needs approval; True means yes."""
@@ -78,10 +81,13 @@ class AgentLoop:
         history: Sequence[BaseMessage] | None = None,
         cancel: threading.Event | None = None,
         unsent: Sequence[BaseMessage] = (),
+        conversation_id: str | None = None,
     ) -> AgentResult:
         """`arun` for sync callers. Inside a running event loop, await `arun` instead."""
         return run_blocking(
-            lambda: self.arun(instructions, goal, history=history, cancel=cancel, unsent=unsent),
+            lambda: self.arun(
+                instructions, goal, history=history, cancel=cancel, unsent=unsent, conversation_id=conversation_id
+            ),
             instead="AgentLoop.arun(...)",
         )
 
@@ -95,6 +101,7 @@ class AgentLoop:
         history: Sequence[BaseMessage] | None = None,
         cancel: threading.Event | None = None,
         unsent: Sequence[BaseMessage] = (),
+        conversation_id: str | None = None,
     ) -> AgentResult:
         """Work on `goal` until the model answers or something stops the run.
 
@@ -102,16 +109,23 @@ class AgentLoop:
         `cancel` is checked before every model call and every tool call. `unsent` are earlier messages of the
         conversation the model is not sent (a session's window leaves them out): their tool-call ids stay taken,
         so a provider that numbers its calls afresh cannot turn a new add into a replay of a forgotten one.
+        `conversation_id` names the conversation a session's turn belongs to, on the run's span.
         """
-        run = _Run(_start_history(instructions, goal, history), cancel, unsent=unsent)
-        try:
-            while True:
-                await self.step(run)
-        except RunStopped as stop:
-            return run.result(stop.reason, stop.answer)
-        except asyncio.CancelledError:
-            # Cancelling the task is not swallowed: it goes on as a CancelledError that carries what was done.
-            raise AgentCancelled(run.result(StopReason.CANCELLED)) from None
+        provider = self.options.tracer_provider
+        with telemetry.agent_run(AGENT_NAME, self.model, provider=provider, conversation_id=conversation_id) as spans:
+            run = _Run(_start_history(instructions, goal, history), cancel, unsent=unsent, spans=spans)
+            try:
+                while True:
+                    await self.step(run)
+            except RunStopped as stop:
+                result = run.result(stop.reason, stop.answer)
+            except asyncio.CancelledError:
+                # Cancelling the task is not swallowed: it goes on as a CancelledError that carries what was done.
+                cancelled = run.result(StopReason.CANCELLED)
+                spans.finish(cancelled)
+                raise AgentCancelled(cancelled) from None
+            spans.finish(result)
+            return result
 
     async def step(self, run: _Run) -> None:
         """One model call and, if it asked for tools, one tool round. Raises `RunStopped` when the run ends."""
@@ -141,6 +155,8 @@ class AgentLoop:
         started = time.perf_counter()
         time_left = self.limits.time_left(run.usage)
         cap, budget_capped = guards.reply_cap(self.model, self.limits, run.usage)
+        # Left open by an exception that is not ours (the run's span ends it with that exception's type).
+        chat = run.spans.chat(run.usage.model_calls + 1, run.history)
         try:
             if time_left is None:
                 reply = await self._ask(run, cap)
@@ -153,11 +169,13 @@ class AgentLoop:
                 raise  # the model's own timeout: an outage, not our budget
             run.usage.model_calls += 1
             self._emit(run, guards.model_timeout_event(run.usage.model_calls, time.perf_counter() - started))
+            chat.stopped(StopReason.TIME_BUDGET, Guard.MODEL_TIMEOUT)
             raise RunStopped(StopReason.TIME_BUDGET) from None
         except RunStopped:
             # A cancel mid-stream: the call was made, so it is a step, and the half reply is dropped, not kept.
             run.usage.model_calls += 1
             self._emit(run, guards.model_cancelled_event(run.usage.model_calls, time.perf_counter() - started))
+            chat.stopped(StopReason.CANCELLED, Guard.MODEL_CANCELLED)
             raise
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
@@ -168,6 +186,7 @@ class AgentLoop:
         )
         run.usage.tokens += event.tokens
         run.history.append(reply)
+        chat.replied(reply, event.guard)
         self._emit(run, event)
         return reply
 
@@ -245,6 +264,8 @@ class AgentLoop:
             for call in (c for c in calls if c["id"] not in answered):
                 running, waited = call["id"] in run.running, time.perf_counter() - started
                 cut = guards.tool_cut_answer(run.usage.model_calls, call, running=running, duration_s=waited)
+                run.spans.cut(call, run.usage.model_calls, cut[0].text, reason=StopReason.TIME_BUDGET,
+                              guard=Guard.TOOL_TIMEOUT, duration_s=waited)  # fmt: skip
                 self._record(run, cut)
             raise RunStopped(StopReason.TIME_BUDGET) from None
 
@@ -281,14 +302,18 @@ class AgentLoop:
     async def run_tool(
         self, run: _Run, call: ToolCall, admitted: BaseTool | guards.Refusal
     ) -> tuple[ToolMessage, TraceEvent]:
-        """Run one admitted call (or pass on its refusal) and build its ToolMessage and trace line."""
+        """Run one admitted call (or pass on its refusal) and build its ToolMessage and trace line.
+
+        Its span is ended here with what the model is given; a tool cut off mid-run leaves it open for the stop
+        that cut it (`within_time_budget`, or the run's span on a cancel) to end."""
         started = time.perf_counter()
+        span = run.spans.tool(call, run.usage.model_calls)
         if isinstance(admitted, guards.Refusal):
             text, is_error, guard = admitted.text, True, admitted.guard
         else:
             run.running.add(call["id"])
             text, is_error, guard = await guards.execute(admitted, call, detailed_errors=self.options.detailed_errors)
-        return guards.tool_answer(
+        message, event = guards.tool_answer(
             run.usage.model_calls,
             call,
             text,
@@ -297,6 +322,8 @@ class AgentLoop:
             guard=guard,
             max_chars=self.options.max_tool_result_chars,
         )
+        span.answered(message.text, is_error=event.is_error, guard=event.guard)
+        return message, event
 
     # --- bookkeeping -------------------------------------------------------------------------------------------
 
@@ -328,6 +355,8 @@ class _Run:
     running: set[str] = field(default_factory=set)
     """Ids of calls whose tool has started and has not been answered yet."""
     trace: list[TraceEvent] = field(default_factory=list)
+    spans: telemetry.RunSpans = telemetry.OFF
+    """The run's OpenTelemetry spans (`telemetry.OFF` when nothing records)."""
 
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():

@@ -26,6 +26,7 @@ import logging
 import os
 import tempfile
 import threading
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -69,8 +70,10 @@ class Session:
         customer_id: str | None = None,
         keep_turns: int | None = None,
         summarize: bool = False,
+        conversation_id: str | None = None,
     ) -> None:
         """`customer_id` records whose conversation this is (see `load`); the loop's tools must act for them.
+        `conversation_id` ties its turns' spans together (a Postgres thread's id; else a new one per session).
 
         `keep_turns=N` sends the model only the system message, the summary if any and the last N user turns
         (the whole history is still kept and saved); `summarize=True` folds the turns that fall out of that
@@ -85,6 +88,7 @@ class Session:
         self.customer_id = customer_id
         self.keep_turns = keep_turns
         self.summarize = summarize
+        self.conversation_id = conversation_id or f"session-{uuid.uuid4().hex[:12]}"
         self.summary_tokens = 0
         """Tokens the summary calls spent in this session: not part of any question's token budget."""
         self._messages: list[BaseMessage] = list(messages or [])
@@ -136,7 +140,12 @@ class Session:
             try:
                 unsent = _left_out(full, sent)
                 result = await self.loop.arun(
-                    self.instructions, question, history=sent or None, cancel=cancel, unsent=unsent
+                    self.instructions,
+                    question,
+                    history=sent or None,
+                    cancel=cancel,
+                    unsent=unsent,
+                    conversation_id=self.conversation_id,
                 )
             except AgentCancelled as cancelled:
                 # Keep the partial turn (the loop answered its open calls), so the next ask can continue it.
@@ -405,6 +414,7 @@ class Session:
             customer_id=stored.customer or customer_id,
             keep_turns=keep_turns,
             summarize=summarize,
+            conversation_id=thread_id,
         )
         session._revision, session._thread, session._saved = stored.revision, (url, thread_id), len(messages)
         return session

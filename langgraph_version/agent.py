@@ -30,10 +30,14 @@ from langgraph.types import Command
 from langgraph_version.graph import CHECK, ERRORS, MODEL, TOOLS, build_guarded_graph, recursion_limit_for
 from langgraph_version.run import Durability, OpenCalls, RunRecord
 from langgraph_version.state import fresh_counters, stopped, usage_of
+from shared_tools import telemetry
 from shared_tools.results import AgentOptions, AgentResult, StopReason
 from shared_tools.sync import run_blocking
 
 logger = logging.getLogger(__name__)
+
+AGENT_NAME = "langgraph"
+"""The agent's name on its spans (``invoke_agent langgraph``)."""
 
 
 class GraphAgent:
@@ -99,8 +103,32 @@ class GraphAgent:
         `started_at` (`RunContext.started_at`); its budgets judge the whole run. With `count_stretch` the result
         counts only the calls made from the checkpoint on, the ones its trace shows (a replay forks a new branch
         there; a continuation's earlier lines went with the process that made them). `keep_turns` bounds what the
-        model is sent (`RunContext.keep_turns`).
+        model is sent (`RunContext.keep_turns`). The run's span (its nodes write the model and tool spans under it)
+        carries the thread's id as its conversation id.
         """
+        thread = (config.get("configurable") or {}).get("thread_id")
+        provider = self.options.tracer_provider
+        with telemetry.agent_run(AGENT_NAME, self.model, provider=provider, conversation_id=thread) as spans:
+            result = await self._drive(
+                graph, new_messages, config, cancel=cancel, durability=durability, started_at=started_at,
+                customer=customer, keep_turns=keep_turns, count_stretch=count_stretch,
+            )  # fmt: skip
+            spans.finish(result)
+        return result
+
+    async def _drive(
+        self,
+        graph: CompiledStateGraph,
+        new_messages: list[BaseMessage] | Command | None,
+        config: RunnableConfig,
+        *,
+        cancel: threading.Event | None,
+        durability: Durability | None,
+        started_at: float | None,
+        customer: str | None,
+        keep_turns: int | None,
+        count_stretch: bool,
+    ) -> AgentResult:
         graph_input: dict[str, Any] | Command | None
         if isinstance(new_messages, list):
             graph_input = {"messages": new_messages, **fresh_counters()}

@@ -43,8 +43,8 @@ from langgraph_version.run import (
     stop_reason_for,
 )
 from langgraph_version.state import AgentState, stopped, usage_of
-from shared_tools import guards
-from shared_tools.results import AgentLimits, AgentOptions, RunStopped, StopReason, TraceEvent
+from shared_tools import guards, telemetry
+from shared_tools.results import AgentLimits, AgentOptions, Guard, RunStopped, StopReason, TraceEvent
 
 logger = logging.getLogger(__name__)
 
@@ -178,25 +178,31 @@ class GuardedNodes:
         step = state["model_calls"] + 1
         started = time.perf_counter()
         cap, budget_capped = guards.reply_cap(self.model, self.limits, usage_of(state))
+        history = visible_history(state["messages"], run_context().keep_turns)
+        # Left open by an exception that is not ours (the run's span ends it with that exception's type).
+        chat = telemetry.current_run().chat(step, history)
         try:
             # A model stuck for an hour must not hold the run. With on_token the run streams in "messages" mode,
             # and that alone makes this ainvoke stream.
             async with asyncio.timeout(self.limits.time_left(usage_of(state))) as deadline:
-                history = visible_history(state["messages"], run_context().keep_turns)
                 reply = await invoke_model(self.bound, history, cap)
         except TimeoutError:
             if not deadline.expired():
                 raise  # the model's own timeout: an outage, not our budget
             # The call was made, so it counts as a step, with no reply and no tokens, as in the loop.
             emit(guards.model_timeout_event(step, time.perf_counter() - started))
+            chat.stopped(StopReason.TIME_BUDGET, Guard.MODEL_TIMEOUT)
             return {"model_calls": step, **stopped(StopReason.TIME_BUDGET)}
         except RunStopped as stop:  # a cancel mid-stream (`invoke_model`): a step, its half reply dropped
             emit(guards.model_cancelled_event(step, time.perf_counter() - started))
+            chat.stopped(stop.reason, Guard.MODEL_CANCELLED)
             return {"model_calls": step, **stopped(stop.reason)}
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
         reply = guards.with_call_ids(guards.without_cut_calls(reply), state["messages"])
-        emit(guards.model_event(step, reply, time.perf_counter() - started, budget_capped=budget_capped))
+        event = guards.model_event(step, reply, time.perf_counter() - started, budget_capped=budget_capped)
+        chat.replied(reply, event.guard)
+        emit(event)
         update: dict[str, Any] = {
             "messages": [reply],
             "model_calls": step,
@@ -259,6 +265,8 @@ class GuardedNodes:
             for call in (c for c in calls if c["id"] not in open_calls.answers):
                 running, waited = call["id"] in open_calls.running, time.perf_counter() - started
                 message, event = guards.tool_cut_answer(step, call, running=running, duration_s=waited)
+                telemetry.current_run().cut(call, step, message.text, reason=StopReason.TIME_BUDGET,
+                                            guard=Guard.TOOL_TIMEOUT, duration_s=waited)  # fmt: skip
                 open_calls.answers[call["id"]] = message
                 emit(event)
         # Calls a cancel stopped still get a result: a reply with unanswered calls is a broken history.
@@ -327,8 +335,10 @@ class GuardedNodes:
         self, step: int, call: ToolCall, verdict: BaseTool | guards.Refusal, open_calls: OpenCalls
     ) -> tuple[ToolMessage, TraceEvent]:
         """Run one admitted call (or pass on its refusal): its ToolMessage and its trace line, also kept in
-        `open_calls` (the call is there as running while its tool runs)."""
+        `open_calls` (the call is there as running while its tool runs). A tool cut off mid-run leaves its span
+        open for the stop that cut it to end (the time budget in `run_tools`, or the run's span on a cancel)."""
         started = time.perf_counter()
+        span = telemetry.current_run().tool(call, step)
         if isinstance(verdict, guards.Refusal):
             text, is_error, guard = verdict.text, True, verdict.guard
         else:
@@ -343,6 +353,7 @@ class GuardedNodes:
             guard=guard,
             max_chars=self.options.max_tool_result_chars,
         )
+        span.answered(message.text, is_error=event.is_error, guard=event.guard)
         open_calls.running.discard(call["id"])
         open_calls.answers[call["id"]] = message
         return message, event

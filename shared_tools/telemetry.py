@@ -8,6 +8,7 @@ with OTEL_SDK_DISABLED=true, nothing is built; content (masked) only with `CAPTU
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -88,7 +89,8 @@ def error_type(exc: BaseException) -> str:
     """
     if isinstance(exc, RunStopped):
         return code_of(exc.reason)
-    cls = type(exc)
+    # A cancel is a cancel, whichever subclass carries it (the loop's `AgentCancelled` carries its partial result).
+    cls = asyncio.CancelledError if isinstance(exc, asyncio.CancelledError) else type(exc)
     return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
@@ -193,6 +195,7 @@ class RunSpans:
         self._parent = trace.set_span_in_context(span) if self.on and span is not None else None
         self._open: set[ChildSpan] = set()
         self._tools_seen: set[str] = set()
+        self._tool_spans: dict[str, ChildSpan] = {}
         self.input_tokens = 0
         self.output_tokens = 0
 
@@ -218,7 +221,8 @@ class RunSpans:
             return OFF_CHILD
         name = mask_pii(str(call.get("name") or ""))  # the model's text: an e-mail sent as a tool name stays out
         attributes: dict[str, Any] = {OPERATION: EXECUTE_TOOL, TOOL_NAME: name, TOOL_TYPE: "function"}
-        if call_id := call.get("id"):
+        call_id = call.get("id")
+        if call_id:
             self._tools_seen.add(call_id)
             attributes[TOOL_CALL_ID] = mask_pii(str(call_id))
         if step is not None:
@@ -226,7 +230,26 @@ class RunSpans:
         if self.capture:
             attributes[TOOL_CALL_ARGUMENTS] = _json(mask_values(call.get("args")))
         start = None if started is None else int(started * 1e9)
-        return self._child(f"{EXECUTE_TOOL} {name}", SpanKind.INTERNAL, attributes, start)
+        child = self._child(f"{EXECUTE_TOOL} {name}", SpanKind.INTERNAL, attributes, start)
+        if call_id:
+            self._tool_spans[call_id] = child
+        return child
+
+    def cut(
+        self, call: ToolCall, step: int | None, text: str, *, reason: StopReason, guard: Guard, duration_s: float
+    ) -> None:
+        """The span of a call a stop of the run answered (the time budget ran out): the span its tool opened, if
+        it was left open when the tool was cut off mid-run, else one started `duration_s` ago; ended now as cut by
+        `reason`, with `guard`."""
+        if not self.on:
+            return
+        call_id = call.get("id")
+        span = self._tool_spans.get(call_id) if call_id else None
+        if span is None or span.span is None:
+            span = self.tool(call, step, started=time.time() - duration_s)
+        if self.capture and span.span is not None:
+            span.span.set_attribute(TOOL_CALL_RESULT, mask_pii(text))
+        span.stopped(reason, guard)
 
     def answered(
         self,
@@ -320,11 +343,14 @@ class ChildSpan:
         else:
             self.end()
 
-    def replied(self, reply: BaseMessage) -> None:
-        """End a chat span with the model's reply: its tokens, finish reasons, model and (opt-in) content."""
+    def replied(self, reply: BaseMessage, guard: Guard | None = None) -> None:
+        """End a chat span with the model's reply: its tokens, finish reasons, model and (opt-in) content, and
+        the guard that shaped it (a reply cut at the token budget)."""
         span = self._open_span()
         if span is None:
             return
+        if guard is not None:
+            span.set_attribute(GUARD, code_of(guard))
         if isinstance(reply, AIMessage):
             usage = reply.usage_metadata or {}
             tokens_in, tokens_out = token_count(usage.get("input_tokens")), token_count(usage.get("output_tokens"))

@@ -37,21 +37,26 @@ from opentelemetry.trace import SpanKind, StatusCode
 from comparison.contenders import build_contender
 from comparison.conversations import CheckpointThread
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from handwritten.loop import AgentCancelled
 from shared_tools import telemetry
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.faults import FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
-from shared_tools.results import AgentOptions, AgentResult, Guard, RunStopped, RunUsage, StopReason
+from shared_tools.results import AgentLimits, AgentOptions, AgentResult, Guard, RunStopped, RunUsage, StopReason
 from tests.doubles import ScriptModel, ai, call
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SPAN_CONTENDERS = ("langgraph-defaults", "create-agent")
-"""The contenders that write spans; the hand-written loop and the guarded graph join when they do."""
+SPAN_CONTENDERS = ("handwritten", "langgraph", "langgraph-defaults", "create-agent")
+"""The contenders that write spans: ours from their own code, the framework-run ones from LangChain's callbacks."""
 FRAMEWORK_ONLY = ("langgraph-defaults", "create-agent")
 """Contenders whose spans come from LangChain's callbacks (no time budget, no cooperative cancel in create_agent)."""
+OURS = ("handwritten", "langgraph")
+"""Contenders that write their spans in their own code and have a time budget."""
+COOPERATIVE_CANCEL = ("handwritten", "langgraph", "langgraph-defaults")
+"""Contenders that take a cancel event (`create_agent` has none)."""
 
 CONTENT_ATTRIBUTES = (
     telemetry.INPUT_MESSAGES,
@@ -275,9 +280,11 @@ def test_otel_sdk_disabled_turns_an_sdk_provider_off(name: str, monkeypatch: pyt
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     disabled = Spans()  # the SDK reads the variable when the provider is made
     assert telemetry.tracer_for(disabled.provider) is None
-    assert contender(name, make_model("scripted"), make_tools(BookStore()), disabled.provider).run(
-        INSTRUCTIONS, SEED_GOAL
-    ).ok
+    assert (
+        contender(name, make_model("scripted"), make_tools(BookStore()), disabled.provider)
+        .run(INSTRUCTIONS, SEED_GOAL)
+        .ok
+    )
     assert disabled.finished == []
 
 
@@ -328,7 +335,13 @@ def test_a_tool_that_raises_has_an_error_span_with_its_type_and_no_secret(name: 
         assert attrs(root)["error.type"] == "RuntimeError" and root.status.status_code is StatusCode.ERROR
     failed = [t for t in spans.of("execute_tool") if t.name == "execute_tool check_stock"]
     assert failed and all(t.status.status_code is StatusCode.ERROR for t in failed)
-    assert {attrs(t)["error.type"] for t in failed} == {"RuntimeError"}
+    if name in OURS:
+        # Our agents turn the exception into a result whose details they hide: the guard that did so is the type.
+        assert {(attrs(t)["error.type"], attrs(t)["agent_loop.guard"]) for t in failed} == {
+            ("error_hidden", "error_hidden")
+        }
+    else:
+        assert {attrs(t)["error.type"] for t in failed} == {"RuntimeError"}
     assert FAKE_SECRET not in everything_in(spans.finished)
 
 
@@ -365,20 +378,34 @@ def test_a_call_the_human_refused_is_a_span_with_the_approval_guard(spans: Spans
     assert attrs(pause_root)["gen_ai.conversation.id"] == attrs(resumed)["gen_ai.conversation.id"] == "approval-1"
 
 
+def conversation(name: str, agent: Any, thread_id: str) -> Any:
+    """The contender's own multi-turn conversation, on `thread_id`."""
+    if name == "handwritten":
+        from handwritten import Session
+
+        return Session(agent, INSTRUCTIONS, conversation_id=thread_id)
+    if name == "langgraph":
+        from langgraph_version import GraphSession
+
+        return GraphSession(agent, INSTRUCTIONS, thread_id=thread_id)
+    return CheckpointThread(agent, INSTRUCTIONS, thread_id)
+
+
 @pytest.mark.parametrize("name", SPAN_CONTENDERS)
 def test_each_turn_of_a_conversation_carries_its_thread_id(name: str, spans: Spans) -> None:
     agent = contender(name, make_model("scripted"), make_tools(BookStore()), spans.provider)
-    thread = CheckpointThread(agent, INSTRUCTIONS, "conversation-7")
+    thread = conversation(name, agent, "conversation-7")
     assert thread.ask(SEED_GOAL).ok and thread.ask("What is my cart total now?").ok
     roots = [s for s in spans.finished if s.parent is None]
     assert len(roots) == 2 and {attrs(r)["gen_ai.conversation.id"] for r in roots} == {"conversation-7"}
     assert len({r.context.trace_id for r in roots}) == 2  # a trace per turn, tied by the conversation id
 
 
-def test_a_cancel_of_the_defaults_graph_ends_its_run_span_as_cancelled(spans: Spans) -> None:
+@pytest.mark.parametrize("name", COOPERATIVE_CANCEL)
+def test_a_cancel_ends_the_run_span_as_cancelled(name: str, spans: Spans) -> None:
     cancel = threading.Event()
     agent = contender(
-        "langgraph-defaults", make_model("scripted"), make_tools(BookStore()), spans.provider,
+        name, make_model("scripted"), make_tools(BookStore()), spans.provider,
         on_event=lambda event: cancel.set() if event.name == "check_stock" else None,
     )  # fmt: skip
     result = agent.run(INSTRUCTIONS, SEED_GOAL, cancel=cancel)
@@ -387,16 +414,77 @@ def test_a_cancel_of_the_defaults_graph_ends_its_run_span_as_cancelled(spans: Sp
     assert attrs(root)["agent_loop.stop_reason"] == "cancelled" and attrs(root)["error.type"] == "cancelled"
     assert root.status.status_code is StatusCode.ERROR
     assert all(s.end_time is not None for s in spans.finished)
+    # The calls made before the cancel are all there, one span per trace line.
+    assert [s.name.split()[-1] for s in spans.finished[1:]] == [
+        "scripted" if e.is_model else e.name for e in result.trace
+    ]
 
 
-@pytest.mark.parametrize("name", FRAMEWORK_ONLY)
+class SlowModel(ScriptModel):
+    """A `ScriptModel` whose every reply takes `delay_s` to come (an async sleep, so a timeout can cut it)."""
+
+    delay_s: float = 30.0
+
+    async def _agenerate(self, messages: list[Any], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
+        await asyncio.sleep(self.delay_s)
+        return self._generate(messages, stop, **kwargs)
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_a_model_call_cut_by_the_time_budget_is_an_error_chat_span_with_the_guard(name: str, spans: Spans) -> None:
+    model = SlowModel(replies=[ai("Done.")])
+    result = contender(name, model, make_tools(BookStore()), spans.provider, limits=AgentLimits(max_duration=0.2)).run(
+        INSTRUCTIONS, SEED_GOAL
+    )
+    assert result.stop_reason is StopReason.TIME_BUDGET
+    root = spans.root()
+    assert attrs(root)["agent_loop.stop_reason"] == "time_budget" and attrs(root)["error.type"] == "time_budget"
+    assert root.status.status_code is StatusCode.ERROR
+    (chat,) = spans.of("chat")
+    assert chat.status.status_code is StatusCode.ERROR and attrs(chat)["agent_loop.step"] == 1
+    assert (attrs(chat)["error.type"], attrs(chat)["agent_loop.guard"]) == ("time_budget", "model_timeout")
+    assert "gen_ai.usage.input_tokens" not in attrs(chat)  # no reply, so nothing was counted
+
+
+@pytest.mark.parametrize("name", OURS)
+@pytest.mark.parametrize("parallel", [True, False])
+def test_tools_cut_by_the_time_budget_are_error_tool_spans_with_the_guard(
+    name: str, parallel: bool, spans: Spans
+) -> None:
+    """One slow call is running when the budget runs out, the other has not started (sequential) or is running
+    too (parallel): every call of the round has one span, ended as cut by the budget."""
+    reply = ai("", call("search_books", "s1", query="orchard"), call("check_stock", "k1", book_id=7))
+    tools = make_tools(BookStore(), faults=Faults(latency_s=5.0))
+    agent = contender(name, ScriptModel(replies=[reply]), tools, spans.provider,
+                      limits=AgentLimits(max_duration=0.3), parallel_tools=parallel)  # fmt: skip
+    result = agent.run(INSTRUCTIONS, "find it")
+    assert result.stop_reason is StopReason.TIME_BUDGET
+    root = spans.root()
+    assert attrs(root)["error.type"] == "time_budget" and root.status.status_code is StatusCode.ERROR
+    tools_spans = spans.of("execute_tool")
+    assert sorted(attrs(t)["gen_ai.tool.call.id"] for t in tools_spans) == ["k1", "s1"]
+    for span in tools_spans:
+        assert span.status.status_code is StatusCode.ERROR
+        assert (attrs(span)["error.type"], attrs(span)["agent_loop.guard"]) == ("time_budget", "tool_timeout")
+    # The running call's span began when its tool did; the cut one began at the cut, ended at once.
+    first = next(t for t in tools_spans if attrs(t)["gen_ai.tool.call.id"] == "s1")
+    assert (first.end_time or 0) - (first.start_time or 0) >= 0.2e9
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
 @pytest.mark.parametrize("how", ["timeout", "cancel"])
 async def test_a_run_cut_from_outside_ends_the_running_tool_and_the_run_with_error(
     name: str, how: str, spans: Spans
 ) -> None:
-    """Neither framework contender has a time budget of its own, so a caller cuts it: `asyncio.timeout` or a
+    """A caller cuts the run (the framework contenders have no time budget of their own): `asyncio.timeout` or a
     cancel of its task, once the first (slow) tool has started. No span may be left open (an open span is never
     exported)."""
+    timed_out: type[BaseException] = TimeoutError
+    if name == "handwritten" and sys.version_info < (3, 12):
+        # The loop re-raises the cancel as `AgentCancelled`; Python 3.11's asyncio.timeout turns only CancelledError
+        # itself into TimeoutError (3.12 turns any subclass), so there the caller sees the cancel. The spans are
+        # the same either way.
+        timed_out = AgentCancelled
     agent = contender(name, make_model("scripted"), make_tools(BookStore(), faults=Faults(latency_s=5.0)),
                       spans.provider)  # fmt: skip
 
@@ -406,7 +494,7 @@ async def test_a_run_cut_from_outside_ends_the_running_tool_and_the_run_with_err
 
     task = asyncio.ensure_future(agent.arun(INSTRUCTIONS, SEED_GOAL))
     if how == "timeout":
-        with pytest.raises(TimeoutError):
+        with pytest.raises(timed_out):
             async with asyncio.timeout(None) as deadline:
                 await asyncio.wait_for(tool_started(), 60)
                 deadline.reschedule(asyncio.get_running_loop().time() + 0.05)
@@ -630,9 +718,10 @@ def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_
     assert done.stderr == ""
     roots = [span for _, span in received if span.name.startswith("invoke_agent")]
     # bookstore: 1 goal, orders: 2 questions; per contender.
-    assert sorted(span.name for span in roots) == ["invoke_agent create-agent"] * 3 + [
-        "invoke_agent langgraph-defaults"
-    ] * 3
+    assert (
+        sorted(span.name for span in roots)
+        == ["invoke_agent create-agent"] * 3 + ["invoke_agent langgraph-defaults"] * 3
+    )
     assert {resource["service.name"] for resource, _ in received} == {"bookstore-class"}
 
 
