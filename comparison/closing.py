@@ -79,8 +79,17 @@ WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
         "interrupt() in a node, Command(resume=...) via the checkpointer",
         "HumanInTheLoopMiddleware (interrupt-based)",
     ),
+    (
+        "tracing (OTel spans)",
+        "you: a span per run, model call and tool call, in a few lines (guard decisions and budget cuts included)",
+        "no spans by itself; LangChain's callbacks fire per model and tool call, and you turn them into spans or "
+        "write them in your nodes",
+        "the same callbacks, but a call it answers itself (unknown tool, a refused approval) fires none; the "
+        "official instrumentation is beta",
+    ),
 )
-"""The seed's closing comparison: row -> who owns it in each of `OWNERS`."""
+"""The seed's closing comparison: row -> who owns it in each of `OWNERS`. The tracing row's claims are measured
+in tests/test_telemetry.py (`test_the_tracing_row_*`)."""
 
 GUARD_LEGEND: dict[str, str] = {
     "fired": "the records show the guard acting (a typed guard on the trace, or the stop reason it gives)",

@@ -766,3 +766,83 @@ def test_otel_without_the_extra_is_one_line_and_exit_2(monkeypatch: pytest.Monke
     out, err = capsys.readouterr()
     assert out == ""
     assert err == "compare.py: --otel needs the OpenTelemetry SDK: pip install 'agent-loop-compare[otel]'\n"
+
+
+# --- the comparison row: what each layer gives for free ---------------------------------------------------
+
+BARE_FRAMEWORK_RUN = """
+import json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from langchain.agents import create_agent
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from langgraph_version import DefaultsGraphAgent
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.models import make_model
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+seen = {}
+tools = make_tools(BookStore())
+model = make_model("scripted").bind_tools(tools)
+graph = StateGraph(MessagesState)
+graph.add_node("model", lambda state: {"messages": [model.invoke(state["messages"])]})
+graph.add_node("tools", ToolNode(tools))
+graph.add_edge(START, "model")
+graph.add_conditional_edges("model", tools_condition)
+graph.add_edge("tools", "model")
+graph.compile().invoke({"messages": [("system", INSTRUCTIONS), ("user", SEED_GOAL)]})
+seen["state_graph"] = len(exporter.get_finished_spans())
+create_agent(make_model("scripted"), make_tools(BookStore()), system_prompt=INSTRUCTIONS).invoke(
+    {"messages": [("user", SEED_GOAL)]}
+)
+seen["create_agent"] = len(exporter.get_finished_spans())
+DefaultsGraphAgent(make_model("scripted"), make_tools(BookStore())).run(INSTRUCTIONS, SEED_GOAL)
+seen["with_our_callbacks"] = len(exporter.get_finished_spans())
+print(json.dumps(seen))
+"""
+
+
+def test_the_tracing_row_a_bare_state_graph_or_create_agent_writes_no_span() -> None:
+    """With an SDK provider set as OpenTelemetry's global one (a child process: it can be set once), LangGraph and
+    `create_agent` on their own write nothing; the same process records the defaults contender's spans, which
+    come from our `SpanCallbacks`."""
+    done = subprocess.run(
+        [sys.executable, "-c", BARE_FRAMEWORK_RUN], capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_", "OTEL_"))},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert (seen["state_graph"], seen["create_agent"]) == (0, 0)
+    assert seen["with_our_callbacks"] == 10  # invoke_agent, 5 chat, 4 execute_tool
+
+
+def test_the_tracing_row_a_call_create_agent_answers_itself_fires_no_tool_callback() -> None:
+    from langchain.agents import create_agent
+    from langchain_core.callbacks import BaseCallbackHandler
+
+    class Count(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.chats = self.tools = 0
+
+        def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+            self.chats += 1
+
+        def on_tool_start(self, *args: Any, **kwargs: Any) -> None:
+            self.tools += 1
+
+    count = Count()
+    agent = create_agent(make_model("scripted:hallucinator"), make_tools(BookStore()), system_prompt=INSTRUCTIONS)
+    state = agent.invoke({"messages": [HumanMessage(SEED_GOAL)]}, {"callbacks": [count]})
+    calls = [c for m in state["messages"] if isinstance(m, AIMessage) for c in m.tool_calls]
+    replies = [m for m in state["messages"] if isinstance(m, AIMessage)]
+    assert "find_book" in [c["name"] for c in calls]  # the unknown tool
+    assert count.chats == len(replies)  # one callback per model call
+    assert count.tools == len(calls) - 1  # but none for the call its ToolNode answered without a tool
