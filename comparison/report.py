@@ -3,9 +3,10 @@
 `render_report(document)` returns a complete HTML page with inline CSS and inline SVG pictures drawn here (no
 JavaScript, no external file, nothing fetched), so the page opens offline and can be mailed around. It shows,
 per scenario, the lesson, a tokens-per-step chart with every contender (contenders whose lines coincide are
-drawn once and named together), the side-by-side tables, what to notice and each run's trace; then the guard
-matrix (when a run tested a guard), the "who owns what" table and a picture of our graph, laid out here from its
-nodes and edges, with LangGraph's mermaid text folded under it. The page reads on a 420 px phone: pictures
+drawn once and named together), the side-by-side tables, what to notice and each run's trace, with a waterfall
+of its model and tool calls on a time axis above it (`waterfall_svg`); then the guard matrix (when a run tested
+a guard), the "who owns what" table and a picture of our graph, laid out here from its nodes and edges, with
+LangGraph's mermaid text folded under it. The page reads on a 420 px phone: pictures
 scale to the screen and wide tables scroll sideways in their own box. It reads only the document (plain dicts
 and lists): no agent, model or store is imported. Every value reaches the page through `esc`, which makes
 control characters visible before HTML-escaping.
@@ -67,6 +68,9 @@ details { margin: .3rem 0; } summary { cursor: pointer; }
 .legend div { margin: .15rem 0; font-size: .85rem; } .legend span { display: inline-block; margin-right: 1rem; }
 .legend svg { vertical-align: middle; margin-right: .3rem; }
 small { color: #555; }
+figure.waterfall { margin: .4rem 0 .2rem; }
+svg.waterfall { display: block; width: 100%; max-width: 720px; height: auto; }
+svg.waterfall text { font-size: 11px; font-family: ui-monospace, monospace; }
 @media (max-width: 600px) {
   body { margin: .8rem auto; padding: 0 .6rem; font-size: .95rem; }
   h1 { font-size: 1.4rem; } h2 { font-size: 1.2rem; margin-top: 1.8rem; }
@@ -491,6 +495,75 @@ def trace_block(run: dict[str, Any], *, multi_turn: bool) -> str:
     return f"<details><summary>{esc(summary)}</summary><pre>{esc(chr(10).join(lines))}</pre></details>"
 
 
+WATERFALL_WIDTH, WATERFALL_LABEL, WATERFALL_ROW = 720, 170, 16
+"""The waterfall's drawing units: the labels' column, then the time axis; one row per model or tool call."""
+_BAR = {"model": "#6a6ad0", "tool": "#2ca02c", "error": "#d62728"}
+_GUARD_MARK = "#ff7f0e"
+
+
+def waterfall_svg(run: dict[str, Any]) -> str:
+    """The run's model and tool calls as bars on a time axis (a trace viewer's waterfall), drawn from the trace's
+    own timings (`TraceEvent.ended_at` and `duration_s`), so it needs no OpenTelemetry. A call a guard decided is
+    outlined and named. Empty for a trace recorded without timings."""
+    events = [e for e in run["trace"] if isinstance(e.get("ended_at"), int | float)]
+    if not events or len(events) != len(run["trace"]):
+        return ""
+    starts = [e["ended_at"] - e["duration_s"] for e in events]
+    origin = min(starts)
+    total = max(max(e["ended_at"] for e in events) - origin, 1e-6)
+    axis = WATERFALL_WIDTH - WATERFALL_LABEL - 12
+
+    def x(t: float) -> float:
+        return WATERFALL_LABEL + (t - origin) / total * axis
+
+    rows = []
+    for i, (event, start) in enumerate(zip(events, starts, strict=True)):
+        y = 4 + i * WATERFALL_ROW
+        kind = "model" if event["name"] == "model" else "tool"
+        colour = _BAR["error"] if event.get("is_error") else _BAR[kind]
+        left, width = x(start), max(x(event["ended_at"]) - x(start), 1.5)
+        guard = event.get("guard")
+        label = f"{step_label(event['step'])} {clean_line(event['name'])}"
+        took = duration_text(event["duration_s"])
+        title = f"{label}: {took}, from {duration_text(start - origin)}" + (f" · {guard}" if guard else "")
+        outline = f' stroke="{_GUARD_MARK}" stroke-width="2"' if guard else ""
+        data = f' data-kind="{kind}"' + (f' data-guard="{esc(guard)}"' if guard else "")
+        rows.append(
+            f'<g class="call"{data}><title>{esc(title)}</title>'
+            f'<text x="4" y="{y + 11}">{esc(_shorten(label, 22))}</text>'
+            f'<rect x="{left:.1f}" y="{y + 2}" width="{width:.1f}" height="{WATERFALL_ROW - 5}" fill="{colour}"'
+            f' rx="2"{outline}/>'
+        )
+        if guard:
+            # The guard's name goes after the bar, or before it when the bar ends near the right edge.
+            after = left + width + 4
+            anchor, at = ("start", after) if after < WATERFALL_WIDTH - 150 else ("end", left - 4)
+            rows.append(
+                f'<text class="guard" x="{at:.1f}" y="{y + 11}" text-anchor="{anchor}" fill="#9a4d00">'
+                f"&#9873; {esc(guard)}</text>"
+            )
+        rows.append("</g>")
+    height = 4 + len(events) * WATERFALL_ROW + 22
+    base = height - 18
+    ticks = []
+    for k in range(5):
+        tx = WATERFALL_LABEL + k / 4 * axis
+        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
+        ticks.append(
+            f'<line x1="{tx:.1f}" y1="{base}" x2="{tx:.1f}" y2="{base + 4}" stroke="#888"/>'
+            f'<text x="{tx:.1f}" y="{base + 15}" text-anchor="{anchor}" fill="#555">'
+            f"{esc(duration_text(total * k / 4))}</text>"
+        )
+    caption = f"Spans of {run['contender']} · {run['variant']}: each model and tool call on the run's clock"
+    return (
+        f'<figure class="waterfall"><svg xmlns="http://www.w3.org/2000/svg" class="waterfall" '
+        f'viewBox="0 0 {WATERFALL_WIDTH} {height}" role="img" aria-label="{esc(caption)}">'
+        f'<line x1="{WATERFALL_LABEL}" y1="{base}" x2="{WATERFALL_LABEL + axis}" y2="{base}" stroke="#888"/>'
+        f"{''.join(rows)}{''.join(ticks)}</svg><figcaption><small>{esc(caption)}; "
+        "a call a guard decided is outlined and named.</small></figcaption></figure>"
+    )
+
+
 def guard_table(rows: Sequence[dict[str, Any]], contenders: Sequence[str]) -> str:
     head = "<th>guard (scenario)</th>" + "".join(f"<th>{esc(c)}</th>" for c in contenders)
     body = []
@@ -527,7 +600,8 @@ def scenario_section(number: int, scenario: dict[str, Any], runs: Sequence[dict[
         if len(scenario["variants"]) > 1:
             parts.append(f"<h3>variant {esc(variant['name'])}: {esc(variant['label'])}</h3>")
         parts.append(summary_table(variant_runs))
-        parts += [trace_block(r, multi_turn=scenario.get("multi_turn", False)) for r in variant_runs]
+        for r in variant_runs:
+            parts += [waterfall_svg(r), trace_block(r, multi_turn=scenario.get("multi_turn", False))]
     points = scenario.get("notice", "").splitlines()  # one point per line: see comparison.render.notice
     if points:
         items = "".join(f"<li>{esc(point)}</li>" for point in points)

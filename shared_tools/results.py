@@ -308,6 +308,13 @@ class TraceEvent:
     """For a tool call: the model was given an error result."""
     guard: Guard | None = None
     """The guard that decided this result (None: the tool ran and its result went back as it was)."""
+    ended_at: float = field(default_factory=time.time, compare=False, repr=False)
+    """When the line was made, on the wall clock (`time.time()`): the end of its call, which began `duration_s`
+    before (`started_at`). What a picture of the run on a time axis is drawn from."""
+
+    @property
+    def started_at(self) -> float:
+        return self.ended_at - self.duration_s
 
     @classmethod
     def deferred(

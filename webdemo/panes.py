@@ -269,6 +269,7 @@ def trace_json(event: TraceEvent) -> dict[str, Any]:
         "step": event.step,
         "name": event.name,
         "ms": round(event.duration_s * 1000, 1),
+        "end_ms": round(event.ended_at * 1000, 3),  # the wall clock at the call's end: the waterfall's axis
         "detail": event.detail,
         "tokens": event.tokens,
         "is_model": event.is_model,

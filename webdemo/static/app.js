@@ -66,6 +66,70 @@ function addTrace(pane, line) {
   const list = pane.el.querySelector(".trace");
   list.appendChild(li);
   list.scrollTop = list.scrollHeight;
+  pane.lines.push(line);
+  drawWaterfall(pane);
+}
+
+// --- the waterfall: the turn's model and tool calls on a time axis, from each trace line's own timings ----------
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const WATERFALL = {width: 600, label: 150, row: 16};
+
+function svgEl(name, attrs, text) {
+  const el = document.createElementNS(SVG_NS, name);
+  for (const [key, value] of Object.entries(attrs || {})) el.setAttribute(key, String(value));
+  if (text !== undefined) el.textContent = text;
+  return el;
+}
+
+function msText(ms) {
+  return ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(ms >= 10 ? 0 : 1)} ms`;
+}
+
+function drawWaterfall(pane) {
+  const box = pane.el.querySelector(".waterfall");
+  const lines = pane.lines;
+  box.replaceChildren();
+  // A line kept from before the page knew timings (an old session) has none: no picture rather than a wrong one.
+  box.hidden = !lines.length || !lines.every((l) => typeof l.end_ms === "number");
+  if (box.hidden) return;
+  const {width, label, row} = WATERFALL;
+  const axis = width - label - 10;
+  const starts = lines.map((l) => l.end_ms - l.ms);
+  const origin = Math.min(...starts);
+  const total = Math.max(Math.max(...lines.map((l) => l.end_ms)) - origin, 0.001);
+  const x = (t) => label + ((t - origin) / total) * axis;
+  const base = lines.length * row + 4;
+  const svg = svgEl("svg", {viewBox: `0 0 ${width} ${base + 18}`, role: "img",
+                            "aria-label": "the turn's model and tool calls on a time axis"});
+  lines.forEach((l, i) => {
+    const y = i * row + 2;
+    const kind = l.is_model ? "model" : "tool";
+    const g = svgEl("g", {class: `call ${kind}${l.is_error ? " error" : ""}${l.guard ? " guarded" : ""}`});
+    if (l.guard) g.setAttribute("data-guard", l.guard);
+    const name = `[step ${l.step}] ${l.name}`;
+    g.appendChild(svgEl("title", {}, `${name}: ${msText(l.ms)}, from ${msText(starts[i] - origin)}` +
+                                     (l.guard ? ` · ${l.guard}` : "")));
+    g.appendChild(svgEl("text", {x: 2, y: y + 11}, name.length > 22 ? name.slice(0, 21) + "…" : name));
+    const left = x(starts[i]);
+    const barWidth = Math.max(x(l.end_ms) - left, 1.5);
+    g.appendChild(svgEl("rect", {x: left.toFixed(1), y: y + 2, width: barWidth.toFixed(1), height: row - 5, rx: 2}));
+    if (l.guard) {
+      const after = left + barWidth + 4;
+      const fits = after < width - 140;
+      g.appendChild(svgEl("text", {class: "guard", x: (fits ? after : left - 4).toFixed(1), y: y + 11,
+                                   "text-anchor": fits ? "start" : "end"}, `⚑ ${l.guard}`));
+    }
+    svg.appendChild(g);
+  });
+  svg.appendChild(svgEl("line", {x1: label, y1: base, x2: label + axis, y2: base}));
+  for (let k = 0; k <= 4; k++) {
+    const tx = label + (k / 4) * axis;
+    svg.appendChild(svgEl("text", {x: tx.toFixed(1), y: base + 14,
+                                   "text-anchor": k === 0 ? "start" : k === 4 ? "end" : "middle"},
+                          msText((total * k) / 4)));
+  }
+  box.appendChild(svg);
 }
 
 function setMeter(pane, tokens) {
@@ -115,7 +179,7 @@ function renderPane(state) {
   const warn = state.error || state.note;
   note.hidden = !warn;
   note.textContent = warn || "";
-  const pane = {el, streaming: null, name: state.contender};
+  const pane = {el, streaming: null, name: state.contender, lines: []};
   panes.set(state.contender, pane);
   for (const m of state.transcript) addMessage(pane, m.role, m.text);
   for (const line of state.trace) addTrace(pane, line);
@@ -181,6 +245,8 @@ const handlers = {
     if (!pane) return;
     if (e.question) addMessage(pane, "user", e.question);
     pane.el.querySelector(".trace").replaceChildren();
+    pane.lines = [];
+    drawWaterfall(pane);
     hideApproval(pane);
     setMeter(pane, 0);
     setStop(pane, "running", "running");
