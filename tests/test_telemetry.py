@@ -356,13 +356,35 @@ def test_a_call_the_framework_answers_without_a_tool_still_gets_its_span(name: s
     assert len(spans.of("execute_tool")) == result.tool_calls
 
 
-def test_a_call_the_human_refused_is_a_span_with_the_approval_guard(spans: Spans) -> None:
-    from langgraph_version import create_agent_contender
+def test_a_call_the_loop_s_human_refused_is_a_span_with_the_approval_guard(spans: Spans) -> None:
+    """The hand-written loop asks its `approve` callback before the tool runs: no pause, one run."""
+    from handwritten import AgentLoop
 
     store = BookStore()
     options = AgentOptions(needs_approval=RiskyWritePolicy(store), tracer_provider=spans.provider)
-    agent = create_agent_contender(make_model("scripted"), make_tools(store), options, checkpointer=InMemorySaver())
-    thread = CheckpointThread(agent, INSTRUCTIONS, "approval-1")
+    asked: list[str] = []
+    loop = AgentLoop(make_model("scripted"), make_tools(store), options, approve=lambda c, r: asked.append(r) or False)
+    loop.run(INSTRUCTIONS, "Add 5 copies of The Quiet Orchard to my cart.")
+    spans.root()
+    refused = [t for t in spans.of("execute_tool") if attrs(t).get("agent_loop.guard") == "approval_refused"]
+    # One span per refusal (the scripted customer asks twice), each with the guard that decided it.
+    assert len(refused) == len(asked) >= 1 and {t.name for t in refused} == {"execute_tool add_to_cart"}
+    assert {(t.status.status_code, attrs(t)["error.type"]) for t in refused} == {(StatusCode.ERROR, "approval_refused")}
+
+
+@pytest.mark.parametrize("name", ["langgraph", "create-agent"])
+def test_a_call_the_human_refused_is_a_span_with_the_approval_guard(name: str, spans: Spans) -> None:
+    from langgraph_version import GraphAgent, GraphSession, create_agent_contender
+
+    store = BookStore()
+    options = AgentOptions(needs_approval=RiskyWritePolicy(store), tracer_provider=spans.provider)
+    thread: Any
+    if name == "langgraph":
+        thread = GraphSession(GraphAgent(make_model("scripted"), make_tools(store), options), INSTRUCTIONS,
+                              thread_id="approval-1")  # fmt: skip
+    else:
+        agent = create_agent_contender(make_model("scripted"), make_tools(store), options, checkpointer=InMemorySaver())
+        thread = CheckpointThread(agent, INSTRUCTIONS, "approval-1")
     paused = thread.ask("Add 5 copies of The Quiet Orchard to my cart.")
     assert paused.stop_reason is StopReason.AWAITING_APPROVAL
     pause_root = spans.root()
@@ -846,3 +868,53 @@ def test_the_tracing_row_a_call_create_agent_answers_itself_fires_no_tool_callba
     assert "find_book" in [c["name"] for c in calls]  # the unknown tool
     assert count.chats == len(replies)  # one callback per model call
     assert count.tools == len(calls) - 1  # but none for the call its ToolNode answered without a tool
+
+
+MAF_AND_OURS = """
+import json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from handwritten import AgentLoop
+from maf_version import MafAgent
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.models import make_model
+assert MafAgent(make_model("scripted"), make_tools(BookStore())).run(INSTRUCTIONS, SEED_GOAL).ok
+assert AgentLoop(make_model("scripted"), make_tools(BookStore())).run(INSTRUCTIONS, SEED_GOAL).ok
+print(json.dumps([[s.instrumentation_scope.name, s.name, s.kind.name, s.context.trace_id] for s in
+                  exporter.get_finished_spans()]))
+"""
+
+
+def test_maf_writes_its_own_spans_to_the_same_global_provider_as_ours() -> None:
+    """MAF's telemetry writes to OpenTelemetry's global provider (it takes none per agent), so `--otel` collects
+    its spans next to ours: the same three names, its chat span INTERNAL where ours is CLIENT."""
+    pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[maf]'")
+    done = subprocess.run(
+        [sys.executable, "-c", MAF_AND_OURS], capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ENABLE_"))},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    by_scope: dict[str, list[tuple[str, str]]] = {}
+    traces: dict[str, set[int]] = {}
+    for scope, name, kind, trace_id in json.loads(done.stdout):
+        by_scope.setdefault(scope, []).append((name, kind))
+        traces.setdefault(scope, set()).add(trace_id)
+    maf, ours = by_scope["agent_framework"], by_scope[telemetry.SCOPE]
+    tools = ["search_books", "check_stock", "check_stock", "add_to_cart"]
+    assert sorted(maf) == sorted(
+        [("invoke_agent bookstore", "INTERNAL")] + [("chat scripted", "INTERNAL")] * 5
+        + [(f"execute_tool {t}", "INTERNAL") for t in tools]
+    )  # fmt: skip
+    assert sorted(ours) == sorted(
+        [("invoke_agent handwritten", "INTERNAL")] + [("chat scripted", "CLIENT")] * 5
+        + [(f"execute_tool {t}", "INTERNAL") for t in tools]
+    )  # fmt: skip
+    assert len(traces["agent_framework"]) == len(traces[telemetry.SCOPE]) == 1  # one tree per run, each
