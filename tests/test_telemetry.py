@@ -345,6 +345,34 @@ def test_a_tool_that_raises_has_an_error_span_with_its_type_and_no_secret(name: 
     assert FAKE_SECRET not in everything_in(spans.finished)
 
 
+@pytest.mark.parametrize("name", OURS)
+def test_a_result_a_guard_shortened_is_a_span_with_the_guard_and_no_error(name: str, spans: Spans) -> None:
+    """Truncation decides a result without making it an error: the guard is on the span, its status stays unset."""
+    result = contender(name, make_model("scripted"), make_tools(BookStore()), spans.provider,
+                       max_tool_result_chars=20).run(INSTRUCTIONS, SEED_GOAL)  # fmt: skip
+    truncated = [e for e in result.trace if e.guard is Guard.TRUNCATED]
+    assert truncated, "the seed's search result is longer than 20 characters"
+    marked = [t for t in spans.of("execute_tool") if attrs(t).get("agent_loop.guard") == "truncated"]
+    assert [attrs(t)["gen_ai.tool.name"] for t in marked] == [e.name for e in truncated]
+    assert {t.status.status_code for t in marked} == {StatusCode.UNSET}
+    assert not any("error.type" in attrs(t) for t in marked)
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_a_reply_cut_at_the_token_budget_is_a_chat_span_with_the_guard(name: str, spans: Spans) -> None:
+    full = build_contender(name, make_model("scripted"), make_tools(BookStore()), AgentOptions()).run(
+        INSTRUCTIONS, SEED_GOAL
+    )
+    budget = sum(full.tokens_per_step[:2]) + 5  # step 3's reply (a check_stock call) needs more than 5 tokens
+    result = contender(name, make_model("scripted"), make_tools(BookStore()), spans.provider,
+                       limits=AgentLimits(max_tokens=budget)).run(INSTRUCTIONS, SEED_GOAL)  # fmt: skip
+    assert result.stop_reason is StopReason.TOKEN_BUDGET
+    chats = spans.of("chat")
+    assert [attrs(c).get("agent_loop.guard") for c in chats] == [None, None, "reply_capped"]
+    assert attrs(chats[-1])["gen_ai.usage.output_tokens"] == 5
+    assert attrs(spans.root())["error.type"] == "token_budget"
+
+
 @pytest.mark.parametrize("name", SPAN_CONTENDERS)
 def test_a_call_the_framework_answers_without_a_tool_still_gets_its_span(name: str, spans: Spans) -> None:
     result = contender(name, make_model("scripted:hallucinator"), make_tools(BookStore()), spans.provider).run(
