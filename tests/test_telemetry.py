@@ -470,6 +470,25 @@ def test_a_cancel_ends_the_run_span_as_cancelled(name: str, spans: Spans) -> Non
     ]
 
 
+@pytest.mark.parametrize("name", OURS)
+def test_a_reply_cut_mid_stream_by_a_cancel_is_a_chat_span_with_the_guard(name: str, spans: Spans) -> None:
+    cancel, seen = threading.Event(), []
+
+    def on_token(token: Any) -> None:
+        seen.append(token)
+        if token.step == 2 and len([t for t in seen if t.step == 2]) == 1:
+            cancel.set()
+
+    agent = contender(name, make_model("scripted"), make_tools(BookStore()), spans.provider, on_token=on_token)
+    result = agent.run(INSTRUCTIONS, SEED_GOAL, cancel=cancel)
+    assert result.stop_reason is StopReason.CANCELLED
+    first, cut = spans.of("chat")
+    assert first.status.status_code is StatusCode.UNSET and "agent_loop.guard" not in attrs(first)
+    assert cut.status.status_code is StatusCode.ERROR and attrs(cut)["agent_loop.step"] == 2
+    assert (attrs(cut)["error.type"], attrs(cut)["agent_loop.guard"]) == ("cancelled", "model_cancelled")
+    assert attrs(spans.root())["agent_loop.stop_reason"] == "cancelled"
+
+
 class SlowModel(ScriptModel):
     """A `ScriptModel` whose every reply takes `delay_s` to come (an async sleep, so a timeout can cut it)."""
 
