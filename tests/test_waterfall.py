@@ -22,7 +22,7 @@ import compare
 from comparison.report import WATERFALL_LABEL, WATERFALL_WIDTH, waterfall_svg
 from comparison.scenarios import SEED_GOAL
 from shared_tools.results import TraceEvent
-from tests.test_web_browser import CHROMEDRIVER, CHROMIUM, WAIT_S, browser  # noqa: F401 - the fixture
+from tests.test_web_browser import ARTIFACTS, CHROMEDRIVER, CHROMIUM, WAIT_S, browser  # noqa: F401 - the fixture
 
 needs_chromium = pytest.mark.skipif(
     not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
@@ -173,6 +173,8 @@ def test_the_live_page_draws_the_turn_s_waterfall_with_the_guard_marked(browser:
             assert all(b["mark"] > 0 for b in guarded)
             # The same calls as the trace list: a guarded bar for each line that names its guard.
             assert len(guarded) == sum("[repeated call]" in li.text for li in lines)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "waterfall-live.png"))
         # A reload draws it again from the pane's state.
         before = len(_bars(browser, pane("handwritten").find_element(By.CSS_SELECTOR, ".waterfall")))
         browser.refresh()
