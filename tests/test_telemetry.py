@@ -778,7 +778,7 @@ def _compare(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str
 def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_spans_by_exit() -> None:
     with Receiver() as receiver:
         done = _compare(
-            "bookstore", "orders", "--contenders", "langgraph-defaults,create-agent", "--otel", "otlp",
+            "bookstore", "orders", "--contenders", ",".join(SPAN_CONTENDERS), "--otel", "otlp",
             env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "bookstore-class",
                  telemetry.CAPTURE_CONTENT_ENV: "false"},
         )  # fmt: skip
@@ -787,10 +787,11 @@ def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_
     assert done.stderr == ""
     roots = [span for _, span in received if span.name.startswith("invoke_agent")]
     # bookstore: 1 goal, orders: 2 questions; per contender.
-    assert (
-        sorted(span.name for span in roots)
-        == ["invoke_agent create-agent"] * 3 + ["invoke_agent langgraph-defaults"] * 3
-    )
+    assert sorted(span.name for span in roots) == sorted(f"invoke_agent {name}" for name in SPAN_CONTENDERS * 3)
+    # One tree per run: every other span hangs from one of those runs.
+    run_ids = {span.span_id for span in roots}
+    children = [span for _, span in received if span.span_id not in run_ids]
+    assert children and all(span.parent_span_id in run_ids for span in children)
     assert {resource["service.name"] for resource, _ in received} == {"bookstore-class"}
 
 
