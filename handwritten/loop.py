@@ -51,7 +51,11 @@ Approve = Callable[[ToolCall, str], bool]
 
 
 class AgentLoop:
-    """A tool-calling agent loop over any langchain-core chat model with `bind_tools`."""
+    """A tool-calling agent loop over any langchain-core chat model with `bind_tools`.
+
+    It writes its own OpenTelemetry spans (`shared_tools.telemetry`): the run's around `arun`, a chat span in
+    `call_model`, a tool span in `run_tool` (a guard's refusal included), and the cut in `within_time_budget`.
+    """
 
     def __init__(
         self,

@@ -150,7 +150,8 @@ def on_the_run_clock(node: Node) -> Node:
 
 
 class GuardedNodes:
-    """The guarded graph's nodes. Each returns only the state keys it changes.
+    """The guarded graph's nodes. Each returns only the state keys it changes. The model and tools nodes write
+    the run's chat and tool spans (`shared_tools.telemetry.current_run`, opened by `GraphAgent.adrive`).
 
     Why the tools node is our own and not the prebuilt `ToolNode`: a `wrap_tool_call` hook sees every call,
     but `ToolNode` runs the hooks of one turn concurrently and without their position in the turn, so "the
