@@ -73,9 +73,10 @@ try:
     from rich.console import Console
     from rich.text import Text
 
+    from comparison.approvals import AskingHuman
     from comparison.chat import COMMANDS, LiveTurn, approval_prompt, chat_customer, converse
     from comparison.closing import guard_matrix
-    from comparison.contenders import CONTENDERS, AskingHuman, build_contender
+    from comparison.contenders import CONTENDERS, build_contender
     from comparison.conversations import (
         ConversationNotSaved,
         HistoryPolicy,

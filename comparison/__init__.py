@@ -15,35 +15,17 @@ pass^k, the JSON) and `report` (its tables and page). The names below are the pu
 command line.
 """
 
+from comparison.approvals import AskingHuman, DemoHuman, Human, resume_until_answered
 from comparison.closing import GUARDS, OWNERS, WHO_OWNS_WHAT, guard_matrix
-from comparison.contenders import (
-    APPROVAL_CONTENDERS,
-    CONTENDERS,
-    SESSION_CONTENDERS,
-    AskingHuman,
-    Contender,
-    DemoHuman,
-    Human,
-    build_contender,
-    resume_until_answered,
-    run_gated_graph,
-)
-from comparison.conversations import Conversation, open_conversation
+from comparison.contenders import APPROVAL_CONTENDERS, CONTENDERS, SESSION_CONTENDERS, Contender, build_contender
+from comparison.conversations import Conversation, open_conversation, run_gated_graph
 from comparison.document import build_document, mermaid_diagram, write_document
 from comparison.files import UnusableFile, check_output_file, write_output
 from comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
 from comparison.render import Progress, make_console, render_scenario
 from comparison.report import render_report
-from comparison.runner import (
-    CUSTOMER_ID,
-    RunOptions,
-    ScenarioRuns,
-    parallel_workers,
-    run_key,
-    run_scenario,
-    run_session,
-    run_single,
-)
+from comparison.run_setup import CUSTOMER_ID, RunOptions, run_key
+from comparison.runner import ScenarioRuns, parallel_workers, run_scenario, run_session, run_single
 from comparison.sanitize import clean_line, clean_text, escape_for_json
 from comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario, Variant
 

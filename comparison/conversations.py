@@ -25,6 +25,7 @@ import asyncio
 import json
 import re
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
 
-from comparison.contenders import Approve, Contender, decide, resume_until_answered
+from comparison.approvals import Approve, DemoHuman, decide, resume_until_answered
+from comparison.contenders import Contender
 from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult, CustomerMismatch, TraceEvent
 from shared_tools.sync import run_blocking
@@ -761,3 +763,22 @@ def open_conversation(
         agent, instructions, thread_id, db, resume=resume, customer_id=customer_id, approve=approve, policy=policy,
         storage=storage,
     )
+
+
+def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoHuman) -> AgentResult:
+    """Run the graph in a session; whenever it pauses for approval, the human answers and the run resumes.
+
+    The guarded graph runs in a `GraphSession`; `create_agent` in a checkpointer thread of its own
+    (`conversations.CheckpointThread`), where `HumanInTheLoopMiddleware`'s pause is answered in its format.
+    """
+    from langgraph_version import GraphAgent, GraphSession
+
+    thread_id = f"approval-{uuid.uuid4().hex[:8]}"
+    session: Any
+    if isinstance(agent, GraphAgent):
+        session = GraphSession(agent, instructions, thread_id=thread_id)
+    else:
+        session = CheckpointThread(agent, instructions, thread_id)  # type: ignore[arg-type]
+    result, pauses = resume_until_answered(session, session.ask(goal), human.approve)
+    human.pauses += pauses
+    return result

@@ -190,7 +190,7 @@ def streaming_code(contender: str) -> list[dict[str, Any]]:
 
 def run_streaming(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
     """Each goal once, streamed or not; when the first piece of the answer arrived and when the whole of it."""
-    from comparison.runner import collector, model_spec_for, open_store, run_key, scenario_tools
+    from comparison.run_setup import collector, model_spec_for, open_store, run_key, scenario_tools
 
     records: list[RunRecord] = []
     for goal in scenario.goals:
@@ -238,7 +238,7 @@ def run_streaming(scenario: Scenario, variant: Variant, contender: str, options:
 
 
 def _attempt(run: Callable[[], AgentResult]) -> AgentResult | Exception:
-    from comparison.runner import attempt
+    from comparison.run_setup import attempt
 
     return attempt(run, "experiment")
 
@@ -311,7 +311,7 @@ def _quantities(store: BookStore, customer: str) -> dict[str, int]:
 
 def run_time_travel(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
     """Add a book, then go back in time (`variant.time_travel`), and record what the store holds afterwards."""
-    from comparison.runner import collector, model_spec_for, open_store, run_key
+    from comparison.run_setup import collector, model_spec_for, open_store, run_key
     from shared_tools.bookstore.tools import make_tools
 
     with open_store(options, scenario) as (store, customer):

@@ -190,7 +190,7 @@ def run_pair(plan: EvalPlan, scenario: Scenario, contender: str, trial: int, fol
 
 def unavailable_variants(scenario: Scenario, contender: str) -> list[dict[str, str]]:
     """The variants of `scenario` that `contender` cannot run, with the reason in words (none without the runner's
-    `contenders.not_available`)."""
+    `scenarios.not_available`)."""
     try:
         from comparison.contenders import not_available as why_not  # type: ignore[attr-defined]
     except ImportError:
