@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
@@ -51,9 +51,11 @@ from shared_tools.results import (
     AgentResult,
     Guard,
     NeedsApproval,
+    OptionKeywords,
     RunUsage,
     StopReason,
     TraceEvent,
+    agent_options,
 )
 from shared_tools.sync import run_blocking
 
@@ -201,10 +203,12 @@ class CreateAgentContender:
         self,
         model: BaseChatModel,
         tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        options: AgentOptions | AgentLimits | None = None,
         *,
         checkpointer: BaseCheckpointSaver | None = None,
+        **keywords: Unpack[OptionKeywords],
     ) -> None:
+        options = agent_options("CreateAgentContender", options, dict(keywords))
         if options.needs_approval is not None and checkpointer is None:
             # Without a checkpointer LangGraph still stops at interrupt(), but keeps nothing to resume from.
             raise ValueError(
@@ -351,9 +355,10 @@ def approval_requests(interrupts: Sequence[Any], messages: Sequence[BaseMessage]
 def create_agent_contender(
     model: BaseChatModel,
     tools: Sequence[BaseTool],
-    options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+    options: AgentOptions | AgentLimits | None = None,
     *,
     checkpointer: BaseCheckpointSaver | None = None,
+    **keywords: Unpack[OptionKeywords],
 ) -> CreateAgentContender:
     """The create_agent contender with the same `run`/`arun` -> AgentResult interface as GraphAgent."""
-    return CreateAgentContender(model, tools, options, checkpointer=checkpointer)
+    return CreateAgentContender(model, tools, options, checkpointer=checkpointer, **keywords)

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -51,10 +51,12 @@ from shared_tools.results import (
     AgentLimits,
     AgentOptions,
     AgentResult,
+    OptionKeywords,
     RunStopped,
     RunUsage,
     StopReason,
     TraceEvent,
+    agent_options,
 )
 from shared_tools.sync import run_blocking
 
@@ -128,10 +130,12 @@ class DefaultsGraphAgent:
         self,
         model: BaseChatModel,
         tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        options: AgentOptions | AgentLimits | None = None,
         *,
         checkpointer: BaseCheckpointSaver | None = None,
+        **keywords: Unpack[OptionKeywords],
     ) -> None:
+        options = agent_options("DefaultsGraphAgent", options, dict(keywords))
         if options.needs_approval is not None:
             raise ValueError("needs_approval: LangGraph's defaults have no approval gate (GraphAgent has one)")
         self.model = model
