@@ -525,7 +525,7 @@ class CheckpointThread:
 
 def _requests_of(snapshot: Any) -> list[dict[str, Any]]:
     """The pause's requests as ``{"tool_call", "reason"}`` (create_agent's `HITLRequest`s translated)."""
-    from langgraph_version.contender import approval_requests
+    from langgraph_version.prebuilt.create_agent import approval_requests
 
     values = [pause.value for pause in snapshot.interrupts]
     if all(isinstance(v, dict) and "action_requests" in v for v in values):

@@ -94,8 +94,8 @@ class TokenClock:
 STREAMING_MODULES: dict[str, tuple[str, ...]] = {
     "handwritten": ("handwritten.loop",),
     "langgraph": ("langgraph_version.graph", "langgraph_version.run", "langgraph_version.agent"),
-    "langgraph-defaults": ("langgraph_version.defaults", "langgraph_version.run"),
-    "create-agent": ("langgraph_version.contender", "langgraph_version.run"),
+    "langgraph-defaults": ("langgraph_version.prebuilt.defaults", "langgraph_version.run"),
+    "create-agent": ("langgraph_version.prebuilt.create_agent", "langgraph_version.run"),
 }
 """Where each contender's streaming code can live: the modules its agent is built from."""
 
@@ -287,7 +287,7 @@ def retrying_create_agent(model: BaseChatModel, tools: list[BaseTool], options: 
     """create_agent with `ToolRetryMiddleware` retrying a timed-out tool once, at once, with the same call."""
     from langchain.agents.middleware import ToolRetryMiddleware
 
-    from langgraph_version.contender import CreateAgentContender
+    from langgraph_version.prebuilt.create_agent import CreateAgentContender
 
     class Retrying(CreateAgentContender):
         def _middleware(self) -> list[Any]:

@@ -4,16 +4,16 @@
 the shared `AgentResult`; `GraphSession` keeps a conversation in a checkpointer thread, in memory, in a
 SQLite file or in Postgres (`PostgresCheckpoints`, `postgres_pool`), one turn at a time and for one customer
 (`ConcurrentTurn` when another process keeps the turn too long); `DefaultsGraphAgent` is the textbook graph
-with LangGraph's defaults (`defaults.py`); `create_agent_contender` is the same task on
-`langchain.agents.create_agent` with its built-in middleware;
+with LangGraph's defaults and `create_agent_contender` the same task on `langchain.agents.create_agent`
+with its built-in middleware (both in `prebuilt/`, as shipped);
 `recursion_limit_for` maps `max_steps` to the guarded graph's recursion limit. All of them take the same
 `AgentOptions` and are async inside, with thin sync drivers (`run`, `ask`, ...).
 """
 
 from langgraph_version.agent import GraphAgent
-from langgraph_version.contender import create_agent_contender
-from langgraph_version.defaults import DefaultsGraphAgent
 from langgraph_version.graph import recursion_limit_for
+from langgraph_version.prebuilt.create_agent import create_agent_contender
+from langgraph_version.prebuilt.defaults import DefaultsGraphAgent
 from langgraph_version.session import (
     ConcurrentTurn,
     GraphSession,
