@@ -28,7 +28,7 @@ CONTENDERS: dict[str, str] = {
 
 SESSION_CONTENDERS: tuple[str, ...] = tuple(CONTENDERS)
 """The contenders with a multi-turn conversation: `Session`, `GraphSession`, and a checkpointer thread of
-LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`conversations.CheckpointThread`)."""
+LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`langgraph_version.prebuilt.thread`)."""
 
 APPROVAL_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph", "create-agent")
 """The contenders with an approval gate: an `approve` callback; `interrupt()` and `GraphSession.resume`;

@@ -10,7 +10,7 @@ FunctionInvokingChatClient does; `ToolCallLimitMiddleware` caps the tool calls o
 come from the trace (`RunUsage.of_trace`), and so does the stop reason: a last reply that no model call wrote
 is the middleware's "limits exceeded" message, recognised by that count, never by its text. A conversation
 is `create_agent(..., checkpointer=...)` on one thread: `graph_for`, `turn_input` and `adrive` are what a
-checkpointer thread needs to run it turn by turn (`comparison.conversations.CheckpointThread`).
+checkpointer thread needs to run it turn by turn (`prebuilt.thread.CheckpointThread`).
 The agent is async only; `run` is a thin sync driver over `arun`.
 """
 
@@ -193,7 +193,7 @@ class CreateAgentContender:
     It applies `limits.max_steps`, `detailed_errors`, `on_event`, `on_token` (LangGraph's "messages" stream of
     its model node) and `needs_approval` (through
     `HumanInTheLoopMiddleware`, which pauses with `interrupt()`, so it needs a `checkpointer`; a checkpointer
-    thread such as `conversations.CheckpointThread` swaps in its own). What the middleware cannot express, so
+    thread such as `prebuilt.thread.CheckpointThread` swaps in its own). What the middleware cannot express, so
     these options are *not applied*: the token, time, repeat and consecutive-error budgets (the tool-call
     limit counts calls per tool name, not per name and arguments), `max_tool_result_chars`, `parallel_tools`
     (its `ToolNode` always runs a reply's calls concurrently), and cooperative cancellation.

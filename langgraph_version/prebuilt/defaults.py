@@ -7,7 +7,7 @@ as the other agents, and honours what LangGraph itself has a knob for: `limits.m
 recursion limit (`defaults_recursion_limit_for`; hitting it is MAX_STEPS, with the partial run kept),
 `on_event` gets the trace and `on_token` the streamed reply (LangGraph's "messages" mode). A conversation is
 the same compiled graph with a checkpointer, on one thread
-(`graph_for`, `turn_input` and `adrive` are what `comparison.conversations.CheckpointThread`
+(`graph_for`, `turn_input` and `adrive` are what `prebuilt.thread.CheckpointThread`
 needs). It has no approval gate: `ToolNode` runs every call the model asks for. A cancel event is honoured
 by the model node, which raises `RunStopped`, because this graph's state holds nothing but messages to stop
 through.
@@ -159,7 +159,7 @@ class DefaultsGraphAgent:
         graph_input = self.turn_input(instructions, goal, first=True)
         return await self.adrive(self.graph, graph_input, config, instructions, cancel=cancel)
 
-    # --- what a checkpointer thread needs (`comparison.conversations.CheckpointThread`) -------------
+    # --- what a checkpointer thread needs (`prebuilt.thread.CheckpointThread`) -------------
 
     def graph_for(self, instructions: str) -> CompiledStateGraph:
         """The graph a checkpointer thread runs (it swaps in its own checkpointer); the instructions are state."""
