@@ -32,6 +32,19 @@ class UnusableFile(Exception):
     """A path given on the command line cannot be used as asked; the message is one line saying why."""
 
 
+def check_outputs(json: str | None, report: str | None, store_db: Path | None, session_db: Path | None) -> None:
+    """`--json`, `--report`, `--store-db` and `--session-db`, before the first run: a bad one is refused now,
+    not found after every run has been paid for."""
+    if json and json != "-":
+        check_output_file(json, "--json")
+    if report:
+        check_output_file(report, "--report")
+    if store_db is not None:
+        check_store_db(store_db)
+    if session_db is not None:
+        check_session_db(session_db)
+
+
 def check_output_file(path: str | Path, option: str) -> None:
     """Raise `UnusableFile` unless a document can be written at `path` (a new or existing file, or a device)."""
     path = Path(path)

@@ -658,3 +658,20 @@ def contenders_for(
         else:
             why_not[contender] = reason
     return running, why_not
+
+
+def contenders_running(scenario: Scenario, contenders: Sequence[str]) -> list[str]:
+    """Which of `contenders` run at least one variant of `scenario` (the rule `runner.run_scenario` applies)."""
+    return [
+        c
+        for c in scenario.contenders
+        if c in contenders and any(c in (v.contenders or scenario.contenders) for v in scenario.variants)
+    ]
+
+
+def nothing_to_run(scenarios: Sequence[Scenario], contenders: Sequence[str]) -> str:
+    """Why this selection runs nothing: which contenders each scenario is run by, and which were chosen."""
+    supported = "; ".join(
+        f"{s.name} is run by {', '.join(c for c in s.contenders if contenders_running(s, [c]))}" for s in scenarios
+    )
+    return f"nothing to run: {supported}; --contenders chose {', '.join(contenders)}"
