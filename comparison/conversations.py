@@ -486,7 +486,8 @@ def thread_storage(session: Any, thread_id: str) -> tuple[int, int]:
     """
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from langgraph_version.session import PostgresCheckpoints, SqliteCheckpoints
+    from langgraph_version.checkpoints import SqliteCheckpoints
+    from langgraph_version.postgres import PostgresCheckpoints
 
     saver = getattr(session, "checkpointer", None)
     if saver is None:  # a CheckpointThread keeps its saver in its graph (in memory) or its SqliteCheckpoints

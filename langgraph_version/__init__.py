@@ -11,16 +11,13 @@ with its built-in middleware (both in `prebuilt/`, as shipped);
 """
 
 from langgraph_version.agent import GraphAgent
+from langgraph_version.checkpoints import SqliteCheckpoints
 from langgraph_version.graph import recursion_limit_for
+from langgraph_version.postgres import PostgresCheckpoints, postgres_pool
 from langgraph_version.prebuilt.create_agent import create_agent_contender
 from langgraph_version.prebuilt.defaults import DefaultsGraphAgent
-from langgraph_version.session import (
-    ConcurrentTurn,
-    GraphSession,
-    PostgresCheckpoints,
-    SqliteCheckpoints,
-    postgres_pool,
-)
+from langgraph_version.session import GraphSession
+from shared_tools.results import ConcurrentTurn
 
 __all__ = [
     "ConcurrentTurn",

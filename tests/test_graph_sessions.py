@@ -39,7 +39,7 @@ from pydantic import PrivateAttr
 
 from comparison.scenarios import INSTRUCTIONS
 from langgraph_version import ConcurrentTurn, GraphAgent, GraphSession
-from langgraph_version.session import HOST
+from langgraph_version.checkpoints import HOST
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools

@@ -14,9 +14,10 @@ from typing import Any, Protocol
 
 from langgraph.checkpoint.memory import InMemorySaver
 
+from langgraph_version.checkpoints import SqliteCheckpoints
+from langgraph_version.postgres import PostgresCheckpoints
 from langgraph_version.prebuilt.create_agent import approval_requests
 from langgraph_version.serde import CheckpointSerializer
-from langgraph_version.session import PostgresCheckpoints, SqliteCheckpoints
 from shared_tools.bookstore.store import is_postgres_url
 from shared_tools.results import AgentResult, CustomerMismatch, TraceEvent
 from shared_tools.sync import run_blocking
@@ -36,7 +37,7 @@ class FrameworkAgent(Protocol):
 class CheckpointThread:
     """A framework-only contender's compiled graph on one checkpointer thread: LangGraph's own memory, nothing more.
 
-    In memory (`InMemorySaver`) or in a SQLite file (`langgraph_version.session.SqliteCheckpoints`, which opens
+    In memory (`InMemorySaver`) or in a SQLite file (`langgraph_version.checkpoints.SqliteCheckpoints`, which opens
     LangGraph's `AsyncSqliteSaver` for one call at a time, as `GraphSession.sqlite` does). Each `ask` sends only
     the new question; the checkpointer loads the earlier turns. It has the `GraphSession` methods a
     conversation uses (`ask`, `resume`, `pending`, `continue_unfinished`, `messages`, `history`, `delete`,
