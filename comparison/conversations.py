@@ -1,22 +1,10 @@
-"""Session adapters: one multi-turn conversation of either session-capable contender, behind one small interface.
+"""One multi-turn conversation of any contender behind one interface: ask, finish, rewind, list turns, close.
 
-`Conversation` is what the session scenarios and `compare.py chat` need of a conversation: ask, finish a turn
-a crash cut short, go back (`rewind`; the graph also `replay`s a checkpoint), list its turns, say how much it
-holds and where (`facts`: messages, checkpoints and stored bytes, counted without walking the checkpoint
-history, so reopening a long thread stays cheap), close. Both sessions take the same history policy
-(`keep_turns`, `summarize`, `shared_tools.history`). `HandwrittenConversation` wraps
-`handwritten.Session` (in memory, or saved to a JSON file after every turn); `GraphConversation` wraps
-a checkpointer thread, in memory or in a SQLite file: `langgraph_version.GraphSession` for our guarded graph,
-and `CheckpointThread` for the framework-only contenders (LangGraph's prebuilt graph compiled with a
-checkpointer, `create_agent(..., checkpointer=...)`), which is the same thread with nothing of ours added:
-their own state, their own pause (`HumanInTheLoopMiddleware` for create_agent). It answers approval pauses
-through the same `approve` callback the hand-written loop is given. Both record the
-customer a conversation belongs to. `open_conversation` picks the one that fits a contender and says where it
-is kept: `db` is a SQLite file, or a ``postgresql://`` URL (`is_postgres_url`), where the hand-written session is
-a row in its own table (`Session.load_postgres` / `save_postgres`), our graph is `GraphSession.postgres` and the
-framework-only contenders a `CheckpointThread` on `PostgresCheckpoints`, one thread per name as in the file.
-`check_thread_name` and `check_saved_conversation` let the command line refuse a bad thread name or
-a damaged or foreign saved conversation before it opens anything.
+`open_conversation` picks the adapter and where it is kept (memory, a SQLite file, a ``postgresql://`` URL):
+`HandwrittenConversation` over `handwritten.Session`, `GraphConversation` over `GraphSession` or, for the
+framework-only contenders, `prebuilt.thread.CheckpointThread`. Both take the same history policy and answer
+approval pauses through one `approve`; `check_thread_name` and `check_saved_conversation` refuse a bad name
+or a damaged or foreign conversation before anything opens. `run_gated_graph` is one gated run in a thread.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The experiments that are not "ask the goals": streaming and time travel, each run on a fresh store, each a record.
+"""The experiments that are not "ask the goals": streaming and time travel, each on a fresh store, each a record.
 
-`run_streaming` runs the goal once per contender with the reply streamed (`AgentOptions.on_token`) or not, and
-records when the first piece of the answer reached the user against when the whole answer was there (the
-scripted model waits `Variant.chunk_delay` per chunk, as a real model's tokens take time); `streaming_code`
-counts, from the source with `inspect`, the lines each layer needed to stream. `run_time_travel` adds a book
-and then goes back: `rewind` (both sessions) takes the turn back and asks the cart total, `replay` forks the
-graph's thread from the checkpoint before its tools node, so add_to_cart runs again with the same call id, and
-`retry` loses add_to_cart's reply once after the write went through (`LostReply`): `create_agent` retries it
-with `ToolRetryMiddleware` (the same call id), our loops hand the error to the model, whose retry is a new call.
-Each record says what happened as facts read from the store and the trace, never as words to recognise.
+`run_streaming` records when the first piece of the answer arrived against the whole answer, streamed or not;
+`streaming_code` counts the lines each layer needed to stream. `run_time_travel` adds a book and goes back
+(`rewind`, `replay` from the checkpoint before the tools node, or `retry` after a lost reply) and records
+what the store holds afterwards, as facts read from the store and the trace.
 """
 
 from __future__ import annotations

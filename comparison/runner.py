@@ -1,17 +1,9 @@
-"""The scenario runner: every variant × every contender of a scenario, each run on a fresh store, each a `RunRecord`.
+"""A scenario's runs: every variant × every contender, each on a fresh store, each a `RunRecord`, and the fork pool.
 
-A single-turn scenario runs each goal once per contender (`run_single`); a multi-turn one asks its goals as
-turns of one conversation (`run_session`), changes the cart behind the agent between turns where the
-scenario says so, and, for a persisted variant, reopens the conversation afterwards as a restart would.
-Every contender gets a fresh store (or a customer of its own in a `--store-db` file), the scenario's
-instructions, limits, faults and scripted persona, and the same `AgentOptions`. A contender that raises is a
-record to show, not a crash (`attempt`); an unreachable model or an exhausted script ends the whole command.
-A contender whose framework has no way to run a variant (`scenarios.not_available`: no approval gate, no
-sequential tools) gets a record too, `not_available_record`, that says why in words, so no combination of
-scenario and contender prints nothing. `ScenarioRuns` runs a whole selection: one scenario after another in
-this process, or, for the scripted model on in-memory stores, each variant of each scenario in one of a few
-forked worker processes (`parallel_workers`: one per CPU), handing the records back in the same order either
-way, with Ctrl-C and a failure in a worker ending the command as they would in one process.
+`run_single` runs a goal once; `run_session` asks the goals as turns of one conversation (the cart changed
+behind the agent where the scenario says, a persisted one reopened as after a restart); a contender that
+cannot run a variant gets `not_available_record`, which says why. `ScenarioRuns` runs a selection in this
+process or, for the scripted model on in-memory stores, in forked workers, handing records back in order.
 """
 
 from __future__ import annotations

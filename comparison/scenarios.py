@@ -1,15 +1,9 @@
-"""The fifteen experiments `compare.py` runs, as plain data: what to set up, what to ask, and what it teaches.
+"""The experiments `compare.py` runs, as plain data: what to set up, what to ask, and what it teaches.
 
-A `Scenario` names one lesson from the seed article (the token column, the step limit, a flaky warehouse, a
-looping model, a stale session answer, ...) and holds everything needed to repeat it: the goal or turns, the
-instructions, the limits, the faults, the scripted persona, which contenders take part, and `Variant`s that
-change one knob (error details off/on, truncation off/on, sequential/parallel tools). Its lesson sits with
-it: the paragraph printed before the runs, and the `lessons` function that says what to notice in the
-numbers after them, given each run's settings (`Scenario.settings_for`: the limits and switches it ran with).
-A variant's label is made from the limits it holds, so `with_limits` / `with_max_steps` (the --max-steps
-option) can never leave an old number in it. Nothing here runs an agent; the runner reads these definitions
-and gives every contender the same setup (`experiment` names the few that are run their own way, in
-`experiments`: streaming and time travel; `growth` marks the many-turn long-session, shown one row per run).
+A `Scenario` holds one lesson of the seed article and everything needed to repeat it (goals or turns,
+instructions, limits, faults, persona, contenders) and `Variant`s that each turn one knob; its `lessons`
+function says what to notice in the numbers. `not_available` and `contenders_for` say which contenders run
+a variant and, in words, why the others cannot. Nothing here runs an agent.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The bookstore agent on LangGraph: the mirror image of `handwritten`, and what LangGraph offers without it.
 
-`GraphAgent` runs the guarded graph (`graph.py`: the loop's guards as nodes, state and routers) and returns
-the shared `AgentResult`; `GraphSession` keeps a conversation in a checkpointer thread, in memory, in a
-SQLite file or in Postgres (`PostgresCheckpoints`, `postgres_pool`), one turn at a time and for one customer
-(`ConcurrentTurn` when another process keeps the turn too long); `DefaultsGraphAgent` is the textbook graph
-with LangGraph's defaults and `create_agent_contender` the same task on `langchain.agents.create_agent`
-with its built-in middleware (both in `prebuilt/`, as shipped);
-`recursion_limit_for` maps `max_steps` to the guarded graph's recursion limit. All of them take the same
-`AgentOptions` and are async inside, with thin sync drivers (`run`, `ask`, ...).
+`GraphAgent` runs the guarded graph (`graph.py`); `GraphSession` keeps a conversation in a checkpointer
+thread, in memory, SQLite (`checkpoints.py`) or Postgres (`postgres.py`); `prebuilt/` holds LangGraph's
+defaults graph and `create_agent` as shipped. All take the same `AgentOptions` (or an `AgentLimits`) and
+are async inside, with thin sync drivers (`run`, `ask`, ...).
 """
 
 from langgraph_version.agent import GraphAgent

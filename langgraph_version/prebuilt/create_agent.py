@@ -1,17 +1,9 @@
-"""The third contender: the same task on `langchain.agents.create_agent` and its built-in middleware.
+"""The same task on `langchain.agents.create_agent` and its built-in middleware, with no graph of our own.
 
-This is what the framework offers natively, with no graph of our own: `ModelCallLimitMiddleware`
-(``run_limit=max_steps``, ``exit_behavior="end"``) gives the step limit, and like our loops it lets the last
-step's tool calls run before it ends the run; `ToolErrorMiddleware` with our `guards.tool_failure_text`
-turns tool exceptions into results and hides their details (`detailed_errors`), as
-FunctionInvokingChatClient does; `ToolCallLimitMiddleware` caps the tool calls of a run (see
-`tool_call_cap`); with `needs_approval`, `HumanInTheLoopMiddleware` is the approval gate (see
-`approval_middleware`). Unknown tools and bad arguments get the internal `ToolNode`'s own texts. The counts
-come from the trace (`RunUsage.of_trace`), and so does the stop reason: a last reply that no model call wrote
-is the middleware's "limits exceeded" message, recognised by that count, never by its text. A conversation
-is `create_agent(..., checkpointer=...)` on one thread: `graph_for`, `turn_input` and `adrive` are what a
-checkpointer thread needs to run it turn by turn (`prebuilt.thread.CheckpointThread`).
-The agent is async only; `run` is a thin sync driver over `arun`.
+`ModelCallLimitMiddleware` is the step limit, `ToolErrorMiddleware` turns tool exceptions into results,
+`ToolCallLimitMiddleware` caps a run's calls (`tool_call_cap`), `HumanInTheLoopMiddleware` is the approval
+gate (`approval_middleware`). Counts and the stop reason come from the trace, never from a message's text;
+`graph_for`, `turn_input` and `adrive` are what `prebuilt.thread.CheckpointThread` needs.
 """
 
 from __future__ import annotations

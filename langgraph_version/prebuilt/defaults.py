@@ -1,16 +1,9 @@
-"""LangGraph's defaults: the textbook agent graph as LangGraph ships it, for comparison with the guarded one.
+"""The textbook agent graph as LangGraph ships it: a model node, the prebuilt `ToolNode` and `tools_condition`.
 
-`build_defaults_graph` is a model node, the prebuilt `ToolNode` and `tools_condition`, untouched: a tool's
-exception propagates out of the run, unknown tools and bad arguments get `ToolNode`'s own texts, and only the
-recursion limit bounds the loop. `DefaultsGraphAgent` runs it with the same `AgentOptions` and `AgentResult`
-as the other agents, and honours what LangGraph itself has a knob for: `limits.max_steps` becomes the
-recursion limit (`defaults_recursion_limit_for`; hitting it is MAX_STEPS, with the partial run kept),
-`on_event` gets the trace and `on_token` the streamed reply (LangGraph's "messages" mode). A conversation is
-the same compiled graph with a checkpointer, on one thread
-(`graph_for`, `turn_input` and `adrive` are what `prebuilt.thread.CheckpointThread`
-needs). It has no approval gate: `ToolNode` runs every call the model asks for. A cancel event is honoured
-by the model node, which raises `RunStopped`, because this graph's state holds nothing but messages to stop
-through.
+Nothing is added: a tool's exception propagates, unknown tools and bad arguments get `ToolNode`'s texts, and
+only the recursion limit bounds the loop (`defaults_recursion_limit_for`, from `max_steps`). `DefaultsGraphAgent`
+takes the same `AgentOptions` and returns an `AgentResult`; it has no approval gate. `graph_for`, `turn_input`
+and `adrive` are what `prebuilt.thread.CheckpointThread` needs to run it turn by turn.
 """
 
 from __future__ import annotations
