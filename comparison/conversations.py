@@ -478,8 +478,8 @@ def thread_storage(session: Any, thread_id: str) -> tuple[int, int]:
     from langgraph_version.postgres import PostgresCheckpoints
 
     saver = getattr(session, "checkpointer", None)
-    if saver is None:  # a CheckpointThread keeps its saver in its graph (in memory) or its SqliteCheckpoints
-        saver = getattr(session, "sqlite", None) or getattr(getattr(session, "_graph", None), "checkpointer", None)
+    if saver is None:  # a CheckpointThread keeps its saver in its graph (in memory) or its `checkpoints`
+        saver = getattr(session, "checkpoints", None) or getattr(getattr(session, "_graph", None), "checkpointer", None)
     if isinstance(saver, SqliteCheckpoints):
         return sqlite_thread_storage(Path(saver.path), thread_id)
     if isinstance(saver, PostgresCheckpoints):

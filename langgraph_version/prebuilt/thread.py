@@ -68,12 +68,12 @@ class CheckpointThread:
         if customer_id is not None:
             self.config["metadata"] = {"customer": customer_id}
         graph = agent.graph_for(instructions)
-        self.sqlite: Any = None
+        self.checkpoints: SqliteCheckpoints | PostgresCheckpoints | None = None
+        """Where the checkpoints are kept (None: in memory): both open a saver per call and hold a thread's turn
+        across processes."""
         if path is not None:
-            self.sqlite = PostgresCheckpoints(str(path)) if is_postgres_url(path) else SqliteCheckpoints(str(path))
-        """Where the checkpoints are (despite the name, a `PostgresCheckpoints` too): both open a saver per call
-        and hold a thread's turn across processes."""
-        if self.sqlite is None:
+            self.checkpoints = PostgresCheckpoints(str(path)) if is_postgres_url(path) else SqliteCheckpoints(str(path))
+        if self.checkpoints is None:
             graph = graph.copy(update={"checkpointer": InMemorySaver(serde=CheckpointSerializer())})
         self._graph = graph
         self._earlier: list[TraceEvent] = []
@@ -84,18 +84,18 @@ class CheckpointThread:
 
     @asynccontextmanager
     async def _graph_here(self, *, turn: bool = False) -> AsyncIterator[Any]:
-        if self._closed and self.sqlite is not None:
+        if self._closed and self.checkpoints is not None:
             raise RuntimeError("the conversation is closed")
-        if self.sqlite is None:
+        if self.checkpoints is None:
             yield self._graph
             return
         if turn:
             # The saver first: on Postgres its first use creates the tables with CREATE INDEX CONCURRENTLY, which
             # waits for every open transaction, the turn lock's own included, so taking the turn first hangs.
-            async with self.sqlite.open() as saver, self.sqlite.turn(self.thread_id, wait=self.turn_timeout):
+            async with self.checkpoints.open() as saver, self.checkpoints.turn(self.thread_id, wait=self.turn_timeout):
                 yield self._graph.copy(update={"checkpointer": saver})
         else:
-            async with self.sqlite.open() as saver:
+            async with self.checkpoints.open() as saver:
                 yield self._graph.copy(update={"checkpointer": saver})
 
     async def _snapshot(self, graph: Any) -> Any:
