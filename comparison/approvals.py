@@ -15,10 +15,8 @@ from langchain_core.messages import ToolCall
 
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
-from shared_tools.results import AgentResult, StopReason
+from shared_tools.results import AgentResult, Approve, StopReason
 
-Approve = Callable[[ToolCall, str], bool]
-"""A human asked whether a tool call may run, given the reason it needs approval; True means yes."""
 
 class Human(Protocol):
     """Who answers approval requests: the rule that says which calls need a yes, and the one who gives it."""

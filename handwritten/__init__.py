@@ -6,10 +6,12 @@ Lines file (`storage.py`) or in two Postgres tables shared by several processes 
 steps a reply is classified into are shared with the graph, in `shared_tools.steps`.
 """
 
-from handwritten.loop import AgentCancelled, AgentLoop, Approve
+from handwritten.loop import AgentCancelled, AgentLoop
 from handwritten.session import Session
 from handwritten.storage import SessionConflict
-from shared_tools.results import ConcurrentTurn, CustomerMismatch  # shared with GraphSession; importable from here too
+
+# Shared with the graph and its sessions; importable from here too.
+from shared_tools.results import Approve, ConcurrentTurn, CustomerMismatch
 
 __all__ = [
     "AgentCancelled",

@@ -42,6 +42,7 @@ from shared_tools.results import (
     AgentLimits,
     AgentOptions,
     AgentResult,
+    Approve,
     OptionKeywords,
     RunStopped,
     RunUsage,
@@ -55,8 +56,6 @@ from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
 
-Approve = Callable[[ToolCall, str], bool]
-"""Asks a human whether `call` may run, given the reason it needs approval; True means yes."""
 
 
 class AgentLoop:

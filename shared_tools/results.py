@@ -177,6 +177,9 @@ NeedsApproval = Callable[[ToolCall, Sequence[ToolCall]], str | None]
 """A rule saying which calls a human must approve first: a reason (for the human) or None (just run it). It is
 given the call and the calls of the same reply admitted before it, so it can judge what they add up to."""
 
+Approve = Callable[[ToolCall, str], bool]
+"""The human behind `NeedsApproval`: asked whether `call` may run, given the reason; True means yes."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class AgentOptions:
