@@ -1,19 +1,9 @@
-"""The front door: run the same bookstore goals through every contender and show, side by side, what each did.
+"""The front door: argument parsing, the checks made before any work starts, exit codes, and dispatch.
 
-`python compare.py` runs the fifteen scenarios of `comparison.scenarios` on the embedded
-scripted model and prints, per scenario, each contender's trace in the seed's format, a side-by-side table
-(stop reason, calls, tokens per step, wall time, cart, answer) and what to notice in those numbers; at the end
-a guard matrix built from the runs and the seed's "who owns what" table. `--json` writes every run's full
-record, `--report` a self-contained HTML page, `--store-db` keeps the bookstore in a SQLite file instead of
-memory, and `python compare.py chat` is a multi-turn conversation (streamed token by token, with `/rewind` and
-`/history`). This file is only the command line: argument parsing, the checks made before any work starts,
-exit codes, where output goes (stdout, or stderr when `--json -` takes stdout), and whether the runs may use
-several processes (scripted model, in-memory stores, no -v: `runner.ScenarioRuns`); the running, recording and
-rendering live in the `comparison` package, and library code (agents, tools, store) only logs.
-
-Every way the command can fail that is not a bug ends with one line on stderr and one of the exit codes below,
-never a traceback: a bad command line, a model that cannot be reached, a file that cannot be used (checked
-before the first run, so nothing is written or left behind), and Ctrl-C at any moment, imports included.
+`python compare.py` runs the scenarios of `comparison.scenarios` on every contender and prints traces, tables
+and what to notice (`comparison.command`); `chat`, `eval` and `serve` are the other commands. Every failure
+that is not a bug ends with one line on stderr and one of the exit codes below, never a traceback: a bad
+command line, an unusable model or file (checked before the first run), and Ctrl-C at any moment.
 """
 
 from __future__ import annotations
@@ -51,72 +41,44 @@ INSTALLED_NAME = "agent-loop-compare"
 
 
 def program_name(argv0: str | None = None) -> str:
-    """What the command calls itself in help and errors: ``agent-loop-compare`` when started as the installed
-    command, ``compare.py`` otherwise (``python compare.py``, ``python -m compare``, or `main` called from code).
-
-    Told from ``sys.argv[0]``: the console script is ``.../bin/agent-loop-compare`` (``agent-loop-compare.exe``
-    or ``agent-loop-compare-script.py`` on Windows).
-    """
+    """``agent-loop-compare`` when started as the installed command (``sys.argv[0]`` is ``.../bin/agent-loop-compare``,
+    ``agent-loop-compare.exe`` or ``-script.py`` on Windows), ``compare.py`` otherwise: the name help and errors use."""
     name = (sys.argv[0] if argv0 is None else argv0).replace("\\", "/").rsplit("/", 1)[-1].lower()
     return INSTALLED_NAME if name.startswith(INSTALLED_NAME) else "compare.py"
 
 
 try:
     import argparse
-    import logging
     import tempfile
     from collections.abc import Sequence
     from pathlib import Path
     from typing import NoReturn
 
-    from langchain_core.language_models import BaseChatModel
-    from rich.console import Console
-    from rich.text import Text
-
-    from comparison.chat import COMMANDS, LiveTurn, approval_prompt, chat_customer, converse
-    from comparison.closing import guard_matrix
-    from comparison.contenders import CONTENDERS, AskingHuman, build_contender
+    from comparison.chat import chat_customer
+    from comparison.command import UsageError, chat, check_chat, check_model, finish, run_and_render
+    from comparison.contenders import CONTENDERS
     from comparison.conversations import (
         ConversationNotSaved,
         HistoryPolicy,
-        check_saved_conversation,
-        check_thread_name,
-        open_conversation,
     )
-    from comparison.document import build_document, mermaid_diagram, write_document
-    from comparison.files import (
-        UnusableFile,
-        check_output_file,
-        check_session_db,
-        check_store_db,
-        write_output,
-    )
-    from comparison.records import RunRecord
-    from comparison.render import (
-        Progress,
-        make_console,
-        render_guard_matrix,
-        render_list,
-        render_not_run,
-        render_scenario,
-        render_who_owns_what,
-    )
-    from comparison.report import render_report
-    from comparison.runner import RunOptions, ScenarioRuns, model_spec_for, parallel_workers
-    from comparison.sanitize import SafeLogFormatter, clean_line
+    from comparison.document import mermaid_diagram
+    from comparison.files import UnusableFile, check_outputs
+    from comparison.render import Progress, make_console, render_list
+    from comparison.run_setup import RunOptions, model_spec_for
+    from comparison.runner import parallel_workers
+    from comparison.sanitize import clean_line, configure_logging
     from comparison.scenarios import (
-        INSTRUCTIONS,
         LONG_SESSION_TURNS,
         SCENARIOS,
         SCENARIOS_BY_NAME,
         Scenario,
+        contenders_running,
+        nothing_to_run,
     )
     from shared_tools.bookstore.store import BookStore, StoreError, is_postgres_url
-    from shared_tools.bookstore.tools import make_tools
-    from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
+    from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url
     from shared_tools.models.factory import BASE_URL_ENV, BASE_URL_HELP
-    from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted
-    from shared_tools.results import AgentOptions, CustomerMismatch, TraceEvent
+    from shared_tools.models.personas import ScriptExhausted
     from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
 except KeyboardInterrupt:
     # Ctrl-C while the libraries load (about a second): nothing has started, so there is nothing to show or keep.
@@ -130,10 +92,6 @@ except KeyboardInterrupt:
 def is_scripted(spec: str) -> bool:
     """The embedded scripted model: instant replies, so no progress spinner and only the goals it knows."""
     return spec.startswith("scripted")
-
-
-class UsageError(Exception):
-    """A bad command line or setting: one line on stderr, exit code 2."""
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -240,23 +198,6 @@ def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def contenders_running(scenario: Scenario, contenders: Sequence[str]) -> list[str]:
-    """Which of `contenders` run at least one variant of `scenario` (the rule `runner.run_scenario` applies)."""
-    return [
-        c
-        for c in scenario.contenders
-        if c in contenders and any(c in (v.contenders or scenario.contenders) for v in scenario.variants)
-    ]
-
-
-def nothing_to_run(scenarios: Sequence[Scenario], contenders: Sequence[str]) -> str:
-    """Why this selection runs nothing: which contenders each scenario is run by, and which were chosen."""
-    supported = "; ".join(
-        f"{s.name} is run by {', '.join(c for c in s.contenders if contenders_running(s, [c]))}" for s in scenarios
-    )
-    return f"nothing to run: {supported}; --contenders chose {', '.join(contenders)}"
-
-
 def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
     unknown = [name for name in args.scenarios if name not in SCENARIOS_BY_NAME]
     if unknown:
@@ -276,39 +217,6 @@ def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
     if args.turns is not None:
         scenarios = [s.with_turns(args.turns) for s in scenarios]
     return scenarios, contenders
-
-
-def check_model(spec: str) -> BaseChatModel:
-    """The model of `spec`, checked before any run: a bad spec or OLLAMA_HOST raises `ModelSpecError` (which names
-    it), an unreachable Ollama `ModelUnavailable`."""
-    try:
-        return make_model(spec)
-    except ModelSpecError:
-        raise
-    except ValueError as exc:  # a setting the models package did not put into words
-        raise UsageError(f"cannot set up model {spec!r}: {exc}") from None
-
-
-def _check_outputs(args: argparse.Namespace) -> None:
-    """`--json`, `--report`, `--store-db` and `--session-db`, before the first run: a bad one is refused now,
-    not found after every run has been paid for."""
-    if args.json and args.json != "-":
-        check_output_file(args.json, "--json")
-    if args.report:
-        check_output_file(args.report, "--report")
-    if args.store_db is not None:
-        check_store_db(args.store_db)
-    if args.session_db is not None:
-        check_session_db(args.session_db)
-
-
-def _configure_logging(verbose: int) -> None:
-    # The agents log every tool failure as a warning; in this demo those failures are the point and are shown
-    # in the traces, so the default shows only errors.
-    level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
@@ -350,7 +258,7 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
         args = build_parser(prog).parse_intermixed_args(argv)
     except UsageError as exc:
         return fail(prog, exc)
-    _configure_logging(args.verbose)
+    configure_logging(args.verbose)
     console = make_console(sys.stderr if args.json == "-" else sys.stdout)
     if args.list:
         render_list(console)
@@ -361,7 +269,7 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
         return EXIT_OK
     try:
         scenarios, contenders = _select(args)
-        _check_outputs(args)
+        check_outputs(args.json, args.report, args.store_db, args.session_db)
         apply_base_url(args.model, args.base_url)
         check_model(args.model)
         setup_tracing(args.otel)
@@ -389,7 +297,9 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
             return fail(prog, UsageError(exc))
 
     try:
-        finish(console, args, contenders, records, done, interrupted=interrupted)
+        finish(
+            console, args.model, contenders, records, done, interrupted=interrupted, json=args.json, report=args.report
+        )
     except KeyboardInterrupt:
         # The runs are over and shown; what was being written is written whole or not at all (files.write_output).
         say(prog, "interrupted while the final tables and files were written; no file is half-written")
@@ -397,73 +307,6 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
     except OSError as exc:  # the disk filled up, or the folder went away, during the run
         return fail(prog, UnusableFile(f"could not write the results: {exc}"))
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
-
-
-def finish(
-    console: Console,
-    args: argparse.Namespace,
-    contenders: tuple[str, ...],
-    records: list[RunRecord],
-    done: list[Scenario],
-    *,
-    interrupted: bool,
-) -> None:
-    """The closing tables, then the JSON document and the HTML report when asked for."""
-    rows = guard_matrix(records, contenders)
-    if rows:
-        render_guard_matrix(console, rows, contenders)
-    render_who_owns_what(console)
-    if args.json or args.report:
-        document = build_document(args.model, contenders, done, records, interrupted=interrupted, matrix=rows)
-        if args.json:
-            write_document(document, args.json)
-        if args.report:
-            write_output(args.report, render_report(document))
-            console.print(Text(f"Report written to {clean_line(args.report)}"))
-
-
-def run_and_render(
-    console: Console, scenarios: Sequence[Scenario], options: RunOptions, *, trace: bool, workers: int = 1
-) -> tuple[list[RunRecord], list[Scenario], bool]:
-    """Run the scenarios (across `workers` processes when > 1), rendering each in order as soon as its runs are in;
-    Ctrl-C stops the runs and shows every run that finished.
-
-    Returns every record, the scenarios that produced at least one, and whether the user interrupted.
-    """
-    records: list[RunRecord] = []
-    done: list[Scenario] = []
-    runnable = [s for s in scenarios if contenders_running(s, options.contenders)]
-    with ScenarioRuns(runnable, options, workers=workers) as runs:
-        index = 0
-        for number, scenario in enumerate(scenarios, start=1):
-            if not contenders_running(scenario, options.contenders):
-                if not runs.interrupted:
-                    # Said, not skipped silently: the scenario was asked for (or is part of "all").
-                    supported = contenders_running(scenario, tuple(CONTENDERS))
-                    render_not_run(console, number, scenario, supported, options.contenders)
-                continue
-            current: list[RunRecord] = []
-            failure: Exception | None = None
-            try:
-                runs.collect(index, current.append)
-            except KeyboardInterrupt:
-                runs.interrupt()
-            except Exception as exc:  # shown below with the runs before it, then raised
-                failure = exc
-            index += 1
-            # Also after a Ctrl-C or a failure: the runs of the scenario that did finish are shown.
-            records.extend(current)
-            if current:
-                done.append(scenario)
-                try:
-                    render_scenario(console, number, scenario, current, trace=trace)
-                except KeyboardInterrupt:
-                    runs.interrupt()
-            if failure is not None:
-                raise failure
-        if runs.interrupted:
-            console.print(Text(f"\nInterrupted after {len(records)} run(s); the tables below cover what ran.", "bold"))
-        return records, done, runs.interrupted
 
 
 # --- chat: a multi-turn conversation -----------------------------------------------------------------------
@@ -536,23 +379,6 @@ def keep_turns_value(text: str) -> int | None:
     return value
 
 
-def _check_chat(args: argparse.Namespace, customer: str) -> Path | str:
-    """Everything chat is given, before anything is opened; returns the store file."""
-    try:
-        check_thread_name(args.thread)
-    except ValueError as exc:
-        raise UsageError(f"--thread: {exc}") from None
-    check_session_db(args.session_db)
-    db: Path | str = args.session_db
-    store_db: Path | str = args.store_db or (db if isinstance(db, str) else db.with_name(f"{db.stem}.store.db"))
-    check_store_db(store_db)
-    try:
-        check_saved_conversation(args.contender, args.thread, db, customer)
-    except ValueError as exc:  # damaged, wrong-shape, or another customer's (handwritten.CustomerMismatch)
-        raise UnusableFile(f"cannot resume thread {args.thread!r}: {exc}") from None
-    return store_db
-
-
 def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
     """`python compare.py chat`: ask, see the trace, ask again; `quit` or an empty line ends it."""
     try:
@@ -561,13 +387,13 @@ def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
             raise UsageError("--summarize folds the turns that fall out of --keep-turns: give --keep-turns N too")
     except UsageError as exc:
         return fail(prog, exc)
-    _configure_logging(args.verbose)
+    configure_logging(args.verbose)
     console = make_console(sys.stdout)
     spec = model_spec_for(args.model, "shopper")
     scripted = is_scripted(spec)
     customer = chat_customer(args.contender, args.thread)
     try:
-        store_db = _check_chat(args, customer)
+        store_db = check_chat(args.contender, args.thread, args.session_db, args.store_db, customer)
         apply_base_url(spec, args.base_url)
         model = check_model(spec)
         setup_tracing(args.otel)
@@ -579,69 +405,16 @@ def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
         store = BookStore(store_db)
     except StoreError as exc:  # replaced since the check above
         return fail(args.prog, exc)
+    policy = HistoryPolicy(args.keep_turns, args.summarize)
     try:
-        return _chat(console, args, model, store, customer, scripted)
+        interrupted = chat(
+            console, args.contender, args.thread, args.session_db, policy, model, store, customer, scripted=scripted
+        )
+    except (UnusableFile, ConversationNotSaved, ModelUnavailable) as exc:
+        return fail(args.prog, exc)
     finally:
         store.close()
-
-
-def _chat(
-    console: Console, args: argparse.Namespace, model: BaseChatModel, store: BookStore, customer: str, scripted: bool
-) -> int:
-    """The conversation itself, on an open store: finish a cut-short turn, then ask until the customer stops."""
-    events: list[TraceEvent] = []
-    # The reply streams token by token and each trace line prints as it happens, so no spinner is drawn over them.
-    live = LiveTurn(console)
-    human = AskingHuman(store, customer, approval_prompt(console, None))
-
-    def on_event(event: TraceEvent) -> None:
-        events.append(event)
-        live.on_event(event)
-
-    options = AgentOptions(on_event=on_event, on_token=live.on_token)
-    agent = build_contender(args.contender, model, make_tools(store, customer), options, human)
-    conversation = open_conversation(
-        args.contender, agent, INSTRUCTIONS, args.thread, args.session_db, resume=True, customer_id=customer,
-        approve=human.approve, policy=HistoryPolicy(args.keep_turns, args.summarize),
-    )
-    try:
-        facts = conversation.facts()  # the graph checks whose thread it is on this first read
-    except CustomerMismatch as exc:
-        conversation.close()
-        return fail(args.prog, UnusableFile(f"cannot resume thread {args.thread!r}: {exc}"))
-    kept_in = clean_line(str(facts["kept_in"]))
-    window = "the whole history" if args.keep_turns is None else f"the last {args.keep_turns} turn(s)"
-    if args.summarize:
-        window += ", older ones summarized"
-    console.print(
-        Text(args.contender, "bold")
-        + Text(f" · thread {args.thread} · kept in {kept_in} · {facts['turns']} turn(s) so far · the model sees ")
-        + Text(f"{window}. Empty line or 'quit' ends; {COMMANDS}.")
-    )
-    if scripted:
-        console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
-
-    try:
-        converse(
-            console, conversation, scripted=scripted, progress=None, events=events, live=live,
-            cart=lambda: cart_text_of(store, customer),
-        )
-    except (ConversationNotSaved, ModelUnavailable) as exc:  # another process saved meanwhile; the server went away
-        return fail(args.prog, exc)
-    except KeyboardInterrupt:
-        console.print(Text(f"\nInterrupted; the conversation is kept in {kept_in}."))
-        return EXIT_INTERRUPTED
-    finally:
-        conversation.close()
-    return EXIT_OK
-
-
-def cart_text_of(store: BookStore, customer: str) -> str:
-    """The customer's cart as the store holds it now, in a few words."""
-    cart = store.cart(customer)
-    if not cart.lines:
-        return "empty"
-    return ", ".join(f"{line.book.title} x{line.quantity}" for line in cart.lines) + f" ({cart.total:.2f})"
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 
 if __name__ == "__main__":

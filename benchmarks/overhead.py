@@ -42,7 +42,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from comparison import CUSTOMER_ID, INSTRUCTIONS, SEED_GOAL
 from handwritten import AgentLoop
 from langgraph_version import DefaultsGraphAgent, GraphAgent, GraphSession, create_agent_contender
-from langgraph_version.session import SqliteCheckpoints
+from langgraph_version.checkpoints import SqliteCheckpoints
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model

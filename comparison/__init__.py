@@ -1,49 +1,22 @@
-"""The comparison behind `compare.py`: the same bookstore goals run by every contender, recorded and shown side by side.
+"""The harness behind `compare.py`, the one package that imports both agents: the same goals, side by side.
 
-One file per concern: `scenarios` (the fifteen experiments as data, each with its lesson), `contenders` (which
-agents compete, how each is built from one `AgentOptions`, the approval demo's human), `conversations` (one
-session interface over `handwritten.Session` and `langgraph_version.GraphSession`), `runner` (every variant ×
-contender of a scenario on a fresh store; `ScenarioRuns`, a whole selection, across worker processes when it
-can), `experiments` (streaming and time travel, run their own way), `records` (`RunRecord`, built from a result
-or from the events before a contender raised, with secrets masked), `lessons` (what to notice in the measured
-numbers), `closing` (the guard matrix and the seed's "who owns what"), `render` (the terminal), `document` (the
-JSON document) and `report` (the HTML page built from it), `sanitize` (untrusted text made harmless for a
-terminal, a page or JSON), `files` (the paths the command line is given, checked before any work and written
-whole or not at all), `chat` (the conversation behind `compare.py chat`), and the eval in `comparison.eval`:
-`grading` (each scenario's outcome grader: success, safe or unsafe), `trials` (`compare.py eval`: trials,
-pass^k, the JSON) and `report` (its tables and page). The names below are the public parts; `compare.py` adds only the
-command line.
+One file per concern: `scenarios` (the experiments as data), `contenders`, `approvals` (the humans),
+`conversations`, `run_setup` (what every run is given), `runner` (a scenario's runs, the fork pool),
+`experiments`, `records`, `lessons` and `closing` (what the numbers say), `render`, `document`, `report`,
+`sanitize`, `files`, `chat`, `command` (the work behind the command line), and `eval/`.
 """
 
+from comparison.approvals import AskingHuman, DemoHuman, Human, resume_until_answered
 from comparison.closing import GUARDS, OWNERS, WHO_OWNS_WHAT, guard_matrix
-from comparison.contenders import (
-    APPROVAL_CONTENDERS,
-    CONTENDERS,
-    SESSION_CONTENDERS,
-    AskingHuman,
-    Contender,
-    DemoHuman,
-    Human,
-    build_contender,
-    resume_until_answered,
-    run_gated_graph,
-)
-from comparison.conversations import Conversation, open_conversation
+from comparison.contenders import APPROVAL_CONTENDERS, CONTENDERS, SESSION_CONTENDERS, Contender, build_contender
+from comparison.conversations import Conversation, open_conversation, run_gated_graph
 from comparison.document import build_document, mermaid_diagram, write_document
 from comparison.files import UnusableFile, check_output_file, write_output
 from comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
 from comparison.render import Progress, make_console, render_scenario
 from comparison.report import render_report
-from comparison.runner import (
-    CUSTOMER_ID,
-    RunOptions,
-    ScenarioRuns,
-    parallel_workers,
-    run_key,
-    run_scenario,
-    run_session,
-    run_single,
-)
+from comparison.run_setup import CUSTOMER_ID, RunOptions, run_key
+from comparison.runner import ScenarioRuns, parallel_workers, run_scenario, run_session, run_single
 from comparison.sanitize import clean_line, clean_text, escape_for_json
 from comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario, Variant
 

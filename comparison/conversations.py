@@ -1,22 +1,10 @@
-"""Session adapters: one multi-turn conversation of either session-capable contender, behind one small interface.
+"""One multi-turn conversation of any contender behind one interface: ask, finish, rewind, list turns, close.
 
-`Conversation` is what the session scenarios and `compare.py chat` need of a conversation: ask, finish a turn
-a crash cut short, go back (`rewind`; the graph also `replay`s a checkpoint), list its turns, say how much it
-holds and where (`facts`: messages, checkpoints and stored bytes, counted without walking the checkpoint
-history, so reopening a long thread stays cheap), close. Both sessions take the same history policy
-(`keep_turns`, `summarize`, `shared_tools.history`). `HandwrittenConversation` wraps
-`handwritten.Session` (in memory, or saved to a JSON file after every turn); `GraphConversation` wraps
-a checkpointer thread, in memory or in a SQLite file: `langgraph_version.GraphSession` for our guarded graph,
-and `CheckpointThread` for the framework-only contenders (LangGraph's prebuilt graph compiled with a
-checkpointer, `create_agent(..., checkpointer=...)`), which is the same thread with nothing of ours added:
-their own state, their own pause (`HumanInTheLoopMiddleware` for create_agent). It answers approval pauses
-through the same `approve` callback the hand-written loop is given. Both record the
-customer a conversation belongs to. `open_conversation` picks the one that fits a contender and says where it
-is kept: `db` is a SQLite file, or a ``postgresql://`` URL (`is_postgres_url`), where the hand-written session is
-a row in its own table (`Session.load_postgres` / `save_postgres`), our graph is `GraphSession.postgres` and the
-framework-only contenders a `CheckpointThread` on `PostgresCheckpoints`, one thread per name as in the file.
-`check_thread_name` and `check_saved_conversation` let the command line refuse a bad thread name or
-a damaged or foreign saved conversation before it opens anything.
+`open_conversation` picks the adapter and where it is kept (memory, a SQLite file, a ``postgresql://`` URL):
+`HandwrittenConversation` over `handwritten.Session`, `GraphConversation` over `GraphSession` or, for the
+framework-only contenders, `prebuilt.thread.CheckpointThread`. Both take the same history policy and answer
+approval pauses through one `approve`; `check_thread_name` and `check_saved_conversation` refuse a bad name
+or a damaged or foreign conversation before anything opens. `run_gated_graph` is one gated run in a thread.
 """
 
 from __future__ import annotations
@@ -25,6 +13,7 @@ import asyncio
 import json
 import re
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
@@ -33,9 +22,10 @@ from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
 
-from comparison.contenders import Approve, Contender, decide, resume_until_answered
+from comparison.approvals import Approve, DemoHuman, decide, resume_until_answered
+from comparison.contenders import Contender
 from shared_tools.history import Rewound, count_turns, is_user_turn
-from shared_tools.results import AgentResult, CustomerMismatch, TraceEvent
+from shared_tools.results import AgentResult
 from shared_tools.sync import run_blocking
 
 THREAD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -343,194 +333,6 @@ async def _despite_cancel(work: Coroutine[Any, Any, None]) -> None:
         raise asyncio.CancelledError
 
 
-class FrameworkAgent(Protocol):
-    """What `CheckpointThread` needs of a framework-only contender (`DefaultsGraphAgent`, `CreateAgentContender`)."""
-
-    def graph_for(self, instructions: str) -> Any: ...
-    def turn_input(self, instructions: str, text: str, *, first: bool) -> dict[str, Any]: ...
-    def history(self, instructions: str, messages: Sequence[Any]) -> list[Any]: ...
-    async def adrive(
-        self, graph: Any, graph_input: Any, config: Any, instructions: str, *, earlier: Sequence[TraceEvent] = ()
-    ) -> AgentResult: ...
-
-
-class CheckpointThread:
-    """A framework-only contender's compiled graph on one checkpointer thread: LangGraph's own memory, nothing more.
-
-    In memory (`InMemorySaver`) or in a SQLite file (`langgraph_version.session.SqliteCheckpoints`, which opens
-    LangGraph's `AsyncSqliteSaver` for one call at a time, as `GraphSession.sqlite` does). Each `ask` sends only
-    the new question; the checkpointer loads the earlier turns. It has the `GraphSession` methods a
-    conversation uses (`ask`, `resume`, `pending`, `continue_unfinished`, `messages`, `history`, `delete`,
-    `close`), and only what the frameworks give: budgets and counts are per run, from the trace; a pause is
-    whatever the graph raised (`HumanInTheLoopMiddleware`'s, answered with the agent's `resume_input`); the
-    customer is kept in the checkpoints' metadata, since the framework's state has no field for it, and a
-    thread of another customer is refused (`CustomerMismatch`). One turn at a time is ours too: for a SQLite
-    thread the same `turn_locks` row as `GraphSession` (`SqliteCheckpoints.turn`); in memory, one caller.
-    """
-
-    def __init__(
-        self,
-        agent: FrameworkAgent,
-        instructions: str,
-        thread_id: str,
-        path: Path | str | None = None,
-        *,
-        customer_id: str | None = None,
-        turn_timeout: float = 30.0,
-    ) -> None:
-        """`path`: None (in memory), a SQLite file, or a Postgres URL (`PostgresCheckpoints`)."""
-        from langgraph.checkpoint.memory import InMemorySaver
-
-        from langgraph_version.serde import CheckpointSerializer
-        from langgraph_version.session import PostgresCheckpoints, SqliteCheckpoints
-
-        self.agent = agent
-        self.instructions = instructions
-        self.thread_id = thread_id
-        self.customer_id = customer_id
-        self.turn_timeout = turn_timeout
-        self.config: dict[str, Any] = {"configurable": {"thread_id": thread_id}}
-        if customer_id is not None:
-            self.config["metadata"] = {"customer": customer_id}
-        graph = agent.graph_for(instructions)
-        self.sqlite: Any = (
-            None if path is None else PostgresCheckpoints(str(path)) if _is_url(path) else SqliteCheckpoints(str(path))
-        )
-        """Where the checkpoints are (despite the name, a `PostgresCheckpoints` too): both open a saver per call
-        and hold a thread's turn across processes."""
-        if self.sqlite is None:
-            graph = graph.copy(update={"checkpointer": InMemorySaver(serde=CheckpointSerializer())})
-        self._graph = graph
-        self._earlier: list[TraceEvent] = []
-        """The trace of the current run's stretches so far (a paused run goes on after `resume`)."""
-        self._closed = False
-
-    # --- the graph of one call ---------------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def _graph_here(self, *, turn: bool = False) -> AsyncIterator[Any]:
-        if self._closed and self.sqlite is not None:
-            raise RuntimeError("the conversation is closed")
-        if self.sqlite is None:
-            yield self._graph
-            return
-        if turn:
-            # The saver first: on Postgres its first use creates the tables with CREATE INDEX CONCURRENTLY, which
-            # waits for every open transaction, the turn lock's own included, so taking the turn first hangs.
-            async with self.sqlite.open() as saver, self.sqlite.turn(self.thread_id, wait=self.turn_timeout):
-                yield self._graph.copy(update={"checkpointer": saver})
-        else:
-            async with self.sqlite.open() as saver:
-                yield self._graph.copy(update={"checkpointer": saver})
-
-    async def _snapshot(self, graph: Any) -> Any:
-        snapshot = await graph.aget_state(self.config)
-        owner = (snapshot.metadata or {}).get("customer")
-        if self.customer_id is not None and owner is not None and owner != self.customer_id:
-            raise CustomerMismatch(
-                f"thread {self.thread_id!r} is the conversation of customer {owner!r}, not of {self.customer_id!r}"
-            )
-        return snapshot
-
-    async def _drive(self, graph: Any, graph_input: Any) -> AgentResult:
-        result = await self.agent.adrive(graph, graph_input, self.config, self.instructions, earlier=self._earlier)
-        self._earlier = [*self._earlier, *result.trace]
-        return result
-
-    # --- turns -------------------------------------------------------------------------------------------------
-
-    def ask(self, text: str) -> AgentResult:
-        return run_blocking(lambda: self.aask(text), instead="CheckpointThread.aask(...)")
-
-    async def aask(self, text: str) -> AgentResult:
-        async with self._graph_here(turn=True) as graph:
-            snapshot = await self._snapshot(graph)
-            if snapshot.interrupts:
-                raise RuntimeError(f"thread {self.thread_id!r} is waiting for an approval; call resume() first")
-            if snapshot.next:
-                raise RuntimeError(f"thread {self.thread_id!r} has an unfinished turn; call continue_unfinished()")
-            first = not snapshot.values.get("messages")
-            self._earlier = []
-            return await self._drive(graph, self.agent.turn_input(self.instructions, text, first=first))
-
-    def resume(self, approved: bool) -> AgentResult:
-        return run_blocking(lambda: self.aresume(approved), instead="CheckpointThread.aresume(...)")
-
-    async def aresume(self, approved: bool) -> AgentResult:
-        """Answer every request of the pause with one yes or no, in the format the graph's pause expects."""
-        resume_input = getattr(self.agent, "resume_input", None)
-        async with self._graph_here(turn=True) as graph:
-            snapshot = await self._snapshot(graph)
-            if not snapshot.interrupts or resume_input is None:
-                raise RuntimeError(f"thread {self.thread_id!r} is not waiting for an approval")
-            requests = _requests_of(snapshot)
-            return await self._drive(graph, resume_input(requests, approved is True))
-
-    def continue_unfinished(self) -> AgentResult | None:
-        return run_blocking(self.acontinue_unfinished, instead="CheckpointThread.acontinue_unfinished()")
-
-    async def acontinue_unfinished(self) -> AgentResult | None:
-        """Finish a turn a crash or an outage cut short, from its last checkpoint; None when there is none."""
-        async with self._graph_here(turn=True) as graph:
-            snapshot = await self._snapshot(graph)
-            if not snapshot.next or snapshot.interrupts:
-                return None
-            return await self._drive(graph, None)
-
-    # --- the thread --------------------------------------------------------------------------------------------
-
-    @property
-    def pending(self) -> list[dict[str, Any]]:
-        """The approval requests the thread is paused on (``{"tool_call", "reason"}`` each); empty when none."""
-        return run_blocking(self.apending, instead="CheckpointThread.apending()")
-
-    async def apending(self) -> list[dict[str, Any]]:
-        async with self._graph_here() as graph:
-            snapshot = await self._snapshot(graph)
-            return _requests_of(snapshot) if snapshot.interrupts else []
-
-    @property
-    def messages(self) -> list[Any]:
-        """The thread's whole history as the model sees it, system message first."""
-        return run_blocking(self.amessages, instead="CheckpointThread.amessages()")
-
-    async def amessages(self) -> list[Any]:
-        async with self._graph_here() as graph:
-            messages = (await self._snapshot(graph)).values.get("messages", [])
-            return self.agent.history(self.instructions, messages) if messages else []
-
-    def history(self) -> list[Any]:
-        """The thread's checkpoints, newest first."""
-        return run_blocking(self.ahistory, instead="CheckpointThread.ahistory()")
-
-    async def ahistory(self) -> list[Any]:
-        async with self._graph_here() as graph:
-            await self._snapshot(graph)
-            return [snapshot async for snapshot in graph.aget_state_history(self.config)]
-
-    def delete(self) -> None:
-        """Forget this thread: every checkpoint and pending write of it is removed."""
-        run_blocking(self.adelete, instead="CheckpointThread.adelete()")
-
-    async def adelete(self) -> None:
-        async with self._graph_here(turn=True) as graph:
-            await self._snapshot(graph)
-            await graph.checkpointer.adelete_thread(self.thread_id)
-
-    def close(self) -> None:
-        self._closed = True
-
-
-def _requests_of(snapshot: Any) -> list[dict[str, Any]]:
-    """The pause's requests as ``{"tool_call", "reason"}`` (create_agent's `HITLRequest`s translated)."""
-    from langgraph_version.contender import approval_requests
-
-    values = [pause.value for pause in snapshot.interrupts]
-    if all(isinstance(v, dict) and "action_requests" in v for v in values):
-        return approval_requests(values, snapshot.values.get("messages", []))
-    return values
-
-
 class GraphConversation:
     """A checkpointer thread, in memory or in a SQLite file: `langgraph_version.GraphSession` for our guarded
     graph, `CheckpointThread` for the framework-only contenders.
@@ -555,6 +357,7 @@ class GraphConversation:
         """`policy` is the history policy of our graph's session; `storage`, keyword arguments of
         `GraphSession.sqlite` (its checkpoint storage options), for a SQLite thread of our graph."""
         from langgraph_version import GraphAgent, GraphSession
+        from langgraph_version.prebuilt.thread import CheckpointThread
 
         self.path = path
         self.approve = approve
@@ -671,11 +474,12 @@ def thread_storage(session: Any, thread_id: str) -> tuple[int, int]:
     """
     from langgraph.checkpoint.memory import InMemorySaver
 
-    from langgraph_version.session import PostgresCheckpoints, SqliteCheckpoints
+    from langgraph_version.checkpoints import SqliteCheckpoints
+    from langgraph_version.postgres import PostgresCheckpoints
 
     saver = getattr(session, "checkpointer", None)
-    if saver is None:  # a CheckpointThread keeps its saver in its graph (in memory) or its SqliteCheckpoints
-        saver = getattr(session, "sqlite", None) or getattr(getattr(session, "_graph", None), "checkpointer", None)
+    if saver is None:  # a CheckpointThread keeps its saver in its graph (in memory) or its `checkpoints`
+        saver = getattr(session, "checkpoints", None) or getattr(getattr(session, "_graph", None), "checkpointer", None)
     if isinstance(saver, SqliteCheckpoints):
         return sqlite_thread_storage(Path(saver.path), thread_id)
     if isinstance(saver, PostgresCheckpoints):
@@ -761,3 +565,23 @@ def open_conversation(
         agent, instructions, thread_id, db, resume=resume, customer_id=customer_id, approve=approve, policy=policy,
         storage=storage,
     )
+
+
+def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoHuman) -> AgentResult:
+    """Run the graph in a session; whenever it pauses for approval, the human answers and the run resumes.
+
+    The guarded graph runs in a `GraphSession`; `create_agent` in a checkpointer thread of its own
+    (`prebuilt.thread.CheckpointThread`), where `HumanInTheLoopMiddleware`'s pause is answered in its format.
+    """
+    from langgraph_version import GraphAgent, GraphSession
+    from langgraph_version.prebuilt.thread import CheckpointThread
+
+    thread_id = f"approval-{uuid.uuid4().hex[:8]}"
+    session: Any
+    if isinstance(agent, GraphAgent):
+        session = GraphSession(agent, instructions, thread_id=thread_id)
+    else:
+        session = CheckpointThread(agent, instructions, thread_id)  # type: ignore[arg-type]
+    result, pauses = resume_until_answered(session, session.ask(goal), human.approve)
+    human.pauses += pauses
+    return result

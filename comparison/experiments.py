@@ -1,14 +1,9 @@
-"""The experiments that are not "ask the goals": streaming and time travel, each run on a fresh store, each a record.
+"""The experiments that are not "ask the goals": streaming and time travel, each on a fresh store, each a record.
 
-`run_streaming` runs the goal once per contender with the reply streamed (`AgentOptions.on_token`) or not, and
-records when the first piece of the answer reached the user against when the whole answer was there (the
-scripted model waits `Variant.chunk_delay` per chunk, as a real model's tokens take time); `streaming_code`
-counts, from the source with `inspect`, the lines each layer needed to stream. `run_time_travel` adds a book
-and then goes back: `rewind` (both sessions) takes the turn back and asks the cart total, `replay` forks the
-graph's thread from the checkpoint before its tools node, so add_to_cart runs again with the same call id, and
-`retry` loses add_to_cart's reply once after the write went through (`LostReply`): `create_agent` retries it
-with `ToolRetryMiddleware` (the same call id), our loops hand the error to the model, whose retry is a new call.
-Each record says what happened as facts read from the store and the trace, never as words to recognise.
+`run_streaming` records when the first piece of the answer arrived against the whole answer, streamed or not;
+`streaming_code` counts the lines each layer needed to stream. `run_time_travel` adds a book and goes back
+(`rewind`, `replay` from the checkpoint before the tools node, or `retry` after a lost reply) and records
+what the store holds afterwards, as facts read from the store and the trace.
 """
 
 from __future__ import annotations
@@ -94,8 +89,8 @@ class TokenClock:
 STREAMING_MODULES: dict[str, tuple[str, ...]] = {
     "handwritten": ("handwritten.loop",),
     "langgraph": ("langgraph_version.graph", "langgraph_version.run", "langgraph_version.agent"),
-    "langgraph-defaults": ("langgraph_version.defaults", "langgraph_version.run"),
-    "create-agent": ("langgraph_version.contender", "langgraph_version.run"),
+    "langgraph-defaults": ("langgraph_version.prebuilt.defaults", "langgraph_version.run"),
+    "create-agent": ("langgraph_version.prebuilt.create_agent", "langgraph_version.run"),
 }
 """Where each contender's streaming code can live: the modules its agent is built from."""
 
@@ -190,7 +185,7 @@ def streaming_code(contender: str) -> list[dict[str, Any]]:
 
 def run_streaming(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
     """Each goal once, streamed or not; when the first piece of the answer arrived and when the whole of it."""
-    from comparison.runner import collector, model_spec_for, open_store, run_key, scenario_tools
+    from comparison.run_setup import collector, model_spec_for, open_store, run_key, scenario_tools
 
     records: list[RunRecord] = []
     for goal in scenario.goals:
@@ -238,7 +233,7 @@ def run_streaming(scenario: Scenario, variant: Variant, contender: str, options:
 
 
 def _attempt(run: Callable[[], AgentResult]) -> AgentResult | Exception:
-    from comparison.runner import attempt
+    from comparison.run_setup import attempt
 
     return attempt(run, "experiment")
 
@@ -287,7 +282,7 @@ def retrying_create_agent(model: BaseChatModel, tools: list[BaseTool], options: 
     """create_agent with `ToolRetryMiddleware` retrying a timed-out tool once, at once, with the same call."""
     from langchain.agents.middleware import ToolRetryMiddleware
 
-    from langgraph_version.contender import CreateAgentContender
+    from langgraph_version.prebuilt.create_agent import CreateAgentContender
 
     class Retrying(CreateAgentContender):
         def _middleware(self) -> list[Any]:
@@ -311,7 +306,7 @@ def _quantities(store: BookStore, customer: str) -> dict[str, int]:
 
 def run_time_travel(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
     """Add a book, then go back in time (`variant.time_travel`), and record what the store holds afterwards."""
-    from comparison.runner import collector, model_spec_for, open_store, run_key
+    from comparison.run_setup import collector, model_spec_for, open_store, run_key
     from shared_tools.bookstore.tools import make_tools
 
     with open_store(options, scenario) as (store, customer):

@@ -1,14 +1,9 @@
 """The files the command line is given: checked before any work starts, and written whole or not at all.
 
-`compare.py` takes paths for its output (`--json`, `--report`) and for the databases it keeps (`--store-db`,
-`--session-db`). A bad one used to be found only when it was used: the output at the very end, after every
-run (so the whole run was lost), a database mid-run with a traceback. Each check here raises `UnusableFile`
-with one line that names the option, the path and what is wrong, and checks without leaving anything behind:
-an output folder is probed with a temporary file that is removed again, and a database is opened read-only.
-`write_output` writes through a temporary file in the same folder and renames it over the target, so an
-interrupted or failed write leaves the old file (or none), never half a document. A database option may also
-be a ``postgresql://`` URL: it is checked by connecting once (a wrong URL or a server that is down is one line,
-with the password masked), and nothing is created.
+Each check raises `UnusableFile` with one line naming the option, the path and what is wrong, and leaves
+nothing behind (an output folder is probed with a temporary file, a database opened read-only, a
+``postgresql://`` URL connected to once, its password masked). `write_output` writes a temporary file in the
+same folder and renames it over the target, so a cut write leaves the old file, never half a document.
 """
 
 from __future__ import annotations
@@ -30,6 +25,19 @@ file with tables but none of these is someone else's database."""
 
 class UnusableFile(Exception):
     """A path given on the command line cannot be used as asked; the message is one line saying why."""
+
+
+def check_outputs(json: str | None, report: str | None, store_db: Path | None, session_db: Path | None) -> None:
+    """`--json`, `--report`, `--store-db` and `--session-db`, before the first run: a bad one is refused now,
+    not found after every run has been paid for."""
+    if json and json != "-":
+        check_output_file(json, "--json")
+    if report:
+        check_output_file(report, "--report")
+    if store_db is not None:
+        check_store_db(store_db)
+    if session_db is not None:
+        check_session_db(session_db)
 
 
 def check_output_file(path: str | Path, option: str) -> None:

@@ -1,17 +1,9 @@
-"""The scenario runner: every variant × every contender of a scenario, each run on a fresh store, each a `RunRecord`.
+"""A scenario's runs: every variant × every contender, each on a fresh store, each a `RunRecord`, and the fork pool.
 
-A single-turn scenario runs each goal once per contender (`run_single`); a multi-turn one asks its goals as
-turns of one conversation (`run_session`), changes the cart behind the agent between turns where the
-scenario says so, and, for a persisted variant, reopens the conversation afterwards as a restart would.
-Every contender gets a fresh store (or a customer of its own in a `--store-db` file), the scenario's
-instructions, limits, faults and scripted persona, and the same `AgentOptions`. A contender that raises is a
-record to show, not a crash (`attempt`); an unreachable model or an exhausted script ends the whole command.
-A contender whose framework has no way to run a variant (`contenders.not_available`: no approval gate, no
-sequential tools) gets a record too, `not_available_record`, that says why in words, so no combination of
-scenario and contender prints nothing. `ScenarioRuns` runs a whole selection: one scenario after another in
-this process, or, for the scripted model on in-memory stores, each variant of each scenario in one of a few
-forked worker processes (`parallel_workers`: one per CPU), handing the records back in the same order either
-way, with Ctrl-C and a failure in a worker ending the command as they would in one process.
+`run_single` runs a goal once; `run_session` asks the goals as turns of one conversation (the cart changed
+behind the agent where the scenario says, a persisted one reopened as after a restart); a contender that
+cannot run a variant gets `not_available_record`, which says why. `ScenarioRuns` runs a selection in this
+process or, for the scripted model on in-memory stores, in forked workers, handing records back in order.
 """
 
 from __future__ import annotations
@@ -25,133 +17,36 @@ import sys
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from pathlib import Path
 from typing import Any
 
-from langchain_core.tools import BaseTool
-
-from comparison.contenders import (
-    CONTENDERS,
-    Contender,
-    DemoHuman,
-    build_contender,
-    contenders_for,
-    run_gated_graph,
+from comparison.approvals import DemoHuman
+from comparison.contenders import CONTENDERS, Contender, build_contender
+from comparison.conversations import HistoryPolicy, open_conversation, run_gated_graph
+from comparison.records import RunRecord, raised_record, result_record
+from comparison.run_setup import (
+    RunOptions,
+    attempt,
+    collector,
+    model_spec_for,
+    open_store,
+    run_key,
+    scenario_tools,
 )
-from comparison.conversations import HistoryPolicy, open_conversation
-from comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
-from comparison.render import Progress
-from comparison.scenarios import Scenario, Variant
+from comparison.scenarios import Scenario, Variant, contenders_for
 from shared_tools.bookstore.store import BookStore
-from shared_tools.bookstore.tools import make_tools
-from shared_tools.models import ModelUnavailable, make_model
-from shared_tools.models.personas import ScriptExhausted
-from shared_tools.results import AgentResult, TraceEvent
+from shared_tools.models import make_model
+from shared_tools.results import TraceEvent
 
 # Named after the command, not this module, so `-v` output and log filters stay what they were.
 log = logging.getLogger("compare")
 
 NOT_AVAILABLE = "not available"
 """The `stop_reason` of a record whose contender cannot run the variant; `facts["not_available"]` says why."""
-
-CUSTOMER_ID = "c1"
-"""The customer who shops in an in-memory store (`compare.py chat` gives every thread a customer of its own)."""
-
-
-@dataclass
-class RunOptions:
-    """How to run the scenarios: which model and contenders, and where sessions and the store are kept."""
-
-    model: str = "scripted"
-    contenders: tuple[str, ...] = tuple(CONTENDERS)
-    session_db: Path | None = None
-    """The SQLite file of persisted session scenarios (the JSON files of the hand-written session go beside it);
-    None means a temporary file."""
-    store_db: Path | None = None
-    """Keep the bookstore in this SQLite file; None means a fresh in-memory store for every run."""
-    progress: Progress | None = None
-    model_seed: int | None = None
-    """The model's own seed, passed to `make_model` (the noisy persona's dice, Ollama's sampling seed); an eval
-    gives each trial its own. None: the model's default."""
-
-
-def model_spec_for(spec: str, persona: str) -> str:
-    """Plain "scripted" plays `persona` (a scenario's); any other spec (a persona, a real model) is used as is."""
-    return f"scripted:{persona}" if spec == "scripted" else spec
-
-
-@contextmanager
-def open_store(options: RunOptions, scenario: Scenario) -> Iterator[tuple[BookStore, str]]:
-    """A store for one run and the customer who shops in it, with the scenario's injected description.
-
-    In memory: a fresh store, customer `CUSTOMER_ID`. With `--store-db`: the file, and a customer of its own
-    for every run, so runs never share a cart (nor the request ids that make adds idempotent) and the file
-    keeps every run's cart to look at afterwards. An injected description is put back when the run ends.
-    """
-    if options.store_db is None:
-        store, customer = BookStore(), CUSTOMER_ID
-    else:
-        store, customer = BookStore(options.store_db), f"run-{uuid.uuid4().hex[:8]}"
-    restore: tuple[int, str] | None = None
-    """(book id, its original description) once an injection is in place."""
-    try:
-        if scenario.injection is not None:
-            book_id, text = scenario.injection
-            restore = (book_id, store.set_description(book_id, f"{store.get_book(book_id).description} {text}"))
-        yield store, customer
-    finally:
-        if restore is not None:
-            store.set_description(*restore)
-        store.close()
-
-
-def scenario_tools(store: BookStore, customer: str, scenario: Scenario, variant: Variant) -> list[BaseTool]:
-    """The tools of one run: the customer's, with the variant's faults and search size."""
-    return make_tools(store, customer, scenario.faults_for(variant), search_max_results=variant.search_max_results)
-
-
-def attempt(run: Callable[[], AgentResult], what: str) -> AgentResult | Exception:
-    """`run()`, or what it raised: a contender that raises is a result to show.
-
-    An unreachable model or an exhausted script is not a contender's result: it ends the whole command.
-    """
-    try:
-        return run()
-    except (ModelUnavailable, ScriptExhausted):
-        raise
-    except Exception as exc:
-        log.info("%s raised: %s", what, error_text(exc))
-        return exc
-
-
-def collector(events: list[TraceEvent], progress: Progress | None) -> Callable[[TraceEvent], None]:
-    """An `on_event` that keeps every trace event (a contender that raises returns none) and moves the spinner."""
-
-    def on_event(event: TraceEvent) -> None:
-        events.append(event)
-        if progress is not None:
-            progress.on_event(event)
-
-    return on_event
-
-
-def run_key(scenario: Scenario, variant: Variant, contender: str, goal: str, turn: int) -> RunKey:
-    """The fields that name one run in its record."""
-    return {
-        "scenario": scenario.name,
-        "variant": variant.name,
-        "variant_label": variant.label,
-        "contender": contender,
-        "goal": goal,
-        "turn": turn,
-    }
-
 
 def not_available_record(scenario: Scenario, variant: Variant, contender: str, reason: str) -> RunRecord:
     """The record of a combination the contender's framework cannot run: nothing ran, and `facts` says why.

@@ -1,25 +1,26 @@
-"""The fifteen experiments `compare.py` runs, as plain data: what to set up, what to ask, and what it teaches.
+"""The experiments `compare.py` runs, as plain data: what to set up, what to ask, and what it teaches.
 
-A `Scenario` names one lesson from the seed article (the token column, the step limit, a flaky warehouse, a
-looping model, a stale session answer, ...) and holds everything needed to repeat it: the goal or turns, the
-instructions, the limits, the faults, the scripted persona, which contenders take part, and `Variant`s that
-change one knob (error details off/on, truncation off/on, sequential/parallel tools). Its lesson sits with
-it: the paragraph printed before the runs, and the `lessons` function that says what to notice in the
-numbers after them, given each run's settings (`Scenario.settings_for`: the limits and switches it ran with).
-A variant's label is made from the limits it holds, so `with_limits` / `with_max_steps` (the --max-steps
-option) can never leave an old number in it. Nothing here runs an agent; the runner reads these definitions
-and gives every contender the same setup (`experiment` names the few that are run their own way, in
-`experiments`: streaming and time travel; `growth` marks the many-turn long-session, shown one row per run).
+A `Scenario` holds one lesson of the seed article and everything needed to repeat it (goals or turns,
+instructions, limits, faults, persona, contenders) and `Variant`s that each turn one knob; its `lessons`
+function says what to notice in the numbers. `not_available` and `contenders_for` say which contenders run
+a variant and, in words, why the others cannot. Nothing here runs an agent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from comparison import lessons
-from comparison.contenders import CONTENDERS, SESSION_CONTENDERS
+from comparison.contenders import (
+    APPROVAL_CONTENDERS,
+    CONTENDERS,
+    NO_APPROVAL_GATE,
+    NO_SEQUENTIAL_TOOLS,
+    SESSION_CONTENDERS,
+    TOOLNODE_CONTENDERS,
+)
 from comparison.lessons import Notice, RunSettings, limit_text, recorded_settings
 from comparison.records import RunRecord
 from shared_tools.bookstore.faults import Faults
@@ -79,7 +80,7 @@ class Variant:
     idempotent: bool = True
     """add_to_cart passes the tool-call id to the store as its idempotency key; False: a re-run adds again."""
     why_not: tuple[tuple[str, str], ...] = ()
-    """(contender, reason) for the contenders this variant leaves out: why, in words (`contenders.not_available`)."""
+    """(contender, reason) for the contenders this variant leaves out: why, in words (`not_available`)."""
     note: str | None = None
     """The label's own words, without the limits (None: take them from `label`)."""
 
@@ -488,7 +489,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         what_to_notice=lessons.notice_injection,
         goals=(SEED_GOAL,),
         limits=AgentLimits(max_steps=8),
-        contenders=tuple(CONTENDERS),  # the gate variant without LangGraph's defaults: contenders.not_available
+        contenders=tuple(CONTENDERS),  # the gate variant without LangGraph's defaults: not_available
         injection=(INJECTED_BOOK, INJECTION),
         variants=(
             Variant(name="no-gate", label="no approval gate"),
@@ -609,3 +610,62 @@ SCENARIOS: tuple[Scenario, ...] = (
 )
 
 SCENARIOS_BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
+
+
+def not_available(contender: str, scenario: Scenario, variant: Variant) -> str | None:
+    """Why `contender` cannot run this variant of `scenario`, in words; None when it runs it.
+
+    A variant that turns a knob the contender's framework does not have is not run by it, and says so: an
+    approval gate (`variant.approval_gate`), and running tools one at a time where the scenario compares it
+    with running them at once (its variants differ in `parallel_tools`). A scenario or variant that lists
+    its contenders (`contenders=`) excludes the others, also said in words.
+    """
+    if contender not in CONTENDERS:
+        raise ValueError(f"unknown contender {contender!r}")
+    if variant.approval_gate and contender not in APPROVAL_CONTENDERS:
+        return NO_APPROVAL_GATE
+    compares_parallel = len({v.parallel_tools for v in scenario.variants}) > 1
+    if compares_parallel and not variant.parallel_tools and contender in TOOLNODE_CONTENDERS:
+        return NO_SEQUENTIAL_TOOLS
+    if contender not in scenario.contenders and scenario.others_reason is not None:
+        return scenario.others_reason
+    listed = variant.contenders or scenario.contenders
+    if contender not in listed or contender not in scenario.contenders:
+        given = dict(variant.why_not).get(contender)
+        if given is not None:
+            return given
+        runners = ", ".join(c for c in listed if c in scenario.contenders)
+        return f"{scenario.name}/{variant.name} is run only by {runners}"
+    return None
+
+
+def contenders_for(
+    scenario: Scenario, variant: Variant, chosen: Sequence[str] = tuple(CONTENDERS)
+) -> tuple[list[str], dict[str, str]]:
+    """Which of `chosen` run this variant (in table order), and why each of the others does not."""
+    running: list[str] = []
+    why_not: dict[str, str] = {}
+    for contender in (c for c in CONTENDERS if c in chosen):
+        reason = not_available(contender, scenario, variant)
+        if reason is None:
+            running.append(contender)
+        else:
+            why_not[contender] = reason
+    return running, why_not
+
+
+def contenders_running(scenario: Scenario, contenders: Sequence[str]) -> list[str]:
+    """Which of `contenders` run at least one variant of `scenario` (the rule `runner.run_scenario` applies)."""
+    return [
+        c
+        for c in scenario.contenders
+        if c in contenders and any(c in (v.contenders or scenario.contenders) for v in scenario.variants)
+    ]
+
+
+def nothing_to_run(scenarios: Sequence[Scenario], contenders: Sequence[str]) -> str:
+    """Why this selection runs nothing: which contenders each scenario is run by, and which were chosen."""
+    supported = "; ".join(
+        f"{s.name} is run by {', '.join(c for c in s.contenders if contenders_running(s, [c]))}" for s in scenarios
+    )
+    return f"nothing to run: {supported}; --contenders chose {', '.join(contenders)}"

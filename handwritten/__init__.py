@@ -2,13 +2,16 @@
 
 Written without an agent framework, over any langchain-core chat model and any LangChain tools, so every
 stopping rule and guard is visible in `loop.py`; `session.py` keeps the history between questions, in a JSON
-Lines file or (`postgres.py`) in two Postgres tables shared by several processes. The typed
+Lines file (`storage.py`) or in two Postgres tables shared by several processes (`postgres.py`). The typed
 steps a reply is classified into are shared with the graph, in `shared_tools.steps`.
 """
 
-from handwritten.loop import AgentCancelled, AgentLoop, Approve
-from handwritten.session import Session, SessionConflict
-from shared_tools.results import ConcurrentTurn, CustomerMismatch  # shared with GraphSession; importable from here too
+from handwritten.loop import AgentCancelled, AgentLoop
+from handwritten.session import Session
+from handwritten.storage import SessionConflict
+
+# Shared with the graph and its sessions; importable from here too.
+from shared_tools.results import Approve, ConcurrentTurn, CustomerMismatch
 
 __all__ = [
     "AgentCancelled",

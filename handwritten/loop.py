@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -37,7 +38,20 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 
 from shared_tools import guards, telemetry
-from shared_tools.results import AgentOptions, AgentResult, Guard, RunStopped, RunUsage, StopReason, Token, TraceEvent
+from shared_tools.results import (
+    AgentLimits,
+    AgentOptions,
+    AgentResult,
+    Approve,
+    Guard,
+    OptionKeywords,
+    RunStopped,
+    RunUsage,
+    StopReason,
+    Token,
+    TraceEvent,
+    agent_options,
+)
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 from shared_tools.sync import run_blocking
 
@@ -45,9 +59,6 @@ log = logging.getLogger(__name__)
 
 AGENT_NAME = "handwritten"
 """The agent's name on its spans (``invoke_agent handwritten``)."""
-
-Approve = Callable[[ToolCall, str], bool]
-"""Asks a human whether `call` may run, given the reason it needs approval; True means yes."""
 
 
 class AgentLoop:
@@ -61,12 +72,14 @@ class AgentLoop:
         self,
         model: BaseChatModel,
         tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        options: AgentOptions | AgentLimits | None = None,
         *,
         approve: Approve | None = None,
+        **keywords: Unpack[OptionKeywords],
     ) -> None:
         """`approve` is the human behind `options.needs_approval`, asked synchronously; without one, every call
         that needs approval is refused (the graph asks through `interrupt()` instead)."""
+        options = agent_options("AgentLoop", options, dict(keywords))
         self.tools = {tool.name: tool for tool in tools}
         if len(self.tools) != len(tools):
             raise ValueError("tool names must be unique: " + ", ".join(tool.name for tool in tools))

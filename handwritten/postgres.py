@@ -1,15 +1,9 @@
-"""The hand-written `Session` kept in Postgres: a small table of its own, and the turn lock a checkpointer lacks.
+"""The hand-written `Session` kept in Postgres: a thread row and its messages, and a turn lock shared by processes.
 
-What LangGraph's Postgres checkpointer gives `GraphSession` for free is written out here in a few lines: two
-tables (a thread row with its customer, instructions and revision, and its messages, one row each, in order),
-a save that appends only the messages added since the last one, and a load. The conflict rule is the JSON
-file's: a save checks the revision it read against the row's, under the row's lock (``SELECT ... FOR
-UPDATE``), and raises `SessionConflict` instead of overwriting turns another process saved. What neither gives
-is one turn at a time across processes: `turn` holds a Postgres advisory lock for the length of a turn (load,
-ask, save), so turns from any worker on any machine take turns instead of conflicting.
-
-Only `handwritten.session` imports this module, and only when a Postgres URL is used: psycopg is an optional
-dependency (the ``postgres`` extra).
+A save appends only the messages added since the last one, under the row's lock (``SELECT ... FOR UPDATE``),
+and raises `SessionConflict` when another process saved since this one read; `turn` holds an advisory lock for
+a whole turn (load, ask, save). The JSON file beside it is `handwritten.storage`. psycopg is optional (the
+``postgres`` extra), so only `handwritten.session` imports this module, and only when a URL is used.
 """
 
 from __future__ import annotations
@@ -22,12 +16,11 @@ import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from psycopg import AsyncConnection
 
-from handwritten.session import SessionConflict
+from handwritten.storage import SessionConflict, Stored
 from shared_tools.results import ConcurrentTurn
 
 log = logging.getLogger(__name__)
@@ -54,17 +47,6 @@ each other."""
 
 CONNECTION_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
 """No server-side prepared statements, so a PgBouncer in transaction mode can sit in between."""
-
-
-@dataclass(frozen=True)
-class Stored:
-    """A conversation as the tables hold it."""
-
-    instructions: str
-    customer: str | None
-    revision: int
-    messages: list[dict[str, Any]]
-    """`messages_to_dict` of each message, in order."""
 
 
 @asynccontextmanager

@@ -1,18 +1,9 @@
-"""A multi-turn conversation over an `AgentLoop`: the history kept between questions, trimmed, rewound and saved.
+"""A conversation over an `AgentLoop`: the history kept between questions, trimmed, rewound and saved.
 
-`Session` is the hand-written counterpart of a framework session (the seed's `AgentSession`, a LangGraph
-checkpointer thread): each `ask` runs the loop with the earlier conversation as history and fresh per-run
-budgets, and keeps the history the run returns, including after a cancellation (the loop answers any cancelled
-tool call, so the history stays valid). What a checkpointer and LangChain's message utilities give a framework
-user is written out here in a few lines each: one turn at a time per conversation (a second `ask` waits for
-the first), the customer the conversation belongs to, the history policy of `shared_tools.history`
-(`keep_turns`: what `trim_messages` does, by hand; `summarize`: what `SummarizationMiddleware` does, by hand),
-`rewind` (time travel: the list is cut, and the store is not rewound), and a save whose cost does not grow with
-the conversation: an append-only JSON Lines file (a header line, then one line of new messages per save), which
-a rewind or a summary rewrites atomically (a temp file, then `os.replace`), and which refuses to overwrite a
-file another process saved since this session read it. The same conversation can live in Postgres instead
-(`load_postgres`, `save_postgres`: a thread row and its messages, `handwritten.postgres`), with the same
-conflict rule and, there, a turn lock several processes share (`handwritten.postgres.turn`).
+Each `ask` runs the loop with the earlier turns as history and fresh budgets, one turn at a time, for the
+customer the conversation belongs to; `keep_turns` and `summarize` are the history policy of
+`shared_tools.history`. Where it is kept is a store's concern: a JSON Lines file (`handwritten.storage`) or
+Postgres (`handwritten.postgres`), both refusing to overwrite a save made by another process.
 """
 
 from __future__ import annotations
@@ -20,19 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import fcntl
-import json
 import logging
-import os
-import tempfile
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, BinaryIO
 
 from langchain_core.messages import BaseMessage, SystemMessage, messages_from_dict, messages_to_dict
 
+from handwritten import storage
 from handwritten.loop import AgentCancelled, AgentLoop
 from shared_tools.history import (
     Rewound,
@@ -47,16 +34,6 @@ from shared_tools.results import AgentResult, CustomerMismatch, RunUsage
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
-
-FORMAT = "agent-loop-compare/session/3"
-READABLE_FORMATS = ("agent-loop-compare/session/1", "agent-loop-compare/session/2", FORMAT)
-"""Version 1 (one JSON document, no customer, no revision) and version 2 (one JSON document) still load; a
-session loaded from one is saved as version 3 (JSON Lines) at its next save."""
-
-
-class SessionConflict(RuntimeError):
-    """The session file was saved by someone else since this session read it; saving would lose their turns."""
-
 
 class Session:
     """One conversation: ask several questions, each one seeing the earlier turns (or the last `keep_turns`)."""
@@ -263,26 +240,17 @@ class Session:
         saved by another session (another process) since this one loaded or last saved it.
         """
         path = Path(path)
-        with self._state, _file_lock(path):
-            on_disk = _read_revision(path)
-            if on_disk != self._revision:
-                raise SessionConflict(
-                    f"{path} was saved by another session since this one read it (revision {on_disk}, this "
-                    f"session has {self._revision}); load it again to continue the conversation"
-                )
-            revision, messages = self._revision + 1, self._messages
+        with self._state:
+            messages = self._messages
             appending = self._saved is not None and self._path is not None and self._path.resolve() == path.resolve()
-            if appending:
-                assert self._saved is not None
-                _append_line(path, _record(revision, messages[self._saved :]))
-            else:
-                header = {
-                    "format": FORMAT,
-                    "revision": revision,
-                    "customer": self.customer_id,
-                    "instructions": self.instructions,
-                }
-                _write_atomically(path, _line(header) + _record(revision, messages))
+            revision = storage.write(
+                path,
+                read_revision=self._revision,
+                customer=self.customer_id,
+                instructions=self.instructions,
+                messages=messages,
+                start=self._saved if appending and self._saved is not None else 0,
+            )
             self._revision, self._path, self._thread, self._saved = revision, path, None, len(messages)
         log.info(
             "saved session (%d messages, revision %d, %s) to %s",
@@ -306,28 +274,21 @@ class Session:
         mid-save) is ignored; any other damage is a `ValueError`.
         """
         path = Path(path)
-        data = path.read_bytes()
-        header, records, complete = _read_lines(path, data)
-        if header is None:
-            document = _read_document(path, data)
-            header, records, complete = document, [document], True
-        owner = header.get("customer")
+        stored = storage.read(path)
+        owner = stored.customer
         if customer_id is not None and owner is not None and owner != customer_id:
             raise CustomerMismatch(f"{path} is the conversation of customer {owner!r}, not of {customer_id!r}")
         try:
-            instructions = str(header["instructions"])
-            messages = [m for record in records for m in messages_from_dict(record["messages"])]
-            revision = int(records[-1].get("revision", 0)) if records else int(header.get("revision", 0))
+            messages = messages_from_dict(stored.messages)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path} is a damaged saved session ({type(exc).__name__}: {exc})") from None
-        if not complete:
-            log.warning("%s ends with a torn line (a save cut short); it is ignored", path)
         session = cls(
-            loop, instructions, messages, customer_id=owner or customer_id, keep_turns=keep_turns, summarize=summarize
-        )
-        session._revision, session._path = revision, path
+            loop, stored.instructions, messages, customer_id=owner or customer_id, keep_turns=keep_turns,
+            summarize=summarize,
+        )  # fmt: skip
+        session._revision, session._path = stored.revision, path
         # Appending goes on only to a file this version wrote; an older one is rewritten whole at the next save.
-        session._saved = len(messages) if header.get("format") == FORMAT else None
+        session._saved = len(messages) if stored.appendable else None
         return session
 
     # --- Postgres ------------------------------------------------------------------------------------------------
@@ -431,124 +392,3 @@ def _left_out(full: list[BaseMessage], sent: list[BaseMessage]) -> list[BaseMess
     in_window = {id(message) for message in sent}
     return [message for message in full if id(message) not in in_window]
 
-
-# --- the file --------------------------------------------------------------------------------------------------------
-
-
-def _line(data: dict[str, Any]) -> bytes:
-    # ensure_ascii: a reply cut off mid-emoji holds a lone surrogate, which UTF-8 cannot encode but a JSON escape
-    # can, so such a conversation still saves (and loads back unchanged). It also keeps every line one line.
-    return json.dumps(data, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
-
-
-def _record(revision: int, messages: Sequence[BaseMessage]) -> bytes:
-    return _line({"revision": revision, "messages": messages_to_dict(list(messages))})
-
-
-def _read_lines(path: Path, data: bytes) -> tuple[dict[str, Any] | None, list[dict[str, Any]], bool]:
-    """A version-3 file's header, its records, and whether its last line was whole; (None, [], True) when the file
-    is no version-3 file (an older version, or something else: `_read_document` says which)."""
-    first, newline, rest = data.partition(b"\n")
-    header = _json_or_none(first) if newline else None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        return None, [], True
-    *lines, torn = rest.split(b"\n")
-    records: list[dict[str, Any]] = []
-    for number, line in enumerate(lines, start=2):
-        record = _json_or_none(line)
-        if not isinstance(record, dict):
-            raise ValueError(f"{path} is a damaged saved session (line {number} is not a JSON object)")
-        records.append(record)
-    return header, records, not torn
-
-
-def _read_document(path: Path, data: bytes) -> dict[str, Any]:
-    """A version 1 or 2 file: one JSON document."""
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a saved session (not JSON: {exc})") from None
-    if not isinstance(document, dict) or document.get("format") not in READABLE_FORMATS:
-        found = document.get("format") if isinstance(document, dict) else type(document).__name__
-        raise ValueError(f"{path} is not a saved session (format {found!r}, expected {FORMAT!r})")
-    return document
-
-
-def _json_or_none(line: bytes) -> Any:
-    try:
-        return json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-
-
-def _read_revision(path: Path) -> int:
-    """The revision of the file at `path` (0: no file), read from its last whole line, without reading it all."""
-    try:
-        file = path.open("rb")
-    except FileNotFoundError:
-        return 0
-    with file:
-        header = _json_or_none(file.readline())
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
-            file.seek(0)
-            document = _json_or_none(file.read())  # an older version: one document, read once before it is replaced
-            return int(document.get("revision", 0)) if isinstance(document, dict) else 0
-        last = _json_or_none(_last_whole_line(file)[0])
-        return int(last.get("revision", 0)) if isinstance(last, dict) else 0
-
-
-def _last_whole_line(file: BinaryIO) -> tuple[bytes, int]:
-    """The last line that ends with a newline, and the offset just after it: read backwards, in blocks."""
-    end = file.seek(0, os.SEEK_END)
-    tail, position, block = b"", end, 1 << 12
-    while True:
-        block *= 2  # doubling, so a long last line (a file written whole) is still read in linear time
-        step = min(block, position)
-        position -= step
-        file.seek(position)
-        tail = file.read(step) + tail
-        last_newline = tail.rfind(b"\n")
-        if last_newline >= 0:
-            start = tail.rfind(b"\n", 0, last_newline) + 1
-            if start > 0 or position == 0:
-                return tail[start:last_newline], position + last_newline + 1
-        if position == 0:
-            return b"", 0
-
-
-def _append_line(path: Path, line: bytes) -> None:
-    with path.open("r+b") as file:
-        _, whole = _last_whole_line(file)
-        file.truncate(whole)  # a torn line left by a crash mid-append, which load ignores anyway
-        file.seek(whole)
-        file.write(line)
-        file.flush()
-        os.fsync(file.fileno())
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock for one read-check-write, so two processes cannot both pass the revision check.
-
-    The folder is locked, not the file: `os.replace` gives the file a new inode, which a lock on the old one
-    would not cover, and a lock file of its own would be left lying next to every session.
-    """
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(folder, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(folder)  # which releases the lock
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

@@ -1,26 +1,19 @@
 """The bookstore agent on LangGraph: the mirror image of `handwritten`, and what LangGraph offers without it.
 
-`GraphAgent` runs the guarded graph (`graph.py`: the loop's guards as nodes, state and routers) and returns
-the shared `AgentResult`; `GraphSession` keeps a conversation in a checkpointer thread, in memory, in a
-SQLite file or in Postgres (`PostgresCheckpoints`, `postgres_pool`), one turn at a time and for one customer
-(`ConcurrentTurn` when another process keeps the turn too long); `DefaultsGraphAgent` is the textbook graph
-with LangGraph's defaults (`defaults.py`); `create_agent_contender` is the same task on
-`langchain.agents.create_agent` with its built-in middleware;
-`recursion_limit_for` maps `max_steps` to the guarded graph's recursion limit. All of them take the same
-`AgentOptions` and are async inside, with thin sync drivers (`run`, `ask`, ...).
+`GraphAgent` runs the guarded graph (`graph.py`); `GraphSession` keeps a conversation in a checkpointer
+thread, in memory, SQLite (`checkpoints.py`) or Postgres (`postgres.py`); `prebuilt/` holds LangGraph's
+defaults graph and `create_agent` as shipped. All take the same `AgentOptions` (or an `AgentLimits`) and
+are async inside, with thin sync drivers (`run`, `ask`, ...).
 """
 
 from langgraph_version.agent import GraphAgent
-from langgraph_version.contender import create_agent_contender
-from langgraph_version.defaults import DefaultsGraphAgent
+from langgraph_version.checkpoints import SqliteCheckpoints
 from langgraph_version.graph import recursion_limit_for
-from langgraph_version.session import (
-    ConcurrentTurn,
-    GraphSession,
-    PostgresCheckpoints,
-    SqliteCheckpoints,
-    postgres_pool,
-)
+from langgraph_version.postgres import PostgresCheckpoints, postgres_pool
+from langgraph_version.prebuilt.create_agent import create_agent_contender
+from langgraph_version.prebuilt.defaults import DefaultsGraphAgent
+from langgraph_version.session import GraphSession
+from shared_tools.results import ConcurrentTurn
 
 __all__ = [
     "ConcurrentTurn",

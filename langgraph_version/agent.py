@@ -16,7 +16,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
@@ -31,7 +31,7 @@ from langgraph_version.graph import CHECK, ERRORS, MODEL, TOOLS, build_guarded_g
 from langgraph_version.run import Durability, OpenCalls, RunRecord
 from langgraph_version.state import fresh_counters, stopped, usage_of
 from shared_tools import telemetry
-from shared_tools.results import AgentOptions, AgentResult, StopReason
+from shared_tools.results import AgentLimits, AgentOptions, AgentResult, OptionKeywords, StopReason, agent_options
 from shared_tools.sync import run_blocking
 
 logger = logging.getLogger(__name__)
@@ -47,13 +47,15 @@ class GraphAgent:
         self,
         model: BaseChatModel,
         tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        options: AgentOptions | AgentLimits | None = None,
         *,
         checkpointer: BaseCheckpointSaver | None = None,
+        **keywords: Unpack[OptionKeywords],
     ) -> None:
         """With `options.needs_approval`, a call that needs a human's yes pauses the run (LangGraph's
         `interrupt()`, `StopReason.AWAITING_APPROVAL`); that needs a checkpointer to resume from: pass one, or
         run the agent in a `GraphSession` and answer with `GraphSession.resume`."""
+        options = agent_options("GraphAgent", options, dict(keywords))
         self.model = model
         """The chat model the graph calls (a session also asks it for summaries)."""
         self.options = options

@@ -1,12 +1,8 @@
 """`CheckpointSerializer`: LangGraph's checkpoint serializer, able to store what a hostile model can send.
 
-A checkpoint holds the model's replies, tool-call arguments included, and LangGraph writes it with msgpack,
-whose integers stop at 64 bits. A model that sends ``{"book_id": 10**30}`` (JSON has no such limit) made the
-checkpoint write raise, so `GraphSession.ask` failed on the reply instead of answering the call with an error
-result, as the hand-written loop and a graph without a checkpointer do. Such a value is rare, so only what
-msgpack refuses is written another way: as JSON, LangChain objects in LangChain's own serialized form, which
-LangGraph's serializer reads back (its "json" format) for LangChain's message types. Anything else it cannot
-write still raises, as before.
+msgpack's integers stop at 64 bits, and a model may send ``{"book_id": 10**30}``; only what msgpack refuses is
+written another way, as JSON (LangChain objects in LangChain's serialized form), which LangGraph's serializer
+reads back. Anything else it cannot write still raises.
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
-"""`GraphSession`: a multi-turn conversation kept in a LangGraph checkpointer thread, in memory or in SQLite.
+"""`GraphSession`: a conversation over a `GraphAgent`, kept in a LangGraph checkpointer thread.
 
-The seed's `AgentSession` keeps a conversation's messages between `RunAsync` calls; here the checkpointer
-does that. A session runs the agent's graph with its own checkpointer (`InMemorySaver` by default, a SQLite
-file for `GraphSession.sqlite`) on one `thread_id`, so the graph loads the earlier turns before each `ask`
-and saves a checkpoint after every superstep. The system message is written once, with the first turn; each
-`ask` starts the per-run counters afresh, so budgets are per question, not per conversation. A run that
-paused for approval (`StopReason.AWAITING_APPROVAL`) is answered with `resume`, and a run a crash cut short
-is finished with `continue_unfinished`; both work from a new process on the same SQLite thread, because
-everything they need is in the checkpoints, and neither counts the time the thread lay waiting against the
-run's time budget. Every method is written once, async (`aask`, `apending`, ...); the sync ones (`ask`,
-`pending`, ...) are thin drivers over them, each on an event loop of its own.
-
-What a checkpointer does not give you, written out here as `handwritten.Session` does for its JSON file: it
-takes any number of runs on one thread at once without a word (each forks from the checkpoint it read, and
-the thread goes on from whichever wrote last, so the other turn drops out of the conversation), so a session
-takes one turn at a time per thread: in this process always, and across processes for a SQLite thread
-(`SqliteCheckpoints.turn`; a checkpointer of your own shared between processes needs a lock of its own); and
-it knows nothing of whose conversation a thread is, so a session records its customer in the thread's state
-and refuses to open it for anyone else (`CustomerMismatch`).
+Each `ask` runs the graph on one thread with fresh per-run budgets, one turn at a time, for the customer the
+thread belongs to; `resume` answers an approval pause, `continue_unfinished` finishes a turn a crash cut
+short, `rewind` and `replay` travel in time. Where the checkpoints are is a store's concern: in memory,
+`langgraph_version.checkpoints` (SQLite) or `langgraph_version.postgres`.
 """
 
 from __future__ import annotations
@@ -25,19 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import threading
 import time
-import uuid
-import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-import aiosqlite
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
@@ -48,11 +30,12 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot
 
 from langgraph_version.agent import GraphAgent, opening
+from langgraph_version.checkpoints import SqliteCheckpoints, turn_lock_for
 from langgraph_version.graph import CHECK
+from langgraph_version.postgres import PostgresCheckpoints, prune_postgres
 from langgraph_version.run import Durability
 from langgraph_version.serde import CheckpointSerializer
 from langgraph_version.state import Storage, full_messages_channel
-from shared_tools import guards
 from shared_tools.history import (
     Rewound,
     count_turns,
@@ -61,25 +44,12 @@ from shared_tools.history import (
     summary_message,
     write_summary,
 )
-from shared_tools.results import AgentResult, ConcurrentTurn, CustomerMismatch, RunUsage, StopReason
+from shared_tools.results import AgentResult, CustomerMismatch, RunUsage, StopReason
 from shared_tools.sync import run_blocking
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-HOST = socket.gethostname()
-
-TURN_LOCKS_TABLE = """
-CREATE TABLE IF NOT EXISTS turn_locks (
-    thread_id TEXT PRIMARY KEY,
-    owner     TEXT NOT NULL,  -- a fresh id for every turn taken
-    pid       INTEGER NOT NULL,
-    host      TEXT NOT NULL,
-    taken_at  REAL NOT NULL   -- time.time()
-)
-"""
-
 
 TURN_FROM = "turn_from"
 """`additional_kwargs` key of a question: the id of the checkpoint its turn started from (None: the first turn).
@@ -93,303 +63,6 @@ class Turn:
     question: str
     checkpoint_id: str | None
     """The checkpoint the turn started from: `rewind` goes back to it. None for the thread's first turn."""
-
-
-class SqliteCheckpoints:
-    """A SQLite file of checkpoints, opened with LangGraph's `AsyncSqliteSaver` for one call at a time.
-
-    An `AsyncSqliteSaver` belongs to the event loop it was made on, and every sync call of a session runs on a
-    fresh event loop (`run_blocking`), so each call opens the file on its own loop and closes it before it
-    returns. aiosqlite runs a connection's statements in order and closes it after the last one, so a call's
-    checkpoints are all written when it returns (or raises): nothing is ever left pending, and nothing is left
-    open, which is why closing a session has nothing to wait for.
-
-    `synchronous` is SQLite's ``PRAGMA synchronous``, NORMAL by default: the saver puts the file in WAL mode,
-    where NORMAL still keeps every committed checkpoint through a killed process (the crash test SIGKILLs one)
-    and only a power cut or OS crash can lose the last few, while SQLite's own default, FULL, adds an fsync
-    per checkpoint (benchmarks/overhead.py measures both).
-
-    The file also holds one table of our own, `turn_locks`: one row per thread with a turn in progress (see
-    `turn`). Checkpoints are written with `CheckpointSerializer`, which also stores what msgpack cannot (a
-    model's 10**30), as does the session's default in-memory saver; a checkpointer you pass keeps its own.
-    """
-
-    def __init__(self, path: str, *, synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL") -> None:
-        if synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
-        self.path = path
-        self.synchronous = synchronous
-        self._turn_table_ready = False
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[AsyncSqliteSaver]:
-        async with aiosqlite.connect(self.path) as connection:
-            await connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            # Pages freed by pruning go back to the file system (`_prune`); only takes effect on a new file.
-            await connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            saver = AsyncSqliteSaver(connection, serde=CheckpointSerializer())
-            await saver.setup()  # most methods do this on first use, but not `adelete_thread` on a new file
-            yield saver
-
-    @asynccontextmanager
-    async def turn(self, thread_id: str, *, wait: float) -> AsyncIterator[None]:
-        """Hold the turn of `thread_id` for as long as the block runs, whichever process asks for it.
-
-        The row is taken in a short write transaction (``BEGIN IMMEDIATE``: SQLite lets one writer in at a
-        time, so two processes cannot both find the thread free) and deleted when the block ends. Another
-        process's turn is waited for, polling, at most `wait` seconds; then `ConcurrentTurn` says who holds it.
-        A process that died mid-turn (SIGKILL, a power cut) never deletes its row, so a row whose process no
-        longer exists on this host is stale and is taken over; a row from another host is always believed,
-        since its process cannot be checked from here (nor can a reused process id, which is rare).
-        """
-        owner = uuid.uuid4().hex
-        async with aiosqlite.connect(self.path, isolation_level=None) as db:
-            await db.execute(f"PRAGMA synchronous={self.synchronous}")
-            if not self._turn_table_ready:
-                await db.execute(TURN_LOCKS_TABLE)
-                self._turn_table_ready = True
-            deadline = time.monotonic() + wait
-            while (holder := await _take_turn(db, thread_id, owner)) is not None:
-                if time.monotonic() >= deadline:
-                    _, pid, host, taken_at = holder
-                    raise ConcurrentTurn(
-                        f"thread {thread_id!r} in {self.path} has a turn in progress in another process "
-                        f"(pid {pid} on {host}, started {time.time() - taken_at:.1f} s ago); waited {wait:g} s "
-                        "for it to finish. Ask again when it has finished."
-                    )
-                await asyncio.sleep(0.05)
-            _TURNS_HELD_HERE.add(owner)
-            try:
-                yield
-            finally:
-                _TURNS_HELD_HERE.discard(owner)  # from here on, a row left behind reads as stale
-                await db.execute("DELETE FROM turn_locks WHERE thread_id = ? AND owner = ?", (thread_id, owner))
-
-
-_TURNS_HELD_HERE: set[str] = set()
-"""Owners of the `turn_locks` rows this process holds now; a row with our pid and another owner is a leftover."""
-
-
-async def _take_turn(db: aiosqlite.Connection, thread_id: str, owner: str) -> tuple[Any, ...] | None:
-    """Take the thread's turn for `owner` if nobody holds it, or its holder is gone; else the holder's row."""
-    await db.execute("BEGIN IMMEDIATE")
-    try:
-        async with db.execute(
-            "SELECT owner, pid, host, taken_at FROM turn_locks WHERE thread_id = ?", (thread_id,)
-        ) as cursor:
-            holder = await cursor.fetchone()
-        if holder is None or _holder_gone(*holder[:3]):
-            await db.execute(
-                "INSERT OR REPLACE INTO turn_locks VALUES (?, ?, ?, ?, ?)",
-                (thread_id, owner, os.getpid(), HOST, time.time()),
-            )
-            holder = None
-        await db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            await db.execute("ROLLBACK")
-        raise
-    return None if holder is None else tuple(holder)
-
-
-def _holder_gone(owner: str, pid: int, host: str) -> bool:
-    if host != HOST:
-        return False
-    if pid == os.getpid():
-        return owner not in _TURNS_HELD_HERE
-    return not _process_alive(pid)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)  # signal 0: is there such a process?
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # there is, and it belongs to someone else
-    # A zombie (dead, not yet reaped by its parent) still answers signal 0.
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-class _TurnLock:
-    """The turn of one thread within this process. A threading lock, not an asyncio one: sync calls from two
-    threads each run an event loop of their own (as in `handwritten.Session`)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-
-
-_TURN_LOCKS: weakref.WeakValueDictionary[tuple[Any, ...], _TurnLock] = weakref.WeakValueDictionary()
-_TURN_LOCKS_GUARD = threading.Lock()
-
-
-def _turn_lock_for(key: tuple[Any, ...]) -> _TurnLock:
-    """The one lock of a thread (a checkpointer and a thread id) shared by every session on it in this process."""
-    with _TURN_LOCKS_GUARD:
-        lock = _TURN_LOCKS.get(key)
-        if lock is None:
-            lock = _TURN_LOCKS[key] = _TurnLock()
-        return lock
-
-
-CONNECTION_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
-"""How every Postgres connection of a session is opened (add ``row_factory=dict_row``, which LangGraph's saver
-reads rows with): autocommit, as `AsyncPostgresSaver.from_conn_string` does, and no server-side prepared
-statements (``prepare_threshold=None``; LangGraph's own helper uses 0, prepare everything), so a PgBouncer in
-transaction mode, which hands each transaction to whichever server connection is free, never meets a
-statement prepared on another one. A pool you pass to `PostgresCheckpoints` needs the same kwargs
-(`postgres_pool` makes one)."""
-
-TURN_LOCK_CLASS = 0x4C47  # "LG"
-"""First key of the advisory lock of a graph thread's turn (the second is ``hashtext(thread_id)``). The two-key
-form never meets a one-key ``pg_advisory_lock(bigint)`` another part of the database may take; two threads
-whose names hash alike only take turns with each other."""
-
-SETUP_LOCK = (TURN_LOCK_CLASS, 0)
-"""The advisory lock `PostgresCheckpoints.setup` holds: LangGraph's migrations are not safe to race."""
-
-
-def postgres_pool(url: str, *, min_size: int = 1, max_size: int = 10, **options: Any) -> Any:
-    """A psycopg `AsyncConnectionPool` (not open yet: ``async with`` it on the event loop that will use it) whose
-    connections a `PostgresCheckpoints` can use: `CONNECTION_KWARGS` plus LangGraph's ``row_factory``."""
-    from psycopg.rows import dict_row
-    from psycopg_pool import AsyncConnectionPool
-
-    kwargs = {**CONNECTION_KWARGS, "row_factory": dict_row, "application_name": _application_name()}
-    return AsyncConnectionPool(url, min_size=min_size, max_size=max_size, kwargs=kwargs, open=False, **options)
-
-
-def _application_name() -> str:
-    # Shown in pg_stat_activity, and by `ConcurrentTurn` to say who holds a turn.
-    return f"agent-loop-compare pid {os.getpid()} on {HOST}"[:63]
-
-
-class PostgresCheckpoints:
-    """Checkpoints in a Postgres database, through LangGraph's `AsyncPostgresSaver`; the role `SqliteCheckpoints`
-    has for a file, for threads that several processes on several machines share.
-
-    What the checkpointer gives for free: every superstep's checkpoint written in a transaction, readable by
-    any process, with its tables created by `setup` (LangGraph's migrations, run here once per object under an
-    advisory lock, because two processes migrating one empty database at once collide). What it does not give:
-    one turn at a time (`turn`, an advisory lock held in Postgres) and whose conversation a thread is (the
-    session's `customer` state).
-
-    Each call opens a connection of its own on its own event loop and closes it when it returns (a session's
-    sync calls each run on a fresh loop, and a psycopg connection or pool belongs to the loop it was opened on),
-    unless `pool` is given: an open psycopg `AsyncConnectionPool` on the loop every call runs on (a server's),
-    made with `postgres_pool` or with the same `CONNECTION_KWARGS`. Checkpoints are written with
-    `CheckpointSerializer`, as on SQLite.
-    """
-
-    def __init__(self, url: str, *, pool: Any = None) -> None:
-        self.url = url
-        self.pool = pool
-        self._ready = False
-
-    def __repr__(self) -> str:
-        return f"PostgresCheckpoints({guards.mask_pii(self.url)!r})"
-
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Any]:
-        if self.pool is not None:
-            async with self.pool.connection() as connection:
-                yield connection
-            return
-        from psycopg import AsyncConnection
-        from psycopg.rows import dict_row
-
-        kwargs = {**CONNECTION_KWARGS, "row_factory": dict_row, "application_name": _application_name()}
-        async with await AsyncConnection.connect(self.url, **kwargs) as connection:
-            yield connection
-
-    async def setup(self) -> None:
-        """Create LangGraph's checkpoint tables if they are missing; safe when several processes do it at once.
-
-        The migrations include ``CREATE INDEX CONCURRENTLY``, which cannot run in a transaction, so the lock is a
-        session-level one on a connection opened for it alone (straight to Postgres: behind a PgBouncer in
-        transaction mode, run this once at deploy time, e.g. ``asyncio.run(PostgresCheckpoints(url).setup())``).
-        The first time, that index build also waits for every transaction open in the database, turns in
-        progress included (`turn`, `handwritten.postgres.turn`): one more reason to run it before serving.
-        """
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-        from psycopg import AsyncConnection
-        from psycopg.rows import dict_row
-
-        kwargs = {**CONNECTION_KWARGS, "row_factory": dict_row, "application_name": _application_name()}
-        async with await AsyncConnection.connect(self.url, **kwargs) as connection:
-            # Polled, not `pg_advisory_lock`: a statement blocked on the lock is a transaction, and the holder's
-            # CREATE INDEX CONCURRENTLY waits for every transaction, so a blocked waiter would deadlock it.
-            while not await _fetch_one(connection, "SELECT pg_try_advisory_lock(%s, %s)", SETUP_LOCK):
-                await asyncio.sleep(0.05)
-            await AsyncPostgresSaver(connection, serde=CheckpointSerializer()).setup()
-            # Closing the connection releases the lock, on every way out.
-        self._ready = True
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[Any]:
-        """An `AsyncPostgresSaver` for one call, on the running event loop (tables created on first use)."""
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
-        if not self._ready:
-            await self.setup()
-        if self.pool is not None:
-            yield AsyncPostgresSaver(self.pool, serde=CheckpointSerializer())
-            return
-        async with self._connection() as connection:
-            yield AsyncPostgresSaver(connection, serde=CheckpointSerializer())
-
-    @asynccontextmanager
-    async def turn(self, thread_id: str, *, wait: float) -> AsyncIterator[None]:
-        """Hold the turn of `thread_id` for as long as the block runs, whichever process or machine asks for it.
-
-        The lock is Postgres's: ``pg_try_advisory_xact_lock`` in a transaction kept open on a connection of its
-        own for the whole turn, so it ends with the transaction: when the block ends, when it raises, and when
-        the process dies or the network drops, since Postgres ends a dead client's transaction. No stale row to
-        judge, as on SQLite. A transaction-level lock, not a session-level one, because a PgBouncer in
-        transaction mode keeps a client on one server connection only for the length of a transaction. It is
-        polled, so a cancel while waiting simply ends the wait, and after `wait` seconds `ConcurrentTurn` says
-        which client holds it. The price: one connection per turn in progress.
-
-        The tables are set up first: ``CREATE INDEX CONCURRENTLY`` waits for every open transaction, this turn's
-        included, so migrating inside a turn would wait for itself.
-        """
-        if not self._ready:
-            await self.setup()
-        async with self._connection() as connection, connection.transaction():
-            deadline = time.monotonic() + wait
-            while not await _fetch_one(
-                connection, "SELECT pg_try_advisory_xact_lock(%s, hashtext(%s))", (TURN_LOCK_CLASS, thread_id)
-            ):
-                if time.monotonic() >= deadline:
-                    holder = await _fetch_one(connection, TURN_HOLDER, (TURN_LOCK_CLASS, thread_id))
-                    raise ConcurrentTurn(
-                        f"thread {thread_id!r} has a turn in progress in another process ({holder or 'gone'}); "
-                        f"waited {wait:g} s for it to finish. Ask again when it has finished."
-                    )
-                await asyncio.sleep(0.05)
-            yield
-
-
-TURN_HOLDER = """
-SELECT format('%%s, backend %%s, for %%s s', a.application_name, a.pid,
-              round(extract(epoch FROM now() - a.xact_start)::numeric, 1))
-FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-  AND l.classid = %s AND l.objid = hashtext(%s)::bigint::oid
-"""
-
-
-async def _fetch_one(connection: Any, query: str, params: tuple[Any, ...]) -> Any:
-    """The first column of the first row, whatever the connection's row factory (a pool's may be LangGraph's)."""
-    cursor = await connection.execute(query, params)
-    row = await cursor.fetchone()
-    if row is None:
-        return None
-    return next(iter(row.values())) if isinstance(row, dict) else row[0]
 
 
 class GraphSession:
@@ -476,7 +149,7 @@ class GraphSession:
         else:
             self._graph = self._stored(agent.builder.compile(checkpointer=self.checkpointer))
             where = ("saver", id(self.checkpointer))
-        self._turn_lock = _turn_lock_for((*where, thread_id))
+        self._turn_lock = turn_lock_for((*where, thread_id))
 
     @classmethod
     def sqlite(
@@ -719,7 +392,7 @@ class GraphSession:
         if isinstance(self.checkpointer, PostgresCheckpoints):
             last = [start for start in starts[-self.prune_turns :] if isinstance(start, str)]
             if len(last) == self.prune_turns:
-                await _prune_postgres(graph.checkpointer, self.thread_id, last)
+                await prune_postgres(graph.checkpointer, self.thread_id, last)
             return
         if len(starts) <= self.prune_turns or not isinstance(oldest := starts[-self.prune_turns], str):
             return
@@ -998,31 +671,6 @@ class GraphSession:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
-
-
-async def _prune_postgres(saver: Any, thread_id: str, started_from: list[str]) -> None:
-    """LangGraph's keep_latest on the thread, once the checkpoints the last turns started from are all still there
-    (the thread holds at least `prune_turns` turns of checkpoints since the last prune).
-
-    keep_latest runs in a transaction of its own at REPEATABLE READ; the turn lock is held, so nothing of ours
-    writes to the thread meanwhile, and a serialization failure (someone else's write, say a delete) only means
-    the thread is pruned after a later turn.
-    """
-    from psycopg import AsyncConnection, errors
-
-    query = "SELECT count(*) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' AND checkpoint_id = ANY(%s)"
-    async with saver.lock:  # the saver's connection runs one statement at a time
-        if isinstance(saver.conn, AsyncConnection):
-            kept = await _fetch_one(saver.conn, query, (thread_id, started_from))
-        else:
-            async with saver.conn.connection() as connection:
-                kept = await _fetch_one(connection, query, (thread_id, started_from))
-    if kept < len(started_from):
-        return  # a prune since one of those turns began: fewer than `prune_turns` turns are stored
-    try:
-        await saver.aprune([thread_id], strategy="keep_latest")
-    except (errors.SerializationFailure, errors.DeadlockDetected) as exc:
-        logger.warning("pruning thread %r gave way to another writer (%s); pruned after a later turn", thread_id, exc)
 
 
 def _unfinished(snapshot: StateSnapshot) -> bool:

@@ -44,6 +44,7 @@ from shared_tools import guards
 from shared_tools.results import (
     AgentOptions,
     AgentResult,
+    Approve,
     Guard,
     NeedsApproval,
     RunStopped,
@@ -57,8 +58,6 @@ from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
 
-Approve = Callable[[ToolCall, str], bool]
-"""Asks a human whether `call` may run, given the reason it needs approval; True means yes."""
 
 NO_LIMIT = sys.maxsize
 """What our "no limit" (None) becomes for MAF's settings, which take numbers only."""

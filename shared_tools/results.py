@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.messages import BaseMessage, ToolCall
 
@@ -177,6 +177,9 @@ NeedsApproval = Callable[[ToolCall, Sequence[ToolCall]], str | None]
 """A rule saying which calls a human must approve first: a reason (for the human) or None (just run it). It is
 given the call and the calls of the same reply admitted before it, so it can judge what they add up to."""
 
+Approve = Callable[[ToolCall, str], bool]
+"""The human behind `NeedsApproval`: asked whether `call` may run, given the reason; True means yes."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class AgentOptions:
@@ -210,6 +213,49 @@ class AgentOptions:
     tracer_provider: TracerProvider | None = None
     """Where the run's OpenTelemetry spans go (`shared_tools.telemetry`). None: OpenTelemetry's global provider,
     which records nothing until an SDK is set up (`compare.py --otel`)."""
+
+
+class OptionKeywords(TypedDict, total=False):
+    """The fields of `AgentOptions`, as keywords: ``AgentLoop(model, tools, AgentLimits(...), parallel_tools=True)``."""
+
+    limits: AgentLimits
+    detailed_errors: bool
+    parallel_tools: bool
+    max_tool_result_chars: int | None
+    needs_approval: NeedsApproval | None
+    on_event: Callable[[TraceEvent], None] | None
+    on_token: Callable[[Token], None] | None
+    tracer_provider: TracerProvider | None
+
+
+def agent_options(agent: str, given: object, keywords: dict[str, Any]) -> AgentOptions:
+    """The `AgentOptions` an agent's constructor was given: an `AgentOptions`, an `AgentLimits` (the seed's
+    ``new AgentLoop(client, tools, limits)``), nothing, and/or option keywords; anything else is a `TypeError`
+    that says what to pass."""
+    example = f"{agent}(model, tools, AgentLimits(max_steps=5), parallel_tools=True)"
+    known = [f.name for f in fields(AgentOptions)]
+    unknown = sorted(set(keywords) - set(known))
+    if unknown:
+        limits = [name for name in unknown if name in {f.name for f in fields(AgentLimits)}]
+        raise TypeError(
+            f"{agent}() got unknown option(s) {', '.join(unknown)}: the options are {', '.join(known)}"
+            + (f"; limits such as {limits[0]} go in an AgentLimits, e.g. {example}" if limits else "")
+        )
+    if given is None or isinstance(given, AgentOptions):
+        if given is not None and keywords:
+            raise TypeError(
+                f"{agent}() got an AgentOptions and the keyword(s) {', '.join(sorted(keywords))}: pass one or the "
+                f"other, e.g. {example}"
+            )
+        return replace(given or AgentOptions(), **keywords)
+    if isinstance(given, AgentLimits):
+        if "limits" in keywords:
+            raise TypeError(f"{agent}() got an AgentLimits and limits=...: pass the limits once, e.g. {example}")
+        return AgentOptions(limits=given, **keywords)
+    raise TypeError(
+        f"{agent}(model, tools, options): options must be an AgentOptions or an AgentLimits, not "
+        f"{type(given).__name__}; e.g. {example} or {agent}(model, tools, AgentOptions(limits=AgentLimits(...)))"
+    )
 
 
 STREAM_FALLBACK = "stream_fallback"

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 import compare
+from comparison import command
 from comparison.chat import chat_customer
 from comparison.contenders import CONTENDERS, NO_SEQUENTIAL_TOOLS
 from comparison.records import RunRecord
@@ -935,7 +936,7 @@ def test_only_scripted_in_memory_runs_go_to_the_workers(
         return ScenarioRuns(*args, workers=workers, **kwargs)
 
     monkeypatch.setattr(compare, "parallel_workers", lambda: 2)
-    monkeypatch.setattr(compare, "ScenarioRuns", noting_workers)
+    monkeypatch.setattr(command, "ScenarioRuns", noting_workers)
     monkeypatch.chdir(tmp_path)
     assert compare.main(["orders", "--contenders", "handwritten", "--no-trace", *argv]) == compare.EXIT_OK
     assert asked == [2 if parallel else 1]

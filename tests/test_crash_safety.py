@@ -109,7 +109,7 @@ def advisory_locks_held(url: str) -> int:
     the closed socket, so this waits a little for that, never for a turn)."""
     import psycopg
 
-    from langgraph_version.session import TURN_LOCK_CLASS
+    from langgraph_version.postgres import TURN_LOCK_CLASS
 
     query = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND granted"
     with psycopg.connect(url, autocommit=True) as db:

@@ -14,16 +14,9 @@ import pytest
 from langchain_core.messages import ToolMessage
 
 import compare
-from comparison.contenders import (
-    CONTENDERS,
-    NO_APPROVAL_GATE,
-    NO_SEQUENTIAL_TOOLS,
-    DemoHuman,
-    build_contender,
-    contenders_for,
-    run_gated_graph,
-)
-from comparison.conversations import open_conversation
+from comparison.approvals import DemoHuman
+from comparison.contenders import CONTENDERS, NO_APPROVAL_GATE, NO_SEQUENTIAL_TOOLS, build_contender
+from comparison.conversations import open_conversation, run_gated_graph
 from comparison.records import RunRecord
 from comparison.runner import NOT_AVAILABLE, RunOptions, run_scenario
 from comparison.scenarios import (
@@ -38,6 +31,7 @@ from comparison.scenarios import (
     SCENARIOS,
     SCENARIOS_BY_NAME,
     SEED_GOAL,
+    contenders_for,
 )
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools

@@ -28,7 +28,7 @@ import pytest
 from langchain_core.tools import StructuredTool, ToolException
 
 import compare
-from comparison import runner
+from comparison import command, runner
 from comparison.chat import chat_customer
 from comparison.files import check_output_file, write_output
 from comparison.sanitize import clean_line, clean_text, escape_for_json
@@ -580,7 +580,7 @@ def test_hostile_text_reaches_json_on_stdout_masked_and_escaped(
 def test_a_chat_answer_with_escapes_and_half_an_emoji_prints(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(compare, "make_model", lambda spec: ScriptModel(replies=[ai(f"Sure {HOSTILE} \ud83d")]))
+    monkeypatch.setattr(command, "make_model", lambda spec: ScriptModel(replies=[ai(f"Sure {HOSTILE} \ud83d")]))
     stdio = StrictStdio(monkeypatch)
     monkeypatch.setattr(sys, "stdin", io.StringIO("What is my cart total now?\n"))
     assert compare.main(["chat", "--session-db", str(tmp_path / "chat.db")]) == compare.EXIT_OK

@@ -29,8 +29,6 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.errors import GraphRecursionError
 
 from langgraph_version import DefaultsGraphAgent, GraphAgent, GraphSession, create_agent_contender, recursion_limit_for
-from langgraph_version.contender import tool_call_cap
-from langgraph_version.defaults import defaults_recursion_limit_for
 from langgraph_version.graph import (
     CHECK,
     ERRORS,
@@ -38,6 +36,8 @@ from langgraph_version.graph import (
     SUPERSTEPS_PER_ROUND,
     route_after_tools,
 )
+from langgraph_version.prebuilt.create_agent import tool_call_cap
+from langgraph_version.prebuilt.defaults import defaults_recursion_limit_for
 from langgraph_version.state import fresh_counters
 from shared_tools import guards
 from shared_tools.bookstore.faults import FAKE_SECRET, Faults

@@ -37,9 +37,11 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from pydantic import PrivateAttr
 
+from comparison.conversations import thread_storage
 from comparison.scenarios import INSTRUCTIONS
-from langgraph_version import ConcurrentTurn, GraphAgent, GraphSession
-from langgraph_version.session import HOST
+from langgraph_version import ConcurrentTurn, DefaultsGraphAgent, GraphAgent, GraphSession, create_agent_contender
+from langgraph_version.checkpoints import HOST
+from langgraph_version.prebuilt.thread import CheckpointThread
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
@@ -724,3 +726,13 @@ def test_leaving_a_sqlite_session_by_an_exception_mid_run_never_crashes_the_proc
             assert session.messages[-1].tool_calls[0]["name"] == "check_stock"  # type: ignore[attr-defined]
         result = session.continue_unfinished()  # and the last one can be finished
         assert result is not None and result.stop_reason is StopReason.DONE
+
+
+@pytest.mark.parametrize("make", [DefaultsGraphAgent, create_agent_contender], ids=["defaults", "create-agent"])
+def test_a_framework_thread_in_a_sqlite_file_counts_what_it_stores(tmp_path: Path, make: Callable[..., Any]) -> None:
+    """The conversation facts of a framework-only contender's thread count the checkpoints in its file."""
+    agent = make(make_model("scripted"), make_tools(BookStore(), "c1"))
+    thread = CheckpointThread(agent, INSTRUCTIONS, "t1", tmp_path / "threads.db")
+    assert thread.ask("Add The Last Lighthouse to my cart.").stop_reason is StopReason.DONE
+    checkpoints, size = thread_storage(thread, "t1")
+    assert checkpoints == len(thread.history()) > 1 and size > 0

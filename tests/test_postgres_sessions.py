@@ -26,7 +26,7 @@ from comparison.scenarios import CART_QUESTION, INSTRUCTIONS, SEED_GOAL
 from handwritten import AgentLoop, Session, SessionConflict
 from handwritten import ConcurrentTurn as HandwrittenConcurrentTurn
 from langgraph_version import ConcurrentTurn, GraphAgent, GraphSession
-from langgraph_version.session import PostgresCheckpoints
+from langgraph_version.postgres import PostgresCheckpoints
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools

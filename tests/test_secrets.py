@@ -24,7 +24,8 @@ from comparison.contenders import CONTENDERS, build_contender
 from comparison.document import build_document, write_document
 from comparison.records import result_record
 from comparison.render import make_console, render_scenario
-from comparison.runner import CUSTOMER_ID, RunOptions, run_key, run_scenario
+from comparison.run_setup import CUSTOMER_ID, RunOptions, run_key
+from comparison.runner import run_scenario
 from comparison.sanitize import SafeLogFormatter
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario, Variant
 from shared_tools.bookstore.faults import FAILURE_MESSAGE, FAKE_SECRET, Faults

@@ -35,9 +35,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from comparison.contenders import build_contender
-from comparison.conversations import CheckpointThread
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from handwritten.loop import AgentCancelled
+from langgraph_version.prebuilt.thread import CheckpointThread
 from shared_tools import telemetry
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.faults import FAKE_SECRET, Faults

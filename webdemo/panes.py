@@ -369,7 +369,7 @@ def question_json(request_id: str, call: ToolCall | dict[str, Any], reason: str)
 
 
 class PaneHuman:
-    """The human behind a pane's approval gate (`contenders.Human`): the bookstore's rule, the page's answer."""
+    """The human behind a pane's approval gate (`approvals.Human`): the bookstore's rule, the page's answer."""
 
     def __init__(self, store: BookStore, customer_id: str, bridge: ApprovalBridge) -> None:
         self.policy = RiskyWritePolicy(store, customer_id)

@@ -109,7 +109,7 @@ class SharedState:
         a blocked ``pg_advisory_lock`` call included: two workers running them at once deadlock. So the workers
         queue by polling a lock of ours (each poll a short statement the index build can wait out); the one that
         holds it runs the migrations, and later setups find nothing to do."""
-        from langgraph_version.session import PostgresCheckpoints
+        from langgraph_version.postgres import PostgresCheckpoints
 
         failed: list[BaseException] = []
 

@@ -45,6 +45,7 @@ from comparison.render import make_console
 from comparison.runner import RunOptions, run_scenario
 from comparison.sanitize import clean_line
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
+from comparison.scenarios import not_available as not_available_for
 from shared_tools.bookstore.store import StoreError
 from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
 from shared_tools.models.factory import BASE_URL_HELP
@@ -189,15 +190,10 @@ def run_pair(plan: EvalPlan, scenario: Scenario, contender: str, trial: int, fol
 
 
 def unavailable_variants(scenario: Scenario, contender: str) -> list[dict[str, str]]:
-    """The variants of `scenario` that `contender` cannot run, with the reason in words (none without the runner's
-    `contenders.not_available`)."""
-    try:
-        from comparison.contenders import not_available as why_not  # type: ignore[attr-defined]
-    except ImportError:
-        return []
+    """The variants of `scenario` that `contender` cannot run, with the reason in words (`scenarios.not_available`)."""
     found = []
     for variant in scenario.variants:
-        reason = why_not(contender, scenario, variant)
+        reason = not_available_for(contender, scenario, variant)
         if reason is not None:
             found.append({"variant": variant.name, "why": reason})
     return found

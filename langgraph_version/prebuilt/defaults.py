@@ -1,16 +1,9 @@
-"""LangGraph's defaults: the textbook agent graph as LangGraph ships it, for comparison with the guarded one.
+"""The textbook agent graph as LangGraph ships it: a model node, the prebuilt `ToolNode` and `tools_condition`.
 
-`build_defaults_graph` is a model node, the prebuilt `ToolNode` and `tools_condition`, untouched: a tool's
-exception propagates out of the run, unknown tools and bad arguments get `ToolNode`'s own texts, and only the
-recursion limit bounds the loop. `DefaultsGraphAgent` runs it with the same `AgentOptions` and `AgentResult`
-as the other agents, and honours what LangGraph itself has a knob for: `limits.max_steps` becomes the
-recursion limit (`defaults_recursion_limit_for`; hitting it is MAX_STEPS, with the partial run kept),
-`on_event` gets the trace and `on_token` the streamed reply (LangGraph's "messages" mode). A conversation is
-the same compiled graph with a checkpointer, on one thread
-(`graph_for`, `turn_input` and `adrive` are what `comparison.conversations.CheckpointThread`
-needs). It has no approval gate: `ToolNode` runs every call the model asks for. A cancel event is honoured
-by the model node, which raises `RunStopped`, because this graph's state holds nothing but messages to stop
-through.
+Nothing is added: a tool's exception propagates, unknown tools and bad arguments get `ToolNode`'s texts, and
+only the recursion limit bounds the loop (`defaults_recursion_limit_for`, from `max_steps`). `DefaultsGraphAgent`
+takes the same `AgentOptions` and returns an `AgentResult`; it has no approval gate. `graph_for`, `turn_input`
+and `adrive` are what `prebuilt.thread.CheckpointThread` needs to run it turn by turn.
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -51,10 +44,12 @@ from shared_tools.results import (
     AgentLimits,
     AgentOptions,
     AgentResult,
+    OptionKeywords,
     RunStopped,
     RunUsage,
     StopReason,
     TraceEvent,
+    agent_options,
 )
 from shared_tools.sync import run_blocking
 
@@ -128,10 +123,12 @@ class DefaultsGraphAgent:
         self,
         model: BaseChatModel,
         tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        options: AgentOptions | AgentLimits | None = None,
         *,
         checkpointer: BaseCheckpointSaver | None = None,
+        **keywords: Unpack[OptionKeywords],
     ) -> None:
+        options = agent_options("DefaultsGraphAgent", options, dict(keywords))
         if options.needs_approval is not None:
             raise ValueError("needs_approval: LangGraph's defaults have no approval gate (GraphAgent has one)")
         self.model = model
@@ -155,7 +152,7 @@ class DefaultsGraphAgent:
         graph_input = self.turn_input(instructions, goal, first=True)
         return await self.adrive(self.graph, graph_input, config, instructions, cancel=cancel)
 
-    # --- what a checkpointer thread needs (`comparison.conversations.CheckpointThread`) -------------
+    # --- what a checkpointer thread needs (`prebuilt.thread.CheckpointThread`) -------------
 
     def graph_for(self, instructions: str) -> CompiledStateGraph:
         """The graph a checkpointer thread runs (it swaps in its own checkpointer); the instructions are state."""

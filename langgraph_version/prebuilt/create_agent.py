@@ -1,17 +1,9 @@
-"""The third contender: the same task on `langchain.agents.create_agent` and its built-in middleware.
+"""The same task on `langchain.agents.create_agent` and its built-in middleware, with no graph of our own.
 
-This is what the framework offers natively, with no graph of our own: `ModelCallLimitMiddleware`
-(``run_limit=max_steps``, ``exit_behavior="end"``) gives the step limit, and like our loops it lets the last
-step's tool calls run before it ends the run; `ToolErrorMiddleware` with our `guards.tool_failure_text`
-turns tool exceptions into results and hides their details (`detailed_errors`), as
-FunctionInvokingChatClient does; `ToolCallLimitMiddleware` caps the tool calls of a run (see
-`tool_call_cap`); with `needs_approval`, `HumanInTheLoopMiddleware` is the approval gate (see
-`approval_middleware`). Unknown tools and bad arguments get the internal `ToolNode`'s own texts. The counts
-come from the trace (`RunUsage.of_trace`), and so does the stop reason: a last reply that no model call wrote
-is the middleware's "limits exceeded" message, recognised by that count, never by its text. A conversation
-is `create_agent(..., checkpointer=...)` on one thread: `graph_for`, `turn_input` and `adrive` are what a
-checkpointer thread needs to run it turn by turn (`comparison.conversations.CheckpointThread`).
-The agent is async only; `run` is a thin sync driver over `arun`.
+`ModelCallLimitMiddleware` is the step limit, `ToolErrorMiddleware` turns tool exceptions into results,
+`ToolCallLimitMiddleware` caps a run's calls (`tool_call_cap`), `HumanInTheLoopMiddleware` is the approval
+gate (`approval_middleware`). Counts and the stop reason come from the trace, never from a message's text;
+`graph_for`, `turn_input` and `adrive` are what `prebuilt.thread.CheckpointThread` needs.
 """
 
 from __future__ import annotations
@@ -19,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
@@ -51,9 +43,11 @@ from shared_tools.results import (
     AgentResult,
     Guard,
     NeedsApproval,
+    OptionKeywords,
     RunUsage,
     StopReason,
     TraceEvent,
+    agent_options,
 )
 from shared_tools.sync import run_blocking
 
@@ -191,7 +185,7 @@ class CreateAgentContender:
     It applies `limits.max_steps`, `detailed_errors`, `on_event`, `on_token` (LangGraph's "messages" stream of
     its model node) and `needs_approval` (through
     `HumanInTheLoopMiddleware`, which pauses with `interrupt()`, so it needs a `checkpointer`; a checkpointer
-    thread such as `conversations.CheckpointThread` swaps in its own). What the middleware cannot express, so
+    thread such as `prebuilt.thread.CheckpointThread` swaps in its own). What the middleware cannot express, so
     these options are *not applied*: the token, time, repeat and consecutive-error budgets (the tool-call
     limit counts calls per tool name, not per name and arguments), `max_tool_result_chars`, `parallel_tools`
     (its `ToolNode` always runs a reply's calls concurrently), and cooperative cancellation.
@@ -201,10 +195,12 @@ class CreateAgentContender:
         self,
         model: BaseChatModel,
         tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        options: AgentOptions | AgentLimits | None = None,
         *,
         checkpointer: BaseCheckpointSaver | None = None,
+        **keywords: Unpack[OptionKeywords],
     ) -> None:
+        options = agent_options("CreateAgentContender", options, dict(keywords))
         if options.needs_approval is not None and checkpointer is None:
             # Without a checkpointer LangGraph still stops at interrupt(), but keeps nothing to resume from.
             raise ValueError(
@@ -351,9 +347,10 @@ def approval_requests(interrupts: Sequence[Any], messages: Sequence[BaseMessage]
 def create_agent_contender(
     model: BaseChatModel,
     tools: Sequence[BaseTool],
-    options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+    options: AgentOptions | AgentLimits | None = None,
     *,
     checkpointer: BaseCheckpointSaver | None = None,
+    **keywords: Unpack[OptionKeywords],
 ) -> CreateAgentContender:
     """The create_agent contender with the same `run`/`arun` -> AgentResult interface as GraphAgent."""
-    return CreateAgentContender(model, tools, options, checkpointer=checkpointer)
+    return CreateAgentContender(model, tools, options, checkpointer=checkpointer, **keywords)

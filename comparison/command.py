@@ -1,0 +1,207 @@
+"""The work behind `python compare.py` and `compare.py chat`, below their argument parsing.
+
+`UsageError` is a bad command line or setting, refused with `check_model` and `check_chat` before any work;
+`run_and_render` runs the scenarios and renders each as its runs come in, `finish` prints the closing tables
+and writes the files asked for, and `chat` holds one conversation on an open store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from langchain_core.language_models import BaseChatModel
+from rich.console import Console
+from rich.text import Text
+
+from comparison.approvals import AskingHuman
+from comparison.chat import COMMANDS, LiveTurn, approval_prompt, converse
+from comparison.closing import guard_matrix
+from comparison.contenders import CONTENDERS, build_contender
+from comparison.conversations import HistoryPolicy, check_saved_conversation, check_thread_name, open_conversation
+from comparison.document import build_document, write_document
+from comparison.files import UnusableFile, check_session_db, check_store_db, write_output
+from comparison.records import RunRecord
+from comparison.render import render_guard_matrix, render_not_run, render_scenario, render_who_owns_what
+from comparison.report import render_report
+from comparison.run_setup import RunOptions
+from comparison.runner import ScenarioRuns
+from comparison.sanitize import clean_line
+from comparison.scenarios import INSTRUCTIONS, Scenario, contenders_running
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.models import ModelSpecError, make_model
+from shared_tools.models.personas import KNOWN_GOALS
+from shared_tools.results import AgentOptions, CustomerMismatch, TraceEvent
+
+
+class UsageError(Exception):
+    """A bad command line or setting: one line on stderr, exit code 2."""
+
+
+def check_model(spec: str) -> BaseChatModel:
+    """The model of `spec`, checked before any run: a bad spec or OLLAMA_HOST raises `ModelSpecError` (which names
+    it), an unreachable Ollama `ModelUnavailable`."""
+    try:
+        return make_model(spec)
+    except ModelSpecError:
+        raise
+    except ValueError as exc:  # a setting the models package did not put into words
+        raise UsageError(f"cannot set up model {spec!r}: {exc}") from None
+
+
+def check_chat(
+    contender: str, thread: str, session_db: Path | str, store_db: Path | str | None, customer: str
+) -> Path | str:
+    """Everything chat is given, before anything is opened; returns the store file (by default beside the
+    sessions, or the sessions' Postgres database)."""
+    try:
+        check_thread_name(thread)
+    except ValueError as exc:
+        raise UsageError(f"--thread: {exc}") from None
+    check_session_db(session_db)
+    db = session_db
+    store = store_db or (db if isinstance(db, str) else db.with_name(f"{db.stem}.store.db"))
+    check_store_db(store)
+    try:
+        check_saved_conversation(contender, thread, db, customer)
+    except ValueError as exc:  # damaged, wrong-shape, or another customer's (handwritten.CustomerMismatch)
+        raise UnusableFile(f"cannot resume thread {thread!r}: {exc}") from None
+    return store
+
+
+def finish(
+    console: Console,
+    model: str,
+    contenders: tuple[str, ...],
+    records: list[RunRecord],
+    done: list[Scenario],
+    *,
+    interrupted: bool,
+    json: str | None = None,
+    report: str | None = None,
+) -> None:
+    """The closing tables, then the JSON document and the HTML report when asked for."""
+    rows = guard_matrix(records, contenders)
+    if rows:
+        render_guard_matrix(console, rows, contenders)
+    render_who_owns_what(console)
+    if json or report:
+        document = build_document(model, contenders, done, records, interrupted=interrupted, matrix=rows)
+        if json:
+            write_document(document, json)
+        if report:
+            write_output(report, render_report(document))
+            console.print(Text(f"Report written to {clean_line(report)}"))
+
+
+def run_and_render(
+    console: Console, scenarios: Sequence[Scenario], options: RunOptions, *, trace: bool, workers: int = 1
+) -> tuple[list[RunRecord], list[Scenario], bool]:
+    """Run the scenarios (across `workers` processes when > 1), rendering each in order as soon as its runs are in;
+    Ctrl-C stops the runs and shows every run that finished.
+
+    Returns every record, the scenarios that produced at least one, and whether the user interrupted.
+    """
+    records: list[RunRecord] = []
+    done: list[Scenario] = []
+    runnable = [s for s in scenarios if contenders_running(s, options.contenders)]
+    with ScenarioRuns(runnable, options, workers=workers) as runs:
+        index = 0
+        for number, scenario in enumerate(scenarios, start=1):
+            if not contenders_running(scenario, options.contenders):
+                if not runs.interrupted:
+                    # Said, not skipped silently: the scenario was asked for (or is part of "all").
+                    supported = contenders_running(scenario, tuple(CONTENDERS))
+                    render_not_run(console, number, scenario, supported, options.contenders)
+                continue
+            current: list[RunRecord] = []
+            failure: Exception | None = None
+            try:
+                runs.collect(index, current.append)
+            except KeyboardInterrupt:
+                runs.interrupt()
+            except Exception as exc:  # shown below with the runs before it, then raised
+                failure = exc
+            index += 1
+            # Also after a Ctrl-C or a failure: the runs of the scenario that did finish are shown.
+            records.extend(current)
+            if current:
+                done.append(scenario)
+                try:
+                    render_scenario(console, number, scenario, current, trace=trace)
+                except KeyboardInterrupt:
+                    runs.interrupt()
+            if failure is not None:
+                raise failure
+        if runs.interrupted:
+            console.print(Text(f"\nInterrupted after {len(records)} run(s); the tables below cover what ran.", "bold"))
+        return records, done, runs.interrupted
+
+
+def chat(
+    console: Console,
+    contender: str,
+    thread: str,
+    session_db: Path | str,
+    policy: HistoryPolicy,
+    model: BaseChatModel,
+    store: BookStore,
+    customer: str,
+    *,
+    scripted: bool,
+) -> bool:
+    """The conversation itself, on an open store: finish a cut-short turn, then ask until the customer stops;
+    whether Ctrl-C ended it. A thread of another customer is an `UnusableFile`."""
+    events: list[TraceEvent] = []
+    # The reply streams token by token and each trace line prints as it happens, so no spinner is drawn over them.
+    live = LiveTurn(console)
+    human = AskingHuman(store, customer, approval_prompt(console, None))
+
+    def on_event(event: TraceEvent) -> None:
+        events.append(event)
+        live.on_event(event)
+
+    options = AgentOptions(on_event=on_event, on_token=live.on_token)
+    agent = build_contender(contender, model, make_tools(store, customer), options, human)
+    conversation = open_conversation(
+        contender, agent, INSTRUCTIONS, thread, session_db, resume=True, customer_id=customer,
+        approve=human.approve, policy=policy,
+    )
+    try:
+        facts = conversation.facts()  # the graph checks whose thread it is on this first read
+    except CustomerMismatch as exc:
+        conversation.close()
+        raise UnusableFile(f"cannot resume thread {thread!r}: {exc}") from None
+    kept_in = clean_line(str(facts["kept_in"]))
+    window = "the whole history" if policy.keep_turns is None else f"the last {policy.keep_turns} turn(s)"
+    if policy.summarize:
+        window += ", older ones summarized"
+    console.print(
+        Text(contender, "bold")
+        + Text(f" · thread {thread} · kept in {kept_in} · {facts['turns']} turn(s) so far · the model sees ")
+        + Text(f"{window}. Empty line or 'quit' ends; {COMMANDS}.")
+    )
+    if scripted:
+        console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
+
+    try:
+        # ConversationNotSaved (another process saved meanwhile) and ModelUnavailable end it with their message.
+        converse(
+            console, conversation, scripted=scripted, progress=None, events=events, live=live,
+            cart=lambda: cart_text_of(store, customer),
+        )
+    except KeyboardInterrupt:
+        console.print(Text(f"\nInterrupted; the conversation is kept in {kept_in}."))
+        return True
+    finally:
+        conversation.close()
+    return False
+
+
+def cart_text_of(store: BookStore, customer: str) -> str:
+    """The customer's cart as the store holds it now, in a few words."""
+    cart = store.cart(customer)
+    if not cart.lines:
+        return "empty"
+    return ", ".join(f"{line.book.title} x{line.quantity}" for line in cart.lines) + f" ({cart.total:.2f})"
