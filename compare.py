@@ -75,7 +75,7 @@ try:
 
     from comparison.chat import COMMANDS, LiveTurn, approval_prompt, chat_customer, converse
     from comparison.closing import guard_matrix
-    from comparison.contenders import CONTENDERS, AskingHuman, build_contender
+    from comparison.contenders import CONTENDERS, MISSING, AskingHuman, build_contender
     from comparison.conversations import (
         ConversationNotSaved,
         HistoryPolicy,
@@ -225,6 +225,8 @@ def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
     mistake, not "all": a script that builds the list from an empty variable must not run everything.
     """
     if values is None:
+        for name, why in MISSING.items():  # one line, so a default run says who is left out and why
+            print(f"{name}: not run, because {why}", file=sys.stderr)
         return tuple(CONTENDERS)
     names: list[str] = []
     for value in values:
@@ -234,6 +236,9 @@ def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
                 f"--contenders {value!r} names an empty contender; give NAME[,NAME] from: {', '.join(CONTENDERS)}"
             )
         names += items
+    missing = [c for c in names if c in MISSING]
+    if missing:
+        raise UsageError(f"contender {missing[0]!r} cannot run: {MISSING[missing[0]]}")
     bad = [c for c in names if c not in CONTENDERS]
     if bad:
         raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
@@ -309,6 +314,9 @@ def _configure_logging(verbose: int) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
+    if verbose == 0:
+        # MAF logs every failed tool call at ERROR ("Function check_stock failed"): here that is a shown result.
+        logging.getLogger("agent_framework").setLevel(logging.CRITICAL)
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:

@@ -131,6 +131,8 @@ class Scenario:
     `comparison.experiments`)."""
     others_reason: str | None = None
     """Why the contenders this scenario does not list cannot run it, in words (None: "run only by ...")."""
+    why_not: tuple[tuple[str, str], ...] = ()
+    """(contender, reason) for an unlisted contender whose reason differs from `others_reason`."""
     growth: bool = False
     """Many turns: shown as one row per contender (tokens, storage, time as the turns go by), not one per turn."""
 
@@ -194,6 +196,7 @@ class Scenario:
             return []
         ran = [r for r in records if lessons.not_available(r) is None]
         points = self.what_to_notice(ran, self.settings_of) if ran else []
+        points += lessons.framework_points(ran, self.settings_of)
         skipped = [r for r in records if lessons.not_available(r) is not None]
         # One point per (contenders, reason), naming the variants it holds for: "[every variant]" when all.
         said: dict[tuple[str, str], list[str]] = {}
