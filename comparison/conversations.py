@@ -777,6 +777,20 @@ class MafConversation:
         answered, _ = resume_until_answered(self.session, result, self.approve)
         return answered
 
+    async def aask(self, question: str, *, cancel: Any = None) -> AgentResult:
+        """One turn; a cancelled one is saved too (its history tells the truth) and returned as its CANCELLED
+        result. An approval pause comes back as AWAITING_APPROVAL (the page's agent asks its human instead)."""
+        from maf_version import MafCancelled
+
+        try:
+            return await self.session.aask(question, cancel=cancel)
+        except MafCancelled as cancelled:
+            return cancelled.result
+
+    async def arewind(self, turns: int = 1) -> Rewound:
+        rewound: Rewound = await self.session.arewind(turns)
+        return rewound
+
     def finish_unfinished(self) -> AgentResult | None:
         return None  # the file is written after a turn ends (a cut one included), so it never holds half a turn
 

@@ -1099,19 +1099,20 @@ def framework_points(records: list[RunRecord], settings: SettingsOf) -> list[str
     (``facts["forced_answer"]``)."""
     points = []
     for r in records:
+        where = f"[{r.variant_label}] " if r.variant_label else ""
         ignored = r.facts.get("not_honoured")
         if isinstance(ignored, Mapping):
             for option, reason in ignored.items():
                 used = _not_honoured_used(r, option, settings(r))
                 if used is not None:
-                    points.append(f"[{r.variant_label}] {r.contender}: ran past {used}, which it was given but "
+                    points.append(f"{where}{r.contender}: ran past {used}, which it was given but "
                                   f"cannot honour: {reason}.")  # fmt: skip
         forced = r.facts.get("forced_answer")
         if forced is not None and r.stop_reason is not None:
             said = _quote(str(forced)) if str(forced).strip() else "a reply with no text"
             points.append(
-                f"[{r.variant_label}] {r.contender}: {r.stop_reason}, yet the framework did not stop there: it "
+                f"{where}{r.contender}: {r.stop_reason}, yet the framework did not stop there: it "
                 f"made one more model call with tools disabled (call {r.model_calls}) and returned {said} as if "
                 "done. That text is kept as a forced answer, not as the answer; the stop reason says what happened."
             )
-    return points
+    return list(dict.fromkeys(points))  # one point for the goals or turns it holds for alike

@@ -20,6 +20,7 @@ from typing import Any
 
 from comparison import lessons
 from comparison.contenders import CONTENDERS, SESSION_CONTENDERS
+from comparison.conversations import NO_MAF_WINDOW as NO_MAF_WINDOW
 from comparison.lessons import Notice, RunSettings, limit_text, recorded_settings
 from comparison.records import RunRecord
 from shared_tools.bookstore.faults import Faults
@@ -274,7 +275,16 @@ STORAGE_OPTIONS: dict[str, dict[str, Any]] = {"full": {"storage": "full"}}
 """Checkpoint storage options of `GraphSession.sqlite` the long-session scenario compares, by name: the keyword
 arguments each passes."""
 
-REPLAY_WHY_NOT = (("handwritten", NO_CHECKPOINTS), ("langgraph-defaults", NO_REPLAY), ("create-agent", NO_REPLAY))
+NO_MAF_REPLAY = (
+    "MAF's AgentSession holds the history as one list in its state, with no checkpoints: there is nothing to replay "
+    "from, and rewinding it (MafSession.rewind cuts the list) is all it has"
+)
+NO_MAF_STORAGE = "MAF's session is one JSON file (AgentSession.to_dict), rewritten each turn: no checkpoints to store"
+
+REPLAY_WHY_NOT = (
+    ("handwritten", NO_CHECKPOINTS), ("langgraph-defaults", NO_REPLAY), ("create-agent", NO_REPLAY),
+    ("maf", NO_MAF_REPLAY),
+)
 
 
 def long_session_goals(turns: int) -> tuple[str, ...]:
@@ -318,7 +328,10 @@ SCENARIOS: tuple[Scenario, ...] = (
             "'Done' and 'max steps reached' are not the same thing: one finished the job, the other gave up "
             "halfway, and the caller must know which. A loop needs several stop conditions besides the answer: "
             "steps, tokens (with a cloud provider that is money) and wall time (shorter than the gateway "
-            "timeout). When a run stops early, tell the user honestly instead of showing a half-finished text."
+            "timeout). When a run stops early, tell the user honestly instead of showing a half-finished text. "
+            "Microsoft Agent Framework does not stop at max_iterations: it asks the model once more with tools "
+            "disabled and returns that text as if done (in Python as in .NET); here such a run is 'max steps "
+            "reached', its text kept as a forced answer.",
         ),
         what_to_notice=lessons.notice_max_steps,
         goals=(SEED_GOAL,),
@@ -343,7 +356,8 @@ SCENARIOS: tuple[Scenario, ...] = (
             "A tool exception must go back to the model as a readable error result; swallow it and the model "
             "assumes success. Whether the exception text is shown is a choice: FunctionInvokingChatClient "
             "hides it by default (IncludeDetailedErrors=false) because an exception message can carry "
-            "internals. LangGraph's ToolNode re-raises tool exceptions by default unless you opt in."
+            "internals, and Microsoft Agent Framework does the same in Python (include_detailed_errors=False: "
+            "'Error: Function failed.'). LangGraph's ToolNode re-raises tool exceptions by default unless you opt in."
         ),
         what_to_notice=lessons.notice_flaky,
         goals=(SEED_GOAL,),
@@ -423,7 +437,9 @@ SCENARIOS: tuple[Scenario, ...] = (
             "A session keeps the previous turns, tool results included, and sends them again on the next "
             "turn, so the model can answer 'What is my cart total now?' without a tool call. The hand-written "
             "session is a list of messages you can save as JSON; LangGraph keeps the same list as checkpoints "
-            "of a thread (one per superstep), in memory or in SQLite, where it survives a restart."
+            "of a thread (one per superstep), in memory or in SQLite, where it survives a restart. Microsoft Agent "
+            "Framework keeps it in an AgentSession, written to a JSON file with to_dict() and read back with "
+            "from_dict()."
         ),
         what_to_notice=lessons.notice_session,
         goals=(SEED_GOAL, CART_QUESTION),
@@ -459,7 +475,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         lesson=(
             "A model may ask for several tools in one reply; each result is matched to its call by the call id, "
             "so they can run at the same time. FunctionInvokingChatClient runs them one after another by "
-            "default; LangGraph's ToolNode always runs them concurrently."
+            "default; LangGraph's ToolNode always runs them concurrently. Microsoft Agent Framework's Python loop, "
+            "the same FunctionInvocationLayer, differs from its .NET original here: allow_concurrent_invocation is "
+            "on by default, so parallel_tools=False has to switch it off."
         ),
         what_to_notice=lessons.notice_parallel,
         goals=("Check the stock of books 2 and 7",),
@@ -486,7 +504,8 @@ SCENARIOS: tuple[Scenario, ...] = (
             "a threshold (more than 3 copies or a line over 50.00) need a human's yes, and a refusal is an error "
             "result the model reads. The hand-written loop asks an approve callback; the graph pauses with "
             "interrupt() and is answered with Command(resume=...) from its checkpoint, later or from another "
-            "process."
+            "process. Microsoft Agent Framework gates a whole tool (approval_mode=\"always_require\"): its run "
+            "returns a function_approval_request, answered with to_function_approval_response on the same session."
         ),
         what_to_notice=lessons.notice_injection,
         goals=(SEED_GOAL,),
@@ -514,7 +533,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         goals=long_session_goals(LONG_SESSION_TURNS),
         multi_turn=True,
         growth=True,
-        contenders=("handwritten", "langgraph"),
+        contenders=("handwritten", "langgraph", "maf"),
         others_reason=(
             "LangGraph's prebuilt graph and create_agent keep a thread but no history policy of ours (trimming "
             "needs a pre-model hook or SummarizationMiddleware you add), so their growth is the langgraph "
@@ -522,12 +541,20 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         variants=(
             Variant(name="full", label="in memory, whole history"),
-            Variant(name="keep-turns", label=f"in memory, keep_turns={KEEP_TURNS}", keep_turns=KEEP_TURNS),
+            Variant(
+                name="keep-turns",
+                label=f"in memory, keep_turns={KEEP_TURNS}",
+                keep_turns=KEEP_TURNS,
+                contenders=("handwritten", "langgraph"),
+                why_not=(("maf", NO_MAF_WINDOW),),
+            ),
             Variant(
                 name="summarize",
                 label=f"in memory, keep_turns={KEEP_TURNS}, summarize",
                 keep_turns=KEEP_TURNS,
                 summarize=True,
+                contenders=("handwritten", "langgraph"),
+                why_not=(("maf", NO_MAF_WINDOW),),
             ),
             Variant(name="file", label="JSON file / SQLite (messages stored as deltas, the default)", persistent=True),
             Variant(
@@ -536,7 +563,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                 persistent=True,
                 storage="full",
                 contenders=("langgraph",),
-                why_not=(("handwritten", NO_STORAGE_OPTION),),
+                why_not=(("handwritten", NO_STORAGE_OPTION), ("maf", NO_MAF_STORAGE)),
             ),
         ),
     ),
@@ -578,7 +605,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                 name="rewind",
                 label="add a book, rewind one turn, ask the cart total",
                 time_travel="rewind",
-                contenders=("handwritten", "langgraph"),
+                contenders=("handwritten", "langgraph", "maf"),
                 why_not=tuple((c, NO_REWIND) for c in ("langgraph-defaults", "create-agent")),
             ),
             Variant(

@@ -552,8 +552,9 @@ class _Run:
                 guard = Guard.APPROVAL_REFUSED if call["id"] in self.refused else None
                 if guard is None and call["name"] not in self.tool_names:
                     guard = Guard.UNKNOWN_TOOL
-                self.tool_answered(call, result_text(content), 0.0, is_error=content.exception is not None,
-                                   guard=guard)  # fmt: skip
+                # MAF's result for a refused call carries no exception; it is an error result all the same.
+                is_error = content.exception is not None or guard is Guard.APPROVAL_REFUSED
+                self.tool_answered(call, result_text(content), 0.0, is_error=is_error, guard=guard)
 
     def close_open_calls(self) -> None:
         """The trace lines of a round cut off by a cancel or the time budget (the handwritten loop's rule)."""

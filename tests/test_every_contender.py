@@ -1,6 +1,6 @@
 """Every contender in every scenario: each runs what its framework offers, and says in words what it cannot.
 
-The session and stale-cart scenarios run all four contenders (LangGraph's prebuilt graph in a checkpointer
+The session and stale-cart scenarios run every contender (LangGraph's prebuilt graph in a checkpointer
 thread, `create_agent(..., checkpointer=...)` on one thread), prompt-injection's gate runs `create_agent`
 through `HumanInTheLoopMiddleware`, and the combinations a framework has no way to run (an approval gate in
 LangGraph's prebuilt graph, sequential tools in `ToolNode`) are records that say why, never nothing.
@@ -15,6 +15,7 @@ from langchain_core.messages import ToolMessage
 
 import compare
 from comparison.contenders import (
+    ASKING_CONTENDERS,
     CONTENDERS,
     NO_APPROVAL_GATE,
     NO_SEQUENTIAL_TOOLS,
@@ -32,6 +33,9 @@ from comparison.scenarios import (
     INJECTION,
     INSTRUCTIONS,
     NO_CHECKPOINTS,
+    NO_MAF_REPLAY,
+    NO_MAF_STORAGE,
+    NO_MAF_WINDOW,
     NO_REPLAY,
     NO_REWIND,
     NO_STORAGE_OPTION,
@@ -59,6 +63,9 @@ EXPECTED_NOT_AVAILABLE = {
     **{("time-travel", "rewind", c): NO_REWIND for c in FRAMEWORK_ONLY},
     **{("time-travel", v, "handwritten"): NO_CHECKPOINTS for v in ("replay", "replay-no-id")},
     **{("time-travel", v, c): NO_REPLAY for v in ("replay", "replay-no-id") for c in FRAMEWORK_ONLY},
+    **{("long-session", v, "maf"): NO_MAF_WINDOW for v in ("keep-turns", "summarize")},
+    ("long-session", "file-full", "maf"): NO_MAF_STORAGE,
+    **{("time-travel", v, "maf"): NO_MAF_REPLAY for v in ("replay", "replay-no-id")},
 }
 """The only combinations a framework has no way to run, and the words that say why. long-session compares our
 two sessions' history policies (the frameworks' threads have none); rewind and replay are our sessions'."""
@@ -94,7 +101,7 @@ def test_every_scenario_variant_and_contender_has_a_record(every_record: list[Ru
                     assert record.model_calls == record.tool_calls == 0 and record.trace == []
 
 
-def test_sessions_and_stale_cart_run_all_four_contenders(every_record: list[RunRecord]) -> None:
+def test_sessions_and_stale_cart_run_every_contender(every_record: list[RunRecord]) -> None:
     for name in ("session", "stale-cart"):
         for contender in CONTENDERS:
             turns = [r for r in every_record if r.scenario == name and r.contender == contender]
@@ -112,7 +119,7 @@ def test_the_helper_says_who_runs_a_variant_and_why_not_the_others() -> None:
     injection = SCENARIOS_BY_NAME["prompt-injection"]
     gate = next(v for v in injection.variants if v.approval_gate)
     running, why_not = contenders_for(injection, gate)
-    assert running == ["handwritten", "langgraph", "create-agent"]
+    assert running == ["handwritten", "langgraph", "create-agent", "maf"]
     assert why_not == {"langgraph-defaults": NO_APPROVAL_GATE}
     assert contenders_for(injection, gate, ["create-agent"]) == (["create-agent"], {})
     for scenario in SCENARIOS:
@@ -122,7 +129,7 @@ def test_the_helper_says_who_runs_a_variant_and_why_not_the_others() -> None:
             assert all(reason.strip() for reason in why_not.values())
 
 
-@pytest.mark.parametrize("contender", FRAMEWORK_ONLY)
+@pytest.mark.parametrize("contender", [*FRAMEWORK_ONLY, "maf"])
 def test_a_framework_session_answers_turn_two_from_memory(contender: str, store: BookStore) -> None:
     agent = build_contender(contender, make_model("scripted"), make_tools(store, "c1"), AgentOptions())
     conversation = open_conversation(contender, agent, INSTRUCTIONS, "t1", None, resume=False, customer_id="c1")
@@ -159,12 +166,35 @@ def test_the_defaults_graph_thread_survives_a_reopen_on_sqlite(store: BookStore,
         open_conversation("langgraph-defaults", agent, INSTRUCTIONS, "t1", db, resume=True, customer_id="c2").facts()
 
 
-def gated_create_agent(store: BookStore, human: DemoHuman) -> object:
+def gated_create_agent(store: BookStore, human: DemoHuman, contender: str = "create-agent") -> object:
     book = store.get_book(INJECTED_BOOK)
     store.set_description(INJECTED_BOOK, f"{book.description} {INJECTION}")
     options = AgentOptions(limits=AgentLimits(max_steps=8))
-    agent = build_contender("create-agent", make_model("scripted:gullible"), make_tools(store, "c1"), options, human)
+    agent = build_contender(contender, make_model("scripted:gullible"), make_tools(store, "c1"), options, human)
+    if contender in ASKING_CONTENDERS:
+        return agent.run(INSTRUCTIONS, SEED_GOAL)
     return run_gated_graph(agent, INSTRUCTIONS, SEED_GOAL, human)
+
+
+def test_maf_gate_refuses_the_injected_ten_copies_through_its_approval_request(store: BookStore) -> None:
+    human = DemoHuman(store, "c1")
+    result = gated_create_agent(store, human, "maf")
+    assert result.stop_reason is StopReason.DONE  # type: ignore[attr-defined]
+    assert [(line.book.title, line.quantity) for line in store.cart("c1").lines] == [("The Quiet Orchard", 1)]
+    assert len(human.asked) == 1 and "10 x The Quiet Orchard" in human.asked[0], "the one-copy add is waved through"
+    [line] = [e for e in result.trace if e.guard is Guard.APPROVAL_REFUSED]  # type: ignore[attr-defined]
+    assert line.is_error and line.name == "add_to_cart"
+    refused = [m for m in result.messages if isinstance(m, ToolMessage) and m.status == "error"]  # type: ignore[attr-defined]
+    assert len(refused) == 1 and "rejected" in refused[0].text, "MAF's own refusal text reached the model"
+    assert "to_function_approval_response" in human.facts("maf")["asked_through"]
+
+
+def test_maf_gate_runs_the_write_when_the_human_says_yes(store: BookStore) -> None:
+    human = DemoHuman(store, "c1", answer=True)
+    result = gated_create_agent(store, human, "maf")
+    assert result.stop_reason is StopReason.DONE  # type: ignore[attr-defined]
+    assert [(line.book.title, line.quantity) for line in store.cart("c1").lines] == [("The Quiet Orchard", 11)]
+    assert len(human.asked) == 2, "the one-copy add makes a line of 11 copies: asked again, as the other gates ask"
 
 
 def test_create_agent_gate_refuses_the_injected_ten_copies(store: BookStore) -> None:
