@@ -233,6 +233,7 @@ class MafAgent:
             call_id = call["id"]
             run.calls[call_id] = call
             run.steps[call_id] = run.usage.model_calls
+            run.resumed.append(Content.from_function_call(call_id, call["name"], arguments=call["args"]))
             yes = answers.get(call_id, True)  # not asked: the rule waved it through
             if not yes:
                 run.refused.add(call_id)
@@ -273,8 +274,8 @@ class MafAgent:
             if run.model_in_flight is not None and timed_out:
                 run.usage.model_calls += 1
                 run.emit(guards.model_timeout_event(run.usage.model_calls, time.perf_counter() - run.model_in_flight))
-            run.close_open_calls()
-            keep_cut_turn(session, run.partial_turn(turn))  # MAF keeps nothing of a run that raised
+            run.close_open_calls(timed_out=timed_out)
+            keep_cut_turn(session, run.partial_turn(turn, timed_out=timed_out))  # MAF keeps nothing of a raised run
             reason = StopReason.TIME_BUDGET if timed_out else StopReason.CANCELLED
             result = self._result(instructions, session, run, reason)
             if timed_out:
@@ -460,11 +461,22 @@ class _Run:
     """The results of the round in progress, for a turn cut off mid-round."""
     transcript: list[Message] = field(default_factory=list)
     """The run's messages so far (what the model was sent after the question, and its last reply)."""
+    resumed: list[Content] = field(default_factory=list)
+    """A resumed run: the paused calls it answers first, the open round until its first model call."""
     start: int | None = None
     forced_by: StopReason | None = None
     deadline_hit: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
     paused: dict[str, Any] | None = None
+
+    def first_new(self, messages: Sequence[Message]) -> int:
+        """Where this run's own messages begin in what its first model call is sent: after the history, or, in a
+        resumed run, at the results of the calls it was paused on (answered before that call)."""
+        resumed = {c.call_id for c in self.resumed}
+        for at, message in enumerate(messages):
+            if any(c.type == "function_result" and c.call_id in resumed for c in message.contents):
+                return at
+        return len(messages)
 
     def check_cancel(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
@@ -556,21 +568,25 @@ class _Run:
                 is_error = content.exception is not None or guard is Guard.APPROVAL_REFUSED
                 self.tool_answered(call, result_text(content), 0.0, is_error=is_error, guard=guard)
 
-    def close_open_calls(self) -> None:
+    def close_open_calls(self, *, timed_out: bool = False) -> None:
         """The trace lines of a round cut off by a cancel or the time budget (the handwritten loop's rule)."""
         for call_id, call in self.calls.items():
             if call_id in self.traced or call_id not in self.open_ids():
                 continue
-            text = guards.CANCELLED_WHILE_RUNNING_TEXT if call_id in self.running else guards.CANCELLED_CALL_TEXT
-            self.tool_answered(call, text, 0.0, is_error=True, guard=Guard.CANCELLED)
+            if call_id in self.refused:  # the human's no, which MAF would have answered had it got that far
+                self.tool_answered(call, MAF_REJECTED, 0.0, is_error=True, guard=Guard.APPROVAL_REFUSED)
+                continue
+            text = _cut_text(call_id in self.running, timed_out=timed_out)
+            guard = Guard.TOOL_TIMEOUT if timed_out else Guard.CANCELLED
+            self.tool_answered(call, text, 0.0, is_error=True, guard=guard)
 
     def _last_round(self) -> tuple[list[Content], set[str]]:
         """The calls of the last reply in the transcript, and the ids of those the transcript already answers."""
         at = next(
             (i for i in range(len(self.transcript) - 1, -1, -1) if str(self.transcript[i].role) == "assistant"), None
         )
-        if at is None:
-            return [], set()
+        if at is None:  # no model call yet: a resumed run's open round is the calls it was paused on
+            return list(self.resumed), set()
         calls = [c for c in self.transcript[at].contents if c.type == "function_call" and c.call_id]
         answered = {
             c.call_id
@@ -585,7 +601,7 @@ class _Run:
         calls, answered = self._last_round()
         return [c.call_id for c in calls if c.call_id not in answered and c.call_id not in self.results]
 
-    def partial_turn(self, turn: str | Message) -> list[Message]:
+    def partial_turn(self, turn: str | Message, *, timed_out: bool = False) -> list[Message]:
         """The cut turn as MAF messages: the question, what the run produced, a result for every open call."""
         question = [Message("user", [turn])] if isinstance(turn, str) else []
         calls, answered = self._last_round()
@@ -594,12 +610,10 @@ class _Run:
             if content.call_id in answered:
                 continue
             done = self.results.get(content.call_id)
+            if done is None and content.call_id in self.refused:
+                done = Content.from_function_result(content.call_id, result=MAF_REJECTED)
             if done is None:
-                text = (
-                    guards.CANCELLED_WHILE_RUNNING_TEXT
-                    if content.call_id in self.running
-                    else guards.CANCELLED_CALL_TEXT
-                )
+                text = _cut_text(content.call_id in self.running, timed_out=timed_out)
                 done = Content.from_function_result(content.call_id, result=text, exception="cancelled")
             tail.append(done)
         return [*question, *self.transcript, *([Message("tool", tail)] if tail else [])]
@@ -613,6 +627,13 @@ class _Run:
         if not str(response.text).strip():
             return StopReason.INVALID_RESPONSE
         return StopReason.DONE
+
+
+def _cut_text(running: bool, *, timed_out: bool) -> str:
+    """What a call cut off mid-round is answered: by the time budget (it may have completed) or by a cancel."""
+    if timed_out:
+        return guards.TOOL_CUT_RUNNING_TEXT if running else guards.TOOL_CUT_UNSTARTED_TEXT
+    return guards.CANCELLED_WHILE_RUNNING_TEXT if running else guards.CANCELLED_CALL_TEXT
 
 
 def _ends_with_tool_results(response: AgentResponse) -> bool:
@@ -641,7 +662,7 @@ class _ModelWatch(ChatMiddleware):
         if context.options.get("tool_choice") == "none" and run.forced_by is None:
             run.forced_by = run.forced()
         if run.start is None:
-            run.start = len(context.messages)
+            run.start = run.first_new(context.messages)
         run.transcript = list(context.messages[run.start :])
         started = run.model_in_flight = time.perf_counter()
         await call_next()
@@ -710,6 +731,8 @@ def _invalid_arguments(context: FunctionInvocationContext) -> bool:
 
 
 MAF_FAILED = "Error: Function failed."
+MAF_REJECTED = "Error: Tool call invocation was rejected by user."
+"""MAF's result for a call whose approval was refused (`agent_framework._tools`)."""
 MAF_BAD_ARGUMENTS = "Error: Argument parsing failed."
 
 

@@ -30,7 +30,7 @@ from maf_version.agent import MAF_BAD_ARGUMENTS, MAF_FAILED
 from maf_version.client import reply_message, to_langchain
 from shared_tools.bookstore import BookStore, Faults, RiskyWritePolicy, make_tools
 from shared_tools.bookstore.faults import FAKE_SECRET
-from shared_tools.guards import CANCELLED_WHILE_RUNNING_TEXT
+from shared_tools.guards import TOOL_CUT_RUNNING_TEXT
 from shared_tools.models.scripted import ScriptedChatModel
 from shared_tools.results import (
     AgentLimits,
@@ -245,8 +245,8 @@ def test_the_time_budget_also_cuts_a_slow_tool_and_says_so(store: BookStore) -> 
     result = session.ask("Is book 2 in stock?")
     assert result.stop_reason is StopReason.TIME_BUDGET and result.forced_answer is None
     cut = result.trace[-1]
-    assert (cut.name, cut.guard, cut.is_error) == ("check_stock", Guard.CANCELLED, True)
-    assert cut.detail.endswith(CANCELLED_WHILE_RUNNING_TEXT)
+    assert (cut.name, cut.guard, cut.is_error) == ("check_stock", Guard.TOOL_TIMEOUT, True), "typed as our loops do"
+    assert cut.detail.endswith(TOOL_CUT_RUNNING_TEXT)
     assert_valid_history(session.messages)  # the cut turn is kept, every call answered
 
 
@@ -465,3 +465,59 @@ def test_a_humans_wait_counts_against_neither_time_budget(store: BookStore) -> N
     # MAF's documentation says its budget includes approval waits; answered on the session in a new run, as here,
     # its clock starts again, and ours goes on from the pause without the wait.
     assert result.stop_reason is StopReason.DONE and result.answer == "Added." and cart(store) == [(7, 10)]
+
+
+# --- a resumed run: its cancel and its clock ----------------------------------------------------------------------
+
+
+def test_a_cancel_before_a_resumed_run_answers_every_paused_call(store: BookStore) -> None:
+    model = two_risky_adds()
+    session = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS)
+    assert session.ask("Add them.").stop_reason is StopReason.AWAITING_APPROVAL
+    cancel = threading.Event()
+    cancel.set()
+    result = session.resume(True, cancel=cancel)
+    assert result.stop_reason is StopReason.CANCELLED and cart(store) == [], "a cancel before the tools ran them not"
+    assert_valid_history(session.messages)
+    assert session.pending == []
+    assert session.ask("Where is my order 4512?").stop_reason is not StopReason.AWAITING_APPROVAL
+
+
+async def test_cancelling_the_task_of_a_resumed_run_answers_every_paused_call(store: BookStore) -> None:
+    slow = make_tools(store, faults=Faults(latency_s=5.0))
+    session = MafSession(MafAgent(two_risky_adds(), slow, gated(store)), INSTRUCTIONS)
+    assert (await session.aask("Add them.")).stop_reason is StopReason.AWAITING_APPROVAL
+    task = asyncio.ensure_future(session.aresume(True))
+    await asyncio.sleep(0.3)  # the first approved add is running
+    task.cancel()
+    with pytest.raises(MafCancelled) as raised:
+        await task
+    assert raised.value.result.stop_reason is StopReason.CANCELLED
+    assert_valid_history(session.messages, in_call_order=False)
+    results = [m for m in session.messages if isinstance(m, ToolMessage)]
+    assert sorted(m.tool_call_id for m in results) == ["a1", "a2"]
+    assert session.pending == []
+
+
+def test_a_resumed_run_keeps_the_clock_of_its_first_stretch_without_the_humans_wait(store: BookStore) -> None:
+    slow = make_tools(store, faults=Faults(latency_s=0.5))
+    model = ScriptModel(
+        replies=[
+            ai("", call("check_stock", "s1", book_id=7)),
+            ai("", call("add_to_cart", "a1", book_id=7, quantity=10)),
+            ai("", call("check_stock", "s2", book_id=5)),
+            ai("Done."),
+        ]
+    )
+    options = AgentOptions(limits=AgentLimits(max_duration=1.3), needs_approval=RiskyWritePolicy(store))
+    session = MafSession(MafAgent(model, slow, options), INSTRUCTIONS)
+    assert session.ask("Add ten.").stop_reason is StopReason.AWAITING_APPROVAL  # 0.5 s of the 1.3 s spent
+    time.sleep(1.5)  # the human's wait, longer than the whole budget: not the agent's time
+    result = session.resume(True)
+    # Counting the human's wait would stop the run before the add; forgetting the first stretch (0.5 + 0.5 + 0.5
+    # = 1.0 s without it) would let it finish. 0.5 s before the pause + 0.5 s for the add leaves 0.3 s for s2.
+    assert result.stop_reason is StopReason.TIME_BUDGET
+    assert cart(store) == [(7, 10)], "the approved add ran"
+    assert [e.name for e in result.trace if not e.is_model] == ["add_to_cart", "check_stock"]
+    assert result.trace[-1].guard is Guard.TOOL_TIMEOUT, "check_stock s2 was cut by the budget"
+    assert_valid_history(session.messages)
