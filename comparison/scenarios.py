@@ -331,7 +331,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "timeout). When a run stops early, tell the user honestly instead of showing a half-finished text. "
             "Microsoft Agent Framework does not stop at max_iterations: it asks the model once more with tools "
             "disabled and returns that text as if done (in Python as in .NET); here such a run is 'max steps "
-            "reached', its text kept as a forced answer.",
+            "reached', its text kept as a forced answer."
         ),
         what_to_notice=lessons.notice_max_steps,
         goals=(SEED_GOAL,),

@@ -8,12 +8,15 @@ LangGraph's prebuilt graph, sequential tools in `ToolNode`) are records that say
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from langchain_core.messages import ToolMessage
 
 import compare
+from comparison.closing import OWNERS, WHO_OWNS_WHAT
 from comparison.contenders import (
     ASKING_CONTENDERS,
     CONTENDERS,
@@ -234,3 +237,53 @@ def test_one_framework_contender_alone_prints_its_sessions(capsys: pytest.Captur
     assert compare.main(argv) == compare.EXIT_OK
     out = capsys.readouterr().out
     assert "create-agent" in out and ": not run;" not in out
+
+
+# --- maf: the fifth contender, and its absence --------------------------------------------------------------------
+
+WITHOUT_MAF = "import sys; sys.modules['agent_framework'] = None; import compare; sys.exit(compare.main(sys.argv[1:]))"
+"""compare.py in a Python where `agent_framework` cannot be imported, as without the maf extra."""
+
+
+def without_maf(*argv: str) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-c", WITHOUT_MAF, *argv], cwd=root, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+
+
+def test_without_the_maf_extra_maf_is_left_out_with_one_line() -> None:
+    run = without_maf("orders", "--no-trace")
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.splitlines() == ["maf: not run, because the maf extra is not installed (pip install -e "
+                                       "'.[maf]' adds agent-framework-core)"]  # fmt: skip
+    assert "maf" not in run.stdout and "handwritten" in run.stdout
+    asked = without_maf("orders", "--contenders", "maf")
+    assert asked.returncode == 2 and "Traceback" not in asked.stderr
+    assert "contender 'maf' cannot run: the maf extra is not installed" in asked.stderr
+
+
+def test_the_readme_shows_the_closing_table_with_the_maf_column() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "| | " + " | ".join(OWNERS) + " |" in readme
+    for row in WHO_OWNS_WHAT:
+        assert "| " + " | ".join(row) + " |" in readme, row[0]
+
+
+def test_maf_at_its_step_limit_is_max_steps_and_its_forced_answer_is_shown_as_such(tmp_path: Path) -> None:
+    records: list[RunRecord] = []
+    scenario = SCENARIOS_BY_NAME["max-steps"]
+    run_scenario(scenario, RunOptions(contenders=("maf",)), records.append)
+    [capped] = [r for r in records if r.variant == "max-steps-2"]
+    assert capped.stop_reason == StopReason.MAX_STEPS and capped.answer is None
+    assert capped.model_calls == 3, "MAF's extra call with tools disabled is counted, not hidden"
+    assert "forced_answer" in capped.facts
+    points = scenario.notice_points(records)
+    assert any("made one more model call with tools disabled (call 3)" in p for p in points)
+    [token] = [r for r in records if r.variant == "token-budget"]
+    assert "max_tokens" in token.facts["not_honoured"]
+    assert any("maf: ran past max_tokens=2,500, which it was given but cannot honour" in p for p in points)
+
+
+def test_every_lesson_is_one_paragraph_of_text() -> None:
+    for scenario in SCENARIOS:
+        assert isinstance(scenario.lesson, str) and "\n" not in scenario.lesson, scenario.name
