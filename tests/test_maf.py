@@ -521,3 +521,23 @@ def test_a_resumed_run_keeps_the_clock_of_its_first_stretch_without_the_humans_w
     assert [e.name for e in result.trace if not e.is_model] == ["add_to_cart", "check_stock"]
     assert result.trace[-1].guard is Guard.TOOL_TIMEOUT, "check_stock s2 was cut by the budget"
     assert_valid_history(session.messages)
+
+
+# --- the bundled real model ---------------------------------------------------------------------------------------
+
+
+def test_maf_drives_the_bundled_local_model_and_says_truly_how_it_ended(local_server: Any, store: BookStore) -> None:
+    from shared_tools.models import make_model
+
+    agent = MafAgent(make_model("local"), make_tools(store), AgentOptions(limits=AgentLimits(max_steps=3)))
+    result = agent.run(INSTRUCTIONS, "Where is my order 4512?")
+    assert result.model_calls >= 1
+    assert sum(e.is_model for e in result.trace) == result.model_calls
+    assert sum(not e.is_model for e in result.trace) == result.tool_calls
+    assert_valid_history(result.messages)
+    if result.stop_reason is StopReason.DONE:
+        assert result.answer and result.forced_answer is None
+    else:  # whatever else ended it (the step limit, MAF's forced call), its text is never the answer
+        assert result.answer is None
+        if result.forced_answer is not None:
+            assert result.stop_reason is StopReason.MAX_STEPS and result.model_calls == 4
