@@ -743,9 +743,9 @@ def maf_session_path(db: Path, thread_id: str) -> Path:
 
 
 NO_MAF_POSTGRES = "MAF keeps a session with AgentSession.to_dict() in a file; there is no Postgres history provider"
-NO_MAF_WINDOW = (
-    "MAF's InMemoryHistoryProvider sends the model the whole stored history: a window (keep_turns, summarize) "
-    "would be a HistoryProvider of your own"
+NO_MAF_SUMMARY = (
+    "MafSession has a window (keep_turns, a HistoryProvider that sends the last turns) but writes no summary: "
+    "MAF's own compaction (Agent(compaction_strategy=...)) is not wired into this comparison"
 )
 
 
@@ -763,6 +763,7 @@ class MafConversation:
         resume: bool = False,
         customer_id: str | None = None,
         approve: Approve | None = None,
+        keep_turns: int | None = None,
     ) -> None:
         from maf_version import MafSession
 
@@ -770,7 +771,8 @@ class MafConversation:
             path.unlink(missing_ok=True)  # a demo re-run starts its conversation from scratch, as the others do
         self.path = path
         self.approve = approve
-        self.session = MafSession(agent, instructions, path=path, customer_id=customer_id)  # type: ignore[arg-type]
+        self.session = MafSession(agent, instructions, path=path, customer_id=customer_id,  # type: ignore[arg-type]
+                                  keep_turns=keep_turns)  # fmt: skip
 
     def ask(self, question: str) -> AgentResult:
         result = self.session.ask(question)
@@ -842,10 +844,12 @@ def open_conversation(
     if contender == "maf":
         if _is_url(db):
             raise ValueError(f"maf: {NO_MAF_POSTGRES}")
-        if policy is not None and policy.kwargs():
-            raise ValueError(f"maf: {NO_MAF_WINDOW}")
+        if policy is not None and policy.summarize:
+            raise ValueError(f"maf: {NO_MAF_SUMMARY}")
         path = None if db is None else maf_session_path(Path(db), thread_id)
-        return MafConversation(agent, instructions, path, resume=resume, customer_id=customer_id, approve=approve)
+        keep = None if policy is None else policy.keep_turns
+        return MafConversation(agent, instructions, path, resume=resume, customer_id=customer_id, approve=approve,
+                               keep_turns=keep)  # fmt: skip
     if contender == "handwritten":
         if _is_url(db):
             check_thread_name(thread_id)

@@ -20,7 +20,7 @@ from typing import Any
 
 from comparison import lessons
 from comparison.contenders import CONTENDERS, SESSION_CONTENDERS
-from comparison.conversations import NO_MAF_WINDOW as NO_MAF_WINDOW
+from comparison.conversations import NO_MAF_SUMMARY as NO_MAF_SUMMARY
 from comparison.lessons import Notice, RunSettings, limit_text, recorded_settings
 from comparison.records import RunRecord
 from shared_tools.bookstore.faults import Faults
@@ -541,20 +541,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         variants=(
             Variant(name="full", label="in memory, whole history"),
-            Variant(
-                name="keep-turns",
-                label=f"in memory, keep_turns={KEEP_TURNS}",
-                keep_turns=KEEP_TURNS,
-                contenders=("handwritten", "langgraph"),
-                why_not=(("maf", NO_MAF_WINDOW),),
-            ),
+            Variant(name="keep-turns", label=f"in memory, keep_turns={KEEP_TURNS}", keep_turns=KEEP_TURNS),
             Variant(
                 name="summarize",
                 label=f"in memory, keep_turns={KEEP_TURNS}, summarize",
                 keep_turns=KEEP_TURNS,
                 summarize=True,
                 contenders=("handwritten", "langgraph"),
-                why_not=(("maf", NO_MAF_WINDOW),),
+                why_not=(("maf", NO_MAF_SUMMARY),),
             ),
             Variant(name="file", label="JSON file / SQLite (messages stored as deltas, the default)", persistent=True),
             Variant(

@@ -143,7 +143,7 @@ class MafAgent:
             middleware=[_ModelWatch(), _ToolWatch()],
         )
         self.maf_tools = [maf_tool(tool, needs_approval=tool.name in gated) for tool in tools]
-        self._agents: dict[str, Agent] = {}
+        self._agents: dict[tuple[str, int | None], Agent] = {}
 
     @property
     def not_available(self) -> dict[str, str]:
@@ -157,13 +157,17 @@ class MafAgent:
             asked["max_tool_result_chars"] = NOT_AVAILABLE["max_tool_result_chars"]
         return asked
 
-    def agent_for(self, instructions: str) -> Agent:
-        """MAF's `Agent` for these instructions (they are fixed when it is built): one per instructions."""
-        if instructions not in self._agents:
-            self._agents[instructions] = Agent(
-                client=self.client, name="bookstore", instructions=instructions, tools=list(self.maf_tools)
-            )
-        return self._agents[instructions]
+    def agent_for(self, instructions: str, keep_turns: int | None = None) -> Agent:
+        """MAF's `Agent` for these instructions (fixed when it is built) and history window: one per pair. With
+        `keep_turns`, its history provider is `WindowedHistory`; without, MAF's own `InMemoryHistoryProvider`."""
+        key = (instructions, keep_turns)
+        if key not in self._agents:
+            providers = None if keep_turns is None else [WindowedHistory(keep_turns)]
+            self._agents[key] = Agent(
+                client=self.client, name="bookstore", instructions=instructions, tools=list(self.maf_tools),
+                context_providers=providers,
+            )  # fmt: skip
+        return self._agents[key]
 
     # --- running -------------------------------------------------------------------------------------------------
 
@@ -187,13 +191,15 @@ class MafAgent:
         *,
         session: AgentSession | None = None,
         cancel: threading.Event | None = None,
+        keep_turns: int | None = None,
     ) -> AgentResult:
         """Work on `goal` until MAF's loop returns. `session` continues a conversation (MAF loads its history and
         stores the turn); without one a fresh session is used and dropped. `cancel` is checked before every model
         call and every tool call."""
-        session = session if session is not None else self.agent_for(instructions).create_session()
+        agent = self.agent_for(instructions, keep_turns)
+        session = session if session is not None else agent.create_session()
         return await self._drive(
-            instructions, goal, session, _Run(cancel, self.options, self.settings, frozenset(self.tools))
+            agent, instructions, goal, session, _Run(cancel, self.options, self.settings, frozenset(self.tools))
         )
 
     async def aresume(
@@ -203,6 +209,7 @@ class MafAgent:
         approved: bool | Mapping[str, bool],
         *,
         cancel: threading.Event | None = None,
+        keep_turns: int | None = None,
     ) -> AgentResult:
         """Answer the approval requests `session` is paused on and let the run go on: one yes or no for all, or
         ``{call id: yes or no}`` naming every request the human was asked. Each answer is MAF's own
@@ -239,11 +246,13 @@ class MafAgent:
                 run.refused.add(call_id)
             responses.append(request.to_function_approval_response(approved=yes))
         del session.state[PENDING_KEY]
-        return await self._drive(instructions, Message("user", responses), session, run)
+        agent = self.agent_for(instructions, keep_turns)
+        return await self._drive(agent, instructions, Message("user", responses), session, run)
 
-    async def _drive(self, instructions: str, goal: str | Message, session: AgentSession, run: _Run) -> AgentResult:
+    async def _drive(
+        self, agent: Agent, instructions: str, goal: str | Message, session: AgentSession, run: _Run
+    ) -> AgentResult:
         """Run MAF until it ends the run, answering the approvals the rule (or `approve`) can answer on the way."""
-        agent = self.agent_for(instructions)
         token = _RUN.set(run)
         turn: str | Message = goal
         try:
@@ -389,6 +398,36 @@ class MafAgent:
         )
         result.forced_answer = forced
         return result
+
+
+class WindowedHistory(InMemoryHistoryProvider):
+    """MAF's in-memory history, stored whole, of which the model is sent the last `keep_turns` user turns (the
+    question being asked among them), each with everything that followed it (`shared_tools.history`'s window).
+
+    A turn paused for an approval is the one being answered when the run resumes: it is kept as the current one.
+    """
+
+    def __init__(self, keep_turns: int) -> None:
+        if isinstance(keep_turns, bool) or not isinstance(keep_turns, int) or keep_turns < 1:
+            raise ValueError(f"keep_turns must be a whole number of at least 1, got {keep_turns!r}")
+        super().__init__()  # the default source id: the session's state holds the history where it always does
+        self.keep_turns = keep_turns
+
+    async def get_messages(
+        self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Message]:
+        stored = await super().get_messages(session_id, state=state, **kwargs)
+        starts = [i for i, message in enumerate(stored) if starts_turn(message)]
+        paused = bool(stored) and any(c.type == "function_approval_request" for c in stored[-1].contents)
+        earlier = self.keep_turns if paused else self.keep_turns - 1  # the turns sent besides the current one
+        if len(starts) <= earlier:
+            return stored
+        return stored[starts[len(starts) - earlier] :] if earlier else []
+
+
+def starts_turn(message: Message) -> bool:
+    """A user message with text: a question (an approval answer is a user message too, but no turn)."""
+    return str(message.role) == "user" and any(c.type == "text" and c.text for c in message.contents)
 
 
 def history_of(instructions: str, session: AgentSession) -> list[BaseMessage]:

@@ -4,7 +4,7 @@ MAF gives the conversation itself: `AgentSession` holds the history (its `InMemo
 pending approval requests it will accept answers to, and `to_dict`/`from_dict`. What is written here: the file
 (MAF's dict with our header, whose customer a session for anyone else refuses, written whole or not at all after
 every turn), one turn at a time, the turn a cancel cut short (MAF keeps nothing of a run that raised), and
-`rewind` (MAF has none: the stored history is cut before a user turn).
+`rewind` (MAF has none: the stored history is cut before a user turn); a history window is `WindowedHistory`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 from agent_framework import AgentSession, Content, InMemoryHistoryProvider, Message
 from langchain_core.messages import BaseMessage
 
-from maf_version.agent import MafAgent, MafCancelled, history_of, pending_state, request_call
+from maf_version.agent import MafAgent, MafCancelled, history_of, pending_state, request_call, starts_turn
 from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult, CustomerMismatch
 from shared_tools.sync import run_blocking
@@ -43,16 +43,21 @@ class MafSession:
         *,
         path: str | Path | None = None,
         customer_id: str | None = None,
+        keep_turns: int | None = None,
     ) -> None:
         """With `path`, the conversation saved there is continued (a new one is started when there is no file),
-        and every turn is saved there. A file of another customer is refused (`CustomerMismatch`)."""
+        and every turn is saved there. A file of another customer is refused (`CustomerMismatch`). With
+        `keep_turns`, the model is sent only the last N user turns (`WindowedHistory`); all are kept."""
         self.agent = agent
+        self.keep_turns = keep_turns
         self.instructions = instructions
         self.customer_id = customer_id
         self.path = None if path is None else Path(path)
         self._turn = threading.Lock()
         loaded = None if self.path is None or not self.path.exists() else self._read(self.path)
-        self.session: AgentSession = loaded if loaded is not None else agent.agent_for(instructions).create_session()
+        self.session: AgentSession = (
+            loaded if loaded is not None else agent.agent_for(instructions, keep_turns).create_session()
+        )
 
     # --- asking --------------------------------------------------------------------------------------------------
 
@@ -66,7 +71,9 @@ class MafSession:
             if pending_state(self.session) is not None:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
             try:
-                result = await self.agent.arun(self.instructions, question, session=self.session, cancel=cancel)
+                result = await self.agent.arun(
+                    self.instructions, question, session=self.session, cancel=cancel, keep_turns=self.keep_turns
+                )
             except MafCancelled as cancelled:
                 self._keep_cut_turn(cancelled)
                 raise
@@ -84,7 +91,9 @@ class MafSession:
         ``{call id: yes or no}`` for each; the run goes on from where it paused (`MafAgent.aresume`)."""
         async with self._one_turn_at_a_time():
             try:
-                result = await self.agent.aresume(self.instructions, self.session, approved, cancel=cancel)
+                result = await self.agent.aresume(
+                    self.instructions, self.session, approved, cancel=cancel, keep_turns=self.keep_turns
+                )
             except MafCancelled as cancelled:
                 self._keep_cut_turn(cancelled)
                 raise
@@ -106,7 +115,7 @@ class MafSession:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
             state = self.session.state.setdefault(InMemoryHistoryProvider.DEFAULT_SOURCE_ID, {})
             stored: list[Message] = list(state.get("messages", []))
-            starts = [i for i, message in enumerate(stored) if _starts_turn(message)]
+            starts = [i for i, message in enumerate(stored) if starts_turn(message)]
             if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= len(starts):
                 raise ValueError(f"cannot rewind {turns!r} turn(s): the history holds {len(starts)} user turn(s)")
             before = len(self.messages)
@@ -191,11 +200,6 @@ def read_saved(path: Path, customer_id: str | None = None) -> tuple[AgentSession
         return AgentSession.from_dict(document["session"]), owner
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path} is a damaged saved MAF session ({type(exc).__name__}: {exc})") from None
-
-
-def _starts_turn(message: Message) -> bool:
-    """A user message with text: a question (an approval answer is a user message too, but no turn)."""
-    return str(message.role) == "user" and any(c.type == "text" and c.text for c in message.contents)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -38,7 +38,7 @@ from comparison.scenarios import (
     NO_CHECKPOINTS,
     NO_MAF_REPLAY,
     NO_MAF_STORAGE,
-    NO_MAF_WINDOW,
+    NO_MAF_SUMMARY,
     NO_REPLAY,
     NO_REWIND,
     NO_STORAGE_OPTION,
@@ -66,7 +66,7 @@ EXPECTED_NOT_AVAILABLE = {
     **{("time-travel", "rewind", c): NO_REWIND for c in FRAMEWORK_ONLY},
     **{("time-travel", v, "handwritten"): NO_CHECKPOINTS for v in ("replay", "replay-no-id")},
     **{("time-travel", v, c): NO_REPLAY for v in ("replay", "replay-no-id") for c in FRAMEWORK_ONLY},
-    **{("long-session", v, "maf"): NO_MAF_WINDOW for v in ("keep-turns", "summarize")},
+    ("long-session", "summarize", "maf"): NO_MAF_SUMMARY,
     ("long-session", "file-full", "maf"): NO_MAF_STORAGE,
     **{("time-travel", v, "maf"): NO_MAF_REPLAY for v in ("replay", "replay-no-id")},
 }

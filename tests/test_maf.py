@@ -42,7 +42,7 @@ from shared_tools.results import (
     TokenKind,
     TraceEvent,
 )
-from tests.conftest import assert_valid_history
+from tests.conftest import assert_sendable, assert_valid_history
 from tests.doubles import ScriptModel, ToolBindingDouble, ai, call
 
 INSTRUCTIONS = "You are a bookstore assistant."
@@ -541,3 +541,41 @@ def test_maf_drives_the_bundled_local_model_and_says_truly_how_it_ended(local_se
         assert result.answer is None
         if result.forced_answer is not None:
             assert result.stop_reason is StopReason.MAX_STEPS and result.model_calls == 4
+
+
+# --- the history window -----------------------------------------------------------------------------------------
+
+
+def test_keep_turns_sends_only_the_last_turns_and_keeps_them_all(store: BookStore, tmp_path: Path) -> None:
+    model = ScriptModel(replies=[ai("One."), ai("Two."), ai("", call("view_cart", "v1")), ai("Three.")])
+    path = tmp_path / "maf.json"
+    session = MafSession(MafAgent(model, make_tools(store)), INSTRUCTIONS, path=path, keep_turns=2)
+    for question in ("First?", "Second?", "Third?"):
+        assert session.ask(question).stop_reason is StopReason.DONE
+    asked = [[m.text for m in prompt if m.type == "human"] for prompt in model.prompts]
+    assert asked == [["First?"], ["First?", "Second?"], ["Second?", "Third?"], ["Second?", "Third?"]]
+    assert_sendable(model.prompts[-1])  # the window never splits a reply from its tool results
+    assert session.history_turns() == ["First?", "Second?", "Third?"], "the whole conversation is stored"
+    again = MafSession(MafAgent(ScriptModel(replies=[ai("Four.")]), make_tools(store)), INSTRUCTIONS, path=path,
+                       keep_turns=2)  # fmt: skip
+    again.ask("Fourth?")
+    assert [m.text for m in again.agent.model.prompts[0] if m.type == "human"] == ["Third?", "Fourth?"]
+
+
+def test_a_paused_turn_stays_in_the_window_when_it_is_answered(store: BookStore) -> None:
+    model = ScriptModel(replies=[ai("Hello."), ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Added.")])
+    session = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS, keep_turns=1)
+    session.ask("Hi?")
+    assert session.ask("Add ten.").stop_reason is StopReason.AWAITING_APPROVAL
+    assert session.resume(True).stop_reason is StopReason.DONE and cart(store) == [(7, 10)]
+    last = model.prompts[-1]
+    assert [m.text for m in last if m.type == "human"] == ["Add ten."]
+    assert isinstance(last[-1], ToolMessage) and last[-1].tool_call_id == "a1"
+
+
+def test_keep_turns_must_be_a_whole_number_of_turns() -> None:
+    from maf_version.agent import WindowedHistory
+
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="keep_turns"):
+            WindowedHistory(bad)  # type: ignore[arg-type]
