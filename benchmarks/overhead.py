@@ -17,6 +17,7 @@ messages too); every other variant runs with the API's no-op, as a program that 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import tempfile
 import uuid
@@ -56,6 +57,7 @@ ASYNC_FLOOR = "floor, async: asyncio.run + ainvoke"
 BARE_GRAPH = "DefaultsGraphAgent (bare graph)"
 GUARDED_GRAPH = "GraphAgent (guarded)"
 CREATE_AGENT = "create_agent contender"
+MAF = "MafAgent (Microsoft Agent Framework)"
 SPANS, CONTENT = " + spans", " + spans + content"
 TRACED = (BARE_GRAPH, CREATE_AGENT)
 """The variants that write spans so far (the hand-written loop and the guarded graph join when they do)."""
@@ -161,6 +163,14 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
         contender.agent_for(INSTRUCTIONS)  # compiled outside the clock, like the graphs
         return Job(lambda: contender.run(INSTRUCTIONS, SEED_GOAL), store)
 
+    def maf() -> Job:
+        from maf_version import MafAgent
+
+        store, tools = fresh()
+        agent = MafAgent(model, tools, options)
+        agent.agent_for(INSTRUCTIONS)  # MAF's Agent built outside the clock, like the graphs' compile
+        return Job(lambda: agent.run(INSTRUCTIONS, SEED_GOAL), store)
+
     def traced(kind: str, content: bool) -> common.Prepare:
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
@@ -206,6 +216,8 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
         GUARDED_GRAPH: graph(GraphAgent),
         CREATE_AGENT: create_agent,
     }
+    if importlib.util.find_spec("agent_framework") is not None:  # the maf extra
+        result[MAF] = maf
     for kind in TRACED:
         result[kind + SPANS] = traced(kind, content=False)
         result[kind + CONTENT] = traced(kind, content=True)
@@ -248,6 +260,7 @@ def target_ratios(measured: dict[str, common.Measured]) -> dict[str, float]:
         "handwritten / async floor": ("handwritten AgentLoop", ASYNC_FLOOR),
         "guarded graph / bare graph (target ≤ 1.3)": (GUARDED_GRAPH, BARE_GRAPH),
         "create_agent / bare graph": (CREATE_AGENT, BARE_GRAPH),
+        "MafAgent / handwritten": (MAF, "handwritten AgentLoop"),
         "in-memory session (async) / guarded graph": ("GraphSession InMemorySaver async", GUARDED_GRAPH),
     }
     for kind in TRACED:
