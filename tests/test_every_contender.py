@@ -287,3 +287,12 @@ def test_maf_at_its_step_limit_is_max_steps_and_its_forced_answer_is_shown_as_su
 def test_every_lesson_is_one_paragraph_of_text() -> None:
     for scenario in SCENARIOS:
         assert isinstance(scenario.lesson, str) and "\n" not in scenario.lesson, scenario.name
+
+
+def test_the_report_and_the_terminal_show_a_forced_answer_as_such(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "r.html"
+    assert compare.main(["max-steps", "--contenders", "maf", "--no-trace", "--report", str(report)]) == compare.EXIT_OK
+    out = " ".join(capsys.readouterr().out.split())
+    assert "forced answer, not the answer" in out
+    assert "forced answer, not the answer" in report.read_text()
