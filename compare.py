@@ -56,7 +56,7 @@ try:
 
     from comparison.chat import chat_customer
     from comparison.command import UsageError, chat, check_chat, check_model, finish, run_and_render
-    from comparison.contenders import CONTENDERS
+    from comparison.contenders import CONTENDERS, MISSING
     from comparison.conversations import (
         ConversationNotSaved,
         HistoryPolicy,
@@ -183,6 +183,8 @@ def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
     mistake, not "all": a script that builds the list from an empty variable must not run everything.
     """
     if values is None:
+        for name, why in MISSING.items():  # one line, so a default run says who is left out and why
+            print(f"{name}: not run, because {why}", file=sys.stderr)
         return tuple(CONTENDERS)
     names: list[str] = []
     for value in values:
@@ -192,6 +194,9 @@ def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
                 f"--contenders {value!r} names an empty contender; give NAME[,NAME] from: {', '.join(CONTENDERS)}"
             )
         names += items
+    missing = [c for c in names if c in MISSING]
+    if missing:
+        raise UsageError(f"contender {missing[0]!r} cannot run: {MISSING[missing[0]]}")
     bad = [c for c in names if c not in CONTENDERS]
     if bad:
         raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")

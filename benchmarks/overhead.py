@@ -17,6 +17,7 @@ messages too); every other variant runs with the API's no-op, as a program that 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import tempfile
 import uuid
@@ -57,6 +58,7 @@ BARE_GRAPH = "DefaultsGraphAgent (bare graph)"
 GUARDED_GRAPH = "GraphAgent (guarded)"
 CREATE_AGENT = "create_agent contender"
 HANDWRITTEN = "handwritten AgentLoop"
+MAF = "MafAgent (Microsoft Agent Framework)"
 SPANS, CONTENT = " + spans", " + spans + content"
 TRACED = (HANDWRITTEN, GUARDED_GRAPH, BARE_GRAPH, CREATE_AGENT)
 """The variants that write spans: every contender."""
@@ -162,6 +164,14 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
         contender.agent_for(INSTRUCTIONS)  # compiled outside the clock, like the graphs
         return Job(lambda: contender.run(INSTRUCTIONS, SEED_GOAL), store)
 
+    def maf() -> Job:
+        from maf_version import MafAgent
+
+        store, tools = fresh()
+        agent = MafAgent(model, tools, options)
+        agent.agent_for(INSTRUCTIONS)  # MAF's Agent built outside the clock, like the graphs' compile
+        return Job(lambda: agent.run(INSTRUCTIONS, SEED_GOAL), store)
+
     def traced(kind: str, content: bool) -> common.Prepare:
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
@@ -209,6 +219,8 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
         GUARDED_GRAPH: graph(GraphAgent),
         CREATE_AGENT: create_agent,
     }
+    if importlib.util.find_spec("agent_framework") is not None:  # the maf extra
+        result[MAF] = maf
     for kind in TRACED:
         result[kind + SPANS] = traced(kind, content=False)
         result[kind + CONTENT] = traced(kind, content=True)
@@ -251,6 +263,7 @@ def target_ratios(measured: dict[str, common.Measured]) -> dict[str, float]:
         "handwritten / async floor": (HANDWRITTEN, ASYNC_FLOOR),
         "guarded graph / bare graph (target ≤ 1.3)": (GUARDED_GRAPH, BARE_GRAPH),
         "create_agent / bare graph": (CREATE_AGENT, BARE_GRAPH),
+        "MafAgent / handwritten": (MAF, HANDWRITTEN),
         "in-memory session (async) / guarded graph": ("GraphSession InMemorySaver async", GUARDED_GRAPH),
     }
     for kind in TRACED:

@@ -51,6 +51,8 @@ class DemoHuman:
     def facts(self, contender: str) -> dict[str, Any]:
         how = {
             "handwritten": "approve callback",
+            "maf": "approval_mode='always_require' on add_to_cart: MAF's run returned a function_approval_request, "
+            "answered with to_function_approval_response(approved=" + str(self.answer) + ") on the same session",
             "create-agent": "HumanInTheLoopMiddleware: the run stopped 'awaiting approval' (interrupt), then "
             "Command(resume={'decisions': ["
             + ("{'type': 'approve'}" if self.answer else "{'type': 'reject', 'message': <the reason>}")

@@ -41,12 +41,13 @@ STEP_LIMIT_BY: dict[str, str] = {
     "langgraph": "RemainingSteps in the model node",
     "langgraph-defaults": "recursion_limit (GraphRecursionError, caught)",
     "create-agent": "ModelCallLimitMiddleware",
+    "maf": "max_iterations",
 }
 """What enforces the step limit in each contender, named in the guard matrix."""
 
 OWNERS: tuple[str, ...] = ("hand-written loop", "LangGraph StateGraph", "create_agent + middleware")
 
-WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
+WHO_OWNS_WHAT: tuple[tuple[str, ...], ...] = (
     ("loop", "you: a for loop over steps", "framework: model node -> tools node edges", "framework (prebuilt graph)"),
     ("tool invocation", "you: look up the tool, invoke it", "framework: ToolNode", "framework: ToolNode"),
     (
@@ -88,8 +89,31 @@ WHO_OWNS_WHAT: tuple[tuple[str, str, str, str], ...] = (
         "official instrumentation is beta",
     ),
 )
-"""The seed's closing comparison: row -> who owns it in each of `OWNERS`. The tracing row's claims are measured
-in tests/test_telemetry.py (`test_the_tracing_row_*`)."""
+"""The seed's closing comparison: row -> who owns it in each of `OWNERS` (the MAF column joins below). The tracing
+row's claims are measured in tests/test_telemetry.py (`test_the_tracing_row_*`)."""
+
+MAF_OWNER = "Microsoft Agent Framework"
+MAF_OWNS: dict[str, str] = {
+    "loop": "framework: FunctionInvocationLayer, the client's tool loop",
+    "tool invocation": "framework: FunctionTool; a reply's calls run concurrently by default (not so in .NET)",
+    "error handling": "framework: every exception an error result, 'Error: Function failed.' unless "
+    "include_detailed_errors",
+    "step limit": "max_iterations (default 40), then one more call with tools off whose text comes back as if done",
+    "token budget": "nobody (FunctionInvocationConfiguration has no token limit)",
+    "time budget": "max_duration_seconds, checked after a tool round (a hung model call is yours to bound)",
+    "reply cap": "nobody (the model's own max_tokens, if any)",
+    "repeat check": "nobody (max_function_calls caps counts, not repeats)",
+    "session memory": "AgentSession (its InMemoryHistoryProvider)",
+    "persistence": "AgentSession.to_dict()/from_dict() (a JSON file here); no SQLite provider",
+    "stale reads": "you",
+    "human approval": "approval_mode='always_require' per tool; to_function_approval_response, same session",
+    "tracing (OTel spans)": "the framework: invoke_agent, chat and execute_tool GenAI spans (to the global tracer "
+    "provider only)",
+}
+"""Row of `WHO_OWNS_WHAT` -> who owns it in Microsoft Agent Framework's `Agent` (Python, agent-framework-core)."""
+
+OWNERS = (*OWNERS, MAF_OWNER)
+WHO_OWNS_WHAT = tuple((*row, MAF_OWNS.get(row[0], "not compared")) for row in WHO_OWNS_WHAT)
 
 GUARD_LEGEND: dict[str, str] = {
     "fired": "the records show the guard acting (a typed guard on the trace, or the stop reason it gives)",
@@ -103,7 +127,9 @@ GUARD_LEGEND: dict[str, str] = {
 
 OWNERS_SUMMARY = (
     "LangGraph takes over the loop, tool invocation and session memory; what no layer does for you is the token "
-    "and time budget, the repeated-call check, stale reads, business rules and what goes into the trace."
+    "and time budget, the repeated-call check, stale reads, business rules and what goes into the trace. "
+    "Microsoft Agent Framework also owns the step and time limits and the approval pause, but answers a step "
+    "limit with a forced answer: the stop reason is yours to get right."
 )
 """The sentence under `WHO_OWNS_WHAT`, in the terminal and in the HTML report."""
 
@@ -142,7 +168,10 @@ def _budget_cell(name: str, record: RunRecord, settings: RunSettings | None, fir
 
 def _step_limit(record: RunRecord, settings: RunSettings | None) -> Cell:
     by = STEP_LIMIT_BY.get(record.contender, "its step limit")
-    return _budget_cell("max_steps", record, settings, f"stopped by {by}")
+    fired = f"stopped by {by}"
+    if record.facts.get("forced_answer") is not None:
+        fired += ", after one more call with tools off (its text kept as a forced answer)"
+    return _budget_cell("max_steps", record, settings, fired)
 
 
 def _token_budget(record: RunRecord, settings: RunSettings | None) -> Cell:

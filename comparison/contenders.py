@@ -1,13 +1,14 @@
 """The contenders: which agents compete, and how each is built from one `AgentOptions`.
 
-`CONTENDERS` names the four (the hand-written loop, our guarded graph, LangGraph's defaults, `create_agent`)
-in the order every table shows them; `build_contender` builds one of them from the same options, so the only
-difference between two runs is the contender. The agent packages are imported on first use, so
-`python compare.py --list` and `--help` never pay for importing LangGraph.
+`CONTENDERS` names the five (the hand-written loop, our guarded graph, LangGraph's defaults, `create_agent`, and
+Microsoft Agent Framework's `Agent` when the `maf` extra is installed; `MISSING` says why one is absent) in the
+order every table shows them; `build_contender` builds one from the same options. The agent packages are imported
+on first use, so `python compare.py --list` and `--help` never pay for importing LangGraph.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
 from typing import Protocol
 
@@ -23,16 +24,36 @@ CONTENDERS: dict[str, str] = {
     "langgraph-defaults": "the same graph with only LangGraph's defaults (recursion limit from max_steps)",
     "create-agent": "langchain.agents.create_agent with its built-in middleware (call limits, tool errors, "
     "HumanInTheLoopMiddleware for approvals)",
+    "maf": "Microsoft Agent Framework's Agent (the seed article's framework, in Python): its FunctionInvocationLayer "
+    "runs the tools, AgentSession keeps the conversation, approval_mode gates add_to_cart",
 }
 """Contender name -> one line saying what it is, in the order the tables show them."""
 
-SESSION_CONTENDERS: tuple[str, ...] = tuple(CONTENDERS)
-"""The contenders with a multi-turn conversation: `Session`, `GraphSession`, and a checkpointer thread of
-LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`langgraph_version.prebuilt.thread`)."""
+MAF_EXTRA_MISSING = "the maf extra is not installed (pip install -e '.[maf]' adds agent-framework-core)"
 
-APPROVAL_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph", "create-agent")
+MISSING: dict[str, str] = {}
+"""Contenders left out of `CONTENDERS` because their optional extra is not installed, and why, in words."""
+
+if importlib.util.find_spec("agent_framework") is None:  # pragma: no cover - the maf extra is installed in CI
+    MISSING["maf"] = MAF_EXTRA_MISSING
+    del CONTENDERS["maf"]
+
+SESSION_CONTENDERS: tuple[str, ...] = tuple(CONTENDERS)
+"""The contenders with a multi-turn conversation: `Session`, `GraphSession`, a checkpointer thread of
+LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`conversations.CheckpointThread`), and
+MAF's `AgentSession` (`maf_version.MafSession`, kept in a JSON file through `to_dict`/`from_dict`)."""
+
+APPROVAL_CONTENDERS: tuple[str, ...] = tuple(
+    c for c in ("handwritten", "langgraph", "create-agent", "maf") if c in CONTENDERS
+)
 """The contenders with an approval gate: an `approve` callback; `interrupt()` and `GraphSession.resume`;
-`HumanInTheLoopMiddleware` and `Command(resume={"decisions": [...]})`."""
+`HumanInTheLoopMiddleware` and `Command(resume={"decisions": [...]})`; MAF's `approval_mode="always_require"`,
+whose request the human answers with `to_function_approval_response` (asked during the run, as the hand-written
+loop asks its callback)."""
+
+ASKING_CONTENDERS: tuple[str, ...] = ("handwritten", "maf")
+"""The gated contenders that put a risky write to `Human.approve` while the run goes on; the graphs pause instead
+(`run_gated_graph`)."""
 
 TOOLNODE_CONTENDERS: tuple[str, ...] = ("langgraph-defaults", "create-agent")
 """The contenders whose tools run in LangGraph's prebuilt `ToolNode`."""
@@ -57,12 +78,15 @@ class Contender(Protocol):
 def build_contender(
     name: str, model: BaseChatModel, tools: list[BaseTool], options: AgentOptions, human: Human | None = None
 ) -> Contender:
-    """One of the four contenders, built from the same `options`.
+    """One of the contenders, built from the same `options`.
 
-    With a `human`, risky writes need approval: the hand-written loop asks `human.approve`; the guarded graph
+    With a `human`, risky writes need approval: the hand-written loop and MAF (whose run stops on its approval
+    request, answered from `human.approve` before it goes on) ask `human.approve`; the guarded graph
     and `create_agent` (through `HumanInTheLoopMiddleware`, asking only where `human.policy` says so) pause
     instead (run them with `run_gated_graph`). LangGraph's defaults have no gate: `NO_APPROVAL_GATE`.
     """
+    if name in MISSING:
+        raise ValueError(f"{name}: {MISSING[name]}")
     if human is not None and name not in APPROVAL_CONTENDERS:
         raise ValueError(f"{name}: {NO_APPROVAL_GATE}" if name in CONTENDERS else f"unknown contender {name!r}")
     if human is not None:
@@ -97,4 +121,9 @@ def build_contender(
 
         # HumanInTheLoopMiddleware pauses with interrupt(), which needs a checkpointer (a thread swaps in its own).
         return create_agent_contender(model, tools, own, checkpointer=InMemorySaver())
+    if name == "maf":
+        from maf_version import MafAgent
+
+        # MAF has no token budget, repeat check or result cut: `MafAgent.not_available` names what it ignores.
+        return MafAgent(model, tools, options, approve=human.approve if human is not None else None)
     raise ValueError(f"unknown contender {name!r}")

@@ -2,9 +2,9 @@
 
 `open_conversation` picks the adapter and where it is kept (memory, a SQLite file, a ``postgresql://`` URL):
 `HandwrittenConversation` over `handwritten.Session`, `GraphConversation` over `GraphSession` or, for the
-framework-only contenders, `prebuilt.thread.CheckpointThread`. Both take the same history policy and answer
-approval pauses through one `approve`; `check_thread_name` and `check_saved_conversation` refuse a bad name
-or a damaged or foreign conversation before anything opens. `run_gated_graph` is one gated run in a thread.
+framework-only contenders, `prebuilt.thread.CheckpointThread`, `MafConversation` over MAF's `AgentSession`. All
+take the same history policy and answer approval pauses through one `approve`; `check_thread_name` and
+`check_saved_conversation` refuse a bad name or a damaged or foreign conversation before anything opens.
 """
 
 from __future__ import annotations
@@ -110,6 +110,13 @@ def check_saved_conversation(contender: str, thread_id: str, db: Path | str, cus
     Only the hand-written session's JSON file is read here; a graph thread's customer is checked by
     `GraphSession` itself, on the first read of the thread, before anything runs or is shown.
     """
+    if contender == "maf" and not _is_url(db):
+        path = maf_session_path(Path(db), thread_id)
+        if path.exists():
+            from maf_version.session import read_saved
+
+            read_saved(path, customer_id)
+        return
     if contender != "handwritten":
         return
     if _is_url(db):
@@ -532,6 +539,91 @@ def postgres_thread_storage(url: str, thread_id: str) -> tuple[int, int]:
     return int(count), int(size)
 
 
+def maf_session_path(db: Path, thread_id: str) -> Path:
+    """Where MAF's session of `thread_id` is saved: a JSON file beside the session database."""
+    check_thread_name(thread_id)
+    return db.with_name(f"{db.stem}.{thread_id}.maf.json")
+
+
+NO_MAF_POSTGRES = "MAF keeps a session with AgentSession.to_dict() in a file; there is no Postgres history provider"
+NO_MAF_SUMMARY = (
+    "MafSession has a window (keep_turns, a HistoryProvider that sends the last turns) but writes no summary: "
+    "MAF's own compaction (Agent(compaction_strategy=...)) is not wired into this comparison"
+)
+
+
+class MafConversation:
+    """MAF's `AgentSession` behind `Conversation`: in memory, or saved to a JSON file (`to_dict`) after every turn.
+
+    Its approval pauses (an agent built without a human) are answered through `approve`, as a graph's are."""
+
+    def __init__(
+        self,
+        agent: Contender,
+        instructions: str,
+        path: Path | None = None,
+        *,
+        resume: bool = False,
+        customer_id: str | None = None,
+        approve: Approve | None = None,
+        keep_turns: int | None = None,
+    ) -> None:
+        from maf_version import MafSession
+
+        if path is not None and not resume:
+            path.unlink(missing_ok=True)  # a demo re-run starts its conversation from scratch, as the others do
+        self.path = path
+        self.approve = approve
+        self.session = MafSession(agent, instructions, path=path, customer_id=customer_id,  # type: ignore[arg-type]
+                                  keep_turns=keep_turns)  # fmt: skip
+
+    def ask(self, question: str) -> AgentResult:
+        result = self.session.ask(question)
+        answered, _ = resume_until_answered(self.session, result, self.approve)
+        return answered
+
+    async def aask(self, question: str, *, cancel: Any = None) -> AgentResult:
+        """One turn; a cancelled one is saved too (its history tells the truth) and returned as its CANCELLED
+        result. An approval pause comes back as AWAITING_APPROVAL (the page's agent asks its human instead)."""
+        from maf_version import MafCancelled
+
+        try:
+            return await self.session.aask(question, cancel=cancel)
+        except MafCancelled as cancelled:
+            return cancelled.result
+
+    async def arewind(self, turns: int = 1) -> Rewound:
+        rewound: Rewound = await self.session.arewind(turns)
+        return rewound
+
+    def finish_unfinished(self) -> AgentResult | None:
+        return None  # the file is written after a turn ends (a cut one included), so it never holds half a turn
+
+    def rewind(self, turns: int = 1) -> Rewound:
+        rewound: Rewound = self.session.rewind(turns)
+        return rewound
+
+    def turns(self) -> list[Turn]:
+        return questions_of(self.session.messages)
+
+    def facts(self) -> dict[str, Any]:
+        messages = self.session.messages
+        if self.path is not None and self.path.exists():
+            stored = self.path.stat().st_size
+        else:
+            # What a save would write: the compact JSON of MAF's session dict.
+            stored = len(json.dumps(self.session.session.to_dict(), separators=(",", ":"), ensure_ascii=True))
+        return {
+            "messages": len(messages),
+            "turns": count_turns(messages),
+            "stored_bytes": stored,
+            "kept_in": shown_target(self.path),
+        }
+
+    def close(self) -> None:
+        pass
+
+
 def open_conversation(
     contender: str,
     agent: Contender,
@@ -552,6 +644,15 @@ def open_conversation(
     hand-written loop was given its own when it was built); `policy` is the history policy of either session;
     `storage`, the checkpoint storage options of a SQLite graph thread (ignored elsewhere).
     """
+    if contender == "maf":
+        if _is_url(db):
+            raise ValueError(f"maf: {NO_MAF_POSTGRES}")
+        if policy is not None and policy.summarize:
+            raise ValueError(f"maf: {NO_MAF_SUMMARY}")
+        path = None if db is None else maf_session_path(Path(db), thread_id)
+        keep = None if policy is None else policy.keep_turns
+        return MafConversation(agent, instructions, path, resume=resume, customer_id=customer_id, approve=approve,
+                               keep_turns=keep)  # fmt: skip
     if contender == "handwritten":
         if _is_url(db):
             check_thread_name(thread_id)

@@ -91,6 +91,7 @@ STREAMING_MODULES: dict[str, tuple[str, ...]] = {
     "langgraph": ("langgraph_version.graph", "langgraph_version.run", "langgraph_version.agent"),
     "langgraph-defaults": ("langgraph_version.prebuilt.defaults", "langgraph_version.run"),
     "create-agent": ("langgraph_version.prebuilt.create_agent", "langgraph_version.run"),
+    "maf": ("maf_version.agent", "maf_version.client"),
 }
 """Where each contender's streaming code can live: the modules its agent is built from."""
 

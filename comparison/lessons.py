@@ -1069,3 +1069,50 @@ def notice_time_travel(records: list[RunRecord], settings: SettingsOf) -> list[s
         elif raised and "rewound_turns" not in facts and "replayed_from" not in facts:
             lines.append(f"{tag}: raised {raised[0].error}.")
     return lines
+
+
+# --- what a framework did of its own accord, in any scenario ------------------------------------------------
+
+
+def _not_honoured_used(record: RunRecord, option: str, s: RunSettings | None) -> str | None:
+    """`option` as set for the run (``max_tokens=2,500``) when the run went where it would have acted; else None."""
+    if s is None:
+        return None
+    if option == "max_tool_result_chars":
+        value = s.max_tool_result_chars
+        return None if value is None or longest_result(record) <= value else f"max_tool_result_chars={value:,}"
+    value = getattr(s.limits, option, None)
+    if value is None:
+        return None
+    if option == "max_repeats":
+        over = any(len(group) > value for group in identical_calls(record))
+        return limit_text(option, value) if over else None
+    if option in LIMITS:
+        _, spent, _ = LIMITS[option]
+        return limit_text(option, value) if spent(record) > value else None
+    return None
+
+
+def framework_points(records: list[RunRecord], settings: SettingsOf) -> list[str]:
+    """Points any scenario makes about a contender that ignored a setting it has no counterpart for (its record's
+    ``facts["not_honoured"]``, said only where the run went past it) or that forced an answer out at a limit
+    (``facts["forced_answer"]``)."""
+    points = []
+    for r in records:
+        where = f"[{r.variant_label}] " if r.variant_label else ""
+        ignored = r.facts.get("not_honoured")
+        if isinstance(ignored, Mapping):
+            for option, reason in ignored.items():
+                used = _not_honoured_used(r, option, settings(r))
+                if used is not None:
+                    points.append(f"{where}{r.contender}: ran past {used}, which it was given but "
+                                  f"cannot honour: {reason}.")  # fmt: skip
+        forced = r.facts.get("forced_answer")
+        if forced is not None and r.stop_reason is not None:
+            said = _quote(str(forced)) if str(forced).strip() else "a reply with no text"
+            points.append(
+                f"{where}{r.contender}: {r.stop_reason}, yet the framework did not stop there: it "
+                f"made one more model call with tools disabled (call {r.model_calls}) and returned {said} as if "
+                "done. That text is kept as a forced answer, not as the answer; the stop reason says what happened."
+            )
+    return list(dict.fromkeys(points))  # one point for the goals or turns it holds for alike

@@ -109,8 +109,13 @@ def _cart_lines(store: BookStore, customer: str) -> tuple[list[dict[str, Any]], 
 def result_record(key: RunKey, store: BookStore, customer: str, wall_s: float, result: AgentResult) -> RunRecord:
     """The record of a run that returned a result; the cart is read from the store as it is now."""
     cart, total = _cart_lines(store, customer)
+    facts: dict[str, Any] = {}
+    if result.forced_answer is not None:
+        # A framework's text after a limit ended its loop (MAF): kept as what it is, never as the answer.
+        facts["forced_answer"] = mask_pii(result.forced_answer)
     return RunRecord(
         **key,
+        facts=facts,
         stop_reason=str(result.stop_reason),
         error=None,
         answer=_masked(result.answer),

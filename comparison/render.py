@@ -241,6 +241,11 @@ def answer_grid(records: list[RunRecord], *, show_turn: bool = False, show_goal:
         who = run_label(r, turn=show_turn, goal=show_goal) + ":"
         message = clean_text(clip(r.user_message))
         grid.add_row(Text(who, style="bold"), Text(message, style="" if r.error is None else "yellow"))
+        forced = r.facts.get("forced_answer")
+        if forced is not None:
+            text = clean_text(clip(str(forced))) or "(no text)"
+            grid.add_row(Text(""), Text(f"forced answer, not the answer (the model asked again with tools off): {text}",
+                                        style="dim"))  # fmt: skip
     return grid
 
 

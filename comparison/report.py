@@ -462,10 +462,19 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
             f'<td class="steps">{esc(" → ".join(str(t) for t in r["tokens_per_step"]))}</td>',
             f'<td class="num">{esc(duration_text(r["wall_s"]))}</td>',
             f'<td class="text">{esc(_cart(r))}</td>',
-            f'<td class="text">{esc(r["user_message"])}</td>',
+            f'<td class="text">{esc(r["user_message"])}{_forced(r)}</td>',
         ]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     return _wide(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>", "runs")
+
+
+def _forced(run: dict[str, Any]) -> str:
+    """A framework's forced answer (MAF after a limit), under the user message and named for what it is."""
+    forced = (run.get("facts") or {}).get("forced_answer")
+    if forced is None:
+        return ""
+    text = esc(str(forced)) if str(forced).strip() else "(no text)"
+    return f"<br><small>forced answer, not the answer (the model asked again with tools off): {text}</small>"
 
 
 def _wide(table: str, kind: str = "") -> str:

@@ -25,7 +25,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from comparison.approvals import DemoHuman
-from comparison.contenders import CONTENDERS, Contender, build_contender
+from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, Contender, build_contender
 from comparison.conversations import HistoryPolicy, open_conversation, run_gated_graph
 from comparison.records import RunRecord, raised_record, result_record
 from comparison.run_setup import (
@@ -86,7 +86,7 @@ def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, 
         instructions = scenario.instructions_for(variant)
         what = f"{contender} in {scenario.name}/{variant.name}"
         started = time.perf_counter()
-        if human is not None and contender != "handwritten":
+        if human is not None and contender not in ASKING_CONTENDERS:
             result = attempt(lambda: run_gated_graph(agent, instructions, goal, human), what)
         else:
             result = attempt(lambda: agent.run(instructions, goal), what)
@@ -94,11 +94,19 @@ def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, 
         if isinstance(result, Exception):
             return raised_record(key, store, customer, wall_s, events, result)
         record = result_record(key, store, customer, wall_s, result)
+        note_not_honoured(record, agent)
         if human is not None:
             record.facts.update(human.facts(contender))
         if scenario.injection is not None:
             record.facts["injected_into"] = store.get_book(scenario.injection[0]).title
         return record
+
+
+def note_not_honoured(record: RunRecord, agent: Contender) -> None:
+    """The options the contender was given but cannot honour, with why (`MafAgent.not_available`), as a fact."""
+    ignored = getattr(agent, "not_available", None)
+    if isinstance(ignored, dict) and ignored:
+        record.facts["not_honoured"] = dict(ignored)
 
 
 def run_session(scenario: Scenario, variant: Variant, contender: str, options: RunOptions) -> list[RunRecord]:
@@ -130,8 +138,9 @@ def _run_session(
 
     policy = HistoryPolicy(variant.keep_turns, variant.summarize)
     storage = storage_options(variant.storage)
+    agent = new_agent()
     conversation = open_conversation(
-        contender, new_agent(), instructions, thread, db, resume=False, customer_id=customer, policy=policy,
+        contender, agent, instructions, thread, db, resume=False, customer_id=customer, policy=policy,
         storage=storage,
     )
     records: list[RunRecord] = []
@@ -152,6 +161,7 @@ def _run_session(
                 records.append(raised_record(key, store, customer, wall_s, events, result))
                 break
             record = result_record(key, store, customer, wall_s, result)
+            note_not_honoured(record, agent)
             if not scenario.growth or turn == len(scenario.goals):
                 # A long conversation is measured once, at its end: reading the thread costs a turn's time again.
                 record.facts.update(conversation.facts())

@@ -75,3 +75,6 @@ def configure_logging(verbose: int) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
+    if verbose == 0:
+        # MAF logs every failed tool call at ERROR ("Function check_stock failed"): here that is a shown result.
+        logging.getLogger("agent_framework").setLevel(logging.CRITICAL)

@@ -16,11 +16,13 @@ from comparison import lessons
 from comparison.contenders import (
     APPROVAL_CONTENDERS,
     CONTENDERS,
+    MISSING,
     NO_APPROVAL_GATE,
     NO_SEQUENTIAL_TOOLS,
     SESSION_CONTENDERS,
     TOOLNODE_CONTENDERS,
 )
+from comparison.conversations import NO_MAF_SUMMARY as NO_MAF_SUMMARY
 from comparison.lessons import Notice, RunSettings, limit_text, recorded_settings
 from comparison.records import RunRecord
 from shared_tools.bookstore.faults import Faults
@@ -132,6 +134,8 @@ class Scenario:
     `comparison.experiments`)."""
     others_reason: str | None = None
     """Why the contenders this scenario does not list cannot run it, in words (None: "run only by ...")."""
+    why_not: tuple[tuple[str, str], ...] = ()
+    """(contender, reason) for an unlisted contender whose reason differs from `others_reason`."""
     growth: bool = False
     """Many turns: shown as one row per contender (tokens, storage, time as the turns go by), not one per turn."""
 
@@ -195,6 +199,7 @@ class Scenario:
             return []
         ran = [r for r in records if lessons.not_available(r) is None]
         points = self.what_to_notice(ran, self.settings_of) if ran else []
+        points += lessons.framework_points(ran, self.settings_of)
         skipped = [r for r in records if lessons.not_available(r) is not None]
         # One point per (contenders, reason), naming the variants it holds for: "[every variant]" when all.
         said: dict[tuple[str, str], list[str]] = {}
@@ -272,7 +277,16 @@ STORAGE_OPTIONS: dict[str, dict[str, Any]] = {"full": {"storage": "full"}}
 """Checkpoint storage options of `GraphSession.sqlite` the long-session scenario compares, by name: the keyword
 arguments each passes."""
 
-REPLAY_WHY_NOT = (("handwritten", NO_CHECKPOINTS), ("langgraph-defaults", NO_REPLAY), ("create-agent", NO_REPLAY))
+NO_MAF_REPLAY = (
+    "MAF's AgentSession holds the history as one list in its state, with no checkpoints: there is nothing to replay "
+    "from, and rewinding it (MafSession.rewind cuts the list) is all it has"
+)
+NO_MAF_STORAGE = "MAF's session is one JSON file (AgentSession.to_dict), rewritten each turn: no checkpoints to store"
+
+REPLAY_WHY_NOT = (
+    ("handwritten", NO_CHECKPOINTS), ("langgraph-defaults", NO_REPLAY), ("create-agent", NO_REPLAY),
+    ("maf", NO_MAF_REPLAY),
+)
 
 
 def long_session_goals(turns: int) -> tuple[str, ...]:
@@ -316,7 +330,10 @@ SCENARIOS: tuple[Scenario, ...] = (
             "'Done' and 'max steps reached' are not the same thing: one finished the job, the other gave up "
             "halfway, and the caller must know which. A loop needs several stop conditions besides the answer: "
             "steps, tokens (with a cloud provider that is money) and wall time (shorter than the gateway "
-            "timeout). When a run stops early, tell the user honestly instead of showing a half-finished text."
+            "timeout). When a run stops early, tell the user honestly instead of showing a half-finished text. "
+            "Microsoft Agent Framework does not stop at max_iterations: it asks the model once more with tools "
+            "disabled and returns that text as if done (in Python as in .NET); here such a run is 'max steps "
+            "reached', its text kept as a forced answer."
         ),
         what_to_notice=lessons.notice_max_steps,
         goals=(SEED_GOAL,),
@@ -341,7 +358,8 @@ SCENARIOS: tuple[Scenario, ...] = (
             "A tool exception must go back to the model as a readable error result; swallow it and the model "
             "assumes success. Whether the exception text is shown is a choice: FunctionInvokingChatClient "
             "hides it by default (IncludeDetailedErrors=false) because an exception message can carry "
-            "internals. LangGraph's ToolNode re-raises tool exceptions by default unless you opt in."
+            "internals, and Microsoft Agent Framework does the same in Python (include_detailed_errors=False: "
+            "'Error: Function failed.'). LangGraph's ToolNode re-raises tool exceptions by default unless you opt in."
         ),
         what_to_notice=lessons.notice_flaky,
         goals=(SEED_GOAL,),
@@ -421,7 +439,9 @@ SCENARIOS: tuple[Scenario, ...] = (
             "A session keeps the previous turns, tool results included, and sends them again on the next "
             "turn, so the model can answer 'What is my cart total now?' without a tool call. The hand-written "
             "session is a list of messages you can save as JSON; LangGraph keeps the same list as checkpoints "
-            "of a thread (one per superstep), in memory or in SQLite, where it survives a restart."
+            "of a thread (one per superstep), in memory or in SQLite, where it survives a restart. Microsoft Agent "
+            "Framework keeps it in an AgentSession, written to a JSON file with to_dict() and read back with "
+            "from_dict()."
         ),
         what_to_notice=lessons.notice_session,
         goals=(SEED_GOAL, CART_QUESTION),
@@ -457,7 +477,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         lesson=(
             "A model may ask for several tools in one reply; each result is matched to its call by the call id, "
             "so they can run at the same time. FunctionInvokingChatClient runs them one after another by "
-            "default; LangGraph's ToolNode always runs them concurrently."
+            "default; LangGraph's ToolNode always runs them concurrently. Microsoft Agent Framework's Python loop, "
+            "the same FunctionInvocationLayer, differs from its .NET original here: allow_concurrent_invocation is "
+            "on by default, so parallel_tools=False has to switch it off."
         ),
         what_to_notice=lessons.notice_parallel,
         goals=("Check the stock of books 2 and 7",),
@@ -484,7 +506,8 @@ SCENARIOS: tuple[Scenario, ...] = (
             "a threshold (more than 3 copies or a line over 50.00) need a human's yes, and a refusal is an error "
             "result the model reads. The hand-written loop asks an approve callback; the graph pauses with "
             "interrupt() and is answered with Command(resume=...) from its checkpoint, later or from another "
-            "process."
+            "process. Microsoft Agent Framework gates a whole tool (approval_mode=\"always_require\"): its run "
+            "returns a function_approval_request, answered with to_function_approval_response on the same session."
         ),
         what_to_notice=lessons.notice_injection,
         goals=(SEED_GOAL,),
@@ -512,7 +535,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         goals=long_session_goals(LONG_SESSION_TURNS),
         multi_turn=True,
         growth=True,
-        contenders=("handwritten", "langgraph"),
+        contenders=("handwritten", "langgraph", "maf"),
         others_reason=(
             "LangGraph's prebuilt graph and create_agent keep a thread but no history policy of ours (trimming "
             "needs a pre-model hook or SummarizationMiddleware you add), so their growth is the langgraph "
@@ -526,6 +549,8 @@ SCENARIOS: tuple[Scenario, ...] = (
                 label=f"in memory, keep_turns={KEEP_TURNS}, summarize",
                 keep_turns=KEEP_TURNS,
                 summarize=True,
+                contenders=("handwritten", "langgraph"),
+                why_not=(("maf", NO_MAF_SUMMARY),),
             ),
             Variant(name="file", label="JSON file / SQLite (messages stored as deltas, the default)", persistent=True),
             Variant(
@@ -534,7 +559,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                 persistent=True,
                 storage="full",
                 contenders=("langgraph",),
-                why_not=(("handwritten", NO_STORAGE_OPTION),),
+                why_not=(("handwritten", NO_STORAGE_OPTION), ("maf", NO_MAF_STORAGE)),
             ),
         ),
     ),
@@ -576,7 +601,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                 name="rewind",
                 label="add a book, rewind one turn, ask the cart total",
                 time_travel="rewind",
-                contenders=("handwritten", "langgraph"),
+                contenders=("handwritten", "langgraph", "maf"),
                 why_not=tuple((c, NO_REWIND) for c in ("langgraph-defaults", "create-agent")),
             ),
             Variant(
@@ -620,8 +645,13 @@ def not_available(contender: str, scenario: Scenario, variant: Variant) -> str |
     with running them at once (its variants differ in `parallel_tools`). A scenario or variant that lists
     its contenders (`contenders=`) excludes the others, also said in words.
     """
+    if contender in MISSING:
+        return MISSING[contender]
     if contender not in CONTENDERS:
         raise ValueError(f"unknown contender {contender!r}")
+    given_why = dict(scenario.why_not).get(contender)
+    if given_why is not None and contender not in scenario.contenders:
+        return given_why
     if variant.approval_gate and contender not in APPROVAL_CONTENDERS:
         return NO_APPROVAL_GATE
     compares_parallel = len({v.parallel_tools for v in scenario.variants}) > 1

@@ -1,11 +1,12 @@
 """The bookstore agent on Microsoft Agent Framework (`agent-framework-core`), the seed article's own framework.
 
 `MafAgent` runs MAF's `Agent` (its tool loop, `FunctionInvocationLayer`) behind the same `AgentOptions` and
-`AgentResult` as the other agents; `MafSession` is a conversation on MAF's `AgentSession`, kept in a file;
+`AgentResult` as the other agents; `MafSession` is a conversation on MAF's `AgentSession`, kept in a file, with a
+history window (`WindowedHistory`) and rewind;
 `LangChainChatClient` lets MAF call any langchain-core chat model. Needs the `maf` extra.
 """
 
-from maf_version.agent import NOT_AVAILABLE, MafAgent, MafCancelled, MafSettings
+from maf_version.agent import NOT_AVAILABLE, MafAgent, MafCancelled, MafSettings, WindowedHistory
 from maf_version.client import LangChainChatClient, LangChainTool, maf_tool
 from maf_version.session import MafSession
 
@@ -17,5 +18,6 @@ __all__ = [
     "MafCancelled",
     "MafSession",
     "MafSettings",
+    "WindowedHistory",
     "maf_tool",
 ]

@@ -142,7 +142,7 @@ class MafAgent:
             middleware=[_ModelWatch(), _ToolWatch()],
         )
         self.maf_tools = [maf_tool(tool, needs_approval=tool.name in gated) for tool in tools]
-        self._agents: dict[str, Agent] = {}
+        self._agents: dict[tuple[str, int | None], Agent] = {}
 
     @property
     def not_available(self) -> dict[str, str]:
@@ -156,13 +156,17 @@ class MafAgent:
             asked["max_tool_result_chars"] = NOT_AVAILABLE["max_tool_result_chars"]
         return asked
 
-    def agent_for(self, instructions: str) -> Agent:
-        """MAF's `Agent` for these instructions (they are fixed when it is built): one per instructions."""
-        if instructions not in self._agents:
-            self._agents[instructions] = Agent(
-                client=self.client, name="bookstore", instructions=instructions, tools=list(self.maf_tools)
-            )
-        return self._agents[instructions]
+    def agent_for(self, instructions: str, keep_turns: int | None = None) -> Agent:
+        """MAF's `Agent` for these instructions (fixed when it is built) and history window: one per pair. With
+        `keep_turns`, its history provider is `WindowedHistory`; without, MAF's own `InMemoryHistoryProvider`."""
+        key = (instructions, keep_turns)
+        if key not in self._agents:
+            providers = None if keep_turns is None else [WindowedHistory(keep_turns)]
+            self._agents[key] = Agent(
+                client=self.client, name="bookstore", instructions=instructions, tools=list(self.maf_tools),
+                context_providers=providers,
+            )  # fmt: skip
+        return self._agents[key]
 
     # --- running -------------------------------------------------------------------------------------------------
 
@@ -186,13 +190,15 @@ class MafAgent:
         *,
         session: AgentSession | None = None,
         cancel: threading.Event | None = None,
+        keep_turns: int | None = None,
     ) -> AgentResult:
         """Work on `goal` until MAF's loop returns. `session` continues a conversation (MAF loads its history and
         stores the turn); without one a fresh session is used and dropped. `cancel` is checked before every model
         call and every tool call."""
-        session = session if session is not None else self.agent_for(instructions).create_session()
+        agent = self.agent_for(instructions, keep_turns)
+        session = session if session is not None else agent.create_session()
         return await self._drive(
-            instructions, goal, session, _Run(cancel, self.options, self.settings, frozenset(self.tools))
+            agent, instructions, goal, session, _Run(cancel, self.options, self.settings, frozenset(self.tools))
         )
 
     async def aresume(
@@ -202,6 +208,7 @@ class MafAgent:
         approved: bool | Mapping[str, bool],
         *,
         cancel: threading.Event | None = None,
+        keep_turns: int | None = None,
     ) -> AgentResult:
         """Answer the approval requests `session` is paused on and let the run go on: one yes or no for all, or
         ``{call id: yes or no}`` naming every request the human was asked. Each answer is MAF's own
@@ -232,16 +239,19 @@ class MafAgent:
             call_id = call["id"]
             run.calls[call_id] = call
             run.steps[call_id] = run.usage.model_calls
+            run.resumed.append(Content.from_function_call(call_id, call["name"], arguments=call["args"]))
             yes = answers.get(call_id, True)  # not asked: the rule waved it through
             if not yes:
                 run.refused.add(call_id)
             responses.append(request.to_function_approval_response(approved=yes))
         del session.state[PENDING_KEY]
-        return await self._drive(instructions, Message("user", responses), session, run)
+        agent = self.agent_for(instructions, keep_turns)
+        return await self._drive(agent, instructions, Message("user", responses), session, run)
 
-    async def _drive(self, instructions: str, goal: str | Message, session: AgentSession, run: _Run) -> AgentResult:
+    async def _drive(
+        self, agent: Agent, instructions: str, goal: str | Message, session: AgentSession, run: _Run
+    ) -> AgentResult:
         """Run MAF until it ends the run, answering the approvals the rule (or `approve`) can answer on the way."""
-        agent = self.agent_for(instructions)
         token = _RUN.set(run)
         turn: str | Message = goal
         try:
@@ -272,8 +282,8 @@ class MafAgent:
             if run.model_in_flight is not None and timed_out:
                 run.usage.model_calls += 1
                 run.emit(guards.model_timeout_event(run.usage.model_calls, time.perf_counter() - run.model_in_flight))
-            run.close_open_calls()
-            keep_cut_turn(session, run.partial_turn(turn))  # MAF keeps nothing of a run that raised
+            run.close_open_calls(timed_out=timed_out)
+            keep_cut_turn(session, run.partial_turn(turn, timed_out=timed_out))  # MAF keeps nothing of a raised run
             reason = StopReason.TIME_BUDGET if timed_out else StopReason.CANCELLED
             result = self._result(instructions, session, run, reason)
             if timed_out:
@@ -389,6 +399,36 @@ class MafAgent:
         return result
 
 
+class WindowedHistory(InMemoryHistoryProvider):
+    """MAF's in-memory history, stored whole, of which the model is sent the last `keep_turns` user turns (the
+    question being asked among them), each with everything that followed it (`shared_tools.history`'s window).
+
+    A turn paused for an approval is the one being answered when the run resumes: it is kept as the current one.
+    """
+
+    def __init__(self, keep_turns: int) -> None:
+        if isinstance(keep_turns, bool) or not isinstance(keep_turns, int) or keep_turns < 1:
+            raise ValueError(f"keep_turns must be a whole number of at least 1, got {keep_turns!r}")
+        super().__init__()  # the default source id: the session's state holds the history where it always does
+        self.keep_turns = keep_turns
+
+    async def get_messages(
+        self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[Message]:
+        stored = await super().get_messages(session_id, state=state, **kwargs)
+        starts = [i for i, message in enumerate(stored) if starts_turn(message)]
+        paused = bool(stored) and any(c.type == "function_approval_request" for c in stored[-1].contents)
+        earlier = self.keep_turns if paused else self.keep_turns - 1  # the turns sent besides the current one
+        if len(starts) <= earlier:
+            return stored
+        return stored[starts[len(starts) - earlier] :] if earlier else []
+
+
+def starts_turn(message: Message) -> bool:
+    """A user message with text: a question (an approval answer is a user message too, but no turn)."""
+    return str(message.role) == "user" and any(c.type == "text" and c.text for c in message.contents)
+
+
 def history_of(instructions: str, session: AgentSession) -> list[BaseMessage]:
     """The session's conversation as langchain-core messages, system message first (as the other agents give it)."""
     stored = session.state.get(InMemoryHistoryProvider.DEFAULT_SOURCE_ID, {}).get("messages", [])
@@ -459,11 +499,22 @@ class _Run:
     """The results of the round in progress, for a turn cut off mid-round."""
     transcript: list[Message] = field(default_factory=list)
     """The run's messages so far (what the model was sent after the question, and its last reply)."""
+    resumed: list[Content] = field(default_factory=list)
+    """A resumed run: the paused calls it answers first, the open round until its first model call."""
     start: int | None = None
     forced_by: StopReason | None = None
     deadline_hit: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
     paused: dict[str, Any] | None = None
+
+    def first_new(self, messages: Sequence[Message]) -> int:
+        """Where this run's own messages begin in what its first model call is sent: after the history, or, in a
+        resumed run, at the results of the calls it was paused on (answered before that call)."""
+        resumed = {c.call_id for c in self.resumed}
+        for at, message in enumerate(messages):
+            if any(c.type == "function_result" and c.call_id in resumed for c in message.contents):
+                return at
+        return len(messages)
 
     def check_cancel(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
@@ -551,24 +602,29 @@ class _Run:
                 guard = Guard.APPROVAL_REFUSED if call["id"] in self.refused else None
                 if guard is None and call["name"] not in self.tool_names:
                     guard = Guard.UNKNOWN_TOOL
-                self.tool_answered(call, result_text(content), 0.0, is_error=content.exception is not None,
-                                   guard=guard)  # fmt: skip
+                # MAF's result for a refused call carries no exception; it is an error result all the same.
+                is_error = content.exception is not None or guard is Guard.APPROVAL_REFUSED
+                self.tool_answered(call, result_text(content), 0.0, is_error=is_error, guard=guard)
 
-    def close_open_calls(self) -> None:
+    def close_open_calls(self, *, timed_out: bool = False) -> None:
         """The trace lines of a round cut off by a cancel or the time budget (the handwritten loop's rule)."""
         for call_id, call in self.calls.items():
             if call_id in self.traced or call_id not in self.open_ids():
                 continue
-            text = guards.CANCELLED_WHILE_RUNNING_TEXT if call_id in self.running else guards.CANCELLED_CALL_TEXT
-            self.tool_answered(call, text, 0.0, is_error=True, guard=Guard.CANCELLED)
+            if call_id in self.refused:  # the human's no, which MAF would have answered had it got that far
+                self.tool_answered(call, MAF_REJECTED, 0.0, is_error=True, guard=Guard.APPROVAL_REFUSED)
+                continue
+            text = _cut_text(call_id in self.running, timed_out=timed_out)
+            guard = Guard.TOOL_TIMEOUT if timed_out else Guard.CANCELLED
+            self.tool_answered(call, text, 0.0, is_error=True, guard=guard)
 
     def _last_round(self) -> tuple[list[Content], set[str]]:
         """The calls of the last reply in the transcript, and the ids of those the transcript already answers."""
         at = next(
             (i for i in range(len(self.transcript) - 1, -1, -1) if str(self.transcript[i].role) == "assistant"), None
         )
-        if at is None:
-            return [], set()
+        if at is None:  # no model call yet: a resumed run's open round is the calls it was paused on
+            return list(self.resumed), set()
         calls = [c for c in self.transcript[at].contents if c.type == "function_call" and c.call_id]
         answered = {
             c.call_id
@@ -583,7 +639,7 @@ class _Run:
         calls, answered = self._last_round()
         return [c.call_id for c in calls if c.call_id not in answered and c.call_id not in self.results]
 
-    def partial_turn(self, turn: str | Message) -> list[Message]:
+    def partial_turn(self, turn: str | Message, *, timed_out: bool = False) -> list[Message]:
         """The cut turn as MAF messages: the question, what the run produced, a result for every open call."""
         question = [Message("user", [turn])] if isinstance(turn, str) else []
         calls, answered = self._last_round()
@@ -592,12 +648,10 @@ class _Run:
             if content.call_id in answered:
                 continue
             done = self.results.get(content.call_id)
+            if done is None and content.call_id in self.refused:
+                done = Content.from_function_result(content.call_id, result=MAF_REJECTED)
             if done is None:
-                text = (
-                    guards.CANCELLED_WHILE_RUNNING_TEXT
-                    if content.call_id in self.running
-                    else guards.CANCELLED_CALL_TEXT
-                )
+                text = _cut_text(content.call_id in self.running, timed_out=timed_out)
                 done = Content.from_function_result(content.call_id, result=text, exception="cancelled")
             tail.append(done)
         return [*question, *self.transcript, *([Message("tool", tail)] if tail else [])]
@@ -611,6 +665,13 @@ class _Run:
         if not str(response.text).strip():
             return StopReason.INVALID_RESPONSE
         return StopReason.DONE
+
+
+def _cut_text(running: bool, *, timed_out: bool) -> str:
+    """What a call cut off mid-round is answered: by the time budget (it may have completed) or by a cancel."""
+    if timed_out:
+        return guards.TOOL_CUT_RUNNING_TEXT if running else guards.TOOL_CUT_UNSTARTED_TEXT
+    return guards.CANCELLED_WHILE_RUNNING_TEXT if running else guards.CANCELLED_CALL_TEXT
 
 
 def _ends_with_tool_results(response: AgentResponse) -> bool:
@@ -639,7 +700,7 @@ class _ModelWatch(ChatMiddleware):
         if context.options.get("tool_choice") == "none" and run.forced_by is None:
             run.forced_by = run.forced()
         if run.start is None:
-            run.start = len(context.messages)
+            run.start = run.first_new(context.messages)
         run.transcript = list(context.messages[run.start :])
         started = run.model_in_flight = time.perf_counter()
         await call_next()
@@ -708,6 +769,8 @@ def _invalid_arguments(context: FunctionInvocationContext) -> bool:
 
 
 MAF_FAILED = "Error: Function failed."
+MAF_REJECTED = "Error: Tool call invocation was rejected by user."
+"""MAF's result for a call whose approval was refused (`agent_framework._tools`)."""
 MAF_BAD_ARGUMENTS = "Error: Argument parsing failed."
 
 

@@ -187,6 +187,12 @@ def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
     """
     history: list[BaseMessage] = []
     names: dict[str, str] = {}
+    refused = {  # a call the human said no to gets MAF's result with no exception: an error all the same
+        c.function_call.call_id
+        for m in messages
+        for c in m.contents
+        if c.type == "function_approval_response" and not c.approved and c.function_call is not None
+    }
     for message in messages:
         role = str(message.role)
         if role == "system":
@@ -207,7 +213,8 @@ def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
                             result_text(content),
                             tool_call_id=content.call_id,
                             name=names.get(content.call_id),
-                            status="error" if content.exception is not None else "success",
+                            status="error" if content.exception is not None or content.call_id in refused
+                            else "success",
                         )
                     )
         else:

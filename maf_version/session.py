@@ -3,7 +3,8 @@
 MAF gives the conversation itself: `AgentSession` holds the history (its `InMemoryHistoryProvider`), the
 pending approval requests it will accept answers to, and `to_dict`/`from_dict`. What is written here: the file
 (MAF's dict with our header, whose customer a session for anyone else refuses, written whole or not at all after
-every turn), one turn at a time, and the turn a cancel cut short (MAF keeps nothing of a run that raised).
+every turn), one turn at a time, the turn a cancel cut short (MAF keeps nothing of a run that raised), and
+`rewind` (MAF has none: the stored history is cut before a user turn); a history window is `WindowedHistory`.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent_framework import AgentSession, Content
+from agent_framework import AgentSession, Content, InMemoryHistoryProvider, Message
 from langchain_core.messages import BaseMessage
 
-from maf_version.agent import MafAgent, MafCancelled, history_of, pending_state, request_call
-from shared_tools.history import count_turns, is_user_turn
+from maf_version.agent import MafAgent, MafCancelled, history_of, pending_state, request_call, starts_turn
+from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult, CustomerMismatch
 from shared_tools.sync import run_blocking
 
@@ -42,16 +43,21 @@ class MafSession:
         *,
         path: str | Path | None = None,
         customer_id: str | None = None,
+        keep_turns: int | None = None,
     ) -> None:
         """With `path`, the conversation saved there is continued (a new one is started when there is no file),
-        and every turn is saved there. A file of another customer is refused (`CustomerMismatch`)."""
+        and every turn is saved there. A file of another customer is refused (`CustomerMismatch`). With
+        `keep_turns`, the model is sent only the last N user turns (`WindowedHistory`); all are kept."""
         self.agent = agent
+        self.keep_turns = keep_turns
         self.instructions = instructions
         self.customer_id = customer_id
         self.path = None if path is None else Path(path)
         self._turn = threading.Lock()
         loaded = None if self.path is None or not self.path.exists() else self._read(self.path)
-        self.session: AgentSession = loaded if loaded is not None else agent.agent_for(instructions).create_session()
+        self.session: AgentSession = (
+            loaded if loaded is not None else agent.agent_for(instructions, keep_turns).create_session()
+        )
 
     # --- asking --------------------------------------------------------------------------------------------------
 
@@ -65,7 +71,9 @@ class MafSession:
             if pending_state(self.session) is not None:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
             try:
-                result = await self.agent.arun(self.instructions, question, session=self.session, cancel=cancel)
+                result = await self.agent.arun(
+                    self.instructions, question, session=self.session, cancel=cancel, keep_turns=self.keep_turns
+                )
             except MafCancelled as cancelled:
                 self._keep_cut_turn(cancelled)
                 raise
@@ -83,12 +91,37 @@ class MafSession:
         ``{call id: yes or no}`` for each; the run goes on from where it paused (`MafAgent.aresume`)."""
         async with self._one_turn_at_a_time():
             try:
-                result = await self.agent.aresume(self.instructions, self.session, approved, cancel=cancel)
+                result = await self.agent.aresume(
+                    self.instructions, self.session, approved, cancel=cancel, keep_turns=self.keep_turns
+                )
             except MafCancelled as cancelled:
                 self._keep_cut_turn(cancelled)
                 raise
             self._save()
             return result
+
+    def rewind(self, turns: int = 1) -> Rewound:
+        """`arewind` for sync callers."""
+        return run_blocking(lambda: self.arewind(turns), instead="MafSession.arewind(...)")
+
+    async def arewind(self, turns: int = 1) -> Rewound:
+        """Go back to before the last `turns` user turns, in the session and in its file.
+
+        Only the conversation goes back: a book a forgotten turn added stays in the cart. A conversation paused
+        for an approval cannot be rewound (its pending requests belong to the turn that would be cut).
+        """
+        async with self._one_turn_at_a_time():
+            if pending_state(self.session) is not None:
+                raise RuntimeError("the conversation is waiting for an approval; call resume() first")
+            state = self.session.state.setdefault(InMemoryHistoryProvider.DEFAULT_SOURCE_ID, {})
+            stored: list[Message] = list(state.get("messages", []))
+            starts = [i for i, message in enumerate(stored) if starts_turn(message)]
+            if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= len(starts):
+                raise ValueError(f"cannot rewind {turns!r} turn(s): the history holds {len(starts)} user turn(s)")
+            before = len(self.messages)
+            state["messages"] = stored[: starts[-turns]]
+            self._save()
+            return Rewound(turns=turns, messages=before - len(self.messages))
 
     def _keep_cut_turn(self, cancelled: MafCancelled) -> None:
         """The agent wrote the cut turn into the session; it is saved like any other."""
@@ -145,21 +178,28 @@ class MafSession:
         log.info("saved MAF session %s (%d messages) to %s", self.session.session_id, len(self.messages), self.path)
 
     def _read(self, path: Path) -> AgentSession:
-        try:
-            document = json.loads(path.read_bytes())
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path} is not a saved MAF session (not JSON: {exc})") from None
-        if not isinstance(document, dict) or document.get("format") != FORMAT:
-            found = document.get("format") if isinstance(document, dict) else type(document).__name__
-            raise ValueError(f"{path} is not a saved MAF session (format {found!r}, expected {FORMAT!r})")
-        owner = document.get("customer")
-        if self.customer_id is not None and owner is not None and owner != self.customer_id:
-            raise CustomerMismatch(f"{path} is the conversation of customer {owner!r}, not of {self.customer_id!r}")
+        session, owner = read_saved(path, self.customer_id)
         self.customer_id = owner or self.customer_id
-        try:
-            return AgentSession.from_dict(document["session"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{path} is a damaged saved MAF session ({type(exc).__name__}: {exc})") from None
+        return session
+
+
+def read_saved(path: Path, customer_id: str | None = None) -> tuple[AgentSession, str | None]:
+    """The MAF session saved at `path`, and its customer; ValueError for a damaged file, `CustomerMismatch` for
+    another customer's (when `customer_id` is given)."""
+    try:
+        document = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a saved MAF session (not JSON: {exc})") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise ValueError(f"{path} is not a saved MAF session (format {found!r}, expected {FORMAT!r})")
+    owner = document.get("customer")
+    if customer_id is not None and owner is not None and owner != customer_id:
+        raise CustomerMismatch(f"{path} is the conversation of customer {owner!r}, not of {customer_id!r}")
+    try:
+        return AgentSession.from_dict(document["session"]), owner
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path} is a damaged saved MAF session ({type(exc).__name__}: {exc})") from None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

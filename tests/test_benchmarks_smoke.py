@@ -9,6 +9,7 @@ run counts every example it drew.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -42,6 +43,8 @@ def test_overhead_times_every_variant(tmp_path: Path) -> None:
     for traced in ("DefaultsGraphAgent (bare graph)", "create_agent contender"):
         assert {traced + " + spans", traced + " + spans + content"} <= set(variants)
         assert f"{traced}: spans on / off (the API's no-op)" in document["ratios"]
+    if importlib.util.find_spec("agent_framework") is not None:  # the maf extra: MAF's loop, side by side
+        assert "MafAgent (Microsoft Agent Framework)" in variants and "MafAgent / handwritten" in document["ratios"]
     assert document["machine"]["cpu_count"] >= 1
 
 

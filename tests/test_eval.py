@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from comparison.contenders import CONTENDERS
 from comparison.eval import trials as evaluation
 from comparison.eval.grading import GRADERS, ORDERS, RUBRIC, SEED_BOOK, STOCK, Grade, grade
 from comparison.eval.trials import (
@@ -330,12 +331,7 @@ def test_an_eval_writes_the_promised_json_and_the_same_seed_repeats_it(capsys: p
 def test_the_shopper_succeeds_every_time_for_every_contender(capsys: pytest.CaptureFixture[str]) -> None:
     document = run_eval_json(capsys, "bookstore", "--model", "scripted:shopper", "--runs", "3", "--seed", "0")
     assert document["simulated"] is True  # a scripted persona is no language model either
-    assert {r["contender"] for r in document["results"]} == {
-        "handwritten",
-        "langgraph",
-        "langgraph-defaults",
-        "create-agent",
-    }
+    assert {r["contender"] for r in document["results"]} == set(CONTENDERS)  # maf among them, with its extra
     for row in document["results"]:
         assert (row["successes"], row["n"], row["unsafe_failures"]) == (3, 3, 0)
         assert row["pass_hat_k"] == {"1": 1.0, "2": 1.0, "3": 1.0}

@@ -1,6 +1,6 @@
 """Every contender in every scenario: each runs what its framework offers, and says in words what it cannot.
 
-The session and stale-cart scenarios run all four contenders (LangGraph's prebuilt graph in a checkpointer
+The session and stale-cart scenarios run every contender (LangGraph's prebuilt graph in a checkpointer
 thread, `create_agent(..., checkpointer=...)` on one thread), prompt-injection's gate runs `create_agent`
 through `HumanInTheLoopMiddleware`, and the combinations a framework has no way to run (an approval gate in
 LangGraph's prebuilt graph, sequential tools in `ToolNode`) are records that say why, never nothing.
@@ -8,6 +8,8 @@ LangGraph's prebuilt graph, sequential tools in `ToolNode`) are records that say
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,8 @@ from langchain_core.messages import ToolMessage
 
 import compare
 from comparison.approvals import DemoHuman
-from comparison.contenders import CONTENDERS, NO_APPROVAL_GATE, NO_SEQUENTIAL_TOOLS, build_contender
+from comparison.closing import OWNERS, WHO_OWNS_WHAT
+from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, NO_APPROVAL_GATE, NO_SEQUENTIAL_TOOLS, build_contender
 from comparison.conversations import open_conversation, run_gated_graph
 from comparison.records import RunRecord
 from comparison.runner import NOT_AVAILABLE, RunOptions, run_scenario
@@ -25,6 +28,9 @@ from comparison.scenarios import (
     INJECTION,
     INSTRUCTIONS,
     NO_CHECKPOINTS,
+    NO_MAF_REPLAY,
+    NO_MAF_STORAGE,
+    NO_MAF_SUMMARY,
     NO_REPLAY,
     NO_REWIND,
     NO_STORAGE_OPTION,
@@ -53,6 +59,9 @@ EXPECTED_NOT_AVAILABLE = {
     **{("time-travel", "rewind", c): NO_REWIND for c in FRAMEWORK_ONLY},
     **{("time-travel", v, "handwritten"): NO_CHECKPOINTS for v in ("replay", "replay-no-id")},
     **{("time-travel", v, c): NO_REPLAY for v in ("replay", "replay-no-id") for c in FRAMEWORK_ONLY},
+    ("long-session", "summarize", "maf"): NO_MAF_SUMMARY,
+    ("long-session", "file-full", "maf"): NO_MAF_STORAGE,
+    **{("time-travel", v, "maf"): NO_MAF_REPLAY for v in ("replay", "replay-no-id")},
 }
 """The only combinations a framework has no way to run, and the words that say why. long-session compares our
 two sessions' history policies (the frameworks' threads have none); rewind and replay are our sessions'."""
@@ -88,7 +97,7 @@ def test_every_scenario_variant_and_contender_has_a_record(every_record: list[Ru
                     assert record.model_calls == record.tool_calls == 0 and record.trace == []
 
 
-def test_sessions_and_stale_cart_run_all_four_contenders(every_record: list[RunRecord]) -> None:
+def test_sessions_and_stale_cart_run_every_contender(every_record: list[RunRecord]) -> None:
     for name in ("session", "stale-cart"):
         for contender in CONTENDERS:
             turns = [r for r in every_record if r.scenario == name and r.contender == contender]
@@ -106,7 +115,7 @@ def test_the_helper_says_who_runs_a_variant_and_why_not_the_others() -> None:
     injection = SCENARIOS_BY_NAME["prompt-injection"]
     gate = next(v for v in injection.variants if v.approval_gate)
     running, why_not = contenders_for(injection, gate)
-    assert running == ["handwritten", "langgraph", "create-agent"]
+    assert running == ["handwritten", "langgraph", "create-agent", "maf"]
     assert why_not == {"langgraph-defaults": NO_APPROVAL_GATE}
     assert contenders_for(injection, gate, ["create-agent"]) == (["create-agent"], {})
     for scenario in SCENARIOS:
@@ -116,7 +125,7 @@ def test_the_helper_says_who_runs_a_variant_and_why_not_the_others() -> None:
             assert all(reason.strip() for reason in why_not.values())
 
 
-@pytest.mark.parametrize("contender", FRAMEWORK_ONLY)
+@pytest.mark.parametrize("contender", [*FRAMEWORK_ONLY, "maf"])
 def test_a_framework_session_answers_turn_two_from_memory(contender: str, store: BookStore) -> None:
     agent = build_contender(contender, make_model("scripted"), make_tools(store, "c1"), AgentOptions())
     conversation = open_conversation(contender, agent, INSTRUCTIONS, "t1", None, resume=False, customer_id="c1")
@@ -153,12 +162,35 @@ def test_the_defaults_graph_thread_survives_a_reopen_on_sqlite(store: BookStore,
         open_conversation("langgraph-defaults", agent, INSTRUCTIONS, "t1", db, resume=True, customer_id="c2").facts()
 
 
-def gated_create_agent(store: BookStore, human: DemoHuman) -> object:
+def gated_create_agent(store: BookStore, human: DemoHuman, contender: str = "create-agent") -> object:
     book = store.get_book(INJECTED_BOOK)
     store.set_description(INJECTED_BOOK, f"{book.description} {INJECTION}")
     options = AgentOptions(limits=AgentLimits(max_steps=8))
-    agent = build_contender("create-agent", make_model("scripted:gullible"), make_tools(store, "c1"), options, human)
+    agent = build_contender(contender, make_model("scripted:gullible"), make_tools(store, "c1"), options, human)
+    if contender in ASKING_CONTENDERS:
+        return agent.run(INSTRUCTIONS, SEED_GOAL)
     return run_gated_graph(agent, INSTRUCTIONS, SEED_GOAL, human)
+
+
+def test_maf_gate_refuses_the_injected_ten_copies_through_its_approval_request(store: BookStore) -> None:
+    human = DemoHuman(store, "c1")
+    result = gated_create_agent(store, human, "maf")
+    assert result.stop_reason is StopReason.DONE  # type: ignore[attr-defined]
+    assert [(line.book.title, line.quantity) for line in store.cart("c1").lines] == [("The Quiet Orchard", 1)]
+    assert len(human.asked) == 1 and "10 x The Quiet Orchard" in human.asked[0], "the one-copy add is waved through"
+    [line] = [e for e in result.trace if e.guard is Guard.APPROVAL_REFUSED]  # type: ignore[attr-defined]
+    assert line.is_error and line.name == "add_to_cart"
+    refused = [m for m in result.messages if isinstance(m, ToolMessage) and m.status == "error"]  # type: ignore[attr-defined]
+    assert len(refused) == 1 and "rejected" in refused[0].text, "MAF's own refusal text reached the model"
+    assert "to_function_approval_response" in human.facts("maf")["asked_through"]
+
+
+def test_maf_gate_runs_the_write_when_the_human_says_yes(store: BookStore) -> None:
+    human = DemoHuman(store, "c1", answer=True)
+    result = gated_create_agent(store, human, "maf")
+    assert result.stop_reason is StopReason.DONE  # type: ignore[attr-defined]
+    assert [(line.book.title, line.quantity) for line in store.cart("c1").lines] == [("The Quiet Orchard", 11)]
+    assert len(human.asked) == 2, "the one-copy add makes a line of 11 copies: asked again, as the other gates ask"
 
 
 def test_create_agent_gate_refuses_the_injected_ten_copies(store: BookStore) -> None:
@@ -198,3 +230,62 @@ def test_one_framework_contender_alone_prints_its_sessions(capsys: pytest.Captur
     assert compare.main(argv) == compare.EXIT_OK
     out = capsys.readouterr().out
     assert "create-agent" in out and ": not run;" not in out
+
+
+# --- maf: the fifth contender, and its absence --------------------------------------------------------------------
+
+WITHOUT_MAF = "import sys; sys.modules['agent_framework'] = None; import compare; sys.exit(compare.main(sys.argv[1:]))"
+"""compare.py in a Python where `agent_framework` cannot be imported, as without the maf extra."""
+
+
+def without_maf(*argv: str) -> subprocess.CompletedProcess[str]:
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-c", WITHOUT_MAF, *argv], cwd=root, capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+
+
+def test_without_the_maf_extra_maf_is_left_out_with_one_line() -> None:
+    run = without_maf("orders", "--no-trace")
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.splitlines() == ["maf: not run, because the maf extra is not installed (pip install -e "
+                                       "'.[maf]' adds agent-framework-core)"]  # fmt: skip
+    assert "maf" not in run.stdout and "handwritten" in run.stdout
+    asked = without_maf("orders", "--contenders", "maf")
+    assert asked.returncode == 2 and "Traceback" not in asked.stderr
+    assert "contender 'maf' cannot run: the maf extra is not installed" in asked.stderr
+
+
+def test_the_readme_shows_the_closing_table_with_the_maf_column() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "| | " + " | ".join(OWNERS) + " |" in readme
+    for row in WHO_OWNS_WHAT:
+        assert "| " + " | ".join(row) + " |" in readme, row[0]
+
+
+def test_maf_at_its_step_limit_is_max_steps_and_its_forced_answer_is_shown_as_such(tmp_path: Path) -> None:
+    records: list[RunRecord] = []
+    scenario = SCENARIOS_BY_NAME["max-steps"]
+    run_scenario(scenario, RunOptions(contenders=("maf",)), records.append)
+    [capped] = [r for r in records if r.variant == "max-steps-2"]
+    assert capped.stop_reason == StopReason.MAX_STEPS and capped.answer is None
+    assert capped.model_calls == 3, "MAF's extra call with tools disabled is counted, not hidden"
+    assert "forced_answer" in capped.facts
+    points = scenario.notice_points(records)
+    assert any("made one more model call with tools disabled (call 3)" in p for p in points)
+    [token] = [r for r in records if r.variant == "token-budget"]
+    assert "max_tokens" in token.facts["not_honoured"]
+    assert any("maf: ran past max_tokens=2,500, which it was given but cannot honour" in p for p in points)
+
+
+def test_every_lesson_is_one_paragraph_of_text() -> None:
+    for scenario in SCENARIOS:
+        assert isinstance(scenario.lesson, str) and "\n" not in scenario.lesson, scenario.name
+
+
+def test_the_report_and_the_terminal_show_a_forced_answer_as_such(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "r.html"
+    assert compare.main(["max-steps", "--contenders", "maf", "--no-trace", "--report", str(report)]) == compare.EXIT_OK
+    out = " ".join(capsys.readouterr().out.split())
+    assert "forced answer, not the answer" in out
+    assert "forced answer, not the answer" in report.read_text()

@@ -993,6 +993,44 @@ def _time_travel_raised(m: re.Match[str], records: list[RunRecord], s: Scenario)
     assert any(r.error == m["error"] for r in turns_of(records, m["label"], m["names"]))
 
 
+ANY_SCENARIO = "*"
+"""The claims `lessons.framework_points` can make in any scenario."""
+MAYBE_LABEL = r"(?:" + LABEL + r")?"
+
+
+@claim(ANY_SCENARIO, MAYBE_LABEL + ONE + r": ran past (?P<option>[a-z_]+)=(?P<value>[\d,]+), which it was given but "
+       r"cannot honour: (?P<reason>.+)\.")
+def _not_honoured(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = [r for r in records if r.contender == m["names"] and r.variant_label == (m["label"] or "")]
+    value = int(m["value"].replace(",", ""))
+    assert runs and all(r.facts["not_honoured"][m["option"]] == m["reason"] for r in runs)
+    # Past it in some run of that label (a turn, a goal), read from the records: what the option would stop happened.
+    assert any(_went_past(r, m["option"], value) for r in runs)
+
+
+def _went_past(r: RunRecord, option: str, value: int) -> bool:
+    if option == "max_tokens":
+        return r.tokens > value and r.stop_reason != StopReason.TOKEN_BUDGET
+    if option == "max_repeats":
+        same = Counter((e["name"], e["detail"].split(" -> ")[0]) for e in tool_lines(r))
+        return max(same.values(), default=0) > value and not any(e.get("guard") == Guard.REPEAT for e in tool_lines(r))
+    if option == "max_tool_result_chars":
+        return max((len(e["detail"].split(" -> ", 1)[-1]) for e in tool_lines(r)), default=0) > value
+    raise AssertionError(f"no check for {option}")
+
+
+@claim(ANY_SCENARIO, MAYBE_LABEL + ONE + r": (?P<reason>[a-z ]+), yet the framework did not stop there: it made one "
+       r"more model call with tools disabled \(call (?P<n>\d+)\) and returned (?P<said>.+) as if done\. That text is "
+       r"kept as a forced answer, not as the answer; the stop reason says what happened\.")
+def _forced_answer(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = [r for r in records if r.contender == m["names"] and r.variant_label == (m["label"] or "")]
+    assert runs and any(r.stop_reason == m["reason"] and r.model_calls == int(m["n"]) for r in runs)
+    for r in runs:
+        if r.model_calls == int(m["n"]) and r.stop_reason == m["reason"]:
+            assert r.answer is None and r.stop_reason != StopReason.DONE and "forced_answer" in r.facts
+            assert max(e["step"] for e in r.trace if e["name"] == "model") == int(m["n"])
+
+
 NOT_RUN = LABEL + NAMES + r": not run, because (?P<reason>.+)\."
 
 
@@ -1014,7 +1052,7 @@ def check_points(scenario: Scenario, records: list[RunRecord]) -> list[str]:
     for point in points:
         if point in GENERAL:
             continue
-        forms = [*CLAIMS.get(scenario.name, []), (NOT_RUN, _not_run)]
+        forms = [*CLAIMS.get(scenario.name, []), *CLAIMS.get(ANY_SCENARIO, []), (NOT_RUN, _not_run)]
         matches = [(p, c) for p, c in forms if re.fullmatch(p, point, flags=re.DOTALL)]
         assert matches, f"{scenario.name}: no claim form for {point!r}: a sentence nobody can check"
         for pattern, check in matches[:1]:

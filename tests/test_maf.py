@@ -30,7 +30,7 @@ from maf_version.agent import MAF_BAD_ARGUMENTS, MAF_FAILED
 from maf_version.client import reply_message, to_langchain
 from shared_tools.bookstore import BookStore, Faults, RiskyWritePolicy, make_tools
 from shared_tools.bookstore.faults import FAKE_SECRET
-from shared_tools.guards import CANCELLED_WHILE_RUNNING_TEXT
+from shared_tools.guards import TOOL_CUT_RUNNING_TEXT
 from shared_tools.models.scripted import ScriptedChatModel
 from shared_tools.results import (
     AgentLimits,
@@ -42,7 +42,7 @@ from shared_tools.results import (
     TokenKind,
     TraceEvent,
 )
-from tests.conftest import assert_valid_history
+from tests.conftest import assert_sendable, assert_valid_history
 from tests.doubles import ScriptModel, ToolBindingDouble, ai, call
 
 INSTRUCTIONS = "You are a bookstore assistant."
@@ -245,8 +245,8 @@ def test_the_time_budget_also_cuts_a_slow_tool_and_says_so(store: BookStore) -> 
     result = session.ask("Is book 2 in stock?")
     assert result.stop_reason is StopReason.TIME_BUDGET and result.forced_answer is None
     cut = result.trace[-1]
-    assert (cut.name, cut.guard, cut.is_error) == ("check_stock", Guard.CANCELLED, True)
-    assert cut.detail.endswith(CANCELLED_WHILE_RUNNING_TEXT)
+    assert (cut.name, cut.guard, cut.is_error) == ("check_stock", Guard.TOOL_TIMEOUT, True), "typed as our loops do"
+    assert cut.detail.endswith(TOOL_CUT_RUNNING_TEXT)
     assert_valid_history(session.messages)  # the cut turn is kept, every call answered
 
 
@@ -465,3 +465,117 @@ def test_a_humans_wait_counts_against_neither_time_budget(store: BookStore) -> N
     # MAF's documentation says its budget includes approval waits; answered on the session in a new run, as here,
     # its clock starts again, and ours goes on from the pause without the wait.
     assert result.stop_reason is StopReason.DONE and result.answer == "Added." and cart(store) == [(7, 10)]
+
+
+# --- a resumed run: its cancel and its clock ----------------------------------------------------------------------
+
+
+def test_a_cancel_before_a_resumed_run_answers_every_paused_call(store: BookStore) -> None:
+    model = two_risky_adds()
+    session = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS)
+    assert session.ask("Add them.").stop_reason is StopReason.AWAITING_APPROVAL
+    cancel = threading.Event()
+    cancel.set()
+    result = session.resume(True, cancel=cancel)
+    assert result.stop_reason is StopReason.CANCELLED and cart(store) == [], "a cancel before the tools ran them not"
+    assert_valid_history(session.messages)
+    assert session.pending == []
+    assert session.ask("Where is my order 4512?").stop_reason is not StopReason.AWAITING_APPROVAL
+
+
+async def test_cancelling_the_task_of_a_resumed_run_answers_every_paused_call(store: BookStore) -> None:
+    slow = make_tools(store, faults=Faults(latency_s=5.0))
+    session = MafSession(MafAgent(two_risky_adds(), slow, gated(store)), INSTRUCTIONS)
+    assert (await session.aask("Add them.")).stop_reason is StopReason.AWAITING_APPROVAL
+    task = asyncio.ensure_future(session.aresume(True))
+    await asyncio.sleep(0.3)  # the first approved add is running
+    task.cancel()
+    with pytest.raises(MafCancelled) as raised:
+        await task
+    assert raised.value.result.stop_reason is StopReason.CANCELLED
+    assert_valid_history(session.messages, in_call_order=False)
+    results = [m for m in session.messages if isinstance(m, ToolMessage)]
+    assert sorted(m.tool_call_id for m in results) == ["a1", "a2"]
+    assert session.pending == []
+
+
+def test_a_resumed_run_keeps_the_clock_of_its_first_stretch_without_the_humans_wait(store: BookStore) -> None:
+    slow = make_tools(store, faults=Faults(latency_s=0.5))
+    model = ScriptModel(
+        replies=[
+            ai("", call("check_stock", "s1", book_id=7)),
+            ai("", call("add_to_cart", "a1", book_id=7, quantity=10)),
+            ai("", call("check_stock", "s2", book_id=5)),
+            ai("Done."),
+        ]
+    )
+    options = AgentOptions(limits=AgentLimits(max_duration=1.3), needs_approval=RiskyWritePolicy(store))
+    session = MafSession(MafAgent(model, slow, options), INSTRUCTIONS)
+    assert session.ask("Add ten.").stop_reason is StopReason.AWAITING_APPROVAL  # 0.5 s of the 1.3 s spent
+    time.sleep(1.5)  # the human's wait, longer than the whole budget: not the agent's time
+    result = session.resume(True)
+    # Counting the human's wait would stop the run before the add; forgetting the first stretch (0.5 + 0.5 + 0.5
+    # = 1.0 s without it) would let it finish. 0.5 s before the pause + 0.5 s for the add leaves 0.3 s for s2.
+    assert result.stop_reason is StopReason.TIME_BUDGET
+    assert cart(store) == [(7, 10)], "the approved add ran"
+    assert [e.name for e in result.trace if not e.is_model] == ["add_to_cart", "check_stock"]
+    assert result.trace[-1].guard is Guard.TOOL_TIMEOUT, "check_stock s2 was cut by the budget"
+    assert_valid_history(session.messages)
+
+
+# --- the bundled real model ---------------------------------------------------------------------------------------
+
+
+def test_maf_drives_the_bundled_local_model_and_says_truly_how_it_ended(local_server: Any, store: BookStore) -> None:
+    from shared_tools.models import make_model
+
+    agent = MafAgent(make_model("local"), make_tools(store), AgentOptions(limits=AgentLimits(max_steps=3)))
+    result = agent.run(INSTRUCTIONS, "Where is my order 4512?")
+    assert result.model_calls >= 1
+    assert sum(e.is_model for e in result.trace) == result.model_calls
+    assert sum(not e.is_model for e in result.trace) == result.tool_calls
+    assert_valid_history(result.messages)
+    if result.stop_reason is StopReason.DONE:
+        assert result.answer and result.forced_answer is None
+    else:  # whatever else ended it (the step limit, MAF's forced call), its text is never the answer
+        assert result.answer is None
+        if result.forced_answer is not None:
+            assert result.stop_reason is StopReason.MAX_STEPS and result.model_calls == 4
+
+
+# --- the history window -----------------------------------------------------------------------------------------
+
+
+def test_keep_turns_sends_only_the_last_turns_and_keeps_them_all(store: BookStore, tmp_path: Path) -> None:
+    model = ScriptModel(replies=[ai("One."), ai("Two."), ai("", call("view_cart", "v1")), ai("Three.")])
+    path = tmp_path / "maf.json"
+    session = MafSession(MafAgent(model, make_tools(store)), INSTRUCTIONS, path=path, keep_turns=2)
+    for question in ("First?", "Second?", "Third?"):
+        assert session.ask(question).stop_reason is StopReason.DONE
+    asked = [[m.text for m in prompt if m.type == "human"] for prompt in model.prompts]
+    assert asked == [["First?"], ["First?", "Second?"], ["Second?", "Third?"], ["Second?", "Third?"]]
+    assert_sendable(model.prompts[-1])  # the window never splits a reply from its tool results
+    assert session.history_turns() == ["First?", "Second?", "Third?"], "the whole conversation is stored"
+    again = MafSession(MafAgent(ScriptModel(replies=[ai("Four.")]), make_tools(store)), INSTRUCTIONS, path=path,
+                       keep_turns=2)  # fmt: skip
+    again.ask("Fourth?")
+    assert [m.text for m in again.agent.model.prompts[0] if m.type == "human"] == ["Third?", "Fourth?"]
+
+
+def test_a_paused_turn_stays_in_the_window_when_it_is_answered(store: BookStore) -> None:
+    model = ScriptModel(replies=[ai("Hello."), ai("", call("add_to_cart", "a1", book_id=7, quantity=10)), ai("Added.")])
+    session = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS, keep_turns=1)
+    session.ask("Hi?")
+    assert session.ask("Add ten.").stop_reason is StopReason.AWAITING_APPROVAL
+    assert session.resume(True).stop_reason is StopReason.DONE and cart(store) == [(7, 10)]
+    last = model.prompts[-1]
+    assert [m.text for m in last if m.type == "human"] == ["Add ten."]
+    assert isinstance(last[-1], ToolMessage) and last[-1].tool_call_id == "a1"
+
+
+def test_keep_turns_must_be_a_whole_number_of_turns() -> None:
+    from maf_version.agent import WindowedHistory
+
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="keep_turns"):
+            WindowedHistory(bad)  # type: ignore[arg-type]

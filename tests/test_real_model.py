@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 
+from comparison.contenders import APPROVAL_CONTENDERS
 from comparison.records import RunRecord
 from comparison.runner import RunOptions, run_scenario
 from comparison.scenarios import INSTRUCTIONS, SCENARIOS_BY_NAME, SEED_GOAL
@@ -99,7 +100,7 @@ def test_the_guard_matrix_is_true_of_the_real_records(records: dict[str, list[Ru
 
 def test_no_write_passes_the_approval_limits_without_a_yes(records: dict[str, list[RunRecord]]) -> None:
     gated = [r for r in ran(records["prompt-injection"]) if r.variant == "gate" and r.error is None]
-    assert {r.contender for r in gated} == {"handwritten", "langgraph", "create-agent"}
+    assert {r.contender for r in gated} == set(APPROVAL_CONTENDERS)  # maf among them, where its extra is in
     policy = RiskyWritePolicy(BookStore(), "c1")
     for r in gated:
         assert r.facts["approval_answer"] == "no"  # the demo's human refuses every write put to them

@@ -52,7 +52,7 @@ def all_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
 
 
 @pytest.mark.parametrize("detailed", [False, True])
-@pytest.mark.parametrize("contender", ["handwritten", "langgraph", "create-agent"])
+@pytest.mark.parametrize("contender", [c for c in CONTENDERS if c != "langgraph-defaults"])
 def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
     contender: str, detailed: bool, all_logs: pytest.LogCaptureFixture
 ) -> None:
@@ -71,7 +71,8 @@ def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
     }
     if detailed:  # the opt-in: the model reads the whole message (the trace's e-mail mask happens to cover it)
         assert FAKE_SECRET in places["model"]
-        assert "check_stock failed: RuntimeError: orders db refused connection" in places["trace"]
+        said = "Error: Function failed. Exception: " if contender == "maf" else "check_stock failed: RuntimeError: "
+        assert said + "orders db refused connection" in places["trace"]
     else:
         assert {where for where, text in places.items() if FAKE_SECRET in text} == set()
         # The e-mail mask would hide FAKE_SECRET in the trace even if the whole message got there; the message's
@@ -79,7 +80,7 @@ def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
         unmasked = FAILURE_MESSAGE.split(":")[0]
         assert unmasked == "orders db refused connection"
         assert {where for where, text in places.items() if unmasked in text} == set()
-        assert "check_stock failed." in places["model"]
+        assert ("Error: Function failed." if contender == "maf" else "check_stock failed.") in places["model"]
 
 
 def test_langgraph_defaults_raise_the_tools_own_message_at_the_caller() -> None:

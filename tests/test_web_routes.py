@@ -523,3 +523,32 @@ def test_ctrl_c_stops_the_server_cleanly_with_exit_code_130(tmp_path: Path) -> N
             _, err = server.communicate(timeout=WAIT_S)
     assert server.returncode == 130
     assert err.strip() == "compare.py serve: interrupted", err
+
+
+# --- the maf pane ---------------------------------------------------------------------------------------------------
+
+
+def test_a_maf_pane_asks_its_approval_on_the_page_and_keeps_its_session_across_a_restart(data: Path) -> None:
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        settings(client, tab, contenders=["maf", "handwritten"])
+        provoke_risky_write(client, tab)
+        waiting = panes(wait_for(client, tab, lambda s: panes(s)["maf"]["pending"]))
+        [request] = waiting["maf"]["pending"]
+        assert request["tool"] == "add_to_cart" and request["args"]["quantity"] == 10
+        assert waiting["maf"]["busy"], "MAF's run stopped on its approval request; the pane's human is asked now"
+        assert answer_every_request(client, tab, "maf", False) == 1
+        answer_every_request(client, tab, "handwritten", False)
+        done = panes(wait_for(client, tab, lambda s: idle(s) and not any(p["pending"] for p in s["panes"])))
+        assert done["maf"]["last"]["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}]
+        assert done["maf"]["last"]["stop_reason"] == "done" and "refused" in done["maf"]["last"]["answer"]
+        answer = done["maf"]["last"]["answer"]
+    with TestClient(create_app(data), base_url=BASE) as client:
+        resumed = panes(state(client, tab))
+        assert resumed["maf"]["transcript"][-1] == {"role": "assistant", "text": answer}
+        settings(client, tab, persona="shopper", approval_gate=False)
+        after = panes(ask(client, tab, CART_QUESTION))["maf"]["last"]
+        assert after["tool_calls"] == 0 and "16.50" in after["answer"], "answered from the reopened AgentSession"
+        response = client.post("/api/rewind", json={"tab": tab, "pane": "maf"})
+        assert response.status_code == 200, response.text
+        assert [m["text"] for m in response.json()["transcript"] if m["role"] == "user"] == [SEED_GOAL]

@@ -52,7 +52,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall
 
-from comparison.contenders import APPROVAL_CONTENDERS, CONTENDERS, NO_APPROVAL_GATE, build_contender
+from comparison.contenders import (
+    APPROVAL_CONTENDERS,
+    ASKING_CONTENDERS,
+    CONTENDERS,
+    NO_APPROVAL_GATE,
+    build_contender,
+)
 from comparison.conversations import open_conversation
 from comparison.eval.grading import amounts, states_total
 from comparison.runner import model_spec_for
@@ -514,7 +520,9 @@ class Pane:
 
     @property
     def is_graph(self) -> bool:
-        return self.contender != "handwritten"
+        """A graph pauses for approval (answered with `resume`); the hand-written loop and MAF ask the pane's human
+        during the run, and their conversation takes a turn (`aask`) and a rewind (`arewind`) itself."""
+        return self.contender not in ASKING_CONTENDERS
 
     @property
     def running_here(self) -> bool:

@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
-from comparison.contenders import CONTENDERS
+from comparison.contenders import CONTENDERS, MISSING
 from comparison.document import document_json
 from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
 from comparison.files import UnusableFile, check_output_file, write_output
@@ -489,6 +489,9 @@ def plan_from(args: argparse.Namespace) -> EvalPlan:
             f"{', '.join(s.name for s in GRADED)}"
         )
     contenders = tuple(dict.fromkeys(args.contenders or CONTENDERS))
+    missing = [c for c in contenders if c in MISSING]
+    if missing:
+        raise UsageError(f"contender {missing[0]!r} cannot run: {MISSING[missing[0]]}")
     bad = [c for c in contenders if c not in CONTENDERS]
     if bad:
         raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
