@@ -36,6 +36,7 @@ from handwritten.loop import AgentCancelled, AgentLoop
 from shared_tools.history import (
     Rewound,
     count_turns,
+    forgetting_calls,
     is_summary,
     is_user_turn,
     plan_fold,
@@ -219,11 +220,12 @@ class Session:
             if not _is_count(turns) or not 1 <= turns <= len(starts):
                 raise ValueError(f"cannot rewind {turns} turn(s): the history holds {len(starts)} user turn(s)")
             before, cut = self._messages, starts[-turns]
+            kept = forgetting_calls(before[:cut], before)
             with self._state:
-                self._messages = before[:cut]
+                self._messages = kept
                 saved = self._saved
-                if saved is not None and saved > cut:
-                    self._saved = None  # the file holds messages that are gone: rewrite it
+                if saved is not None and (saved > cut or kept[:1] != before[:1]):
+                    self._saved = None  # the file holds messages that are gone or changed: rewrite it
             if self._path is not None or self._thread is not None:
                 try:
                     if self._path is not None:

@@ -56,6 +56,7 @@ from shared_tools import guards
 from shared_tools.history import (
     Rewound,
     count_turns,
+    forgetting_calls,
     is_user_turn,
     plan_fold,
     summary_message,
@@ -920,15 +921,20 @@ class GraphSession:
                 raise ValueError(f"turn {target.text[:40]!r} was stored without the checkpoint it started from")
             started_from = target.additional_kwargs[TURN_FROM]
             if started_from is None:
-                update = {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[:1]]}
+                kept = forgetting_calls(messages[:1], messages)
+                update = {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]}
                 config = await graph.aupdate_state(self.config, update, as_node=CHECK)
                 return Rewound(turns, len(messages) - 1, config["configurable"]["checkpoint_id"])
             base = await graph.aget_state(self._at(started_from))
             if base.created_at is None:
                 raise ValueError(f"the checkpoint turn {target.text[:40]!r} started from was pruned")
-            config = await graph.aupdate_state(base.config, None, as_node="__copy__")
-            kept = len(base.values.get("messages", []))
-            return Rewound(turns, len(messages) - kept, config["configurable"]["checkpoint_id"])
+            kept = list(base.values.get("messages", []))
+            remembered = forgetting_calls(kept, messages)
+            if remembered[:1] == kept[:1]:
+                config = await graph.aupdate_state(base.config, None, as_node="__copy__")
+            else:  # the fork's system message is marked (it keeps its id, so add_messages replaces it in place)
+                config = await graph.aupdate_state(base.config, {"messages": remembered[:1]}, as_node=CHECK)
+            return Rewound(turns, len(messages) - len(kept), config["configurable"]["checkpoint_id"])
 
     def replay(self, checkpoint_id: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """`areplay` for sync callers."""
