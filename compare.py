@@ -219,25 +219,13 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
 
 
 def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
-    """The `--contenders` options (each a comma-separated list, the option may repeat) as contender names.
+    """The `--contenders` options as contender names (`comparison.contenders.parse_contenders`); `UsageError`."""
+    from comparison.contenders import parse_contenders as parse
 
-    No option means all of them; an empty value (``--contenders ''``) or an empty item (``a,,b``, ``a,``) is a
-    mistake, not "all": a script that builds the list from an empty variable must not run everything.
-    """
-    if values is None:
-        return tuple(CONTENDERS)
-    names: list[str] = []
-    for value in values:
-        items = [item.strip() for item in value.split(",")]
-        if not all(items):
-            raise UsageError(
-                f"--contenders {value!r} names an empty contender; give NAME[,NAME] from: {', '.join(CONTENDERS)}"
-            )
-        names += items
-    bad = [c for c in names if c not in CONTENDERS]
-    if bad:
-        raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
-    return tuple(dict.fromkeys(names))
+    try:
+        return parse(values)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def contenders_running(scenario: Scenario, contenders: Sequence[str]) -> list[str]:

@@ -42,6 +42,29 @@ CONTENDERS: dict[str, str] = {
 }
 """Contender name -> one line saying what it is, in the order the tables show them."""
 
+
+
+def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
+    """`--contenders` options (each a comma-separated list, the option may repeat) as contender names; ValueError
+    for a bad one. No option means all of them; an empty value (``--contenders ''``, ``,``) or an empty item
+    (``a,,b``, ``a,``) is a mistake, not "all": a script that builds the list from an empty variable must not run
+    everything."""
+    if values is None:
+        return tuple(CONTENDERS)
+    names: list[str] = []
+    for value in values:
+        items = [item.strip() for item in value.split(",")]
+        if not all(items):
+            raise ValueError(
+                f"--contenders {value!r} names an empty contender; give NAME[,NAME] from: {', '.join(CONTENDERS)}"
+            )
+        names += items
+    bad = [c for c in names if c not in CONTENDERS]
+    if bad:
+        raise ValueError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
+    return tuple(dict.fromkeys(names))
+
+
 SESSION_CONTENDERS: tuple[str, ...] = tuple(CONTENDERS)
 """The contenders with a multi-turn conversation: `Session`, `GraphSession`, and a checkpointer thread of
 LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`conversations.CheckpointThread`)."""

@@ -365,8 +365,30 @@ def test_bad_usage_is_exit_2_and_a_bad_file_exit_4(tmp_path: Path, capsys: pytes
     assert eval_main(["bookstore", "--json", str(tmp_path)]) == EXIT_FILE
     assert eval_main(["bookstore", "--report", str(tmp_path / "missing" / "r.html")]) == EXIT_FILE
     errors = capsys.readouterr().err
-    assert "unknown scenario 'no-such-scenario'" in errors and "--runs must be at least 1" in errors
+    assert "unknown scenario 'no-such-scenario'" in errors and "--runs must be 1 to 1,000, got 0" in errors
     assert "Traceback" not in errors
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--runs", "99999999999999999999"], "--runs must be 1 to 1,000"),
+        (["--runs", "1001"], "--runs must be 1 to 1,000"),
+        (["--jobs", "10000000"], "--jobs must be 1 to 64"),
+        (["--contenders", ","], "names an empty contender"),
+        (["--contenders", ""], "names an empty contender"),
+        (["--contenders", "handwritten,"], "names an empty contender"),
+        (["--contenders", "handwritten", "--contenders", " "], "names an empty contender"),
+    ],
+)
+def test_arguments_that_would_never_end_or_run_everything_are_exit_2(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As compare.py refuses them: a typo of a few digits must not start an eval of years, and an empty
+    contender list (a script's empty variable) must not mean "all of them"."""
+    assert eval_main(["bookstore", *argv]) == EXIT_USAGE
+    errors = capsys.readouterr().err
+    assert said in errors and "Traceback" not in errors and len(errors.strip().splitlines()) == 1, errors
 
 
 def test_an_unreachable_model_is_exit_3(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
-from comparison.contenders import CONTENDERS
+from comparison.contenders import CONTENDERS, parse_contenders
 from comparison.document import document_json
 from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
 from comparison.files import UnusableFile, check_output_file, write_output
@@ -60,6 +60,10 @@ EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FILE, EXIT_INTERRUPTED = 0, 2, 3, 4,
 PROG = "agent-loop-compare eval"
 DEFAULT_MODEL = "scripted:noisy"
 DEFAULT_RUNS = 8
+MAX_RUNS = 1_000
+"""The most trials --runs accepts: a typo of a few digits more must not start an eval that never ends."""
+MAX_JOBS = 64
+"""The most runs of a trial at a time (--jobs): each is a thread."""
 SCRIPTED_JOBS = 4
 """Runs of one trial in parallel on the scripted model (it keeps no state, and the scenarios' deliberate tool
 latency overlaps); a real model gets one at a time unless `--jobs` says otherwise (Ollama queues requests
@@ -431,8 +435,10 @@ class UsageError(Exception):
     """A bad command line: one line on stderr, exit code 2."""
 
 
-def _csv(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]
+def _shown_number(value: int) -> str:
+    """A number for an error line: a typo of 400 digits is not echoed whole."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
 
 
 def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -449,8 +455,7 @@ def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (see below)")
     parser.add_argument(
         "--contenders",
-        type=_csv,
-        action="extend",
+        action="append",
         metavar="NAME[,NAME]",
         help=f"which contenders run (default: all): {', '.join(CONTENDERS)}",
     )
@@ -492,14 +497,14 @@ def plan_from(args: argparse.Namespace) -> EvalPlan:
             f"{ungraded[0]!r} measures costs, it has no right or wrong outcome to grade; eval grades: "
             f"{', '.join(s.name for s in GRADED)}"
         )
-    contenders = tuple(dict.fromkeys(args.contenders or CONTENDERS))
-    bad = [c for c in contenders if c not in CONTENDERS]
-    if bad:
-        raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
-    if args.runs < 1:
-        raise UsageError(f"--runs must be at least 1, got {args.runs}")
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    try:
+        contenders = parse_contenders(args.contenders)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not 1 <= args.runs <= MAX_RUNS:
+        raise UsageError(f"--runs must be 1 to {MAX_RUNS:,}, got {_shown_number(args.runs)}")
+    if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
+        raise UsageError(f"--jobs must be 1 to {MAX_JOBS}, got {_shown_number(args.jobs)}")
     scenarios = tuple(SCENARIOS_BY_NAME[n] for n in dict.fromkeys(args.scenarios)) or GRADED
     scripted = args.model.strip().startswith("scripted")
     plan = EvalPlan(
