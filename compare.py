@@ -73,7 +73,7 @@ try:
     from rich.console import Console
     from rich.text import Text
 
-    from comparison.chat import COMMANDS, LiveTurn, approval_prompt, chat_customer, converse
+    from comparison.chat import COMMANDS, LiveTurn, ThreadBusy, approval_prompt, chat_customer, converse
     from comparison.closing import guard_matrix
     from comparison.contenders import CONTENDERS, AskingHuman, build_contender
     from comparison.conversations import (
@@ -140,7 +140,7 @@ def exit_code_for(exc: BaseException) -> int:
     """The documented exit code of a failure that is not a bug (see the constants at the top)."""
     if isinstance(exc, ModelUnavailable):
         return EXIT_UNAVAILABLE
-    if isinstance(exc, UnusableFile | StoreError | ConversationNotSaved):
+    if isinstance(exc, UnusableFile | StoreError | ConversationNotSaved | ThreadBusy):
         return EXIT_FILE
     return EXIT_USAGE
 
@@ -612,9 +612,9 @@ def _chat(
     try:
         converse(
             console, conversation, scripted=scripted, progress=None, events=events, live=live,
-            cart=lambda: cart_text_of(store, customer),
+            cart=lambda: cart_text_of(store, customer), thread=args.thread,
         )
-    except (ConversationNotSaved, ModelUnavailable) as exc:  # another process saved meanwhile; the server went away
+    except (ConversationNotSaved, ThreadBusy, ModelUnavailable) as exc:  # another process; the server went away
         return fail(args.prog, exc)
     except KeyboardInterrupt:
         console.print(Text(f"\nInterrupted; the conversation is kept in {kept_in}."))

@@ -393,6 +393,16 @@ async def _fetch_one(connection: Any, query: str, params: tuple[Any, ...]) -> An
     return next(iter(row.values())) if isinstance(row, dict) else row[0]
 
 
+class TurnNotOver(RuntimeError):
+    """The thread's last turn is not over: it waits for an approval (`awaiting_approval`: answer it with `resume`,
+    here or in the process that asked) or stopped part-way (`continue_unfinished`); no question or rewind until
+    then."""
+
+    def __init__(self, message: str, *, awaiting_approval: bool) -> None:
+        super().__init__(message)
+        self.awaiting_approval = awaiting_approval
+
+
 class GraphSession:
     """One conversation: `ask` as often as you like; the thread remembers every turn."""
 
@@ -814,12 +824,15 @@ class GraphSession:
         # A new question now would leave the paused call without a result, and a reply with an unanswered
         # tool call is a history no provider accepts.
         if snapshot.interrupts:
-            raise RuntimeError(f"thread {self.thread_id!r} is waiting for an approval; call resume() first")
+            raise TurnNotOver(
+                f"thread {self.thread_id!r} is waiting for an approval; call resume() first", awaiting_approval=True
+            )
         # Likewise after a crash or a model outage: the last question is stored but unanswered.
         if snapshot.next:
-            raise RuntimeError(
+            raise TurnNotOver(
                 f"thread {self.thread_id!r} has an unfinished turn (the last run stopped part-way); "
-                "call continue_unfinished() first"
+                "call continue_unfinished() first",
+                awaiting_approval=False,
             )
 
     # --- the thread ------------------------------------------------------------------------------------------------
