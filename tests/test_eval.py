@@ -9,6 +9,8 @@ and read only the JSON the command writes.
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -415,3 +417,43 @@ def test_ctrl_c_keeps_the_trials_that_finished(
     assert (document["runs"], document["runs_asked"]) == (1, 3)
     assert all(row["n"] == 1 and list(row["pass_hat_k"]) == ["1"] for row in document["results"])
     assert "interrupted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("into_the_next_trial_s", [0.0, 0.5, 1.0, 2.0])
+def test_a_real_ctrl_c_during_eval_is_exit_130_with_the_finished_trials_written_whole(
+    into_the_next_trial_s: float, tmp_path: Path
+) -> None:
+    """A real SIGINT to `compare.py eval` in its own process, at a moment the parallel runs are under way: exit
+    130, the table of the trials that finished, a JSON file holding them whole, and no scratch folder left in
+    the temp folder (the runs under way are let finish before it is removed)."""
+    import signal
+    import subprocess
+    import sys
+
+    temp, out = tmp_path / "tmp", tmp_path / "eval.json"
+    temp.mkdir()
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen(
+        [sys.executable, "compare.py", "eval", "--runs", "400", "--seed", "3", "--json", str(out)],
+        cwd=root, env={**os.environ, "TMPDIR": str(temp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert child.stderr is not None
+    after_trials = 1
+    done = 0
+    for line in child.stderr:  # one line per finished trial (stderr is not a terminal)
+        done += " done · " in line
+        if done == after_trials:
+            break
+    assert done == after_trials, "the eval ended before it could be interrupted"
+    time.sleep(into_the_next_trial_s)  # where the Ctrl-C lands: in the next trial's parallel runs, not a timing assert
+    child.send_signal(signal.SIGINT)
+    stdout, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, (stdout[-2000:], stderr[-2000:])
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "pass^" in stdout, "the finished trials are shown"
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert document["interrupted"] is True and after_trials <= document["runs"] < 400
+    trials = document["runs"]
+    assert all(row["n"] == trials * row["tasks"] for row in document["results"]), "whole trials only"
+    assert list(temp.iterdir()) == [], "no scratch folder is left behind"

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +56,8 @@ GRADED: tuple[Scenario, ...] = tuple(s for s in SCENARIOS if s.name in RUBRIC)
 
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FILE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 """The exit codes `compare.py` documents (README, "Exit codes"), the same for `compare.py eval`."""
+
+log = logging.getLogger(__name__)
 
 PROG = "agent-loop-compare eval"
 DEFAULT_MODEL = "scripted:noisy"
@@ -268,11 +270,10 @@ def run_trial(
                 on_done(trial, scenario.name, contender)
         return [r for runs in results for r in runs]
     pool = ThreadPoolExecutor(max_workers=plan.jobs, thread_name_prefix="eval")
+    futures: dict[Future[list[TaskRun]], int] = {}
     try:
-        futures: dict[Future[list[TaskRun]], int] = {
-            pool.submit(run_pair, plan, scenario, contender, trial, folder): i
-            for i, (scenario, contender) in enumerate(pairs)
-        }
+        for i, (scenario, contender) in enumerate(pairs):
+            futures[pool.submit(run_pair, plan, scenario, contender, trial, folder)] = i
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
@@ -282,10 +283,24 @@ def run_trial(
                 if on_done:
                     on_done(trial, pairs[i][0].name, pairs[i][1])
     finally:
-        # On Ctrl-C or a failure: no new run starts; the ones under way (milliseconds on the scripted model)
-        # finish in the background and are discarded with their trial.
+        # On Ctrl-C or a failure: no new run starts, and the ones under way (milliseconds on the scripted model)
+        # are waited for, then discarded with their trial: left running, they would write into the scratch folder
+        # as it is removed, and print their tracebacks over the table.
         pool.shutdown(wait=False, cancel_futures=True)
+        _wait_through_ctrl_c(futures)
     return [r for runs in results for r in runs]
+
+
+def _wait_through_ctrl_c(futures: Iterable[Future[Any]]) -> None:
+    """Wait for the runs of `futures` under way to end, even through more Ctrl-Cs (a run cannot be stopped from
+    outside its thread). A future the pool's shutdown cancelled never counts as done for `wait`: left out."""
+    under_way = [future for future in futures if not future.cancelled()]
+    while True:
+        try:
+            wait(under_way)
+            return
+        except KeyboardInterrupt:
+            log.warning("still waiting for the runs under way to finish")
 
 
 def run_eval(plan: EvalPlan, progress: EvalProgress | None = None) -> EvalRun:
@@ -296,7 +311,8 @@ def run_eval(plan: EvalPlan, progress: EvalProgress | None = None) -> EvalRun:
     result = EvalRun(plan)
     started = time.monotonic()
     on_done = progress.ran if progress is not None else None
-    with tempfile.TemporaryDirectory(prefix="agent-loop-eval-") as scratch:
+    # ignore_cleanup_errors: a Ctrl-C that lands inside the removal must not turn into a traceback.
+    with tempfile.TemporaryDirectory(prefix="agent-loop-eval-", ignore_cleanup_errors=True) as scratch:
         try:
             for trial in range(plan.runs):
                 runs = run_trial(plan, trial, Path(scratch), on_done)
