@@ -54,7 +54,7 @@ try:
     from pathlib import Path
     from typing import NoReturn
 
-    from comparison.chat import chat_customer
+    from comparison.chat import ThreadBusy, chat_customer
     from comparison.command import UsageError, chat, check_chat, check_model, finish, run_and_render
     from comparison.contenders import CONTENDERS, MISSING
     from comparison.conversations import (
@@ -98,7 +98,7 @@ def exit_code_for(exc: BaseException) -> int:
     """The documented exit code of a failure that is not a bug (see the constants at the top)."""
     if isinstance(exc, ModelUnavailable):
         return EXIT_UNAVAILABLE
-    if isinstance(exc, UnusableFile | StoreError | ConversationNotSaved):
+    if isinstance(exc, UnusableFile | StoreError | ConversationNotSaved | ThreadBusy):
         return EXIT_FILE
     return EXIT_USAGE
 
@@ -177,30 +177,16 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
 
 
 def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
-    """The `--contenders` options (each a comma-separated list, the option may repeat) as contender names.
+    """The `--contenders` options as contender names (`comparison.contenders.parse_contenders`); `UsageError`."""
+    from comparison.contenders import parse_contenders as parse
 
-    No option means all of them; an empty value (``--contenders ''``) or an empty item (``a,,b``, ``a,``) is a
-    mistake, not "all": a script that builds the list from an empty variable must not run everything.
-    """
     if values is None:
         for name, why in MISSING.items():  # one line, so a default run says who is left out and why
             print(f"{name}: not run, because {why}", file=sys.stderr)
-        return tuple(CONTENDERS)
-    names: list[str] = []
-    for value in values:
-        items = [item.strip() for item in value.split(",")]
-        if not all(items):
-            raise UsageError(
-                f"--contenders {value!r} names an empty contender; give NAME[,NAME] from: {', '.join(CONTENDERS)}"
-            )
-        names += items
-    missing = [c for c in names if c in MISSING]
-    if missing:
-        raise UsageError(f"contender {missing[0]!r} cannot run: {MISSING[missing[0]]}")
-    bad = [c for c in names if c not in CONTENDERS]
-    if bad:
-        raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
-    return tuple(dict.fromkeys(names))
+    try:
+        return parse(values)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
@@ -415,7 +401,7 @@ def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
         interrupted = chat(
             console, args.contender, args.thread, args.session_db, policy, model, store, customer, scripted=scripted
         )
-    except (UnusableFile, ConversationNotSaved, ModelUnavailable) as exc:
+    except (UnusableFile, ConversationNotSaved, ThreadBusy, ModelUnavailable) as exc:
         return fail(args.prog, exc)
     finally:
         store.close()

@@ -7,14 +7,14 @@ token as the model writes it, the plan of a reasoning model dimmed, each trace l
 `converse`, the loop that finishes a turn a crash cut short and then asks, turn by turn, until the customer
 stops, with two commands: ``/rewind [N]`` takes the last N turns back (the cart stays as it is: the store is
 not rewound, and it says so) and ``/history`` lists the turns (with the checkpoint each started from, on the
-graph). Failures it cannot handle (the model going away, a save another process made meanwhile) propagate for
-the command line to report.
+graph). Failures it cannot handle (the model going away, another process holding or changing the thread:
+`ThreadBusy`) propagate for the command line to report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, replace
 
 from rich.console import Console
@@ -27,6 +27,39 @@ from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goa
 from shared_tools.results import AgentResult, StopReason, Token, TokenKind, TraceEvent
 
 COMMANDS = "/rewind [N] takes back the last N turns (default 1); /history lists the turns"
+
+
+class ThreadBusy(Exception):
+    """Another process has this chat's thread: it saved since this chat read it, it waits at its approval
+    prompt, or its turn did not end within the wait. The command line says so in one line (exit 4)."""
+
+
+@contextmanager
+def another_process_says_so(thread: str) -> Iterator[None]:
+    """Turn what another process's hold on the thread raises here into `ThreadBusy`, in words for the person at
+    this prompt (the sessions' own messages name the methods a program would call)."""
+    from handwritten import SessionConflict
+    from langgraph_version.session import TurnNotOver
+    from shared_tools.results import ConcurrentTurn
+
+    try:
+        yield
+    except TurnNotOver as exc:
+        if exc.awaiting_approval:
+            raise ThreadBusy(
+                f"thread {thread!r} is waiting for an approval, asked in another chat; answer it there, or end "
+                "that chat and open the thread again here to be asked"
+            ) from None
+        raise ThreadBusy(
+            f"thread {thread!r} has a turn another chat has not finished; open the thread again to finish it"
+        ) from None
+    except SessionConflict:
+        raise ThreadBusy(
+            f"thread {thread!r} was saved by another chat since this one read it, and nothing here was changed; "
+            "open the thread again to go on from its latest turn"
+        ) from None
+    except ConcurrentTurn as exc:
+        raise ThreadBusy(str(exc)) from None
 
 
 def chat_customer(contender: str, thread: str) -> str:
@@ -119,7 +152,9 @@ class LiveTurn:
             self.console.print(Text(f"(stop reason: {clean_line(str(result.stop_reason))})"))
 
 
-def run_command(console: Console, conversation: Conversation, command: str, cart: Callable[[], str]) -> bool:
+def run_command(
+    console: Console, conversation: Conversation, command: str, cart: Callable[[], str], thread: str = "this thread"
+) -> bool:
     """``/rewind [N]`` or ``/history``; False when `command` is neither (it is then no command at all)."""
     name, _, rest = command.partition(" ")
     if name == "/history":
@@ -139,7 +174,8 @@ def run_command(console: Console, conversation: Conversation, command: str, cart
             console.print(Text("usage: /rewind [N], N a whole number of turns, at least 1"))
             return True
         try:
-            rewound = conversation.rewind(count)
+            with another_process_says_so(thread):
+                rewound = conversation.rewind(count)
         except ValueError as exc:  # more turns than the conversation has
             console.print(Text(f"cannot rewind: {clean_line(str(exc))}"))
             return True
@@ -161,6 +197,7 @@ def converse(
     events: list[TraceEvent],
     live: LiveTurn | None = None,
     cart: Callable[[], str] = lambda: "unknown",
+    thread: str = "this thread",
 ) -> None:
     """Finish a turn a crash or an outage cut short, then ask until an empty line, 'quit' or the end of input.
 
@@ -169,7 +206,8 @@ def converse(
     events.clear()
     if live is not None:
         live.start()
-    finished = conversation.finish_unfinished()
+    with another_process_says_so(thread):
+        finished = conversation.finish_unfinished()
     if finished is not None:
         console.print(Text("The last turn was cut short; finishing it from its last checkpoint:"))
         if live is not None:
@@ -184,7 +222,7 @@ def converse(
         if question.lower() in ("", "quit", "exit"):
             return
         if question.startswith("/"):
-            if not run_command(console, conversation, question, cart):
+            if not run_command(console, conversation, question, cart, thread):
                 console.print(Text(f"unknown command {clean_line(question.split()[0])!r}; {COMMANDS}"))
             continue
         if scripted and not scripted_knows(question):
@@ -196,7 +234,7 @@ def converse(
             live.start()
         spin = progress.spinning() if progress is not None and live is None else nullcontext()
         try:
-            with spin:
+            with spin, another_process_says_so(thread):
                 result = conversation.ask(question)
         except ScriptExhausted as exc:
             console.print(Text(f"(scripted model) {clean_line(str(exc))}", style="yellow"))

@@ -186,10 +186,11 @@ def chat(
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
 
     try:
-        # ConversationNotSaved (another process saved meanwhile) and ModelUnavailable end it with their message.
+        # ConversationNotSaved or ThreadBusy (another process on the thread) and ModelUnavailable end it with
+        # their message.
         converse(
             console, conversation, scripted=scripted, progress=None, events=events, live=live,
-            cart=lambda: cart_text_of(store, customer),
+            cart=lambda: cart_text_of(store, customer), thread=thread,
         )
     except KeyboardInterrupt:
         console.print(Text(f"\nInterrupted; the conversation is kept in {kept_in}."))

@@ -9,6 +9,7 @@ on first use, so `python compare.py --list` and `--help` never pay for importing
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -54,6 +55,30 @@ loop asks its callback)."""
 ASKING_CONTENDERS: tuple[str, ...] = ("handwritten", "maf")
 """The gated contenders that put a risky write to `Human.approve` while the run goes on; the graphs pause instead
 (`run_gated_graph`)."""
+
+def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
+    """`--contenders` options (each a comma-separated list, the option may repeat) as contender names; ValueError
+    for a bad one. No option means all of them; an empty value (``--contenders ''``, ``,``) or an empty item
+    (``a,,b``, ``a,``) is a mistake, not "all": a script that builds the list from an empty variable must not run
+    everything."""
+    if values is None:
+        return tuple(CONTENDERS)
+    names: list[str] = []
+    for value in values:
+        items = [item.strip() for item in value.split(",")]
+        if not all(items):
+            raise ValueError(
+                f"--contenders {value!r} names an empty contender; give NAME[,NAME] from: {', '.join(CONTENDERS)}"
+            )
+        names += items
+    missing = [c for c in names if c in MISSING]
+    if missing:
+        raise ValueError(f"contender {missing[0]!r} cannot run: {MISSING[missing[0]]}")
+    bad = [c for c in names if c not in CONTENDERS]
+    if bad:
+        raise ValueError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
+    return tuple(dict.fromkeys(names))
+
 
 TOOLNODE_CONTENDERS: tuple[str, ...] = ("langgraph-defaults", "create-agent")
 """The contenders whose tools run in LangGraph's prebuilt `ToolNode`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import sqlite3
 import uuid
@@ -27,6 +28,8 @@ from comparison.contenders import Contender
 from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult
 from shared_tools.sync import run_blocking
+
+log = logging.getLogger(__name__)
 
 THREAD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """A thread name: it becomes part of a file name and of a customer id, so no path separators and no "..".
@@ -227,7 +230,11 @@ class HandwrittenConversation:
 
         if self.url is not None:
             return run_blocking(lambda: self.aask(question), instead="HandwrittenConversation.aask(...)")
-        result = self.session.ask(question)
+        try:
+            result = self.session.ask(question)
+        except Exception:
+            self._save_cut_short()
+            raise
         try:
             self.save()
         except SessionConflict as exc:
@@ -247,6 +254,9 @@ class HandwrittenConversation:
                     result = await self.session.aask(question, cancel=cancel)
                 except AgentCancelled as cancelled:
                     result = cancelled.result
+                except Exception:
+                    await self._asave_cut_short()  # an outage: what the turn did is saved, marked unfinished
+                    raise
                 await _despite_cancel(self._asave())
         except asyncio.CancelledError:
             # A task cancel that lands after the loop stopped on the cancel event (the page cancels both ways)
@@ -291,8 +301,46 @@ class HandwrittenConversation:
         elif self.path is not None:
             self.session.save(self.path)
 
+    def _save_cut_short(self) -> None:
+        """After an outage: save the turn as far as it got (`Session.unfinished`), so the next process finishes
+        it instead of asking again; a save that fails here does not hide the outage."""
+        if self.session.unfinished:
+            try:
+                self.save()
+            except Exception:
+                log.exception("the turn an outage cut short could not be saved")
+
     def finish_unfinished(self) -> AgentResult | None:
-        return None  # the JSON file is written after a turn completes, so it never holds half a turn
+        """Finish a turn an outage cut short (`Session.continue_unfinished`), and save it; None when there is none."""
+        if self.url is not None:
+            return run_blocking(self.afinish_unfinished, instead="HandwrittenConversation.afinish_unfinished()")
+        try:
+            result = self.session.continue_unfinished()
+        except Exception:
+            self._save_cut_short()
+            raise
+        if result is not None:
+            self.save()
+        return result
+
+    async def afinish_unfinished(self) -> AgentResult | None:
+        async with self._turn():
+            try:
+                result = await self.session.acontinue_unfinished()
+            except Exception:
+                await self._asave_cut_short()
+                raise
+            if result is not None:
+                await _despite_cancel(self._asave())
+        return result
+
+    async def _asave_cut_short(self) -> None:
+        """`_save_cut_short`, awaited (Postgres)."""
+        if self.session.unfinished:
+            try:
+                await _despite_cancel(self._asave())
+            except Exception:
+                log.exception("the turn an outage cut short could not be saved")
 
     def rewind(self, turns: int = 1) -> Rewound:
         """Cut the last `turns` turns off the list, and off the saved file (or row) too."""

@@ -93,7 +93,7 @@ class AgentLoop:
     def run(
         self,
         instructions: str,
-        goal: str,
+        goal: str | None,
         *,
         history: Sequence[BaseMessage] | None = None,
         cancel: threading.Event | None = None,
@@ -113,7 +113,7 @@ class AgentLoop:
     async def arun(
         self,
         instructions: str,
-        goal: str,
+        goal: str | None,
         *,
         history: Sequence[BaseMessage] | None = None,
         cancel: threading.Event | None = None,
@@ -122,7 +122,8 @@ class AgentLoop:
     ) -> AgentResult:
         """Work on `goal` until the model answers or something stops the run.
 
-        `history` continues an earlier conversation (system message first; `instructions` is then unused);
+        `history` continues an earlier conversation (system message first; `instructions` is then unused); with
+        `goal` None the run goes on with the turn `history` ends in, one an outage cut short (`history_so_far`);
         `cancel` is checked before every model call and every tool call. `unsent` are earlier messages of the
         conversation the model is not sent (a session's window leaves them out): their tool-call ids stay taken,
         so a provider that numbers its calls afresh cannot turn a new add into a replay of a forgotten one.
@@ -141,6 +142,13 @@ class AgentLoop:
                 cancelled = run.result(StopReason.CANCELLED)
                 spans.finish(cancelled)
                 raise AgentCancelled(cancelled) from None
+            except Exception as failure:
+                # An outage (a model call that failed) is not ours to hide: it goes on unchanged, carrying the
+                # history as far as the run got, so a session keeps the calls that finished (an add that landed).
+                answer_open_calls(run.history, run.running)
+                with contextlib.suppress(AttributeError):  # an exception type that takes no attributes keeps nothing
+                    setattr(failure, _HISTORY_SO_FAR, list(run.history))
+                raise
             spans.finish(result)
             return result
 
@@ -389,6 +397,16 @@ class _Run:
         return AgentResult.of_run(reason, usage, answer=answer, trace=list(self.trace), messages=list(self.history))
 
 
+_HISTORY_SO_FAR = "agent_history_so_far"
+
+
+def history_so_far(failure: BaseException) -> list[BaseMessage] | None:
+    """The history a run had when `failure` (an outage, raised out of `arun`) ended it, its open calls answered;
+    None for an exception that did not come out of a run."""
+    history = getattr(failure, _HISTORY_SO_FAR, None)
+    return history if isinstance(history, list) else None
+
+
 class AgentCancelled(asyncio.CancelledError):
     """The task running `arun` was cancelled. Still a `CancelledError`, so the cancellation is never swallowed;
     `.result` keeps what the run did (stop reason CANCELLED, partial trace, a history a session can continue)."""
@@ -416,9 +434,12 @@ def answer_open_calls(history: list[BaseMessage], running: set[str]) -> None:
             return
 
 
-def _start_history(instructions: str, goal: str, history: Sequence[BaseMessage] | None) -> list[BaseMessage]:
-    if not history:
+def _start_history(instructions: str, goal: str | None, history: Sequence[BaseMessage] | None) -> list[BaseMessage]:
+    if goal is None:  # go on with the turn `history` ends in (one an outage cut short)
+        if not history or not isinstance(history[-1], HumanMessage | ToolMessage):
+            raise ValueError("continuing needs a history that ends in a question or a tool result")
+    elif not history:
         return [SystemMessage(instructions), HumanMessage(goal)]
     if not isinstance(history[0], SystemMessage):
         raise ValueError("history must start with the system message")
-    return [*history, HumanMessage(goal)]
+    return list(history) if goal is None else [*history, HumanMessage(goal)]

@@ -20,10 +20,11 @@ from pathlib import Path
 from langchain_core.messages import BaseMessage, SystemMessage, messages_from_dict, messages_to_dict
 
 from handwritten import storage
-from handwritten.loop import AgentCancelled, AgentLoop
+from handwritten.loop import AgentCancelled, AgentLoop, history_so_far
 from shared_tools.history import (
     Rewound,
     count_turns,
+    forgetting_calls,
     is_summary,
     is_user_turn,
     plan_fold,
@@ -34,6 +35,11 @@ from shared_tools.results import AgentResult, CustomerMismatch, RunUsage
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
+
+CUT_SHORT = "cut_short"
+"""`additional_kwargs` key, True on the last message of a turn an outage cut short (`Session.unfinished`): saved
+with it, so another process knows to finish that turn first."""
+
 
 class Session:
     """One conversation: ask several questions, each one seeing the earlier turns (or the last `keep_turns`)."""
@@ -128,18 +134,66 @@ class Session:
                 # Keep the partial turn (the loop answered its open calls), so the next ask can continue it.
                 cancelled.result = self._keep(full, sent, cancelled.result)
                 raise
+            except Exception as failure:
+                self._keep_cut_short(full, sent, failure)
+                raise
             return self._keep(full, sent, result)
 
-    def _window(self, messages: list[BaseMessage]) -> list[BaseMessage]:
+    @property
+    def unfinished(self) -> bool:
+        """Whether the last turn was cut short by an outage (`continue_unfinished` finishes it)."""
+        return bool(self._messages) and self._messages[-1].additional_kwargs.get(CUT_SHORT) is True
+
+    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
+        """`acontinue_unfinished` for sync callers."""
+        return run_blocking(lambda: self.acontinue_unfinished(cancel=cancel), instead="Session.acontinue_unfinished()")
+
+    async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
+        """Finish the turn an outage cut short, from the calls it finished (they are not run again); None when
+        the last turn is not unfinished. Ask a new question only after this: its model would not know that the
+        cut-short turn's add landed, and would add the book a second time."""
+        async with self._one_turn_at_a_time():
+            if not self.unfinished:
+                return None
+            full = self._messages
+            sent = self._window(full, asking=False)
+            try:
+                result = await self.loop.arun(
+                    self.instructions, None, history=sent, cancel=cancel, unsent=_left_out(full, sent)
+                )
+            except AgentCancelled as cancelled:
+                cancelled.result = self._keep(full, sent, cancelled.result)
+                raise
+            except Exception as failure:
+                self._keep_cut_short(full, sent, failure)
+                raise
+            return self._keep(full, sent, result)
+
+    def _keep_cut_short(self, full: list[BaseMessage], sent: list[BaseMessage], failure: BaseException) -> None:
+        """Keep what a run an outage ended had done, its last message marked `CUT_SHORT`: the calls that finished
+        stay in the history (and in the next save), so nobody asks for them again."""
+        so_far = history_so_far(failure)
+        if so_far is None or len(so_far) <= len(sent):
+            return
+        *head, last = so_far
+        marked = last.model_copy(update={"additional_kwargs": {**last.additional_kwargs, CUT_SHORT: True}})
+        added = [*head, marked][len(sent) :] if sent else [*head, marked]
+        with self._state:
+            self._messages = (full if sent else []) + added
+        log.warning("an outage cut the turn short: %d message(s) of it kept, marked unfinished", len(added))
+
+    def _window(self, messages: list[BaseMessage], *, asking: bool = True) -> list[BaseMessage]:
         """What the model is sent before this question: the system message, the summary, and the last
-        `keep_turns - 1` user turns (the question about to be asked is the Nth). A cut made only where a user turn
-        starts never separates a reply with tool calls from its results."""
+        `keep_turns - 1` user turns (the question about to be asked is the Nth; not `asking`: the last turn, cut
+        short, is the Nth). A cut made only where a user turn starts never separates a reply with tool calls from
+        its results."""
         if self.keep_turns is None:
             return messages
         starts = [i for i, message in enumerate(messages) if is_user_turn(message)]
-        if len(starts) < self.keep_turns:
+        window = self.keep_turns - 1 if asking else self.keep_turns
+        if len(starts) <= window:
             return messages
-        cut = starts[len(starts) - self.keep_turns + 1] if self.keep_turns > 1 else len(messages)
+        cut = starts[len(starts) - window] if window > 0 else len(messages)
         head = [m for m in messages[:cut] if isinstance(m, SystemMessage) or is_summary(m)]
         return head + messages[cut:]
 
@@ -205,11 +259,12 @@ class Session:
             if not _is_count(turns) or not 1 <= turns <= len(starts):
                 raise ValueError(f"cannot rewind {turns} turn(s): the history holds {len(starts)} user turn(s)")
             before, cut = self._messages, starts[-turns]
+            kept = forgetting_calls(before[:cut], before)
             with self._state:
-                self._messages = before[:cut]
+                self._messages = kept
                 saved = self._saved
-                if saved is not None and saved > cut:
-                    self._saved = None  # the file holds messages that are gone: rewrite it
+                if saved is not None and (saved > cut or kept[:1] != before[:1]):
+                    self._saved = None  # the file holds messages that are gone or changed: rewrite it
             if self._path is not None or self._thread is not None:
                 try:
                     if self._path is not None:

@@ -39,6 +39,7 @@ from langgraph_version.state import Storage, full_messages_channel
 from shared_tools.history import (
     Rewound,
     count_turns,
+    forgetting_calls,
     is_user_turn,
     plan_fold,
     summary_message,
@@ -63,6 +64,16 @@ class Turn:
     question: str
     checkpoint_id: str | None
     """The checkpoint the turn started from: `rewind` goes back to it. None for the thread's first turn."""
+
+
+class TurnNotOver(RuntimeError):
+    """The thread's last turn is not over: it waits for an approval (`awaiting_approval`: answer it with `resume`,
+    here or in the process that asked) or stopped part-way (`continue_unfinished`); no question or rewind until
+    then."""
+
+    def __init__(self, message: str, *, awaiting_approval: bool) -> None:
+        super().__init__(message)
+        self.awaiting_approval = awaiting_approval
 
 
 class GraphSession:
@@ -486,12 +497,15 @@ class GraphSession:
         # A new question now would leave the paused call without a result, and a reply with an unanswered
         # tool call is a history no provider accepts.
         if snapshot.interrupts:
-            raise RuntimeError(f"thread {self.thread_id!r} is waiting for an approval; call resume() first")
+            raise TurnNotOver(
+                f"thread {self.thread_id!r} is waiting for an approval; call resume() first", awaiting_approval=True
+            )
         # Likewise after a crash or a model outage: the last question is stored but unanswered.
         if snapshot.next:
-            raise RuntimeError(
+            raise TurnNotOver(
                 f"thread {self.thread_id!r} has an unfinished turn (the last run stopped part-way); "
-                "call continue_unfinished() first"
+                "call continue_unfinished() first",
+                awaiting_approval=False,
             )
 
     # --- the thread ------------------------------------------------------------------------------------------------
@@ -593,15 +607,20 @@ class GraphSession:
                 raise ValueError(f"turn {target.text[:40]!r} was stored without the checkpoint it started from")
             started_from = target.additional_kwargs[TURN_FROM]
             if started_from is None:
-                update = {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[:1]]}
+                kept = forgetting_calls(messages[:1], messages)
+                update = {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]}
                 config = await graph.aupdate_state(self.config, update, as_node=CHECK)
                 return Rewound(turns, len(messages) - 1, config["configurable"]["checkpoint_id"])
             base = await graph.aget_state(self._at(started_from))
             if base.created_at is None:
                 raise ValueError(f"the checkpoint turn {target.text[:40]!r} started from was pruned")
-            config = await graph.aupdate_state(base.config, None, as_node="__copy__")
-            kept = len(base.values.get("messages", []))
-            return Rewound(turns, len(messages) - kept, config["configurable"]["checkpoint_id"])
+            kept = list(base.values.get("messages", []))
+            remembered = forgetting_calls(kept, messages)
+            if remembered[:1] == kept[:1]:
+                config = await graph.aupdate_state(base.config, None, as_node="__copy__")
+            else:  # the fork's system message is marked (it keeps its id, so add_messages replaces it in place)
+                config = await graph.aupdate_state(base.config, {"messages": remembered[:1]}, as_node=CHECK)
+            return Rewound(turns, len(messages) - len(kept), config["configurable"]["checkpoint_id"])
 
     def replay(self, checkpoint_id: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """`areplay` for sync callers."""

@@ -352,6 +352,17 @@ def model_detail(message: AIMessage) -> str:
     return f"{detail}; plan: {mask_pii(plan)}" if plan else detail
 
 
+FORGOT_CALLS = "forgot_tool_calls"
+"""`additional_kwargs` key, True on a message of a conversation that has forgotten some of its tool calls (a
+summary stands in for them, or a rewind dropped them): the store still holds their ids as request keys, but the
+history no longer does, so `with_call_ids` can no longer tell a reused id and gives every later call a fresh one."""
+
+
+def forgot_calls(history: Sequence[BaseMessage]) -> bool:
+    """Whether `history` has forgotten tool calls whose ids may still be taken (`FORGOT_CALLS`)."""
+    return any(message.additional_kwargs.get(FORGOT_CALLS) is True for message in history)
+
+
 def with_call_ids(reply: AIMessage, history: Sequence[BaseMessage] = ()) -> AIMessage:
     """The reply with an id on every tool call that no other call of this conversation has.
 
@@ -359,13 +370,16 @@ def with_call_ids(reply: AIMessage, history: Sequence[BaseMessage] = ()) -> AIMe
     an unnamed call gets a fresh id. A call whose id an earlier reply in `history` (or an earlier call of this
     reply) already used gets a fresh one too: some providers number their calls call_0, call_1... afresh in
     every reply, and the store takes the id as the request key of an add, so a reused id would turn the next
-    turn's "one more copy" into a replay of the old add. The renamed reply is the one kept in the history,
-    so a re-run of this same reply (a retry, a resumed graph node) still carries the new ids and still replays.
+    turn's "one more copy" into a replay of the old add. Once the history has forgotten calls (`forgot_calls`:
+    a summary, a rewind), every call gets a fresh id, since the ids it could reuse are no longer there to see.
+    The renamed reply is the one kept in the history, so a re-run of this same reply (a retry, a resumed graph
+    node) still carries the new ids and still replays.
     """
     used = {call["id"] for message in history if isinstance(message, AIMessage) for call in message.tool_calls}
+    fresh = forgot_calls(history)
     calls: list[ToolCall] = []
     for call in reply.tool_calls:
-        if not call["id"] or call["id"] in used:
+        if fresh or not call["id"] or call["id"] in used:
             call = {**call, "id": f"{call['id'] or 'call'}_{uuid.uuid4().hex[:12]}"}
         used.add(call["id"])
         calls.append(call)

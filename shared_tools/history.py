@@ -8,9 +8,11 @@ stored. `summarize=True` (with `keep_turns`): turns that fall out of the window 
 message, written by the session's model, which stands right after the system message; the folded messages
 are removed from the stored history. The summary message is a `HumanMessage` marked the way LangChain's
 `SummarizationMiddleware` marks its own (``additional_kwargs["lc_source"] == "summarization"``), and is not
-a user turn. `summary_request` is the prompt a session sends its model (without tools) to write that
-summary: one system message, `SUMMARY_INSTRUCTIONS`, which also marks the request for the scripted model,
-and one message holding the earlier summary and a plain-text transcript of the folded turns (`transcript`).
+a user turn; it is also marked `guards.FORGOT_CALLS` (the store still holds the folded calls' ids as request
+keys, so every later call gets a fresh id), as a rewind marks the system message (`forgetting_calls`).
+`summary_request` is the prompt a session sends its model (without tools) to write that summary: one system
+message, `SUMMARY_INSTRUCTIONS`, which also marks the request for the scripted model, and one message holding
+the earlier summary and a plain-text transcript of the folded turns (`transcript`).
 `Rewound` is what `rewind` on either session reports.
 """
 
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from shared_tools.guards import usage_tokens
+from shared_tools.guards import FORGOT_CALLS, forgot_calls, usage_tokens
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,8 @@ def is_summary(message: BaseMessage) -> bool:
 
 
 def summary_message(text: str) -> HumanMessage:
-    """The message that stands in for the folded turns."""
-    return HumanMessage(SUMMARY_PREFIX + text, additional_kwargs={"lc_source": SUMMARY_SOURCE})
+    """The message that stands in for the folded turns, and says that their tool calls are forgotten."""
+    return HumanMessage(SUMMARY_PREFIX + text, additional_kwargs={"lc_source": SUMMARY_SOURCE, FORGOT_CALLS: True})
 
 
 def is_user_turn(message: BaseMessage) -> bool:
@@ -125,6 +127,18 @@ def clip_summary(text: str) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def forgetting_calls(kept: Sequence[BaseMessage], before: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """`kept` (what a rewind goes back to from the history `before`), its system message marked `FORGOT_CALLS`
+    when `before` held tool calls `kept` does not, or was marked itself: the rewind leaves the store as it is,
+    which still holds those ids as request keys, so a provider numbering its calls afresh must not reuse one."""
+    ids = {c["id"] for m in before if isinstance(m, AIMessage) for c in m.tool_calls}
+    ids -= {c["id"] for m in kept if isinstance(m, AIMessage) for c in m.tool_calls}
+    if not (ids or forgot_calls(before)) or forgot_calls(kept) or not kept or not isinstance(kept[0], SystemMessage):
+        return list(kept)
+    kwargs = {**kept[0].additional_kwargs, FORGOT_CALLS: True}
+    return [kept[0].model_copy(update={"additional_kwargs": kwargs}), *kept[1:]]
 
 
 @dataclass(frozen=True)

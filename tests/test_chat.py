@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -153,3 +154,68 @@ def test_chat_in_a_real_process_fed_on_stdin(tmp_path: Path, contender: str) -> 
     assert "Rewound 1 turn(s)" in rewind and "The Quiet Orchard x1" in rewind, "the cart is not rewound"
     assert "(no turns yet)" in after
     assert cart_of(tmp_path / "p.db", contender) == {"The Quiet Orchard": 1}
+
+
+class TypedWhileAnotherActs:
+    """stdin typed line by line; `before[n]` runs just before line n is read: another process acting meanwhile."""
+
+    def __init__(self, lines: list[str], before: dict[int, Callable[[], None]]) -> None:
+        self.lines, self.before, self.read = lines, before, 0
+
+    def readline(self) -> str:
+        n, self.read = self.read, self.read + 1
+        if n in self.before:
+            self.before[n]()
+        return self.lines[n] + "\n" if n < len(self.lines) else ""
+
+
+def another_chat_saves_a_turn(db: Path) -> None:
+    """What a second `compare.py chat` on the same hand-written thread does: ask a question, which it saves."""
+    from comparison.conversations import open_conversation
+    from comparison.scenarios import INSTRUCTIONS
+    from handwritten import AgentLoop
+    from shared_tools.bookstore.tools import make_tools
+    from shared_tools.models import make_model
+
+    customer = chat_customer("handwritten", "default")
+    loop = AgentLoop(make_model("scripted"), make_tools(BookStore(), customer))
+    other = open_conversation("handwritten", loop, INSTRUCTIONS, "default", db, resume=True, customer_id=customer)
+    other.ask(ORDER_QUESTION)
+    other.close()
+
+
+def another_chat_waits_at_its_approval(db: Path) -> None:
+    """What a second `compare.py chat` on the same graph thread leaves while its person reads `approve? [y/N]`:
+    the thread paused on an add, its interrupt unanswered."""
+    from comparison.scenarios import INSTRUCTIONS
+    from langgraph_version import GraphAgent, GraphSession
+    from shared_tools.bookstore.tools import make_tools
+    from shared_tools.models import make_model
+    from shared_tools.results import AgentOptions
+
+    customer = chat_customer("langgraph", "default")
+    options = AgentOptions(needs_approval=lambda call, earlier: "an add" if call["name"] == "add_to_cart" else None)
+    agent = GraphAgent(make_model("scripted"), make_tools(BookStore(), customer), options)
+    with GraphSession.sqlite(agent, INSTRUCTIONS, path=str(db), thread_id="default", customer_id=customer) as other:
+        assert other.ask(SEED_GOAL).stop_reason is StopReason.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize(
+    ("contender", "typed", "said"),
+    [
+        ("handwritten", "/rewind", "was saved by another chat since this one read it"),
+        ("langgraph", "/rewind", "is waiting for an approval, asked in another chat"),
+        ("langgraph", ORDER_QUESTION, "is waiting for an approval, asked in another chat"),
+    ],
+)
+def test_another_chat_on_the_same_thread_is_one_line_and_exit_4(
+    contender: str, typed: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    db = tmp_path / "chat.db"
+    chat(monkeypatch, capsys, db, f"{CART_QUESTION}\n", "--contender", contender)
+    meanwhile = another_chat_saves_a_turn if contender == "handwritten" else another_chat_waits_at_its_approval
+    monkeypatch.setattr(sys, "stdin", TypedWhileAnotherActs([typed], {0: lambda: meanwhile(db)}))
+    assert compare.main(["chat", "--session-db", str(db), "--contender", contender]) == compare.EXIT_FILE
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err

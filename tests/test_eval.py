@@ -9,6 +9,7 @@ and read only the JSON the command writes.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -361,8 +362,30 @@ def test_bad_usage_is_exit_2_and_a_bad_file_exit_4(tmp_path: Path, capsys: pytes
     assert eval_main(["bookstore", "--json", str(tmp_path)]) == EXIT_FILE
     assert eval_main(["bookstore", "--report", str(tmp_path / "missing" / "r.html")]) == EXIT_FILE
     errors = capsys.readouterr().err
-    assert "unknown scenario 'no-such-scenario'" in errors and "--runs must be at least 1" in errors
+    assert "unknown scenario 'no-such-scenario'" in errors and "--runs must be 1 to 1,000, got 0" in errors
     assert "Traceback" not in errors
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--runs", "99999999999999999999"], "--runs must be 1 to 1,000"),
+        (["--runs", "1001"], "--runs must be 1 to 1,000"),
+        (["--jobs", "10000000"], "--jobs must be 1 to 64"),
+        (["--contenders", ","], "names an empty contender"),
+        (["--contenders", ""], "names an empty contender"),
+        (["--contenders", "handwritten,"], "names an empty contender"),
+        (["--contenders", "handwritten", "--contenders", " "], "names an empty contender"),
+    ],
+)
+def test_arguments_that_would_never_end_or_run_everything_are_exit_2(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As compare.py refuses them: a typo of a few digits must not start an eval of years, and an empty
+    contender list (a script's empty variable) must not mean "all of them"."""
+    assert eval_main(["bookstore", *argv]) == EXIT_USAGE
+    errors = capsys.readouterr().err
+    assert said in errors and "Traceback" not in errors and len(errors.strip().splitlines()) == 1, errors
 
 
 def test_an_unreachable_model_is_exit_3(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -389,3 +412,42 @@ def test_ctrl_c_keeps_the_trials_that_finished(
     assert (document["runs"], document["runs_asked"]) == (1, 3)
     assert all(row["n"] == 1 and list(row["pass_hat_k"]) == ["1"] for row in document["results"])
     assert "interrupted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("after_s", [2.5, 4.5, 6.5, 8.5, 10.5])
+def test_a_real_ctrl_c_during_eval_is_exit_130_with_the_finished_trials_written_whole(
+    after_s: float, tmp_path: Path
+) -> None:
+    """A real SIGINT to `compare.py eval` in its own process, landing among the parallel runs of a trial: exit
+    130 and no traceback; the table and a JSON file of the trials that finished, each whole (or, before the first,
+    nothing written and it says so); and no scratch folder left in the temp folder (the runs under way are let
+    finish before it is removed, or they wrote into it as it went and printed aiosqlite tracebacks)."""
+    import signal
+    import subprocess
+    import sys
+
+    temp, out = tmp_path / "tmp", tmp_path / "eval.json"
+    temp.mkdir()
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen(
+        [sys.executable, "compare.py", "eval", "--runs", "400", "--seed", "3", "--json", str(out)],
+        cwd=root, env={**os.environ, "TMPDIR": str(temp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    try:
+        child.wait(timeout=after_s)  # where the Ctrl-C lands, not a timing assertion
+        pytest.fail("the eval of 400 trials ended before it was interrupted")
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGINT)
+    stdout, stderr = child.communicate(timeout=120)
+    assert child.returncode == 130, (stdout[-2000:], stderr[-2000:])
+    assert "Traceback" not in stderr and "Exception in thread" not in stderr, stderr[-3000:]
+    assert list(temp.iterdir()) == [], "no scratch folder is left behind"
+    if "nothing to report or write" in stderr:
+        assert not out.exists()
+        return
+    assert "pass^" in stdout, "the finished trials are shown"
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert document["interrupted"] is True and 1 <= document["runs"] < 400
+    trials = document["runs"]
+    assert all(row["n"] == trials * row["tasks"] for row in document["results"]), "whole trials only"

@@ -198,3 +198,75 @@ def test_no_window_ever_sends_an_orphan_tool_message(
         assert_sendable(prompt)
         assert count_turns(prompt) <= keep
         assert isinstance(prompt[-1], HumanMessage | ToolMessage)
+
+
+def numbering_shopper(messages: list[BaseMessage]) -> AIMessage:
+    """A provider that numbers its calls call_0 in every reply: one add per question, a one-line summary."""
+    from shared_tools.history import is_summary_request
+
+    if is_summary_request(messages):
+        return ai("The customer added The Quiet Orchard to the cart.")
+    if isinstance(messages[-1], HumanMessage):
+        if not messages[-1].text.startswith("Add"):
+            return ai("Hello.")
+        return ai("", call("add_to_cart", "call_0", book_id=7))
+    return ai("Added.")
+
+
+@pytest.mark.parametrize("kind", SESSION_KINDS)
+def test_turns_folded_into_the_summary_keep_their_call_ids_taken(kind: str, tmp_path: Path) -> None:
+    """Once a turn is folded, its messages are gone, but the store still holds its call id as an add's request
+    key: a provider numbering its calls call_0 again must get a new add, not "this call already ran"."""
+    store = BookStore()
+    model = ScriptModel(replies=[numbering_shopper] * 20)
+    session = open_session(kind, model, make_tools(store), tmp_path, keep_turns=1, summarize=True)
+    for _ in range(5):
+        assert session.ask("Add The Quiet Orchard to my cart.").stop_reason is StopReason.DONE
+    assert any(is_summary(m) for m in session.messages), "turns were folded"
+    assert store.cart("c1").quantity_of(7) == 5
+
+
+@pytest.mark.parametrize("kind", SESSION_KINDS)
+def test_rewound_turns_keep_their_call_ids_taken(kind: str, tmp_path: Path) -> None:
+    """A rewind takes the turn back, not the store: its add stays in the cart under its call id, so the same add
+    asked again after the rewind, numbered call_0 again, is a new add (the customer asked for it again)."""
+    store = BookStore()
+    model = ScriptModel(replies=[numbering_shopper] * 20)
+    session = open_session(kind, model, make_tools(store), tmp_path)
+    session.ask("Add The Quiet Orchard to my cart.")
+    session.rewind(1)
+    session.ask("Add The Quiet Orchard to my cart.")
+    assert store.cart("c1").quantity_of(7) == 2
+
+
+@pytest.mark.parametrize("kind", SESSION_KINDS)
+def test_call_ids_stay_taken_through_folds_and_rewinds_in_any_order(kind: str, tmp_path: Path) -> None:
+    """Fold, rewind past the fold's checkpoint, fold again: every add asked for is a new copy."""
+    store = BookStore()
+    model = ScriptModel(replies=[numbering_shopper] * 40)
+    session = open_session(kind, model, make_tools(store), tmp_path, keep_turns=2, summarize=True)
+    asks = 0
+    for rewind, then_asks in ((None, 3), (2, 3), (1, 1), (1, 2)):
+        if rewind is not None:
+            session.rewind(rewind)
+        for _ in range(then_asks):
+            session.ask("Add The Quiet Orchard to my cart.")
+            asks += 1
+    assert sum(is_summary(m) for m in session.messages) == 1
+    assert store.cart("c1").quantity_of(7) == asks
+    assert_sendable(session.messages)
+
+
+@pytest.mark.parametrize("kind", SESSION_KINDS)
+def test_a_second_rewind_to_before_the_first_still_knows_the_first_one_forgot_calls(kind: str, tmp_path: Path) -> None:
+    """The second rewind drops only a turn without calls, back to a state older than the first rewind: the add
+    the first one forgot is still the store's, so the same add asked again is still a new copy."""
+    store = BookStore()
+    session = open_session(kind, ScriptModel(replies=[numbering_shopper] * 20), make_tools(store), tmp_path)
+    for question in ("Hello.", "Hello again.", "Add The Quiet Orchard to my cart."):
+        session.ask(question)
+    session.rewind(1)
+    session.rewind(1)
+    session.ask("Add The Quiet Orchard to my cart.")
+    assert questions(session.messages) == ["Hello.", "Add The Quiet Orchard to my cart."]
+    assert store.cart("c1").quantity_of(7) == 2

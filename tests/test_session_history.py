@@ -27,6 +27,7 @@ from comparison.scenarios import CART_QUESTION, INSTRUCTIONS, SEED_GOAL
 from handwritten import AgentLoop, Session, SessionConflict
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.guards import FORGOT_CALLS, forgot_calls
 from shared_tools.history import (
     SUMMARY_INSTRUCTIONS,
     SUMMARY_MAX_CHARS,
@@ -47,6 +48,14 @@ ORDER_QUESTION = "Where is my order 4512?"
 
 def questions(messages: list[BaseMessage]) -> list[str]:
     return [m.text for m in messages if is_user_turn(m)]
+
+
+def without_marks(messages: list[BaseMessage]) -> list[BaseMessage]:
+    """`messages` without the `FORGOT_CALLS` mark a rewind puts on the system message."""
+    return [
+        m.model_copy(update={"additional_kwargs": {k: v for k, v in m.additional_kwargs.items() if k != FORGOT_CALLS}})
+        for m in messages
+    ]
 
 
 def echo_tool() -> BaseTool:
@@ -299,7 +308,8 @@ def test_rewind_then_ask_continues_from_before_the_rewound_turns_and_the_cart_ke
     before = len(session.messages)
     rewound = session.rewind(2)
     assert (rewound.turns, rewound.messages, rewound.checkpoint_id) == (2, before - len(kept), None)
-    assert session.messages == kept
+    assert without_marks(session.messages) == kept
+    assert forgot_calls(session.messages[:1]), "the forgotten add's id is still the store's: later ids are fresh"
     assert store.cart("c1").quantity_of(7) == 1, "time travel rewinds the conversation, not the world"
     result = session.ask(CART_QUESTION)
     assert result.tool_calls == 1, "the model no longer remembers the add, so it reads the cart"
@@ -363,7 +373,7 @@ async def test_a_rewind_waits_for_the_turn_in_progress_and_then_takes_it_back() 
     release.set()
     assert (await asking).answer == "a1"
     assert (await rewinding).turns == 1
-    assert session.messages == kept
+    assert without_marks(session.messages) == kept
 
 
 def test_a_rewind_from_another_thread_waits_for_the_ask() -> None:
@@ -411,7 +421,7 @@ def test_rewinding_a_saved_session_rewrites_its_file(tmp_path: Path) -> None:
     session.rewind()
     assert path.read_bytes() != before
     loaded = Session.load(path, session.loop)
-    assert loaded.messages == kept
+    assert without_marks(loaded.messages) == kept and forgot_calls(loaded.messages), "the mark is saved too"
     loaded.ask("q2")
     loaded.save(path)
     assert questions(Session.load(path, session.loop).messages) == ["q0", "q2"]
@@ -564,3 +574,48 @@ def test_a_provider_numbering_its_calls_still_gets_every_add_with_a_window() -> 
     for _ in range(3):
         session.ask("Add The Quiet Orchard to my cart.")
     assert store.cart("c1").quantity_of(7) == 3
+
+
+
+@pytest.mark.parametrize("storage", ["file", "postgres"])
+def test_call_ids_of_folded_and_rewound_turns_stay_taken_after_a_save_and_a_load(
+    storage: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The ids a summary or a rewind records are saved with the conversation, so a loaded session still knows
+    them (the store does, as request keys)."""
+    store = BookStore()
+    url = request.getfixturevalue("postgres_url") if storage == "postgres" else ""
+    path = tmp_path / "s.jsonl"
+
+    def loop() -> AgentLoop:
+        return AgentLoop(ScriptModel(replies=[numbering_summarizing_shopper] * 8), make_tools(store))
+
+    def save(session: Session) -> None:
+        session.save(path) if storage == "file" else session.save_postgres(url, "t")
+
+    def load() -> Session:
+        if storage == "file":
+            return Session.load(path, loop(), keep_turns=1, summarize=True)
+        return Session.load_postgres(url, "t", loop(), keep_turns=1, summarize=True)
+
+    first = Session(loop(), INSTRUCTIONS, customer_id="c1", keep_turns=1, summarize=True)
+    for _ in range(2):
+        first.ask("Add The Quiet Orchard to my cart.")
+    save(first)
+    first.rewind(1)  # saved again, as a whole: its system message now records the forgotten call id
+    for _ in range(2):
+        again = load()
+        again.ask("Add The Quiet Orchard to my cart.")
+        save(again)
+    assert store.cart("c1").quantity_of(7) == 4
+
+
+def numbering_summarizing_shopper(messages: list[BaseMessage]) -> AIMessage:
+    """A provider that numbers its calls call_0 in every reply, adding one book per question."""
+    from shared_tools.history import is_summary_request
+
+    if is_summary_request(messages):
+        return ai("The customer added The Quiet Orchard.")
+    if isinstance(messages[-1], HumanMessage):
+        return ai("", call("add_to_cart", "call_0", book_id=7))
+    return ai("Added.")

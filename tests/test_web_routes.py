@@ -491,9 +491,44 @@ def test_serve_says_what_exposing_the_page_means() -> None:
     assert exposure_warning("127.0.0.1", 8765) is None
     warning = exposure_warning("0.0.0.0", 8765)
     assert warning is not None and "no login" in warning and "TLS" in warning
-    assert allowed_hosts("0.0.0.0") is None
     assert allowed_hosts("127.0.0.1") is not None and "evil.example" not in allowed_hosts("127.0.0.1")  # type: ignore[operator]
     assert build_serve_parser().parse_args([]).host == "127.0.0.1"
+
+
+@pytest.mark.parametrize("everywhere", ["0.0.0.0", "::"])
+def test_listening_everywhere_keeps_a_host_check_that_accepts_this_machines_names_and_addresses(
+    everywhere: str, tmp_path: Path
+) -> None:
+    """DNS rebinding works on 0.0.0.0 as on loopback: the check stays, and accepts what this machine is called."""
+    import psutil
+
+    hosts = allowed_hosts(everywhere)
+    assert hosts is not None, "listening on every address must not drop the Host check"
+    own = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET]
+    assert own and all(address in hosts for address in own)
+    assert socket.gethostname().lower() in hosts and "127.0.0.1" in hosts and "localhost" in hosts
+    if everywhere == "::":
+        assert "[::1]" in hosts
+    with TestClient(create_app(tmp_path / "web", allowed_hosts=hosts), base_url=BASE) as client:
+        for name in [socket.gethostname(), *own]:
+            assert client.get("/", headers={"host": f"{name}:8765"}).status_code == 200, name
+        assert client.get("/", headers={"host": "evil.example:8765"}).status_code == 400
+        assert client.get("/", headers={"host": "192.0.2.250.nip.io"}).status_code == 400
+
+
+@pytest.mark.parametrize("timeout", ["inf", "nan", "-inf", "1e300", "0", "-1"])
+def test_an_approval_timeout_that_is_not_a_number_of_seconds_is_exit_2(timeout: str, tmp_path: Path) -> None:
+    """inf made every hand-written approval an OverflowError (a ghost request on the page), nan an instant no.
+    In a process of its own, so a server that starts anyway is killed rather than left waiting."""
+    import subprocess
+    import sys
+
+    code = "import sys; from webdemo.cli import serve_main; sys.exit(serve_main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, "--port", "0", "--data", str(tmp_path / "web"), f"--approval-timeout={timeout}"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S, check=False)
+    assert done.returncode == 2, done
+    assert "--approval-timeout must be" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def test_ctrl_c_stops_the_server_cleanly_with_exit_code_130(tmp_path: Path) -> None:

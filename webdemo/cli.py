@@ -32,6 +32,9 @@ from webdemo.panes import default_data_dir
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FILE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 DEFAULT_PORT = 8765
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+EVERY_ADDRESS = ("0.0.0.0", "::", "")
+MAX_APPROVAL_TIMEOUT = 86_400.0
+"""A day: a longer wait is no approval anyone is waiting for, and inf overflows the wait itself."""
 
 
 class UsageError(Exception):
@@ -86,12 +89,28 @@ def exposure_warning(host: str, port: int) -> str | None:
     )
 
 
-def allowed_hosts(host: str) -> list[str] | None:
-    """Host headers the server accepts (a page on another site cannot reach it through DNS rebinding); None
-    (any) when listening on every address, since its names are not known here."""
-    if host in ("0.0.0.0", "::", ""):
-        return None
-    return list(dict.fromkeys([host, f"[{host}]" if ":" in host else host, *LOOPBACK, "[::1]"]))
+def allowed_hosts(host: str) -> list[str]:
+    """Host headers the server accepts, so a page on another site cannot reach it through DNS rebinding: the
+    address it listens on and loopback; listening on every address, also this machine's own names and the
+    addresses of its interfaces (`own_hosts`)."""
+    if host in EVERY_ADDRESS:
+        return list(dict.fromkeys([*LOOPBACK, "[::1]", *own_hosts(ipv6=host != "0.0.0.0")]))
+    return list(dict.fromkeys([f"[{host}]" if ":" in host else host, *LOOPBACK, "[::1]"]))
+
+
+def own_hosts(*, ipv6: bool) -> list[str]:
+    """This machine's host name, its fully qualified name, and every address of its interfaces (IPv6 ones in
+    brackets, as a Host header writes them; link-local ones, which need a zone, left out), lower case."""
+    import psutil
+
+    names = [socket.gethostname(), socket.getfqdn()]
+    families = (socket.AF_INET, socket.AF_INET6) if ipv6 else (socket.AF_INET,)
+    for addresses in psutil.net_if_addrs().values():
+        for address in addresses:
+            if address.family not in families or "%" in address.address:
+                continue
+            names.append(f"[{address.address}]" if address.family == socket.AF_INET6 else address.address)
+    return [name.lower() for name in names if name]
 
 
 def _say(prog: str, text: str) -> None:
@@ -173,8 +192,11 @@ def _serve(argv: Sequence[str], prog: str) -> int:
 
     try:
         args = build_serve_parser(prog).parse_args(argv)
-        if args.approval_timeout <= 0:
-            raise UsageError(f"--approval-timeout must be above 0, got {args.approval_timeout:g}")
+        if not 0 < args.approval_timeout <= MAX_APPROVAL_TIMEOUT:  # also false for nan
+            raise UsageError(
+                f"--approval-timeout must be above 0 and at most {MAX_APPROVAL_TIMEOUT:,.0f} seconds, got "
+                f"{args.approval_timeout:g}"
+            )
         if args.postgres_local is not None and args.data is not None:
             raise UsageError("give --data or --postgres-local, not both")
         if not 1 <= args.workers <= 64:

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +36,7 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
-from comparison.contenders import CONTENDERS, MISSING
+from comparison.contenders import CONTENDERS, parse_contenders
 from comparison.document import document_json
 from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
 from comparison.files import UnusableFile, check_output_file, write_output
@@ -58,9 +58,15 @@ GRADED: tuple[Scenario, ...] = tuple(s for s in SCENARIOS if s.name in RUBRIC)
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FILE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 """The exit codes `compare.py` documents (README, "Exit codes"), the same for `compare.py eval`."""
 
+log = logging.getLogger(__name__)
+
 PROG = "agent-loop-compare eval"
 DEFAULT_MODEL = "scripted:noisy"
 DEFAULT_RUNS = 8
+MAX_RUNS = 1_000
+"""The most trials --runs accepts: a typo of a few digits more must not start an eval that never ends."""
+MAX_JOBS = 64
+"""The most runs of a trial at a time (--jobs): each is a thread."""
 SCRIPTED_JOBS = 4
 """Runs of one trial in parallel on the scripted model (it keeps no state, and the scenarios' deliberate tool
 latency overlaps); a real model gets one at a time unless `--jobs` says otherwise (Ollama queues requests
@@ -260,11 +266,10 @@ def run_trial(
                 on_done(trial, scenario.name, contender)
         return [r for runs in results for r in runs]
     pool = ThreadPoolExecutor(max_workers=plan.jobs, thread_name_prefix="eval")
+    futures: dict[Future[list[TaskRun]], int] = {}
     try:
-        futures: dict[Future[list[TaskRun]], int] = {
-            pool.submit(run_pair, plan, scenario, contender, trial, folder): i
-            for i, (scenario, contender) in enumerate(pairs)
-        }
+        for i, (scenario, contender) in enumerate(pairs):
+            futures[pool.submit(run_pair, plan, scenario, contender, trial, folder)] = i
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
@@ -274,10 +279,24 @@ def run_trial(
                 if on_done:
                     on_done(trial, pairs[i][0].name, pairs[i][1])
     finally:
-        # On Ctrl-C or a failure: no new run starts; the ones under way (milliseconds on the scripted model)
-        # finish in the background and are discarded with their trial.
+        # On Ctrl-C or a failure: no new run starts, and the ones under way (milliseconds on the scripted model)
+        # are waited for, then discarded with their trial: left running, they would write into the scratch folder
+        # as it is removed, and print their tracebacks over the table.
         pool.shutdown(wait=False, cancel_futures=True)
+        _wait_through_ctrl_c(futures)
     return [r for runs in results for r in runs]
+
+
+def _wait_through_ctrl_c(futures: Iterable[Future[Any]]) -> None:
+    """Wait for the runs of `futures` under way to end, even through more Ctrl-Cs (a run cannot be stopped from
+    outside its thread). A future the pool's shutdown cancelled never counts as done for `wait`: left out."""
+    under_way = [future for future in futures if not future.cancelled()]
+    while True:
+        try:
+            wait(under_way)
+            return
+        except KeyboardInterrupt:
+            log.warning("still waiting for the runs under way to finish")
 
 
 def run_eval(plan: EvalPlan, progress: EvalProgress | None = None) -> EvalRun:
@@ -288,7 +307,8 @@ def run_eval(plan: EvalPlan, progress: EvalProgress | None = None) -> EvalRun:
     result = EvalRun(plan)
     started = time.monotonic()
     on_done = progress.ran if progress is not None else None
-    with tempfile.TemporaryDirectory(prefix="agent-loop-eval-") as scratch:
+    # ignore_cleanup_errors: a Ctrl-C that lands inside the removal must not turn into a traceback.
+    with tempfile.TemporaryDirectory(prefix="agent-loop-eval-", ignore_cleanup_errors=True) as scratch:
         try:
             for trial in range(plan.runs):
                 runs = run_trial(plan, trial, Path(scratch), on_done)
@@ -427,8 +447,10 @@ class UsageError(Exception):
     """A bad command line: one line on stderr, exit code 2."""
 
 
-def _csv(value: str) -> list[str]:
-    return [part.strip() for part in value.split(",") if part.strip()]
+def _shown_number(value: int) -> str:
+    """A number for an error line: a typo of 400 digits is not echoed whole."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
 
 
 def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -445,8 +467,7 @@ def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (see below)")
     parser.add_argument(
         "--contenders",
-        type=_csv,
-        action="extend",
+        action="append",
         metavar="NAME[,NAME]",
         help=f"which contenders run (default: all): {', '.join(CONTENDERS)}",
     )
@@ -488,17 +509,14 @@ def plan_from(args: argparse.Namespace) -> EvalPlan:
             f"{ungraded[0]!r} measures costs, it has no right or wrong outcome to grade; eval grades: "
             f"{', '.join(s.name for s in GRADED)}"
         )
-    contenders = tuple(dict.fromkeys(args.contenders or CONTENDERS))
-    missing = [c for c in contenders if c in MISSING]
-    if missing:
-        raise UsageError(f"contender {missing[0]!r} cannot run: {MISSING[missing[0]]}")
-    bad = [c for c in contenders if c not in CONTENDERS]
-    if bad:
-        raise UsageError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
-    if args.runs < 1:
-        raise UsageError(f"--runs must be at least 1, got {args.runs}")
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    try:
+        contenders = parse_contenders(args.contenders)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not 1 <= args.runs <= MAX_RUNS:
+        raise UsageError(f"--runs must be 1 to {MAX_RUNS:,}, got {_shown_number(args.runs)}")
+    if args.jobs is not None and not 1 <= args.jobs <= MAX_JOBS:
+        raise UsageError(f"--jobs must be 1 to {MAX_JOBS}, got {_shown_number(args.jobs)}")
     scenarios = tuple(SCENARIOS_BY_NAME[n] for n in dict.fromkeys(args.scenarios)) or GRADED
     scripted = args.model.strip().startswith("scripted")
     plan = EvalPlan(
