@@ -121,9 +121,10 @@ class Human(Protocol):
 
 
 class PausedSession(Protocol):
-    """What `resume_until_answered` needs of a graph session: answer the pause and go on."""
+    """What `resume_until_answered` needs of a graph session: answer the pause and go on (`GraphSession` takes
+    one bool, as its pause lists one request; a `CheckpointThread` also takes one answer per request)."""
 
-    def resume(self, approved: bool) -> AgentResult: ...
+    def resume(self, approved: Any) -> AgentResult: ...
 
 
 class DemoHuman:
@@ -212,16 +213,18 @@ def build_contender(
     raise ValueError(f"unknown contender {name!r}")
 
 
-def decide(requests: Sequence[dict[str, Any]], approve: Approve | None) -> bool:
-    """The answer to one pause of the graph: every request it lists is put to the human; yes only if all are yes.
-
-    The guarded graph pauses on one call at a time, so a pause lists one request; the rule for several is the
-    cautious one. Without a human nobody can say yes, as in the hand-written loop without `approve`.
-    """
+def decide_each(requests: Sequence[dict[str, Any]], approve: Approve | None) -> list[bool]:
+    """One answer per request of a pause, each put to the human on its own (no human: every one is a no), so a
+    yes approves only the call it was asked about."""
     if approve is None:
-        return False
-    answers = [approve(request["tool_call"], request["reason"]) for request in requests]
-    return bool(answers) and all(answers)
+        return [False] * len(requests)
+    return [approve(request["tool_call"], request["reason"]) is True for request in requests]
+
+
+def resume_with(session: PausedSession, answers: Sequence[bool]) -> AgentResult:
+    """Resume a pause with one answer per request: a pause of one request (the guarded graph's, which asks one
+    question at a time) takes its bool, a pause of several (`HumanInTheLoopMiddleware`'s) the list."""
+    return session.resume(answers[0] if len(answers) == 1 else list(answers))
 
 
 def resume_until_answered(
@@ -236,7 +239,7 @@ def resume_until_answered(
     pauses = 0
     while result.stop_reason is StopReason.AWAITING_APPROVAL:
         pauses += 1
-        result = session.resume(decide(result.pending or [], approve))
+        result = resume_with(session, decide_each(result.pending or [], approve))
         trace += result.trace
     return replace(result, trace=trace), pauses
 

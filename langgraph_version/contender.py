@@ -319,11 +319,17 @@ class CreateAgentContender:
         return run.result(reason, usage, messages)
 
     @staticmethod
-    def resume_input(requests: Sequence[dict[str, Any]], approved: bool) -> Command:
-        """The answer to a `HumanInTheLoopMiddleware` pause, in its format: one decision per listed call."""
+    def resume_input(requests: Sequence[dict[str, Any]], approved: bool | Sequence[bool]) -> Command:
+        """The answer to a `HumanInTheLoopMiddleware` pause, in its format: one decision per listed call.
+
+        `approved` is one answer per request, in order (one bool answers them all the same way); only a True
+        approves, and a list that does not name every request is refused rather than guessed at."""
+        answers = [approved] * len(requests) if isinstance(approved, bool) else list(approved)
+        if len(answers) != len(requests):
+            raise ValueError(f"the pause lists {len(requests)} requests; {len(answers)} answers were given")
         decisions = [
-            {"type": "approve"} if approved else {"type": "reject", "message": request["reason"]}
-            for request in requests
+            {"type": "approve"} if yes is True else {"type": "reject", "message": request["reason"]}
+            for request, yes in zip(requests, answers, strict=True)
         ]
         return Command(resume={"decisions": decisions})
 

@@ -121,12 +121,13 @@ def test_the_presenters_path_in_a_real_browser(browser: object, tmp_path: Path) 
         wait.until(lambda _: pane_text("langgraph", ".stop") == "done")
         # The loop asks again for the 11th copy (the cart line is over the limit): yes each time.
         while pane_text("handwritten", ".stop") != "done":
-            approval = pane("handwritten").find_element(By.CSS_SELECTOR, ".approval")
-            asked = approval.get_attribute("data-request")
-            if approval.is_displayed() and asked:
-                approval.find_element(By.CSS_SELECTOR, ".yes").click()
-                # The next question may follow at once: wait for this one to be gone, not for the box to hide.
-                wait.until(lambda _, a=approval, r=asked: a.get_attribute("data-request") != r)
+            boxes = pane("handwritten").find_elements(By.CSS_SELECTOR, ".approval")
+            if boxes:
+                asked = boxes[0].get_attribute("data-request")
+                boxes[0].find_element(By.CSS_SELECTOR, ".yes").click()
+                # The next question may follow at once: wait for this one's box to be gone.
+                wait.until(lambda _, r=asked: not pane("handwritten").find_elements(
+                    By.CSS_SELECTOR, f'.approval[data-request="{r}"]'))
         assert "I also added 10 copies" in pane_text("handwritten", ".msg.assistant:last-child")
         assert "refused" in pane_text("langgraph", ".msg.assistant:last-child")
         shot("4-approved-and-denied")
@@ -143,3 +144,50 @@ def test_the_presenters_path_in_a_real_browser(browser: object, tmp_path: Path) 
         both(lambda n: pane_text(n, ".chat") == before[n])
         assert pane_text("handwritten", ".chat").count(SEED_GOAL) == 2
         shot("6-after-reload")
+
+
+def test_a_pause_of_two_requests_shows_both_and_each_button_answers_its_own(
+    browser: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """create_agent pauses on both risky adds of one reply at once: the page shows two boxes; a person clicks yes
+    on the 5 copies and no on the 6, and only the 5 land in the cart."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from shared_tools.bookstore.store import BookStore
+    from tests.test_web_routes import two_risky_adds_in_one_reply
+
+    two_risky_adds_in_one_reply(monkeypatch)
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = WebDriverWait(driver, WAIT_S)
+    pane = '.pane[data-pane="create-agent"]'
+    data = tmp_path / "web"
+    with running_server(create_app(data)) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        for box in driver.find_elements(By.CSS_SELECTOR, "#contenders input"):
+            if box.is_selected() != (box.get_attribute("value") == "create-agent"):
+                box.click()
+        driver.find_element(By.ID, "apply").click()
+        wait.until(lambda d: [e.get_attribute("data-pane") for e in d.find_elements(By.CSS_SELECTOR, ".pane")]
+                   == ["create-agent"])  # fmt: skip
+        driver.find_element(By.ID, "text").send_keys(SEED_GOAL)
+        driver.find_element(By.ID, "send").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f"{pane} .approval")) == 2)
+        reasons = [e.text for e in driver.find_elements(By.CSS_SELECTOR, f"{pane} .approval .reason")]
+        assert "5 x The Moth Who Borrowed the Moon" in reasons[0] and "6 x The Drowned Ledger" in reasons[1]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "two-requests.png"))
+        driver.find_element(By.CSS_SELECTOR, f"{pane} .approval .yes").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f"{pane} .approval")) == 1)
+        assert "6 x The Drowned Ledger" in driver.find_element(By.CSS_SELECTOR, f"{pane} .approval .reason").text
+        assert driver.find_element(By.CSS_SELECTOR, f"{pane} .stop").text == "awaiting approval"
+        driver.find_element(By.CSS_SELECTOR, f"{pane} .approval .no").click()
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f"{pane} .stop").text == "done")
+        key = str(driver.execute_script('return sessionStorage.getItem("agent-loop-compare-tab")')).split(".")[0]
+    store = BookStore(data / "tabs" / key / "store.db")
+    try:
+        assert [(line.book.id, line.quantity) for line in store.cart(f"web-{key}-create-agent").lines] == [(5, 5)]
+    finally:
+        store.close()

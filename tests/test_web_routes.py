@@ -523,3 +523,52 @@ def test_ctrl_c_stops_the_server_cleanly_with_exit_code_130(tmp_path: Path) -> N
             _, err = server.communicate(timeout=WAIT_S)
     assert server.returncode == 130
     assert err.strip() == "compare.py serve: interrupted", err
+
+
+# --- one answer, one request ----------------------------------------------------------------------------------------
+
+
+def two_risky_adds_in_one_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pane's model asks, in one reply, for 5 copies of one book and 6 of another (both over the limit of 3),
+    then answers."""
+    from tests.doubles import ScriptModel, ai, call
+
+    def model(spec: str) -> ScriptModel:
+        adds = ai("", call("add_to_cart", "add-5", book_id=5, quantity=5),
+                  call("add_to_cart", "add-6", book_id=8, quantity=6))  # fmt: skip
+        return ScriptModel(replies=[adds, ai("Done.")])
+
+    monkeypatch.setattr("webdemo.panes.make_model", model)
+
+
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph", "create-agent"])
+def test_an_approval_answers_only_the_request_it_names(
+    contender: str, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Yes to the 5 copies, no to the 6: only the 5 land in the cart, in every contender with a gate. The page
+    shows every request the pane waits on, and answering one leaves the other waiting."""
+    two_risky_adds_in_one_reply(monkeypatch)
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        settings(client, tab, contenders=[contender], approval_gate=True)
+        assert client.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+        seen: list[int] = []
+        while True:
+            current = panes(wait_for(client, tab, lambda s: panes(s)[contender]["pending"]
+                                     or not panes(s)[contender]["busy"]))[contender]  # fmt: skip
+            if not current["pending"]:
+                break
+            assert len({r["id"] for r in current["pending"]}) == len(current["pending"]), "one id per request"
+            request = current["pending"][0]
+            quantity = request["args"]["quantity"]
+            seen.append(quantity)
+            answer = {"tab": tab, "pane": contender, "id": request["id"], "approved": quantity == 5}
+            assert client.post("/api/approve", json=answer).status_code in (200, 202)
+            gone = request["id"]
+            after = wait_for(client, tab, lambda s, g=gone: all(r["id"] != g for r in panes(s)[contender]["pending"]))
+            if len(current["pending"]) > 1:  # the others still wait for their own answer
+                left = [r["id"] for r in panes(after)[contender]["pending"]]
+                assert left == [r["id"] for r in current["pending"][1:]]
+        assert sorted(seen) == [5, 6], "each risky add was put to the human"
+        done = panes(wait_for(client, tab, idle))[contender]
+        assert done["last"]["cart"] == [{"title": "The Moth Who Borrowed the Moon", "quantity": 5}], json.dumps(done)

@@ -467,6 +467,9 @@ class Pane:
         """The last finished turn's report (stop reason, tokens, cart check), for a reload."""
         self.graph_pending: list[dict[str, Any]] = []
         """A graph's approval pause: the requests it waits on (``{"tool_call", "reason"}``), from the checkpoint."""
+        self.graph_answers: dict[str, bool] = {}
+        """The page's answers so far to the requests of that pause, by request id (`graph_request_ids`): the run
+        is resumed once every request has its own answer, so a yes approves only the call it names."""
         self.note: str | None = None
         """Why this pane runs differently from the settings, in words (no approval gate in LangGraph's defaults)."""
         self.conversation: Any = None
@@ -525,7 +528,8 @@ class Pane:
     def snapshot(self) -> dict[str, Any]:
         return {
             "phase": str(self.phase), "transcript": self.transcript, "trace": self.trace, "tokens": self.tokens,
-            "last": self.last, "graph_pending": self.graph_pending, "pending": self.bridge.pending(),
+            "last": self.last, "graph_pending": self.graph_pending, "graph_answers": self.graph_answers,
+            "pending": self.bridge.pending(),
         }  # fmt: skip
 
     def save_snapshot(self) -> None:
@@ -546,6 +550,8 @@ class Pane:
             self.tokens = int(snapshot.get("tokens") or 0)
             self.last = snapshot.get("last")
             self.graph_pending = list(snapshot.get("graph_pending") or [])
+            answers = snapshot.get("graph_answers") or {}
+            self.graph_answers = {str(k): v is True for k, v in answers.items()} if isinstance(answers, dict) else {}
             self.remote_pending = list(snapshot.get("pending") or []) if claimed else []
         self.busy = claimed
         if claimed:
@@ -564,6 +570,7 @@ class Pane:
         messages, pending = await runner.run(read)
         self.transcript = transcript_of(messages)
         self.graph_pending = pending
+        self.graph_answers = {}
         if pending:
             self.phase = Phase.AWAITING_APPROVAL
 
@@ -639,6 +646,7 @@ class Pane:
             self.transcript.append({"role": "assistant", "text": report["answer"]})
             del self.transcript[:-MAX_TRANSCRIPT]
         self.graph_pending = report.get("graph_pending") or []
+        self.graph_answers = {}
         self.phase = Phase.AWAITING_APPROVAL if self.graph_pending else Phase.IDLE
         tabs = self.tab.tabs
         if tabs.shared is not None:
@@ -653,8 +661,8 @@ class Pane:
                 await asyncio.get_running_loop().run_in_executor(tabs.executor, settle)
             self.busy = False
         self.tab.hub.publish({"type": "turn_end", "pane": self.contender, "report": report})
-        for request in self.graph_pending:
-            self.tab.hub.publish({"type": "approval", "pane": self.contender, "request": graph_request(request)})
+        for request in self.waiting_graph_requests():
+            self.tab.hub.publish({"type": "approval", "pane": self.contender, "request": request})
 
     def report(self, result: AgentResult) -> dict[str, Any]:
         """A finished turn for the page: typed facts only (the cart check is computed here, not in the page)."""
@@ -681,8 +689,17 @@ class Pane:
             return await runner.run(lambda: _cancelled_or(self._graph_call("aask", question, cancel)))
         return await runner.run(lambda: self._ask_handwritten(question, cancel))
 
-    async def resume(self, runner: TurnRunner, approved: bool) -> AgentResult:
-        return await runner.run(lambda: _cancelled_or(self._graph_call("aresume", approved, runner.cancel_event)))
+    async def resume(self, runner: TurnRunner, answers: list[bool]) -> AgentResult:
+        """Resume the graph's pause with one answer per request, in the pause's order."""
+        # The guarded graph's pause lists one request and takes a bool; HumanInTheLoopMiddleware's takes the list.
+        given: bool | list[bool] = answers[0] if len(answers) == 1 else answers
+        return await runner.run(lambda: _cancelled_or(self._graph_call("aresume", given, runner.cancel_event)))
+
+    def waiting_graph_requests(self) -> list[dict[str, Any]]:
+        """The graph pause's requests the page has not answered yet, as the page shows them."""
+        ids = graph_request_ids(self.graph_pending)
+        pairs = zip(self.graph_pending, ids, strict=True)
+        return [graph_request(r, i) for r, i in pairs if i not in self.graph_answers]
 
     def _graph_call(self, method: str, argument: Any, cancel: threading.Event) -> Awaitable[AgentResult]:
         # GraphSession takes the cooperative cancel event; the frameworks' CheckpointThread only a task cancel.
@@ -726,7 +743,7 @@ class Pane:
             self.runner.cancel()
 
     def state(self) -> dict[str, Any]:
-        pending = self.bridge.pending() + self.remote_pending + [graph_request(r) for r in self.graph_pending]
+        pending = self.bridge.pending() + self.remote_pending + self.waiting_graph_requests()
         return {
             "contender": self.contender,
             "description": CONTENDERS[self.contender],
@@ -742,11 +759,20 @@ class Pane:
         }
 
 
-def graph_request(request: dict[str, Any]) -> dict[str, Any]:
-    """A graph's approval request for the page; its id is the paused call's id (`GraphSession.aresume` answers
-    by call id)."""
+def graph_request(request: dict[str, Any], request_id: str) -> dict[str, Any]:
+    """A graph's approval request for the page, under its id from `graph_request_ids`."""
     call = request.get("tool_call") or {}
-    return question_json(str(call.get("id")), call, str(request.get("reason", "")))
+    return question_json(request_id, call, str(request.get("reason", "")))
+
+
+def graph_request_ids(pending: list[dict[str, Any]]) -> list[str]:
+    """The page's id for each request of a graph's pause: the paused call's id when every request has one of its
+    own; otherwise (a call without an id, a model that gave two calls one id) its place in the pause, "#0",
+    "#1", ..., so no answer can be taken for another request's."""
+    ids = [str((r.get("tool_call") or {}).get("id") or "") for r in pending]
+    if all(ids) and len(set(ids)) == len(ids):
+        return ids
+    return [f"#{n}" for n in range(len(ids))]
 
 
 async def _cancelled_or(call: Awaitable[AgentResult]) -> AgentResult:

@@ -47,7 +47,7 @@ from comparison.chat import scripted_knows
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.models.personas import KNOWN_GOALS, PERSONAS
 from shared_tools.telemetry_setup import setup_tracing
-from webdemo.panes import MAX_MESSAGE_CHARS, BadRequest, Pane, Phase, Tab, Tabs, TurnRunner
+from webdemo.panes import MAX_MESSAGE_CHARS, BadRequest, Pane, Phase, Tab, Tabs, TurnRunner, graph_request_ids
 from webdemo.shared import EventBus, SharedState
 
 ENV_CONFIG = "WEBDEMO_CONFIG"
@@ -222,15 +222,28 @@ def create_app(
             # The question waits in the worker that runs the turn: the answer travels there as a command.
             tab.hub.publish({"type": "_answer", "pane": pane.contender, "id": request_id, "approved": approved})
             return _json({"answered": request_id, "approved": approved})
-        if any(p.get("tool_call", {}).get("id") == request_id for p in pane.graph_pending):
+        ids = graph_request_ids(pane.graph_pending)
+        if request_id in ids and request_id not in pane.graph_answers:
             if pane.busy:
                 raise BadRequest(409, f"{pane.contender} is already going on with this approval")
-            await _claim(tab, [pane.contender], f"{pane.contender} is already going on with this approval")
-            pane.busy = True
-            pane.graph_pending = []
-            pane.start("resume", _resuming(pane, approved), None)
+            # This answer is for this request only; the run goes on once every request of the pause has one.
+            pane.graph_answers[request_id] = approved
             tab.hub.publish({"type": "approval_done", "pane": pane.contender, "id": request_id,
                              "approved": approved, "how": "yes" if approved else "no"})  # fmt: skip
+            waiting = [i for i in ids if i not in pane.graph_answers]
+            if waiting:
+                await _in_worker(pane.save_snapshot)  # shared mode: the next answer may reach another worker
+                return _json({"answered": request_id, "approved": approved, "waiting": waiting})
+            answers = [pane.graph_answers[i] for i in ids]
+            try:
+                await _claim(tab, [pane.contender], f"{pane.contender} is already going on with this approval")
+            except BadRequest:
+                pane.graph_answers.pop(request_id, None)
+                raise
+            pane.busy = True
+            pane.graph_pending = []
+            pane.graph_answers = {}
+            pane.start("resume", _resuming(pane, answers), None)
             return _json({"answered": request_id, "approved": approved}, 202)
         raise BadRequest(409, "that approval is no longer waiting (answered, timed out or cancelled)")
 
@@ -423,8 +436,8 @@ def _asking(pane: Pane, text: str) -> Callable[[TurnRunner], Awaitable[Any]]:
     return lambda runner: pane.ask(runner, text)
 
 
-def _resuming(pane: Pane, approved: bool) -> Callable[[TurnRunner], Awaitable[Any]]:
-    return lambda runner: pane.resume(runner, approved)
+def _resuming(pane: Pane, answers: list[bool]) -> Callable[[TurnRunner], Awaitable[Any]]:
+    return lambda runner: pane.resume(runner, answers)
 
 
 def _json(data: Any, status: int = 200) -> Response:
