@@ -572,3 +572,45 @@ def test_an_approval_answers_only_the_request_it_names(
         assert sorted(seen) == [5, 6], "each risky add was put to the human"
         done = panes(wait_for(client, tab, idle))[contender]
         assert done["last"]["cart"] == [{"title": "The Moth Who Borrowed the Moon", "quantity": 5}], json.dumps(done)
+
+
+# --- a cut-short turn never bricks a pane ----------------------------------------------------------------------------
+
+
+def model_down_after_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pane's model asks for one stock check, then is down for one call (the first turn fails mid-way),
+    then is back: whatever it is asked next, it answers."""
+    from tests.doubles import ScriptModel, ai, call
+
+    def down(messages: list[Any]) -> Any:
+        raise ConnectionError("the model server went away")
+
+    # One model for every pane the servers open (a test runs turns in one pane only), so its script goes on
+    # across the restart.
+    shared = ScriptModel(replies=[ai("", call("check_stock", "stock-1", book_id=7)), down,
+                                  ai("Book 7 is in stock."), ai("Still in stock."), ai("Yes.")])  # fmt: skip
+    monkeypatch.setattr("webdemo.panes.make_model", lambda spec: shared)
+
+
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph", "langgraph-defaults", "create-agent"])
+def test_a_turn_an_outage_cut_short_is_finished_before_the_next_and_rewind_never_500s(
+    contender: str, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model_down_after_one_call(monkeypatch)
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        settings(client, tab, contenders=[contender], approval_gate=False)
+        first = panes(ask(client, tab, SEED_GOAL))[contender]["last"]
+        assert first.get("error") or not first["done"], first
+    with TestClient(create_app(data), base_url=BASE) as client:  # a restart on the way: the thread is on disk
+        response = client.post("/api/turn", json={"tab": tab, "text": CART_QUESTION})
+        assert response.status_code == 202, response.text
+        after = panes(wait_for(client, tab, idle))[contender]
+        assert after["last"].get("error") is None and after["last"]["done"], after["last"]
+        assert after["transcript"][-1]["role"] == "assistant"
+        rewound = client.post("/api/rewind", json={"tab": tab, "pane": contender})
+        assert rewound.status_code in (200, 409), rewound.text
+        for _ in range(4):  # past the first turn: "nothing to rewind" is a sentence, not a 500
+            again = client.post("/api/rewind", json={"tab": tab, "pane": contender})
+            assert again.status_code in (200, 409), again.text
+            assert again.status_code == 200 or again.json()["error"]

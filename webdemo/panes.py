@@ -686,8 +686,25 @@ class Pane:
     async def ask(self, runner: TurnRunner, question: str) -> AgentResult:
         cancel = runner.cancel_event
         if self.is_graph:
-            return await runner.run(lambda: _cancelled_or(self._graph_call("aask", question, cancel)))
+            return await runner.run(lambda: _cancelled_or(self._ask_graph(question, cancel)))
         return await runner.run(lambda: self._ask_handwritten(question, cancel))
+
+    async def _ask_graph(self, question: str, cancel: threading.Event) -> AgentResult:
+        """A graph's turn: a turn an outage, a cancel or a dead server cut short is finished first, from its last
+        checkpoint (as `chat` does), so the thread never stays stuck on it; then the question is asked, whatever
+        stop the finishing came to. Should it pause for an approval or be cancelled, its result is this turn's
+        and the question is not asked; a finishing that fails (the model still down) fails the turn."""
+        finished = await self._graph_call("acontinue_unfinished", None, cancel)
+        if finished is not None:
+            said = finished.user_message() if finished.stop_reason is not StopReason.AWAITING_APPROVAL else None
+            if said:
+                self.transcript.insert(len(self.transcript) - 1, {"role": "assistant", "text": said})
+            self.tab.hub.publish({"type": "finished_earlier", "pane": self.contender,
+                                  "stop_reason": str(finished.stop_reason), "answer": said})  # fmt: skip
+            if finished.stop_reason in (StopReason.AWAITING_APPROVAL, StopReason.CANCELLED):
+                self.transcript.pop()  # the question was not asked
+                return finished
+        return await self._graph_call("aask", question, cancel)
 
     async def resume(self, runner: TurnRunner, answers: list[bool]) -> AgentResult:
         """Resume the graph's pause with one answer per request, in the pause's order."""
@@ -701,14 +718,16 @@ class Pane:
         pairs = zip(self.graph_pending, ids, strict=True)
         return [graph_request(r, i) for r, i in pairs if i not in self.graph_answers]
 
-    def _graph_call(self, method: str, argument: Any, cancel: threading.Event) -> Awaitable[AgentResult]:
+    def _graph_call(self, method: str, argument: Any, cancel: threading.Event) -> Awaitable[Any]:
         # GraphSession takes the cooperative cancel event; the frameworks' CheckpointThread only a task cancel.
+        # `argument` None: the method takes none (acontinue_unfinished).
         call = getattr(self.session, method)
         from langgraph_version import GraphSession
 
+        given = () if argument is None else (argument,)
         if isinstance(self.session, GraphSession):
-            return call(argument, cancel=cancel)
-        return call(argument)
+            return call(*given, cancel=cancel)
+        return call(*given)
 
     async def _ask_handwritten(self, question: str, cancel: threading.Event) -> AgentResult:
         # Saved where it is kept, a cancelled turn too (its history tells the truth); on Postgres under the

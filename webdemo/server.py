@@ -307,6 +307,9 @@ def create_app(
         try:
             done = await pane.rewind(TurnRunner(tabs.executor))
             await _in_worker(pane.save_snapshot)
+        except (ValueError, LookupError, RuntimeError) as exc:
+            # No turn left to take back, or a thread the session cannot rewind now: a sentence, never a 500.
+            raise BadRequest(409, f"{pane.contender} cannot rewind: {exc}") from None
         finally:
             pane.busy = False
             await _release(tab, [pane.contender])

@@ -222,6 +222,14 @@ const handlers = {
     if (pane.el.querySelector(".approvals").children.length) setStop(pane, "awaiting approval", "waiting");
     else setStop(pane, "running", "running");
   },
+  finished_earlier: (e) => {
+    // The last turn was cut short (an outage, a cancel, a restart): it was finished before this one was asked.
+    const pane = paneFor(e.pane);
+    if (!pane || !e.answer) return;
+    const said = addMessage(pane, "assistant", e.answer);
+    const asked = [...pane.el.querySelectorAll(".chat .msg.user")].pop();
+    if (asked) asked.before(said);  // it answers the question before the one just sent
+  },
   turn_end: (e) => { const pane = paneFor(e.pane); if (pane) finished(pane, e.report, true); },
   changed: (e) => {
     const said = e.changed.map((c) => `${c.pane}: removed ${c.title}, cart now ${c.cart_total}`).join("; ");
