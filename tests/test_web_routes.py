@@ -614,3 +614,30 @@ def test_a_turn_an_outage_cut_short_is_finished_before_the_next_and_rewind_never
             again = client.post("/api/rewind", json={"tab": tab, "pane": contender})
             assert again.status_code in (200, 409), again.text
             assert again.status_code == 200 or again.json()["error"]
+
+
+def test_odd_values_get_a_4xx_and_a_sentence_never_a_500(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    """Values of the wrong shape or an absurd size, an ungraded scenario for the eval, a report that is no kind."""
+    from comparison.eval.grading import GRADERS
+    from comparison.scenarios import SCENARIOS_BY_NAME
+
+    tab = new_tab(client)
+    caplog.set_level(logging.INFO)
+    ungraded = next(name for name in SCENARIOS_BY_NAME if name not in GRADERS)
+    cases: list[tuple[str, dict[str, Any], int]] = [
+        ("/api/settings", {"tab": tab, "persona": []}, 400),
+        ("/api/settings", {"tab": tab, "persona": {}}, 400),
+        ("/api/settings", {"tab": tab, "max_steps": 10**400}, 400),
+        ("/api/settings", {"tab": tab, "max_duration": 10**400}, 400),
+        ("/api/eval", {"tab": tab, "scenarios": [ungraded], "runs": 1}, 400),
+    ]
+    for path, body, status in cases:
+        response = client.post(path, content=json.dumps(body), headers={"Content-Type": "application/json"})
+        assert response.status_code == status, (path, response.text)
+        assert response.json()["error"], path
+    # An integer past the digits Python reads from text (sys.get_int_max_str_digits).
+    huge = json.dumps({"tab": tab}).replace("}", ', "max_steps": ' + "9" * 5_000 + "}")
+    response = client.post("/api/settings", content=huge, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]
+    assert client.get("/api/report/%00", params={"tab": tab}).status_code == 404
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], "no error, no traceback"

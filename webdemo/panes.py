@@ -157,7 +157,7 @@ class PageSettings:
                 raise BadRequest(400, f"unknown contender {bad[0][:40]!r}; choose from {', '.join(CONTENDERS)}")
             changes["contenders"] = tuple(c for c in CONTENDERS if c in chosen)  # table order, no repeats
         if "persona" in data:
-            if data["persona"] not in PERSONAS:
+            if not isinstance(data["persona"], str) or data["persona"] not in PERSONAS:
                 raise BadRequest(400, f"unknown persona; choose from {', '.join(PERSONAS)}")
             changes["persona"] = data["persona"]
         if "max_steps" in data:
@@ -177,9 +177,11 @@ def _number(value: Any, name: str, kind: type, low: float, high: float, *, optio
     if value is None and optional:
         return None
     # bool is an int to Python, but `true` is no step limit.
-    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not float(value).is_integer()):
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not whole):
         what = f"a{' whole' if kind is int else ''} number{' or null' if optional else ''}"
         raise BadRequest(400, f"{name} must be {what}")
+    # Compared before any float(): an int of 400 digits is a number, just not one that fits a float.
     if not low <= value <= high:
         raise BadRequest(400, f"{name} must be between {low:g} and {high:g}")
     return kind(value)

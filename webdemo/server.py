@@ -334,7 +334,12 @@ def create_app(
     async def evaluation(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
-        names = _scenario_names(body.get("scenarios"))
+        from comparison.eval.grading import GRADERS
+
+        given = body.get("scenarios")
+        names = [s.name for s in SCENARIOS if s.name in GRADERS] if given is None else _scenario_names(given)
+        if ungraded := [n for n in names if n not in GRADERS]:
+            raise BadRequest(400, f"the eval grades only {', '.join(GRADERS)}; {ungraded[0]!r} has no grader")
         runs = body.get("runs", 4)
         if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= MAX_EVAL_RUNS:
             raise BadRequest(400, f"runs must be a whole number from 1 to {MAX_EVAL_RUNS}")
@@ -379,6 +384,8 @@ def create_app(
     async def report(request: Request) -> Response:
         tab = await tabs.get(request.query_params.get("tab"))
         kind = request.path_params["kind"]
+        if kind not in ("scenario", "eval"):
+            raise BadRequest(404, "there are scenario and eval reports only")
         html = tab.reports.get(kind)
         if html is None and shared is not None:
             html = await _in_worker(lambda: shared.report(tab.key, kind))
@@ -476,6 +483,8 @@ async def _body(request: Request) -> dict[str, Any]:
         data = json.loads(b"".join(chunks).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise BadRequest(400, "the request is not valid JSON") from None
+    except ValueError:  # an integer of more digits than Python reads from text (sys.get_int_max_str_digits)
+        raise BadRequest(400, "the request holds a number too long to read") from None
     if not isinstance(data, dict):
         raise BadRequest(400, "the request must be a JSON object")
     return data
