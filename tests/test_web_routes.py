@@ -641,3 +641,59 @@ def test_odd_values_get_a_4xx_and_a_sentence_never_a_500(client: TestClient, cap
     assert response.status_code == 400 and response.json()["error"]
     assert client.get("/api/report/%00", params={"tab": tab}).status_code == 404
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], "no error, no traceback"
+
+
+# --- a turn while the settings are applied --------------------------------------------------------------------------
+
+
+def test_a_turn_sent_while_the_settings_are_applied_is_refused_and_the_new_panes_work(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The panes are being rebuilt (held here at the first new pane's open): a turn then is a 409 with a sentence,
+    not a 202 on panes being closed; afterwards every new pane takes turns, the hand-written one included."""
+    from webdemo.panes import Pane
+
+    opening, go_on = threading.Event(), threading.Event()
+    real_open = Pane.open
+
+    def held_open(self: Pane) -> None:
+        if go_on.is_set() is False and self.tab.settings.max_steps == 7:  # only the apply below waits here
+            opening.set()
+            assert go_on.wait(WAIT_S)
+        real_open(self)
+
+    monkeypatch.setattr(Pane, "open", held_open)
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        applied: list[int] = []
+        apply = threading.Thread(target=lambda: applied.append(
+            client.post("/api/settings", json={"tab": tab, "max_steps": 7}).status_code))  # fmt: skip
+        apply.start()
+        assert opening.wait(WAIT_S)
+        try:
+            for path, body in [("/api/turn", {"text": SEED_GOAL}), ("/api/settings", {"max_steps": 8}),
+                               ("/api/rewind", {"pane": "handwritten"}), ("/api/stale", {})]:  # fmt: skip
+                refused = client.post(path, json={"tab": tab, **body})
+                assert refused.status_code == 409, (path, refused.text)
+                assert "settings" in refused.json()["error"], path
+        finally:
+            go_on.set()
+            apply.join(WAIT_S)
+        assert applied == [200]
+        for _ in range(2):
+            for pane in panes(ask(client, tab, SEED_GOAL)).values():
+                assert pane["last"].get("error") is None and pane["last"]["done"], pane["last"]
+
+
+def test_the_page_never_shows_where_the_server_keeps_its_files(data: Path) -> None:
+    """A damaged saved session: the pane says it cannot open it, naming the file but not the server's folders."""
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        ask(client, tab, SEED_GOAL)
+    saved = data / "tabs" / tab.split(".")[0] / "sessions.web-handwritten.json"
+    assert saved.exists()
+    saved.write_text("{not a session", encoding="utf-8")
+    with TestClient(create_app(data), base_url=BASE) as client:
+        error = panes(state(client, tab))["handwritten"]["error"]
+        assert error and "sessions.web-handwritten.json" in error, error
+        assert str(data) not in error and "/tabs/" not in error, error

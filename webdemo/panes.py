@@ -93,6 +93,15 @@ class BadRequest(Exception):
         self.message = message
 
 
+_SERVER_PATH = re.compile(r"(?:/[\w.+-]+)+/([\w.+-]+)")
+
+
+def for_page(exc: BaseException) -> str:
+    """An error as the page shows it: its kind and sentence, with every file path on the server cut to its last
+    name (where the server keeps its data is not the page's business)."""
+    return _SERVER_PATH.sub(r"\1", f"{type(exc).__name__}: {exc}")
+
+
 class CartCheck(StrEnum):
     """How a finished answer compares with the store's cart as it is now (the stale-read lesson)."""
 
@@ -638,7 +647,7 @@ class Pane:
             report = self.report(result)
         except Exception as exc:  # a model outage, a conflicting save: said on the page, the server goes on
             log.warning("%s turn failed: %s: %s", self.contender, type(exc).__name__, exc)
-            report = {"stop_reason": None, "error": f"{type(exc).__name__}: {exc}", "answer": None}
+            report = {"stop_reason": None, "error": for_page(exc), "answer": None}
         finally:
             self.runner = None
             if self.tab.tabs.shared is None:
@@ -842,6 +851,8 @@ class Tab:
         self.reports: dict[str, str] = {}
         """The last scenario / eval report of this tab, as HTML, by kind."""
         self.gone_timer: asyncio.TimerHandle | None = None
+        self.applying = False
+        """The settings are being applied: the panes are closed and rebuilt, so nothing may start on them."""
         self.claimed: set[str] = set()
         """Shared mode: panes and jobs some worker holds, as of the last `refresh`."""
         self.reports_here: list[str] = []
@@ -890,7 +901,7 @@ class Tab:
                 await pane.load(runner)
             except Exception as exc:  # a damaged session file, another customer's thread: the pane says so
                 log.warning("tab %s: %s pane cannot open: %s", self.key[:8], pane.contender, exc)
-                pane.error = f"cannot open this conversation: {exc}"
+                pane.error = f"cannot open this conversation: {for_page(exc)}"
         self.panes = panes
 
     async def refresh(self) -> None:

@@ -47,7 +47,17 @@ from comparison.chat import scripted_knows
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.models.personas import KNOWN_GOALS, PERSONAS
 from shared_tools.telemetry_setup import setup_tracing
-from webdemo.panes import MAX_MESSAGE_CHARS, BadRequest, Pane, Phase, Tab, Tabs, TurnRunner, graph_request_ids
+from webdemo.panes import (
+    MAX_MESSAGE_CHARS,
+    BadRequest,
+    Pane,
+    Phase,
+    Tab,
+    Tabs,
+    TurnRunner,
+    for_page,
+    graph_request_ids,
+)
 from webdemo.shared import EventBus, SharedState
 
 ENV_CONFIG = "WEBDEMO_CONFIG"
@@ -193,6 +203,7 @@ def create_app(
     async def turn(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         text = _message(body.get("text"), scripted=scripted)
         panes = [p for p in tab.panes.values() if p.error is None]
         if not panes:
@@ -212,6 +223,7 @@ def create_app(
     async def approve(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         pane = _pane(tab, body.get("pane"))
         request_id, approved = body.get("id"), body.get("approved")
         if not isinstance(request_id, str) or not isinstance(approved, bool):
@@ -250,6 +262,7 @@ def create_app(
     async def settings(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         from webdemo.panes import PageSettings
 
         new = PageSettings.from_json(body, tab.settings)
@@ -257,6 +270,8 @@ def create_app(
             raise BadRequest(409, "a turn is in progress or waits for an approval; change the settings after it")
         held = sorted({*tab.panes, *new.contenders})
         await _claim(tab, held, "a turn is in progress or waits for an approval; change the settings after it")
+        _not_applying(tab)  # checked again after the await: another apply may have begun meanwhile
+        tab.applying = True
         try:
             for pane in tab.panes.values():
                 pane.bridge.deny_all(close=True)
@@ -266,6 +281,7 @@ def create_app(
             await _in_worker(tab.save_settings)
             await tab.open_panes()
         finally:
+            tab.applying = False
             await _release(tab, held)
         tab.hub.publish({"type": "state", "state": tab.state()})
         return _json(tab.state())
@@ -273,6 +289,7 @@ def create_app(
     async def stale(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         if any(p.busy for p in tab.panes.values()):
             raise BadRequest(409, "wait for the turn to finish, then change the cart")
         held = list(tab.panes)
@@ -299,6 +316,7 @@ def create_app(
     async def rewind(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         pane = _pane(tab, body.get("pane"))
         if pane.busy or pane.phase is Phase.AWAITING_APPROVAL:
             raise BadRequest(409, f"{pane.contender} has a turn in progress or waits for an approval")
@@ -309,7 +327,7 @@ def create_app(
             await _in_worker(pane.save_snapshot)
         except (ValueError, LookupError, RuntimeError) as exc:
             # No turn left to take back, or a thread the session cannot rewind now: a sentence, never a 500.
-            raise BadRequest(409, f"{pane.contender} cannot rewind: {exc}") from None
+            raise BadRequest(409, f"{pane.contender} cannot rewind: {for_page(exc)}") from None
         finally:
             pane.busy = False
             await _release(tab, [pane.contender])
@@ -370,7 +388,7 @@ def create_app(
                     await _in_worker(lambda: shared.put_report(tab.key, kind, html))
             except Exception as exc:  # the model went away mid-run: said on the page
                 log.warning("%s run failed: %s: %s", kind, type(exc).__name__, exc)
-                tab.hub.publish({"type": "job", "kind": kind, "status": "failed", "error": str(exc)})
+                tab.hub.publish({"type": "job", "kind": kind, "status": "failed", "error": for_page(exc)})
                 return
             finally:
                 if keeper is not None:
@@ -507,6 +525,13 @@ def _message(text: Any, *, scripted: bool) -> str:
         # Refused before asking, so an unknown goal never lands in a stored conversation (as in chat).
         raise BadRequest(422, "the scripted model has no script for that; it knows: " + " | ".join(KNOWN_GOALS))
     return text
+
+
+def _not_applying(tab: Tab) -> None:
+    """Refuse what would start on panes the settings are closing and rebuilding (checked with no await before the
+    route claims its panes, so nothing slips in between)."""
+    if tab.applying:
+        raise BadRequest(409, "the settings are being applied; try again in a moment")
 
 
 def _pane(tab: Tab, name: Any) -> Pane:
