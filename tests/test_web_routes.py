@@ -697,3 +697,35 @@ def test_the_page_never_shows_where_the_server_keeps_its_files(data: Path) -> No
         error = panes(state(client, tab))["handwritten"]["error"]
         assert error and "sessions.web-handwritten.json" in error, error
         assert str(data) not in error and "/tabs/" not in error, error
+
+
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph", "langgraph-defaults", "create-agent"])
+def test_a_turn_stopped_from_the_page_does_not_block_the_next(
+    contender: str, data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """"Stop the runs" while the model is thinking: the turn ends cancelled, and the next question is answered."""
+    from tests.doubles import ScriptModel, ai, call
+
+    thinking, released = threading.Event(), threading.Event()
+
+    def slow(messages: list[Any]) -> Any:
+        thinking.set()
+        released.wait(WAIT_S)
+        return ai("Too late.")
+
+    shared = ScriptModel(replies=[ai("", call("check_stock", "stock-1", book_id=7)), slow,
+                                  ai("Book 7 is in stock."), ai("Still in stock."), ai("Yes.")])  # fmt: skip
+    monkeypatch.setattr("webdemo.panes.make_model", lambda spec: shared)
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        settings(client, tab, contenders=[contender], approval_gate=False)
+        assert client.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+        assert thinking.wait(WAIT_S)
+        assert client.post("/api/cancel", json={"tab": tab}).status_code == 200
+        stopped = panes(wait_for(client, tab, idle))[contender]["last"]
+        released.set()
+        assert stopped["stop_reason"] == "cancelled", stopped
+        response = client.post("/api/turn", json={"tab": tab, "text": CART_QUESTION})
+        assert response.status_code == 202, response.text
+        after = panes(wait_for(client, tab, idle))[contender]["last"]
+        assert after.get("error") is None and after["done"], after
