@@ -732,3 +732,34 @@ def test_a_turn_stopped_from_the_page_does_not_block_the_next(
         assert response.status_code == 202, response.text
         after = panes(wait_for(client, tab, idle))[contender]["last"]
         assert after.get("error") is None and after["done"], after
+
+
+# --- jobs -----------------------------------------------------------------------------------------------------------
+
+
+def test_jobs_are_bounded_per_server_and_a_cancel_ends_their_process(data: Path) -> None:
+    """An eval of 20 runs holds a process of its own, not the turns' threads: a newcomer's seed turn is answered
+    meanwhile; a second job anywhere in the server is refused in words (max_jobs=1); "Stop the runs" ends it."""
+    import multiprocessing
+
+    with TestClient(create_app(data, max_jobs=1), base_url=BASE) as client:
+        tab, other = new_tab(client), new_tab(client)
+        started = client.post("/api/eval", json={"tab": tab, "scenarios": ["bookstore"], "runs": 20})
+        assert started.status_code == 202, started.text
+        deadline = time.monotonic() + WAIT_S
+        while not (children := [p for p in multiprocessing.active_children() if p.name == "webdemo-job"]):
+            assert time.monotonic() < deadline, "the eval never started its process"
+            time.sleep(0.02)
+        assert len(children) == 1
+        refused = client.post("/api/scenario", json={"tab": other, "scenarios": ["bookstore"]})
+        assert refused.status_code == 503 and "at once" in refused.json()["error"]
+        for pane in panes(ask(client, other, SEED_GOAL)).values():
+            assert pane["last"]["done"]
+        assert state(client, tab)["jobs"] == ["eval"], "the eval is still running"
+        assert client.post("/api/cancel", json={"tab": tab}).status_code == 200
+        wait_for(client, tab, lambda s: not s["jobs"])
+        children[0].join(WAIT_S)
+        assert not children[0].is_alive(), "the cancel ended the job's process"
+        again = client.post("/api/scenario", json={"tab": other, "scenarios": ["bookstore"]})
+        assert again.status_code == 202, "the slot is free again"
+        wait_for(client, other, lambda s: s["reports"] == ["scenario"] and not s["jobs"])

@@ -1166,7 +1166,10 @@ class Tabs:
         """Cancel every run, give them `wait` seconds to record it, then close every tab's files."""
         for tab in self._open.values():
             tab.cancel_all()
-        running = [p.task for t in self._open.values() for p in t.panes.values() if p.task and not p.task.done()]
+        running: list[asyncio.Task[Any]] = [
+            p.task for t in self._open.values() for p in t.panes.values() if p.task and not p.task.done()
+        ]
+        running += [j for t in self._open.values() for j in t.jobs.values() if not j.done()]  # their processes end
         if running:
             await asyncio.wait(running, timeout=wait)
         for tab in self._open.values():

@@ -47,6 +47,7 @@ from comparison.chat import scripted_knows
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.models.personas import KNOWN_GOALS, PERSONAS
 from shared_tools.telemetry_setup import setup_tracing
+from webdemo.jobs import JobSlots, run_in_child
 from webdemo.panes import (
     MAX_MESSAGE_CHARS,
     BadRequest,
@@ -99,13 +100,15 @@ def create_app(
     gone_after: float = 10.0,
     max_tabs: int = 64,
     workers: int = 32,
+    max_jobs: int = 2,
 ) -> Starlette:
     """The live page over `data_dir` (a folder per tab; created when missing), or over a Postgres URL (several
     workers share it), on the model `model`.
 
     `allowed_hosts` are the Host headers accepted (against DNS rebinding; None accepts any);
     `approval_timeout` is how long the hand-written loop waits for the page's yes (then: no); `gone_after` is how
-    long a tab may have no event stream open (a reload reconnects within it) before its runs are cancelled.
+    long a tab may have no event stream open (a reload reconnects within it) before its runs are cancelled;
+    `max_jobs`, how many scenario and eval runs the server runs at once (each in a process of its own).
     """
     from shared_tools.bookstore.store import is_postgres_url
 
@@ -121,6 +124,7 @@ def create_app(
         max_tabs=max_tabs,
     )
     scripted = model.startswith("scripted")
+    slots = JobSlots(max_jobs)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -346,7 +350,7 @@ def create_app(
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
         names = _scenario_names(body.get("scenarios"))
-        await _start_job(tab, "scenario", lambda: _scenario_report(names, model, tab.folder))
+        await _start_job(tab, "scenario", _scenario_report, names, model, tab.folder)
         return _json({"running": names}, 202)
 
     async def evaluation(request: Request) -> Response:
@@ -361,15 +365,24 @@ def create_app(
         runs = body.get("runs", 4)
         if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= MAX_EVAL_RUNS:
             raise BadRequest(400, f"runs must be a whole number from 1 to {MAX_EVAL_RUNS}")
-        await _start_job(tab, "eval", lambda: _eval_report(names, runs, model))
+        await _start_job(tab, "eval", _eval_report, names, runs, model)
         return _json({"running": names, "runs": runs}, 202)
 
-    async def _start_job(tab: Tab, kind: str, make: Callable[[], str]) -> None:
+    async def _start_job(tab: Tab, kind: str, function: Callable[..., str], *args: Any) -> None:
+        """One job per kind and tab, at most `max_jobs` in this server, each in a child process of its own
+        (`webdemo.jobs`): the turns' threads stay free, and a cancel ends the process."""
         job = tab.jobs.get(kind)
         if job is not None and not job.done():
             raise BadRequest(409, f"a {kind} run is already under way in this tab")
+        if not slots.take():
+            raise BadRequest(503, f"the server runs {slots.max_jobs} scenario or eval runs at once, as many as it "
+                             "takes; try again when one is done")  # fmt: skip
         name = f"job:{kind}"
-        await _claim(tab, [name], f"a {kind} run is already under way in this tab", JOB_LEASE_S)
+        try:
+            await _claim(tab, [name], f"a {kind} run is already under way in this tab", JOB_LEASE_S)
+        except BaseException:
+            slots.give_back()
+            raise
 
         async def keep_claim() -> None:
             assert shared is not None
@@ -382,7 +395,7 @@ def create_app(
             tab.hub.publish({"type": "job", "kind": kind, "status": "running"})
             keeper = None if shared is None else asyncio.get_running_loop().create_task(keep_claim())
             try:
-                html = await _in_worker(make)
+                html = await run_in_child(function, *args)
                 tab.reports[kind] = html
                 if shared is not None:
                     await _in_worker(lambda: shared.put_report(tab.key, kind, html))
@@ -390,7 +403,11 @@ def create_app(
                 log.warning("%s run failed: %s: %s", kind, type(exc).__name__, exc)
                 tab.hub.publish({"type": "job", "kind": kind, "status": "failed", "error": for_page(exc)})
                 return
+            except asyncio.CancelledError:
+                tab.hub.publish({"type": "job", "kind": kind, "status": "failed", "error": "stopped"})
+                raise
             finally:
+                slots.give_back()
                 if keeper is not None:
                     keeper.cancel()
                 with contextlib.suppress(Exception):
