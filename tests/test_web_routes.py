@@ -763,3 +763,33 @@ def test_jobs_are_bounded_per_server_and_a_cancel_ends_their_process(data: Path)
         again = client.post("/api/scenario", json={"tab": other, "scenarios": ["bookstore"]})
         assert again.status_code == 202, "the slot is free again"
         wait_for(client, other, lambda s: s["reports"] == ["scenario"] and not s["jobs"])
+
+
+# --- event streams and tabs -----------------------------------------------------------------------------------------
+
+
+def test_one_tab_cannot_hold_the_streams_and_watched_tabs_never_lock_a_newcomer_out(data: Path) -> None:
+    """A tab that opens stream after stream keeps only the newest few (the oldest are ended); a server full of
+    tabs that each hold a stream still takes a newcomer (max_tabs=3), closing the longest-watched tab, which
+    reopens from disk with its conversation when its page asks again."""
+    import asyncio
+
+    from webdemo.panes import MAX_STREAMS_PER_TAB
+
+    app = create_app(data, max_tabs=3)
+    with TestClient(app, base_url=BASE) as client:
+        first = new_tab(client)
+        ask(client, first, SEED_GOAL)
+        tabs = app.state.tabs
+        hub = tabs._open[first.split(".")[0]].hub
+        queues = [client.portal.call(lambda: asyncio.sleep(0, hub.subscribe())) for _ in range(10)]
+        assert hub.listeners == MAX_STREAMS_PER_TAB
+        assert all(q.get_nowait() is None for q in queues[:-MAX_STREAMS_PER_TAB]), "the oldest streams were ended"
+        for _ in range(2):
+            other = new_tab(client)
+            client.portal.call(lambda o=other: asyncio.sleep(0, tabs._open[o.split(".")[0]].hub.subscribe()))
+        newcomer = client.post("/api/tabs", headers={"Content-Type": "application/json"})
+        assert newcomer.status_code == 200, newcomer.text
+        assert first.split(".")[0] not in tabs._open, "the longest-watched tab made room"
+        back = panes(state(client, first))
+        assert all(p["transcript"][-1]["role"] == "assistant" for p in back.values()), "it reopens from disk"

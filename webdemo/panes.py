@@ -78,6 +78,8 @@ MAX_TRANSCRIPT = 200
 """Messages of a pane's transcript kept for the page (the session itself keeps everything)."""
 MAX_TRACE = 400
 """Trace lines of a pane's current turn kept for a reload."""
+MAX_STREAMS_PER_TAB = 4
+"""Event streams one tab may hold open; one more ends the tab's oldest (a page needs one; a few for reloads)."""
 SUBSCRIBER_QUEUE = 2_000
 """Events buffered per event stream; a reader that falls this far behind is dropped (it reconnects)."""
 HEARTBEAT_S = 1.0
@@ -212,7 +214,8 @@ class Hub:
         """Shared mode: the last event of this tab delivered here."""
         self.pulling = False
         self.pull_again = False
-        self._queues: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self._queues: dict[asyncio.Queue[dict[str, Any] | None], None] = {}
+        """The open streams' queues, oldest first."""
         self.last_seen = time.monotonic()
         """When an event stream was last open or closed (for `Tabs.sweep`)."""
 
@@ -221,13 +224,17 @@ class Hub:
         return len(self._queues)
 
     def subscribe(self) -> asyncio.Queue[dict[str, Any] | None]:
+        """A queue for one more event stream; past `MAX_STREAMS_PER_TAB` the oldest stream is ended (its page,
+        if it is still there, reconnects), so one tab cannot hold the server's streams."""
+        while len(self._queues) >= MAX_STREAMS_PER_TAB:
+            self._stop(next(iter(self._queues)))
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
-        self._queues.add(queue)
+        self._queues[queue] = None
         self.last_seen = time.monotonic()
         return queue
 
     def unsubscribe(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
-        self._queues.discard(queue)
+        self._queues.pop(queue, None)
         self.last_seen = time.monotonic()
 
     def publish(self, event: dict[str, Any]) -> None:
@@ -253,9 +260,14 @@ class Hub:
 
     def _end(self) -> None:
         for queue in list(self._queues):
-            if queue.full():
-                queue.get_nowait()  # the stream ends anyway; its last unread event is not needed
-            queue.put_nowait(None)
+            self._stop(queue)
+
+    def _stop(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+        """End one stream: it reads None next, and gets no more events."""
+        self._queues.pop(queue, None)
+        if queue.full():
+            queue.get_nowait()  # the stream ends anyway; its last unread event is not needed
+        queue.put_nowait(None)
 
     def deliver(self, event: dict[str, Any]) -> None:
         """Shared mode: an event read from Postgres, for this worker's streams (on the server's loop)."""
@@ -268,10 +280,7 @@ class Hub:
             except asyncio.QueueFull:
                 # A reader this far behind is dropped rather than letting the server's memory grow; the page
                 # reconnects and reloads the state.
-                self._queues.discard(queue)
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.get_nowait()
-                    queue.put_nowait(None)
+                self._stop(queue)
 
 
 def trace_json(event: TraceEvent) -> dict[str, Any]:
@@ -1076,13 +1085,15 @@ class Tabs:
         return tab
 
     def _make_room(self) -> None:
-        """Close the longest-idle tabs (nobody watching, nothing running) beyond `max_tabs`; they reopen from
-        disk when their page comes back."""
-        idle = sorted((t for t in self._open.values() if not t.hub.listeners and not t.busy),
-                      key=lambda t: t.hub.last_seen)  # fmt: skip
+        """Close tabs beyond `max_tabs`, nobody watching first, then the longest-watched (their streams end; the
+        page reconnects and the tab reopens from disk), so tabs that only hold a stream never lock a newcomer
+        out. A tab with a turn or a job under way is never closed."""
+        idle = sorted((t for t in self._open.values() if not t.busy and not t.applying),
+                      key=lambda t: (t.hub.listeners > 0, t.hub.last_seen))  # fmt: skip
         while len(self._open) >= self.max_tabs and idle:
             tab = idle.pop(0)
             del self._open[tab.key]
+            tab.hub.end_streams()
             tab.close()
         if len(self._open) >= self.max_tabs:
             raise BadRequest(503, "the server has as many tabs open as it takes; close one and reload")
