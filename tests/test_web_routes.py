@@ -793,3 +793,27 @@ def test_one_tab_cannot_hold_the_streams_and_watched_tabs_never_lock_a_newcomer_
         assert first.split(".")[0] not in tabs._open, "the longest-watched tab made room"
         back = panes(state(client, first))
         assert all(p["transcript"][-1]["role"] == "assistant" for p in back.values()), "it reopens from disk"
+
+
+def test_unused_tabs_expire_and_stored_tabs_are_capped(data: Path) -> None:
+    """A tab unused past `keep_tabs_s` is deleted, folder and all; beyond `max_stored_tabs` the longest unused
+    go first; a tab in use is kept and still answers."""
+    import os
+
+    with TestClient(create_app(data, max_stored_tabs=3), base_url=BASE) as client:
+        kept = new_tab(client)
+        ask(client, kept, SEED_GOAL)
+        old = [new_tab(client) for _ in range(2)]
+        folder = data / "tabs"
+        for n, tab in enumerate(old):  # unused for a while, the first the longest
+            os.utime(folder / tab.split(".")[0], (time.time() - 100 + n, time.time() - 100 + n))
+        newest = new_tab(client)
+        state(client, kept)
+        left = {p.name for p in folder.iterdir()}
+        assert left == {t.split(".")[0] for t in (kept, old[1], newest)}, "the longest unused went first"
+    for stored in folder.iterdir():  # ten seconds pass
+        os.utime(stored, (time.time() - 10, time.time() - 10))
+    with TestClient(create_app(data, keep_tabs_s=5.0), base_url=BASE) as client:
+        # Unused past the limit: gone when the server starts; reopening such a tab starts it afresh.
+        assert not [p.name for p in folder.iterdir()], (kept, newest)
+        assert all(p["transcript"] == [] for p in state(client, kept)["panes"])

@@ -39,6 +39,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import threading
 import time
 import uuid
@@ -1040,8 +1041,14 @@ class Tabs:
         gone_after: float = 10.0,
         max_tabs: int = 64,
         shared: SharedState | None = None,
+        keep_tabs_s: float = 7 * 24 * 3600.0,
+        max_stored_tabs: int = 1_000,
     ) -> None:
+        """`keep_tabs_s` and `max_stored_tabs` (a data folder): a tab unused that long is deleted, and past that
+        many stored tabs the longest unused are (`forget_old_tabs`)."""
         self.data_dir = data_dir
+        self.keep_tabs_s = keep_tabs_s
+        self.max_stored_tabs = max_stored_tabs
         self.shared = shared
         self.owner = uuid.uuid4().hex
         """Shared mode: this worker's name on the claims it takes."""
@@ -1055,13 +1062,47 @@ class Tabs:
         self.max_tabs = max_tabs
         self._open: dict[str, Tab] = {}
         self._opening: dict[str, asyncio.Task[Tab]] = {}
+        self.forget_old_tabs()
+
+    def forget_old_tabs(self) -> list[str]:
+        """Delete the folders of stored tabs unused for `keep_tabs_s`, then of the longest unused beyond
+        `max_stored_tabs` (a folder's time is its tab's last request); a tab watched or at work is kept. The keys
+        deleted.
+        A data folder only: the Postgres tables are cleaned up as the README says."""
+        folder = self.data_dir / "tabs"
+        if self.shared is not None or not folder.is_dir():
+            return []
+        stored = sorted(((p.stat().st_mtime, p) for p in folder.iterdir() if p.is_dir()), reverse=True)
+        now = time.time()
+        doomed = [p for n, (used, p) in enumerate(stored)
+                  if (now - used > self.keep_tabs_s or n >= self.max_stored_tabs) and self._may_forget(p.name)]
+        for path in doomed:
+            tab = self._open.pop(path.name, None)
+            if tab is not None:
+                tab.close()
+            shutil.rmtree(path, ignore_errors=True)
+        if doomed:
+            log.info("forgot %d stored tab(s) unused for long or beyond %d", len(doomed), self.max_stored_tabs)
+        return [p.name for p in doomed]
+
+    def _may_forget(self, key: str) -> bool:
+        """Not being opened, and if open, nobody watching and nothing under way."""
+        tab = self._open.get(key)
+        if key in self._opening:
+            return False
+        return tab is None or not (tab.hub.listeners or tab.busy or tab.applying)
 
     async def new(self) -> tuple[str, Tab]:
         tab_id, key = self.ids.new()
-        return tab_id, await self._get(key)
+        tab = await self._get(key)
+        self.forget_old_tabs()  # after: the new tab is open, so it is kept
+        return tab_id, tab
 
     async def get(self, tab_id: Any) -> Tab:
         tab = await self._get(self.ids.key_of(tab_id))
+        if tab.folder is not None:
+            with contextlib.suppress(OSError):
+                os.utime(tab.folder)  # its last use, for `forget_old_tabs`
         await tab.refresh()
         return tab
 

@@ -101,6 +101,8 @@ def create_app(
     max_tabs: int = 64,
     workers: int = 32,
     max_jobs: int = 2,
+    keep_tabs_s: float = 7 * 24 * 3600.0,
+    max_stored_tabs: int = 1_000,
 ) -> Starlette:
     """The live page over `data_dir` (a folder per tab; created when missing), or over a Postgres URL (several
     workers share it), on the model `model`.
@@ -108,7 +110,8 @@ def create_app(
     `allowed_hosts` are the Host headers accepted (against DNS rebinding; None accepts any);
     `approval_timeout` is how long the hand-written loop waits for the page's yes (then: no); `gone_after` is how
     long a tab may have no event stream open (a reload reconnects within it) before its runs are cancelled;
-    `max_jobs`, how many scenario and eval runs the server runs at once (each in a process of its own).
+    `max_jobs`, how many scenario and eval runs the server runs at once (each in a process of its own);
+    `keep_tabs_s` and `max_stored_tabs`, how long an unused tab is kept in a data folder and how many at most.
     """
     from shared_tools.bookstore.store import is_postgres_url
 
@@ -122,6 +125,8 @@ def create_app(
         approval_timeout=approval_timeout,
         gone_after=gone_after,
         max_tabs=max_tabs,
+        keep_tabs_s=keep_tabs_s,
+        max_stored_tabs=max_stored_tabs,
     )
     scripted = model.startswith("scripted")
     slots = JobSlots(max_jobs)
