@@ -528,26 +528,29 @@ def test_ctrl_c_stops_the_server_cleanly_with_exit_code_130(tmp_path: Path) -> N
 # --- one answer, one request ----------------------------------------------------------------------------------------
 
 
-def two_risky_adds_in_one_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+def two_risky_adds_in_one_reply(monkeypatch: pytest.MonkeyPatch, ids: tuple[str, str] = ("add-5", "add-6")) -> None:
     """Every pane's model asks, in one reply, for 5 copies of one book and 6 of another (both over the limit of 3),
-    then answers."""
+    then answers. `ids`: the two calls' ids (a careless or hostile model may give both the same)."""
     from tests.doubles import ScriptModel, ai, call
 
     def model(spec: str) -> ScriptModel:
-        adds = ai("", call("add_to_cart", "add-5", book_id=5, quantity=5),
-                  call("add_to_cart", "add-6", book_id=8, quantity=6))  # fmt: skip
+        adds = ai("", call("add_to_cart", ids[0], book_id=5, quantity=5),
+                  call("add_to_cart", ids[1], book_id=8, quantity=6))  # fmt: skip
         return ScriptModel(replies=[adds, ai("Done.")])
 
     monkeypatch.setattr("webdemo.panes.make_model", model)
 
 
-@pytest.mark.parametrize("contender", ["handwritten", "langgraph", "create-agent"])
+@pytest.mark.parametrize(("contender", "ids"), [
+    ("handwritten", ("add-5", "add-6")), ("langgraph", ("add-5", "add-6")), ("create-agent", ("add-5", "add-6")),
+    ("create-agent", ("same", "same")),  # one id for both calls: a yes by that id must not answer both
+])  # fmt: skip
 def test_an_approval_answers_only_the_request_it_names(
-    contender: str, data: Path, monkeypatch: pytest.MonkeyPatch
+    contender: str, ids: tuple[str, str], data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Yes to the 5 copies, no to the 6: only the 5 land in the cart, in every contender with a gate. The page
     shows every request the pane waits on, and answering one leaves the other waiting."""
-    two_risky_adds_in_one_reply(monkeypatch)
+    two_risky_adds_in_one_reply(monkeypatch, ids)
     with TestClient(create_app(data), base_url=BASE) as client:
         tab = new_tab(client)
         settings(client, tab, contenders=[contender], approval_gate=True)
@@ -571,7 +574,13 @@ def test_an_approval_answers_only_the_request_it_names(
                 assert left == [r["id"] for r in current["pending"][1:]]
         assert sorted(seen) == [5, 6], "each risky add was put to the human"
         done = panes(wait_for(client, tab, idle))[contender]
-        assert done["last"]["cart"] == [{"title": "The Moth Who Borrowed the Moon", "quantity": 5}], json.dumps(done)
+        approved = [{"title": "The Moth Who Borrowed the Moon", "quantity": 5}]
+        if ids[0] == ids[1]:
+            # LangGraph keeps one result per call id, so create_agent runs only one of the twins (here the
+            # refused one): the approved add is lost, but nothing nobody approved lands in the cart.
+            assert done["last"]["cart"] in ([], approved), json.dumps(done)
+            return
+        assert done["last"]["cart"] == approved, json.dumps(done)
 
 
 # --- a cut-short turn never bricks a pane ----------------------------------------------------------------------------
