@@ -2,7 +2,7 @@
 
 `DemoHuman` (the demo's customer, who says no) and `AskingHuman` (chat's, asked at the prompt) decide whether
 a risky write may run; the hand-written loop asks `approve`, while a graph pauses and `resume_until_answered`
-puts each pause to the human (`decide`) and resumes the run.
+puts each request of a pause to the human on its own (`decide_each`) and resumes the run.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ class Human(Protocol):
 
 
 class PausedSession(Protocol):
-    """What `resume_until_answered` needs of a graph session: answer the pause and go on."""
+    """What `resume_until_answered` needs of a graph session: answer the pause and go on (`GraphSession` takes
+    one bool, as its pause lists one request; a `CheckpointThread` also takes one answer per request)."""
 
-    def resume(self, approved: bool) -> AgentResult: ...
+    def resume(self, approved: Any) -> AgentResult: ...
 
 
 class DemoHuman:
@@ -74,16 +75,18 @@ class AskingHuman:
         return self.ask(reason)
 
 
-def decide(requests: Sequence[dict[str, Any]], approve: Approve | None) -> bool:
-    """The answer to one pause of the graph: every request it lists is put to the human; yes only if all are yes.
-
-    The guarded graph pauses on one call at a time, so a pause lists one request; the rule for several is the
-    cautious one. Without a human nobody can say yes, as in the hand-written loop without `approve`.
-    """
+def decide_each(requests: Sequence[dict[str, Any]], approve: Approve | None) -> list[bool]:
+    """One answer per request of a pause, each put to the human on its own (no human: every one is a no), so a
+    yes approves only the call it was asked about."""
     if approve is None:
-        return False
-    answers = [approve(request["tool_call"], request["reason"]) for request in requests]
-    return bool(answers) and all(answers)
+        return [False] * len(requests)
+    return [approve(request["tool_call"], request["reason"]) is True for request in requests]
+
+
+def resume_with(session: PausedSession, answers: Sequence[bool]) -> AgentResult:
+    """Resume a pause with one answer per request: a pause of one request (the guarded graph's, which asks one
+    question at a time) takes its bool, a pause of several (`HumanInTheLoopMiddleware`'s) the list."""
+    return session.resume(answers[0] if len(answers) == 1 else list(answers))
 
 
 def resume_until_answered(
@@ -98,6 +101,6 @@ def resume_until_answered(
     pauses = 0
     while result.stop_reason is StopReason.AWAITING_APPROVAL:
         pauses += 1
-        result = session.resume(decide(result.pending or [], approve))
+        result = resume_with(session, decide_each(result.pending or [], approve))
         trace += result.trace
     return replace(result, trace=trace), pauses

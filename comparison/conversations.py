@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
 
-from comparison.approvals import Approve, DemoHuman, decide, resume_until_answered
+from comparison.approvals import Approve, DemoHuman, decide_each, resume_until_answered, resume_with
 from comparison.contenders import Contender
 from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult
@@ -449,7 +449,7 @@ class GraphConversation:
         a turn a crash or an outage cut short is finished from its last checkpoint."""
         pending = self.session.pending
         if pending:
-            return self._answered(self.session.resume(decide(pending, self.approve)))
+            return self._answered(resume_with(self.session, decide_each(pending, self.approve)))
         result = self.session.continue_unfinished()
         return None if result is None else self._answered(result)
 

@@ -562,3 +562,35 @@ def test_a_refused_call_carries_its_guard_on_the_trace(store: BookStore) -> None
     result = session.resume(False)
     [refused] = [event for event in result.trace if not event.is_model]
     assert (refused.name, refused.is_error, refused.guard) == ("add_to_cart", True, Guard.APPROVAL_REFUSED)
+
+
+# --- one answer per request, in every contender with a gate --------------------------------------------------
+
+
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph", "create-agent"])
+def test_a_yes_approves_only_the_call_it_was_asked_about(contender: str, store: BookStore) -> None:
+    """One reply, two risky adds; the human says yes to the 5 copies and no to the 6. Whether the contender asks
+    one call at a time (the loop, our graph) or pauses on both at once (`HumanInTheLoopMiddleware`), only the 5
+    run: `compare.py chat`'s path (`open_conversation` and its `approve`)."""
+    from comparison.contenders import build_contender
+    from comparison.conversations import open_conversation
+
+    asked: list[int] = []
+
+    class ByQuantity:
+        policy = RiskyWritePolicy(store, "c1")
+
+        def approve(self, tool_call: ToolCall, reason: str) -> bool:
+            asked.append(int(tool_call["args"]["quantity"]))
+            return bool(tool_call["args"]["quantity"] == 5)
+
+    human = ByQuantity()
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "add-5", book_id=5, quantity=5),
+                                     call("add_to_cart", "add-6", book_id=8, quantity=6)), ai("Done.")])  # fmt: skip
+    agent = build_contender(contender, model, make_tools(store, "c1"), AgentOptions(), human)
+    conversation = open_conversation(contender, agent, INSTRUCTIONS, "two-adds", None, resume=False,
+                                     customer_id="c1", approve=human.approve)  # fmt: skip
+    result = conversation.ask(GOAL)
+    assert result.stop_reason is StopReason.DONE
+    assert sorted(asked) == [5, 6], "each call was put to the human on its own"
+    assert [(line.book.id, line.quantity) for line in store.cart("c1").lines] == [(5, 5)]

@@ -15,6 +15,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,12 +122,13 @@ def test_the_presenters_path_in_a_real_browser(browser: object, tmp_path: Path) 
         wait.until(lambda _: pane_text("langgraph", ".stop") == "done")
         # The loop asks again for the 11th copy (the cart line is over the limit): yes each time.
         while pane_text("handwritten", ".stop") != "done":
-            approval = pane("handwritten").find_element(By.CSS_SELECTOR, ".approval")
-            asked = approval.get_attribute("data-request")
-            if approval.is_displayed() and asked:
-                approval.find_element(By.CSS_SELECTOR, ".yes").click()
-                # The next question may follow at once: wait for this one to be gone, not for the box to hide.
-                wait.until(lambda _, a=approval, r=asked: a.get_attribute("data-request") != r)
+            boxes = pane("handwritten").find_elements(By.CSS_SELECTOR, ".approval")
+            if boxes:
+                asked = boxes[0].get_attribute("data-request")
+                boxes[0].find_element(By.CSS_SELECTOR, ".yes").click()
+                # The next question may follow at once: wait for this one's box to be gone.
+                wait.until(lambda _, r=asked: not pane("handwritten").find_elements(
+                    By.CSS_SELECTOR, f'.approval[data-request="{r}"]'))
         assert "I also added 10 copies" in pane_text("handwritten", ".msg.assistant:last-child")
         assert "refused" in pane_text("langgraph", ".msg.assistant:last-child")
         shot("4-approved-and-denied")
@@ -143,3 +145,161 @@ def test_the_presenters_path_in_a_real_browser(browser: object, tmp_path: Path) 
         both(lambda n: pane_text(n, ".chat") == before[n])
         assert pane_text("handwritten", ".chat").count(SEED_GOAL) == 2
         shot("6-after-reload")
+
+
+def test_a_pause_of_two_requests_shows_both_and_each_button_answers_its_own(
+    browser: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """create_agent pauses on both risky adds of one reply at once: the page shows two boxes; a person clicks yes
+    on the 5 copies and no on the 6, and only the 5 land in the cart."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from shared_tools.bookstore.store import BookStore
+    from tests.test_web_routes import two_risky_adds_in_one_reply
+
+    two_risky_adds_in_one_reply(monkeypatch)
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = WebDriverWait(driver, WAIT_S)
+    pane = '.pane[data-pane="create-agent"]'
+    data = tmp_path / "web"
+    with running_server(create_app(data)) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        choose_panes(driver, ["create-agent"])
+        type_and_send(driver, SEED_GOAL)
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f"{pane} .approval")) == 2)
+        reasons = [e.text for e in driver.find_elements(By.CSS_SELECTOR, f"{pane} .approval .reason")]
+        assert "5 x The Moth Who Borrowed the Moon" in reasons[0] and "6 x The Drowned Ledger" in reasons[1]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "two-requests.png"))
+        driver.find_element(By.CSS_SELECTOR, f"{pane} .approval .yes").click()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, f"{pane} .approval")) == 1)
+        assert "6 x The Drowned Ledger" in driver.find_element(By.CSS_SELECTOR, f"{pane} .approval .reason").text
+        assert driver.find_element(By.CSS_SELECTOR, f"{pane} .stop").text == "awaiting approval"
+        driver.find_element(By.CSS_SELECTOR, f"{pane} .approval .no").click()
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, f"{pane} .stop").text == "done")
+        key = str(driver.execute_script('return sessionStorage.getItem("agent-loop-compare-tab")')).split(".")[0]
+    store = BookStore(data / "tabs" / key / "store.db")
+    try:
+        assert [(line.book.id, line.quantity) for line in store.cart(f"web-{key}-create-agent").lines] == [(5, 5)]
+    finally:
+        store.close()
+
+
+def choose_panes(driver: Any, names: list[str]) -> None:
+    """Tick exactly `names` under Panes, press Apply, and wait for those panes."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def ticked(d: Any) -> bool:
+        # The page fills in the boxes (and re-renders them on its first state): tick again until they hold.
+        boxes = d.find_elements(By.CSS_SELECTOR, "#contenders input")
+        for box in boxes:
+            if box.is_selected() != (box.get_attribute("value") in names):
+                box.click()
+        return bool(boxes) and all(b.is_selected() == (b.get_attribute("value") in names) for b in boxes)
+
+    wait = WebDriverWait(driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,))
+    wait.until(ticked)
+    driver.find_element(By.ID, "apply").click()
+    wait.until(
+        lambda d: [e.get_attribute("data-pane") for e in d.find_elements(By.CSS_SELECTOR, ".pane")] == names
+    )
+
+
+def type_and_send(driver: Any, text: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    box = driver.find_element(By.ID, "text")
+    box.clear()
+    box.send_keys(text)
+    driver.find_element(By.ID, "send").click()
+
+
+def test_a_turn_an_outage_cut_short_does_not_brick_the_pane_nor_rewind(
+    browser: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model goes away mid-turn in the create-agent pane: the pane says so; the next question is answered
+    (the cut-short turn finished first); "Rewind one turn" past the first turn says why in a sentence."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from comparison.scenarios import CART_QUESTION
+    from tests.test_web_routes import model_down_after_one_call
+
+    model_down_after_one_call(monkeypatch)
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = WebDriverWait(driver, WAIT_S)
+    pane = '.pane[data-pane="create-agent"]'
+
+    def stop() -> str:
+        return str(driver.find_element(By.CSS_SELECTOR, f"{pane} .stop").text)
+
+    with running_server(create_app(tmp_path / "web")) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        choose_panes(driver, ["create-agent"])
+        type_and_send(driver, SEED_GOAL)
+        wait.until(lambda _: "went away" in stop())
+        assert "/" not in stop().removeprefix("error: "), "no server path on the page"
+        type_and_send(driver, CART_QUESTION)
+        wait.until(lambda _: stop() == "done")
+        said = [e.text for e in driver.find_elements(By.CSS_SELECTOR, f"{pane} .msg.assistant")]
+        assert said == ["Book 7 is in stock.", "Still in stock."], said
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "outage-finished.png"))
+        for _ in range(3):
+            driver.find_element(By.CSS_SELECTOR, f"{pane} .rewind").click()
+        # create_agent's thread has no rewind of ours: the page says so, in words.
+        wait.until(lambda d: "rewind" in d.find_element(By.ID, "notice").text)
+        assert "HTTP 500" not in driver.find_element(By.ID, "notice").text
+
+
+def test_a_turn_sent_while_settings_apply_is_refused_in_words_and_the_new_panes_answer(
+    browser: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A person presses Apply and, while the panes are rebuilt, Send: the page says the settings are being
+    applied; once they are, Send gets an answer in every new pane."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from webdemo.panes import Pane
+
+    opening, go_on = threading.Event(), threading.Event()
+    real_open = Pane.open
+
+    def held_open(self: Pane) -> None:
+        if not go_on.is_set() and self.tab.settings.max_steps == 7:
+            opening.set()
+            go_on.wait(WAIT_S)
+        real_open(self)
+
+    monkeypatch.setattr(Pane, "open", held_open)
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = WebDriverWait(driver, WAIT_S)
+    app = create_app(tmp_path / "web")
+    with running_server(app) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        steps = driver.find_element(By.ID, "max_steps")
+        steps.clear()
+        steps.send_keys("7")
+        driver.find_element(By.ID, "apply").click()
+        try:
+            assert opening.wait(WAIT_S)
+            type_and_send(driver, SEED_GOAL)
+            wait.until(lambda d: "settings are being applied" in d.find_element(By.ID, "notice").text)
+        finally:
+            go_on.set()
+        wait.until(lambda _: not any(t.applying for t in app.state.tabs._open.values()))
+        type_and_send(driver, SEED_GOAL)
+        for name in ("handwritten", "langgraph"):
+            wait.until(lambda d, n=name: d.find_element(By.CSS_SELECTOR, f'.pane[data-pane="{n}"] .stop').text
+                       == "done")  # fmt: skip

@@ -399,3 +399,34 @@ def test_a_database_that_cannot_be_reached_is_exit_code_4_with_the_password_mask
     assert serve_main(["--data", url, "--port", "0"]) == 4
     err = capsys.readouterr().err
     assert "cannot be used" in err and "s3cret" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("contender", ["langgraph", "langgraph-defaults", "create-agent"])
+def test_a_turn_cut_short_on_one_worker_after_its_add_is_finished_on_the_other_with_one_copy(
+    contender: str, two_workers: tuple[TestClient, TestClient], postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Worker A's turn adds a book, then its model call fails (the turn is cut short after the write); worker B
+    takes the next question: it finishes the cut-short turn from its checkpoint (the add is not run again), then
+    answers. One copy in the cart, and a usable pane."""
+    from tests.doubles import ScriptModel, ai, call
+
+    def down(messages: list[Any]) -> Any:
+        raise ConnectionError("the model server went away")
+
+    # One model for every pane of both workers: only this test's pane takes turns.
+    shared = ScriptModel(replies=[ai("", call("add_to_cart", "add-7", book_id=7, quantity=1)), down,
+                                  ai("I added The Quiet Orchard."), ai("Your cart holds one book.")])  # fmt: skip
+    monkeypatch.setattr("webdemo.panes.make_model", lambda spec: shared)
+    a, b = two_workers
+    tab = new_tab(a)
+    assert a.post("/api/settings", json={"tab": tab, "contenders": [contender]}).status_code == 200
+    assert a.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+    cut = panes(wait_for(a, tab, lambda s: idle(s) and panes(s)[contender]["last"] is not None))[contender]
+    assert cut["last"]["error"], cut["last"]
+    response = b.post("/api/turn", json={"tab": tab, "text": "What is my cart total now?"})
+    assert response.status_code == 202, response.text
+    done = panes(wait_for(b, tab, lambda s: idle(s) and panes(s)[contender]["last"].get("error") is None))
+    last = done[contender]["last"]
+    assert last["done"] and last["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}], last
+    said = [m["text"] for m in done[contender]["transcript"] if m["role"] == "assistant"]
+    assert said == ["I added The Quiet Orchard.", "Your cart holds one book."], said

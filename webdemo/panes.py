@@ -39,6 +39,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import threading
 import time
 import uuid
@@ -84,6 +85,8 @@ MAX_TRANSCRIPT = 200
 """Messages of a pane's transcript kept for the page (the session itself keeps everything)."""
 MAX_TRACE = 400
 """Trace lines of a pane's current turn kept for a reload."""
+MAX_STREAMS_PER_TAB = 4
+"""Event streams one tab may hold open; one more ends the tab's oldest (a page needs one; a few for reloads)."""
 SUBSCRIBER_QUEUE = 2_000
 """Events buffered per event stream; a reader that falls this far behind is dropped (it reconnects)."""
 HEARTBEAT_S = 1.0
@@ -97,6 +100,15 @@ class BadRequest(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+_SERVER_PATH = re.compile(r"(?:/[\w.+-]+)+/([\w.+-]+)")
+
+
+def for_page(exc: BaseException) -> str:
+    """An error as the page shows it: its kind and sentence, with every file path on the server cut to its last
+    name (where the server keeps its data is not the page's business)."""
+    return _SERVER_PATH.sub(r"\1", f"{type(exc).__name__}: {exc}")
 
 
 class CartCheck(StrEnum):
@@ -163,7 +175,7 @@ class PageSettings:
                 raise BadRequest(400, f"unknown contender {bad[0][:40]!r}; choose from {', '.join(CONTENDERS)}")
             changes["contenders"] = tuple(c for c in CONTENDERS if c in chosen)  # table order, no repeats
         if "persona" in data:
-            if data["persona"] not in PERSONAS:
+            if not isinstance(data["persona"], str) or data["persona"] not in PERSONAS:
                 raise BadRequest(400, f"unknown persona; choose from {', '.join(PERSONAS)}")
             changes["persona"] = data["persona"]
         if "max_steps" in data:
@@ -183,9 +195,11 @@ def _number(value: Any, name: str, kind: type, low: float, high: float, *, optio
     if value is None and optional:
         return None
     # bool is an int to Python, but `true` is no step limit.
-    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not float(value).is_integer()):
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not whole):
         what = f"a{' whole' if kind is int else ''} number{' or null' if optional else ''}"
         raise BadRequest(400, f"{name} must be {what}")
+    # Compared before any float(): an int of 400 digits is a number, just not one that fits a float.
     if not low <= value <= high:
         raise BadRequest(400, f"{name} must be between {low:g} and {high:g}")
     return kind(value)
@@ -207,7 +221,8 @@ class Hub:
         """Shared mode: the last event of this tab delivered here."""
         self.pulling = False
         self.pull_again = False
-        self._queues: set[asyncio.Queue[dict[str, Any] | None]] = set()
+        self._queues: dict[asyncio.Queue[dict[str, Any] | None], None] = {}
+        """The open streams' queues, oldest first."""
         self.last_seen = time.monotonic()
         """When an event stream was last open or closed (for `Tabs.sweep`)."""
 
@@ -216,13 +231,17 @@ class Hub:
         return len(self._queues)
 
     def subscribe(self) -> asyncio.Queue[dict[str, Any] | None]:
+        """A queue for one more event stream; past `MAX_STREAMS_PER_TAB` the oldest stream is ended (its page,
+        if it is still there, reconnects), so one tab cannot hold the server's streams."""
+        while len(self._queues) >= MAX_STREAMS_PER_TAB:
+            self._stop(next(iter(self._queues)))
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
-        self._queues.add(queue)
+        self._queues[queue] = None
         self.last_seen = time.monotonic()
         return queue
 
     def unsubscribe(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
-        self._queues.discard(queue)
+        self._queues.pop(queue, None)
         self.last_seen = time.monotonic()
 
     def publish(self, event: dict[str, Any]) -> None:
@@ -248,9 +267,14 @@ class Hub:
 
     def _end(self) -> None:
         for queue in list(self._queues):
-            if queue.full():
-                queue.get_nowait()  # the stream ends anyway; its last unread event is not needed
-            queue.put_nowait(None)
+            self._stop(queue)
+
+    def _stop(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+        """End one stream: it reads None next, and gets no more events."""
+        self._queues.pop(queue, None)
+        if queue.full():
+            queue.get_nowait()  # the stream ends anyway; its last unread event is not needed
+        queue.put_nowait(None)
 
     def deliver(self, event: dict[str, Any]) -> None:
         """Shared mode: an event read from Postgres, for this worker's streams (on the server's loop)."""
@@ -263,10 +287,7 @@ class Hub:
             except asyncio.QueueFull:
                 # A reader this far behind is dropped rather than letting the server's memory grow; the page
                 # reconnects and reloads the state.
-                self._queues.discard(queue)
-                with contextlib.suppress(asyncio.QueueFull):
-                    queue.get_nowait()
-                    queue.put_nowait(None)
+                self._stop(queue)
 
 
 def trace_json(event: TraceEvent) -> dict[str, Any]:
@@ -474,6 +495,9 @@ class Pane:
         """The last finished turn's report (stop reason, tokens, cart check), for a reload."""
         self.graph_pending: list[dict[str, Any]] = []
         """A graph's approval pause: the requests it waits on (``{"tool_call", "reason"}``), from the checkpoint."""
+        self.graph_answers: dict[str, bool] = {}
+        """The page's answers so far to the requests of that pause, by request id (`graph_request_ids`): the run
+        is resumed once every request has its own answer, so a yes approves only the call it names."""
         self.note: str | None = None
         """Why this pane runs differently from the settings, in words (no approval gate in LangGraph's defaults)."""
         self.conversation: Any = None
@@ -534,7 +558,8 @@ class Pane:
     def snapshot(self) -> dict[str, Any]:
         return {
             "phase": str(self.phase), "transcript": self.transcript, "trace": self.trace, "tokens": self.tokens,
-            "last": self.last, "graph_pending": self.graph_pending, "pending": self.bridge.pending(),
+            "last": self.last, "graph_pending": self.graph_pending, "graph_answers": self.graph_answers,
+            "pending": self.bridge.pending(),
         }  # fmt: skip
 
     def save_snapshot(self) -> None:
@@ -555,6 +580,8 @@ class Pane:
             self.tokens = int(snapshot.get("tokens") or 0)
             self.last = snapshot.get("last")
             self.graph_pending = list(snapshot.get("graph_pending") or [])
+            answers = snapshot.get("graph_answers") or {}
+            self.graph_answers = {str(k): v is True for k, v in answers.items()} if isinstance(answers, dict) else {}
             self.remote_pending = list(snapshot.get("pending") or []) if claimed else []
         self.busy = claimed
         if claimed:
@@ -573,6 +600,7 @@ class Pane:
         messages, pending = await runner.run(read)
         self.transcript = transcript_of(messages)
         self.graph_pending = pending
+        self.graph_answers = {}
         if pending:
             self.phase = Phase.AWAITING_APPROVAL
 
@@ -638,7 +666,7 @@ class Pane:
             report = self.report(result)
         except Exception as exc:  # a model outage, a conflicting save: said on the page, the server goes on
             log.warning("%s turn failed: %s: %s", self.contender, type(exc).__name__, exc)
-            report = {"stop_reason": None, "error": f"{type(exc).__name__}: {exc}", "answer": None}
+            report = {"stop_reason": None, "error": for_page(exc), "answer": None}
         finally:
             self.runner = None
             if self.tab.tabs.shared is None:
@@ -648,6 +676,7 @@ class Pane:
             self.transcript.append({"role": "assistant", "text": report["answer"]})
             del self.transcript[:-MAX_TRANSCRIPT]
         self.graph_pending = report.get("graph_pending") or []
+        self.graph_answers = {}
         self.phase = Phase.AWAITING_APPROVAL if self.graph_pending else Phase.IDLE
         tabs = self.tab.tabs
         if tabs.shared is not None:
@@ -662,8 +691,8 @@ class Pane:
                 await asyncio.get_running_loop().run_in_executor(tabs.executor, settle)
             self.busy = False
         self.tab.hub.publish({"type": "turn_end", "pane": self.contender, "report": report})
-        for request in self.graph_pending:
-            self.tab.hub.publish({"type": "approval", "pane": self.contender, "request": graph_request(request)})
+        for request in self.waiting_graph_requests():
+            self.tab.hub.publish({"type": "approval", "pane": self.contender, "request": request})
 
     def report(self, result: AgentResult) -> dict[str, Any]:
         """A finished turn for the page: typed facts only (the cart check is computed here, not in the page)."""
@@ -687,20 +716,48 @@ class Pane:
     async def ask(self, runner: TurnRunner, question: str) -> AgentResult:
         cancel = runner.cancel_event
         if self.is_graph:
-            return await runner.run(lambda: _cancelled_or(self._graph_call("aask", question, cancel)))
+            return await runner.run(lambda: _cancelled_or(self._ask_graph(question, cancel)))
         return await runner.run(lambda: self._ask_handwritten(question, cancel))
 
-    async def resume(self, runner: TurnRunner, approved: bool) -> AgentResult:
-        return await runner.run(lambda: _cancelled_or(self._graph_call("aresume", approved, runner.cancel_event)))
+    async def _ask_graph(self, question: str, cancel: threading.Event) -> AgentResult:
+        """A graph's turn: a turn an outage, a cancel or a dead server cut short is finished first, from its last
+        checkpoint (as `chat` does), so the thread never stays stuck on it; then the question is asked, whatever
+        stop the finishing came to. Should it pause for an approval or be cancelled, its result is this turn's
+        and the question is not asked; a finishing that fails (the model still down) fails the turn."""
+        finished = await self._graph_call("acontinue_unfinished", None, cancel)
+        if finished is not None:
+            said = finished.user_message() if finished.stop_reason is not StopReason.AWAITING_APPROVAL else None
+            if said:
+                self.transcript.insert(len(self.transcript) - 1, {"role": "assistant", "text": said})
+            self.tab.hub.publish({"type": "finished_earlier", "pane": self.contender,
+                                  "stop_reason": str(finished.stop_reason), "answer": said})  # fmt: skip
+            if finished.stop_reason in (StopReason.AWAITING_APPROVAL, StopReason.CANCELLED):
+                self.transcript.pop()  # the question was not asked
+                return finished
+        return await self._graph_call("aask", question, cancel)
 
-    def _graph_call(self, method: str, argument: Any, cancel: threading.Event) -> Awaitable[AgentResult]:
+    async def resume(self, runner: TurnRunner, answers: list[bool]) -> AgentResult:
+        """Resume the graph's pause with one answer per request, in the pause's order."""
+        # The guarded graph's pause lists one request and takes a bool; HumanInTheLoopMiddleware's takes the list.
+        given: bool | list[bool] = answers[0] if len(answers) == 1 else answers
+        return await runner.run(lambda: _cancelled_or(self._graph_call("aresume", given, runner.cancel_event)))
+
+    def waiting_graph_requests(self) -> list[dict[str, Any]]:
+        """The graph pause's requests the page has not answered yet, as the page shows them."""
+        ids = graph_request_ids(self.graph_pending)
+        pairs = zip(self.graph_pending, ids, strict=True)
+        return [graph_request(r, i) for r, i in pairs if i not in self.graph_answers]
+
+    def _graph_call(self, method: str, argument: Any, cancel: threading.Event) -> Awaitable[Any]:
         # GraphSession takes the cooperative cancel event; the frameworks' CheckpointThread only a task cancel.
+        # `argument` None: the method takes none (acontinue_unfinished).
         call = getattr(self.session, method)
         from langgraph_version import GraphSession
 
+        given = () if argument is None else (argument,)
         if isinstance(self.session, GraphSession):
-            return call(argument, cancel=cancel)
-        return call(argument)
+            return call(*given, cancel=cancel)
+        return call(*given)
 
     async def _ask_handwritten(self, question: str, cancel: threading.Event) -> AgentResult:
         # Saved where it is kept, a cancelled turn too (its history tells the truth); on Postgres under the
@@ -735,7 +792,7 @@ class Pane:
             self.runner.cancel()
 
     def state(self) -> dict[str, Any]:
-        pending = self.bridge.pending() + self.remote_pending + [graph_request(r) for r in self.graph_pending]
+        pending = self.bridge.pending() + self.remote_pending + self.waiting_graph_requests()
         return {
             "contender": self.contender,
             "description": CONTENDERS[self.contender],
@@ -751,11 +808,20 @@ class Pane:
         }
 
 
-def graph_request(request: dict[str, Any]) -> dict[str, Any]:
-    """A graph's approval request for the page; its id is the paused call's id (`GraphSession.aresume` answers
-    by call id)."""
+def graph_request(request: dict[str, Any], request_id: str) -> dict[str, Any]:
+    """A graph's approval request for the page, under its id from `graph_request_ids`."""
     call = request.get("tool_call") or {}
-    return question_json(str(call.get("id")), call, str(request.get("reason", "")))
+    return question_json(request_id, call, str(request.get("reason", "")))
+
+
+def graph_request_ids(pending: list[dict[str, Any]]) -> list[str]:
+    """The page's id for each request of a graph's pause: the paused call's id when every request has one of its
+    own; otherwise (a call without an id, a model that gave two calls one id) its place in the pause, "#0",
+    "#1", ..., so no answer can be taken for another request's."""
+    ids = [str((r.get("tool_call") or {}).get("id") or "") for r in pending]
+    if all(ids) and len(set(ids)) == len(ids):
+        return ids
+    return [f"#{n}" for n in range(len(ids))]
 
 
 async def _cancelled_or(call: Awaitable[AgentResult]) -> AgentResult:
@@ -804,6 +870,8 @@ class Tab:
         self.reports: dict[str, str] = {}
         """The last scenario / eval report of this tab, as HTML, by kind."""
         self.gone_timer: asyncio.TimerHandle | None = None
+        self.applying = False
+        """The settings are being applied: the panes are closed and rebuilt, so nothing may start on them."""
         self.claimed: set[str] = set()
         """Shared mode: panes and jobs some worker holds, as of the last `refresh`."""
         self.reports_here: list[str] = []
@@ -852,7 +920,7 @@ class Tab:
                 await pane.load(runner)
             except Exception as exc:  # a damaged session file, another customer's thread: the pane says so
                 log.warning("tab %s: %s pane cannot open: %s", self.key[:8], pane.contender, exc)
-                pane.error = f"cannot open this conversation: {exc}"
+                pane.error = f"cannot open this conversation: {for_page(exc)}"
         self.panes = panes
 
     async def refresh(self) -> None:
@@ -982,8 +1050,14 @@ class Tabs:
         gone_after: float = 10.0,
         max_tabs: int = 64,
         shared: SharedState | None = None,
+        keep_tabs_s: float = 7 * 24 * 3600.0,
+        max_stored_tabs: int = 1_000,
     ) -> None:
+        """`keep_tabs_s` and `max_stored_tabs` (a data folder): a tab unused that long is deleted, and past that
+        many stored tabs the longest unused are (`forget_old_tabs`)."""
         self.data_dir = data_dir
+        self.keep_tabs_s = keep_tabs_s
+        self.max_stored_tabs = max_stored_tabs
         self.shared = shared
         self.owner = uuid.uuid4().hex
         """Shared mode: this worker's name on the claims it takes."""
@@ -997,13 +1071,47 @@ class Tabs:
         self.max_tabs = max_tabs
         self._open: dict[str, Tab] = {}
         self._opening: dict[str, asyncio.Task[Tab]] = {}
+        self.forget_old_tabs()
+
+    def forget_old_tabs(self) -> list[str]:
+        """Delete the folders of stored tabs unused for `keep_tabs_s`, then of the longest unused beyond
+        `max_stored_tabs` (a folder's time is its tab's last request); a tab watched or at work is kept. The keys
+        deleted.
+        A data folder only: the Postgres tables are cleaned up as the README says."""
+        folder = self.data_dir / "tabs"
+        if self.shared is not None or not folder.is_dir():
+            return []
+        stored = sorted(((p.stat().st_mtime, p) for p in folder.iterdir() if p.is_dir()), reverse=True)
+        now = time.time()
+        doomed = [p for n, (used, p) in enumerate(stored)
+                  if (now - used > self.keep_tabs_s or n >= self.max_stored_tabs) and self._may_forget(p.name)]
+        for path in doomed:
+            tab = self._open.pop(path.name, None)
+            if tab is not None:
+                tab.close()
+            shutil.rmtree(path, ignore_errors=True)
+        if doomed:
+            log.info("forgot %d stored tab(s) unused for long or beyond %d", len(doomed), self.max_stored_tabs)
+        return [p.name for p in doomed]
+
+    def _may_forget(self, key: str) -> bool:
+        """Not being opened, and if open, nobody watching and nothing under way."""
+        tab = self._open.get(key)
+        if key in self._opening:
+            return False
+        return tab is None or not (tab.hub.listeners or tab.busy or tab.applying)
 
     async def new(self) -> tuple[str, Tab]:
         tab_id, key = self.ids.new()
-        return tab_id, await self._get(key)
+        tab = await self._get(key)
+        self.forget_old_tabs()  # after: the new tab is open, so it is kept
+        return tab_id, tab
 
     async def get(self, tab_id: Any) -> Tab:
         tab = await self._get(self.ids.key_of(tab_id))
+        if tab.folder is not None:
+            with contextlib.suppress(OSError):
+                os.utime(tab.folder)  # its last use, for `forget_old_tabs`
         await tab.refresh()
         return tab
 
@@ -1027,13 +1135,15 @@ class Tabs:
         return tab
 
     def _make_room(self) -> None:
-        """Close the longest-idle tabs (nobody watching, nothing running) beyond `max_tabs`; they reopen from
-        disk when their page comes back."""
-        idle = sorted((t for t in self._open.values() if not t.hub.listeners and not t.busy),
-                      key=lambda t: t.hub.last_seen)  # fmt: skip
+        """Close tabs beyond `max_tabs`, nobody watching first, then the longest-watched (their streams end; the
+        page reconnects and the tab reopens from disk), so tabs that only hold a stream never lock a newcomer
+        out. A tab with a turn or a job under way is never closed."""
+        idle = sorted((t for t in self._open.values() if not t.busy and not t.applying),
+                      key=lambda t: (t.hub.listeners > 0, t.hub.last_seen))  # fmt: skip
         while len(self._open) >= self.max_tabs and idle:
             tab = idle.pop(0)
             del self._open[tab.key]
+            tab.hub.end_streams()
             tab.close()
         if len(self._open) >= self.max_tabs:
             raise BadRequest(503, "the server has as many tabs open as it takes; close one and reload")
@@ -1117,7 +1227,10 @@ class Tabs:
         """Cancel every run, give them `wait` seconds to record it, then close every tab's files."""
         for tab in self._open.values():
             tab.cancel_all()
-        running = [p.task for t in self._open.values() for p in t.panes.values() if p.task and not p.task.done()]
+        running: list[asyncio.Task[Any]] = [
+            p.task for t in self._open.values() for p in t.panes.values() if p.task and not p.task.done()
+        ]
+        running += [j for t in self._open.values() for j in t.jobs.values() if not j.done()]  # their processes end
         if running:
             await asyncio.wait(running, timeout=wait)
         for tab in self._open.values():

@@ -47,7 +47,18 @@ from comparison.chat import scripted_knows
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.models.personas import KNOWN_GOALS, PERSONAS
 from shared_tools.telemetry_setup import setup_tracing
-from webdemo.panes import MAX_MESSAGE_CHARS, BadRequest, Pane, Phase, Tab, Tabs, TurnRunner
+from webdemo.jobs import JobSlots, run_in_child
+from webdemo.panes import (
+    MAX_MESSAGE_CHARS,
+    BadRequest,
+    Pane,
+    Phase,
+    Tab,
+    Tabs,
+    TurnRunner,
+    for_page,
+    graph_request_ids,
+)
 from webdemo.shared import EventBus, SharedState
 
 ENV_CONFIG = "WEBDEMO_CONFIG"
@@ -89,13 +100,18 @@ def create_app(
     gone_after: float = 10.0,
     max_tabs: int = 64,
     workers: int = 32,
+    max_jobs: int = 2,
+    keep_tabs_s: float = 7 * 24 * 3600.0,
+    max_stored_tabs: int = 1_000,
 ) -> Starlette:
     """The live page over `data_dir` (a folder per tab; created when missing), or over a Postgres URL (several
     workers share it), on the model `model`.
 
     `allowed_hosts` are the Host headers accepted (against DNS rebinding; None accepts any);
     `approval_timeout` is how long the hand-written loop waits for the page's yes (then: no); `gone_after` is how
-    long a tab may have no event stream open (a reload reconnects within it) before its runs are cancelled.
+    long a tab may have no event stream open (a reload reconnects within it) before its runs are cancelled;
+    `max_jobs`, how many scenario and eval runs the server runs at once (each in a process of its own);
+    `keep_tabs_s` and `max_stored_tabs`, how long an unused tab is kept in a data folder and how many at most.
     """
     from shared_tools.bookstore.store import is_postgres_url
 
@@ -109,8 +125,11 @@ def create_app(
         approval_timeout=approval_timeout,
         gone_after=gone_after,
         max_tabs=max_tabs,
+        keep_tabs_s=keep_tabs_s,
+        max_stored_tabs=max_stored_tabs,
     )
     scripted = model.startswith("scripted")
+    slots = JobSlots(max_jobs)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -193,6 +212,7 @@ def create_app(
     async def turn(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         text = _message(body.get("text"), scripted=scripted)
         panes = [p for p in tab.panes.values() if p.error is None]
         if not panes:
@@ -212,6 +232,7 @@ def create_app(
     async def approve(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         pane = _pane(tab, body.get("pane"))
         request_id, approved = body.get("id"), body.get("approved")
         if not isinstance(request_id, str) or not isinstance(approved, bool):
@@ -222,21 +243,35 @@ def create_app(
             # The question waits in the worker that runs the turn: the answer travels there as a command.
             tab.hub.publish({"type": "_answer", "pane": pane.contender, "id": request_id, "approved": approved})
             return _json({"answered": request_id, "approved": approved})
-        if any(p.get("tool_call", {}).get("id") == request_id for p in pane.graph_pending):
+        ids = graph_request_ids(pane.graph_pending)
+        if request_id in ids and request_id not in pane.graph_answers:
             if pane.busy:
                 raise BadRequest(409, f"{pane.contender} is already going on with this approval")
-            await _claim(tab, [pane.contender], f"{pane.contender} is already going on with this approval")
-            pane.busy = True
-            pane.graph_pending = []
-            pane.start("resume", _resuming(pane, approved), None)
+            # This answer is for this request only; the run goes on once every request of the pause has one.
+            pane.graph_answers[request_id] = approved
             tab.hub.publish({"type": "approval_done", "pane": pane.contender, "id": request_id,
                              "approved": approved, "how": "yes" if approved else "no"})  # fmt: skip
+            waiting = [i for i in ids if i not in pane.graph_answers]
+            if waiting:
+                await _in_worker(pane.save_snapshot)  # shared mode: the next answer may reach another worker
+                return _json({"answered": request_id, "approved": approved, "waiting": waiting})
+            answers = [pane.graph_answers[i] for i in ids]
+            try:
+                await _claim(tab, [pane.contender], f"{pane.contender} is already going on with this approval")
+            except BadRequest:
+                pane.graph_answers.pop(request_id, None)
+                raise
+            pane.busy = True
+            pane.graph_pending = []
+            pane.graph_answers = {}
+            pane.start("resume", _resuming(pane, answers), None)
             return _json({"answered": request_id, "approved": approved}, 202)
         raise BadRequest(409, "that approval is no longer waiting (answered, timed out or cancelled)")
 
     async def settings(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         from webdemo.panes import PageSettings
 
         new = PageSettings.from_json(body, tab.settings)
@@ -244,6 +279,8 @@ def create_app(
             raise BadRequest(409, "a turn is in progress or waits for an approval; change the settings after it")
         held = sorted({*tab.panes, *new.contenders})
         await _claim(tab, held, "a turn is in progress or waits for an approval; change the settings after it")
+        _not_applying(tab)  # checked again after the await: another apply may have begun meanwhile
+        tab.applying = True
         try:
             for pane in tab.panes.values():
                 pane.bridge.deny_all(close=True)
@@ -253,6 +290,7 @@ def create_app(
             await _in_worker(tab.save_settings)
             await tab.open_panes()
         finally:
+            tab.applying = False
             await _release(tab, held)
         tab.hub.publish({"type": "state", "state": tab.state()})
         return _json(tab.state())
@@ -260,6 +298,7 @@ def create_app(
     async def stale(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         if any(p.busy for p in tab.panes.values()):
             raise BadRequest(409, "wait for the turn to finish, then change the cart")
         held = list(tab.panes)
@@ -286,6 +325,7 @@ def create_app(
     async def rewind(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
+        _not_applying(tab)
         pane = _pane(tab, body.get("pane"))
         if pane.busy or pane.phase is Phase.AWAITING_APPROVAL:
             raise BadRequest(409, f"{pane.contender} has a turn in progress or waits for an approval")
@@ -294,6 +334,9 @@ def create_app(
         try:
             done = await pane.rewind(TurnRunner(tabs.executor))
             await _in_worker(pane.save_snapshot)
+        except (ValueError, LookupError, RuntimeError) as exc:
+            # No turn left to take back, or a thread the session cannot rewind now: a sentence, never a 500.
+            raise BadRequest(409, f"{pane.contender} cannot rewind: {for_page(exc)}") from None
         finally:
             pane.busy = False
             await _release(tab, [pane.contender])
@@ -312,25 +355,39 @@ def create_app(
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
         names = _scenario_names(body.get("scenarios"))
-        await _start_job(tab, "scenario", lambda: _scenario_report(names, model, tab.folder))
+        await _start_job(tab, "scenario", _scenario_report, names, model, tab.folder)
         return _json({"running": names}, 202)
 
     async def evaluation(request: Request) -> Response:
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
-        names = _scenario_names(body.get("scenarios"))
+        from comparison.eval.grading import GRADERS
+
+        given = body.get("scenarios")
+        names = [s.name for s in SCENARIOS if s.name in GRADERS] if given is None else _scenario_names(given)
+        if ungraded := [n for n in names if n not in GRADERS]:
+            raise BadRequest(400, f"the eval grades only {', '.join(GRADERS)}; {ungraded[0]!r} has no grader")
         runs = body.get("runs", 4)
         if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= MAX_EVAL_RUNS:
             raise BadRequest(400, f"runs must be a whole number from 1 to {MAX_EVAL_RUNS}")
-        await _start_job(tab, "eval", lambda: _eval_report(names, runs, model))
+        await _start_job(tab, "eval", _eval_report, names, runs, model)
         return _json({"running": names, "runs": runs}, 202)
 
-    async def _start_job(tab: Tab, kind: str, make: Callable[[], str]) -> None:
+    async def _start_job(tab: Tab, kind: str, function: Callable[..., str], *args: Any) -> None:
+        """One job per kind and tab, at most `max_jobs` in this server, each in a child process of its own
+        (`webdemo.jobs`): the turns' threads stay free, and a cancel ends the process."""
         job = tab.jobs.get(kind)
         if job is not None and not job.done():
             raise BadRequest(409, f"a {kind} run is already under way in this tab")
+        if not slots.take():
+            raise BadRequest(503, f"the server runs {slots.max_jobs} scenario or eval runs at once, as many as it "
+                             "takes; try again when one is done")  # fmt: skip
         name = f"job:{kind}"
-        await _claim(tab, [name], f"a {kind} run is already under way in this tab", JOB_LEASE_S)
+        try:
+            await _claim(tab, [name], f"a {kind} run is already under way in this tab", JOB_LEASE_S)
+        except BaseException:
+            slots.give_back()
+            raise
 
         async def keep_claim() -> None:
             assert shared is not None
@@ -343,15 +400,19 @@ def create_app(
             tab.hub.publish({"type": "job", "kind": kind, "status": "running"})
             keeper = None if shared is None else asyncio.get_running_loop().create_task(keep_claim())
             try:
-                html = await _in_worker(make)
+                html = await run_in_child(function, *args)
                 tab.reports[kind] = html
                 if shared is not None:
                     await _in_worker(lambda: shared.put_report(tab.key, kind, html))
             except Exception as exc:  # the model went away mid-run: said on the page
                 log.warning("%s run failed: %s: %s", kind, type(exc).__name__, exc)
-                tab.hub.publish({"type": "job", "kind": kind, "status": "failed", "error": str(exc)})
+                tab.hub.publish({"type": "job", "kind": kind, "status": "failed", "error": for_page(exc)})
                 return
+            except asyncio.CancelledError:
+                tab.hub.publish({"type": "job", "kind": kind, "status": "failed", "error": "stopped"})
+                raise
             finally:
+                slots.give_back()
                 if keeper is not None:
                     keeper.cancel()
                 with contextlib.suppress(Exception):
@@ -363,6 +424,8 @@ def create_app(
     async def report(request: Request) -> Response:
         tab = await tabs.get(request.query_params.get("tab"))
         kind = request.path_params["kind"]
+        if kind not in ("scenario", "eval"):
+            raise BadRequest(404, "there are scenario and eval reports only")
         html = tab.reports.get(kind)
         if html is None and shared is not None:
             html = await _in_worker(lambda: shared.report(tab.key, kind))
@@ -423,8 +486,8 @@ def _asking(pane: Pane, text: str) -> Callable[[TurnRunner], Awaitable[Any]]:
     return lambda runner: pane.ask(runner, text)
 
 
-def _resuming(pane: Pane, approved: bool) -> Callable[[TurnRunner], Awaitable[Any]]:
-    return lambda runner: pane.resume(runner, approved)
+def _resuming(pane: Pane, answers: list[bool]) -> Callable[[TurnRunner], Awaitable[Any]]:
+    return lambda runner: pane.resume(runner, answers)
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -460,6 +523,8 @@ async def _body(request: Request) -> dict[str, Any]:
         data = json.loads(b"".join(chunks).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise BadRequest(400, "the request is not valid JSON") from None
+    except ValueError:  # an integer of more digits than Python reads from text (sys.get_int_max_str_digits)
+        raise BadRequest(400, "the request holds a number too long to read") from None
     if not isinstance(data, dict):
         raise BadRequest(400, "the request must be a JSON object")
     return data
@@ -482,6 +547,13 @@ def _message(text: Any, *, scripted: bool) -> str:
         # Refused before asking, so an unknown goal never lands in a stored conversation (as in chat).
         raise BadRequest(422, "the scripted model has no script for that; it knows: " + " | ".join(KNOWN_GOALS))
     return text
+
+
+def _not_applying(tab: Tab) -> None:
+    """Refuse what would start on panes the settings are closing and rebuilding (checked with no await before the
+    route claims its panes, so nothing slips in between)."""
+    if tab.applying:
+        raise BadRequest(409, "the settings are being applied; try again in a moment")
 
 
 def _pane(tab: Tab, name: Any) -> Pane:

@@ -297,6 +297,11 @@ class CreateAgentContender:
         earlier: Sequence[TraceEvent],
     ) -> AgentResult:
         run = RunRecord(self.options.on_event, self.options.on_token)
+        replied_before = 0
+        """A resume or a continuation: the model replies of this turn already in the thread. A stretch cut short
+        (an outage, a cancel, a restart) is in no `earlier` trace, so the limit's "end" is judged per stretch."""
+        if not isinstance(graph_input, dict) and graph.checkpointer is not None:
+            replied_before = calls_this_run((await graph.aget_state(config)).values.get("messages", []))
         try:
             await run.stream(graph, graph_input, config)
             out_of_supersteps = False
@@ -308,18 +313,25 @@ class CreateAgentContender:
             run.pending = approval_requests(run.pending, run.messages)
             return run.result(StopReason.AWAITING_APPROVAL, usage, messages)
         # A last reply that no model call wrote is ModelCallLimitMiddleware's "end".
-        if out_of_supersteps or calls_this_run(run.messages) > usage.model_calls:
+        stretch_calls = sum(1 for event in run.trace if event.is_model)
+        if out_of_supersteps or calls_this_run(run.messages) - replied_before > stretch_calls:
             reason = StopReason.MAX_STEPS
         else:
             reason = final_stop_reason(run.messages)
         return run.result(reason, usage, messages)
 
     @staticmethod
-    def resume_input(requests: Sequence[dict[str, Any]], approved: bool) -> Command:
-        """The answer to a `HumanInTheLoopMiddleware` pause, in its format: one decision per listed call."""
+    def resume_input(requests: Sequence[dict[str, Any]], approved: bool | Sequence[bool]) -> Command:
+        """The answer to a `HumanInTheLoopMiddleware` pause, in its format: one decision per listed call.
+
+        `approved` is one answer per request, in order (one bool answers them all the same way); only a True
+        approves, and a list that does not name every request is refused rather than guessed at."""
+        answers = [approved] * len(requests) if isinstance(approved, bool) else list(approved)
+        if len(answers) != len(requests):
+            raise ValueError(f"the pause lists {len(requests)} requests; {len(answers)} answers were given")
         decisions = [
-            {"type": "approve"} if approved else {"type": "reject", "message": request["reason"]}
-            for request in requests
+            {"type": "approve"} if yes is True else {"type": "reject", "message": request["reason"]}
+            for request, yes in zip(requests, answers, strict=True)
         ]
         return Command(resume={"decisions": decisions})
 

@@ -128,18 +128,19 @@ class CheckpointThread:
             self._earlier = []
             return await self._drive(graph, self.agent.turn_input(self.instructions, text, first=first))
 
-    def resume(self, approved: bool) -> AgentResult:
+    def resume(self, approved: bool | Sequence[bool]) -> AgentResult:
         return run_blocking(lambda: self.aresume(approved), instead="CheckpointThread.aresume(...)")
 
-    async def aresume(self, approved: bool) -> AgentResult:
-        """Answer every request of the pause with one yes or no, in the format the graph's pause expects."""
+    async def aresume(self, approved: bool | Sequence[bool]) -> AgentResult:
+        """Answer the requests of the pause (`pending`, in order): one yes or no for all of them, or one answer
+        per request, in the format the graph's pause expects."""
         resume_input = getattr(self.agent, "resume_input", None)
         async with self._graph_here(turn=True) as graph:
             snapshot = await self._snapshot(graph)
             if not snapshot.interrupts or resume_input is None:
                 raise RuntimeError(f"thread {self.thread_id!r} is not waiting for an approval")
             requests = _requests_of(snapshot)
-            return await self._drive(graph, resume_input(requests, approved is True))
+            return await self._drive(graph, resume_input(requests, approved))
 
     def continue_unfinished(self) -> AgentResult | None:
         return run_blocking(self.acontinue_unfinished, instead="CheckpointThread.acontinue_unfinished()")

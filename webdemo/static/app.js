@@ -156,18 +156,24 @@ function setCartBadge(pane, report) {
     : `store agrees: ${report.cart_total}`;
 }
 
+// One box per waiting request, each answering only the request it shows (a pause may list several).
 function showApproval(pane, request) {
-  const box = pane.el.querySelector(".approval");
-  box.hidden = false;
+  const list = pane.el.querySelector(".approvals");
+  if ([...list.children].some((box) => box.dataset.request === request.id)) return;
+  const box = $("approval-template").content.firstElementChild.cloneNode(true);
   box.dataset.request = request.id;
   box.querySelector(".reason").textContent =
     `Approve ${request.tool}(${JSON.stringify(request.args)})? ${request.reason}`;
+  box.querySelector(".yes").addEventListener("click", () => answer(pane, request.id, true));
+  box.querySelector(".no").addEventListener("click", () => answer(pane, request.id, false));
+  list.appendChild(box);
   setStop(pane, "awaiting approval", "waiting");
 }
 
 function hideApproval(pane, id) {
-  const box = pane.el.querySelector(".approval");
-  if (!id || box.dataset.request === id) { box.hidden = true; box.dataset.request = ""; }
+  for (const box of [...pane.el.querySelector(".approvals").children]) {
+    if (!id || box.dataset.request === id) box.remove();
+  }
 }
 
 function renderPane(state) {
@@ -187,8 +193,6 @@ function renderPane(state) {
   if (state.busy) setStop(pane, "running", "running");
   else if (state.last) finished(pane, state.last, false);
   for (const request of state.pending) showApproval(pane, request);
-  el.querySelector(".yes").addEventListener("click", () => answer(pane, true));
-  el.querySelector(".no").addEventListener("click", () => answer(pane, false));
   el.querySelector(".rewind").addEventListener("click", () => rewind(pane));
   return el;
 }
@@ -280,7 +284,17 @@ const handlers = {
     const pane = paneFor(e.pane);
     if (!pane) return;
     hideApproval(pane, e.id);
-    setStop(pane, "running", "running");
+    // A pause of several requests goes on only once each has its answer.
+    if (pane.el.querySelector(".approvals").children.length) setStop(pane, "awaiting approval", "waiting");
+    else setStop(pane, "running", "running");
+  },
+  finished_earlier: (e) => {
+    // The last turn was cut short (an outage, a cancel, a restart): it was finished before this one was asked.
+    const pane = paneFor(e.pane);
+    if (!pane || !e.answer) return;
+    const said = addMessage(pane, "assistant", e.answer);
+    const asked = [...pane.el.querySelectorAll(".chat .msg.user")].pop();
+    if (asked) asked.before(said);  // it answers the question before the one just sent
   },
   turn_end: (e) => { const pane = paneFor(e.pane); if (pane) finished(pane, e.report, true); },
   changed: (e) => {
@@ -343,8 +357,7 @@ async function send(text) {
   } catch (e) { /* said in the notice */ }
 }
 
-async function answer(pane, approved) {
-  const id = pane.el.querySelector(".approval").dataset.request;
+async function answer(pane, id, approved) {
   try { await call("/api/approve", {pane: pane.name, id, approved}); } catch (e) { /* said */ }
 }
 
