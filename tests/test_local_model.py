@@ -527,3 +527,16 @@ def test_a_wrong_key_is_one_line(stand_in: tuple[str, dict[str, Reply | None]]) 
     answers["/models"] = {"status": 401, "body": "{}"}
     with pytest.raises(ModelUnavailable, match="set OPENAI_API_KEY"):
         make_model("openai:m", base_url=base_url)
+
+
+def test_local_waits_for_a_busy_cpu_longer_than_a_server_is_waited_for(
+    local_server: Any, stand_in: tuple[str, dict[str, Reply | None]]
+) -> None:
+    from shared_tools.models.factory import LOCAL_REQUEST_TIMEOUT_S, REQUEST_TIMEOUT_S
+
+    base_url, answers = stand_in
+    answers["/models"] = {"status": 200, "body": json.dumps({"data": [{"id": "m"}]})}
+    assert make_model("local").request_timeout == LOCAL_REQUEST_TIMEOUT_S > REQUEST_TIMEOUT_S
+    assert make_model("openai:m", base_url=base_url).request_timeout == REQUEST_TIMEOUT_S
+    assert make_model("local", timeout_s=2.5).request_timeout == 2.5  # what the caller asks for wins
+    assert make_model("local", timeout_s=None).request_timeout is None

@@ -43,8 +43,9 @@ SCENARIOS = ("bookstore", "orders", "looping-model", "prompt-injection")
 """Run on the real model by every contender: the seed goal, the orders, a generous step limit, and the planted
 injection with and without the approval gate."""
 
-MAX_STEPS = 6
-"""Every scenario's step limit here, so the module stays within its share of CI's time."""
+MAX_STEPS = 4
+"""Every scenario's step limit here, so the module stays within its share of CI's time (enough for a guard to
+fire: the repeat check on the third identical call)."""
 
 
 def local_model() -> Any:
@@ -153,6 +154,7 @@ def test_a_reply_is_cut_at_what_is_left_of_the_budget(kind: str) -> None:
 
 
 def test_the_time_budget_cuts_a_real_reply(kind: str) -> None:
+    local_model()  # the server is up: what is timed is the run, not the server's start
     started = time.monotonic()
     result, _ = run_agent(kind, SEED_GOAL, limits=AgentLimits(max_duration=0.05))
     assert result.stop_reason is StopReason.TIME_BUDGET
