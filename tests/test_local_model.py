@@ -363,6 +363,22 @@ def test_the_server_ends_with_a_process_ended_by(how: signal.Signals, local_serv
     assert gone(pid)
 
 
+def test_a_server_whose_parent_died_while_it_started_ends(local_server: Any) -> None:
+    from shared_tools.models.llama_server import EXIT_WITH_PARENT
+    from shared_tools.models.local import _child_env, _free_port
+
+    gone_parent = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone_parent.wait()  # killed before its server got as far as looking at it
+    port = _free_port()
+    server = subprocess.run(
+        [sys.executable, "-m", "shared_tools.models.llama_server", EXIT_WITH_PARENT, str(gone_parent.pid),
+         "--model", str(local_server.weights), "--host", "127.0.0.1", "--port", str(port)],
+        env=_child_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert server.returncode == 0, server.stderr
+    assert "Uvicorn running" not in server.stderr  # it ended before it served
+
+
 def test_a_forked_child_leaves_its_parents_server_running(local_server: Any) -> None:
     code = STARTS_AND_WAITS.format(then="""
 import os

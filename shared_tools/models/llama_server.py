@@ -22,7 +22,7 @@ PATCHED_FORMAT = "chatml-function-calling-patched"
 """The stock tool-calling format with five fixes (`patched_chatml_function_calling`); `--chat_format` takes it."""
 
 EXIT_WITH_PARENT = "--exit-with-parent"
-"""Our one option, given first: end the server when the process that started it is gone."""
+"""Our one option, given first with the starting process's pid: end the server when that process is gone."""
 
 _CONTENT_PROMPT_END = ":\n"
 """How the stock handler's prompt ends before content (after ``functions.<name>:`` or ``message:``); the prompts
@@ -187,16 +187,19 @@ def probe(weights: str) -> None:
     llm.create_completion("The bookstore", max_tokens=2, temperature=0)
 
 
-def _exit_with_parent() -> None:
-    """End this server when the process that started it is gone (killed before it could stop its server): the
-    server then belongs to init, or to a subreaper, and nobody will use it again."""
-    parent = os.getppid()
+def _exit_with_parent(parent: int) -> None:
+    """End this server once `parent`, the process that started it, is gone (killed before it could stop its
+    server): the server then belongs to init, or to a subreaper, and nobody will use it again. The parent names
+    itself on the command line: a parent killed while this process was still starting is already gone when it
+    first looks, and its own parent id would then be init's."""
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
         os._exit(0)
 
+    if os.getppid() != parent:
+        os._exit(0)
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
@@ -205,9 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["--probe"] and len(args) == 2:
         probe(args[1])
         return
-    if args[:1] == [EXIT_WITH_PARENT]:
-        _exit_with_parent()
-        args = args[1:]
+    if args[:1] == [EXIT_WITH_PARENT] and len(args) >= 2:
+        _exit_with_parent(int(args[1]))
+        args = args[2:]
     from llama_cpp.llama_chat_format import register_chat_completion_handler
     from llama_cpp.server.__main__ import main as serve
 

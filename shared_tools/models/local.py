@@ -223,7 +223,8 @@ def start_server(weights: Path, *, chat_format: str = PATCHED_FORMAT) -> LocalSe
         port = _free_port()
         handle, name = tempfile.mkstemp(prefix="agent-loop-compare-llama-", suffix=".log")
         command = _launcher(
-            EXIT_WITH_PARENT, "--model", str(weights), "--model_alias", MODEL_ALIAS, "--chat_format", chat_format,
+            EXIT_WITH_PARENT, str(os.getpid()), "--model", str(weights), "--model_alias", MODEL_ALIAS,
+            "--chat_format", chat_format,
             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS),
             "--n_threads", str(SERVER_THREADS), "--n_threads_batch", str(SERVER_THREADS),
             # By default a new request cuts off a reply that is still streaming: two agents on one server would
