@@ -48,6 +48,10 @@ MAX_STEPS = 4
 fire: the repeat check on the third identical call)."""
 
 
+SESSION_STEPS = 2
+"""A conversation's step limit per turn: what is tested is that every turn is kept, whatever each turn did."""
+
+
 def local_model() -> Any:
     from shared_tools.models import make_model
 
@@ -199,7 +203,8 @@ def test_a_streamed_run_falls_back_once_and_still_streams_the_answer(kind: str) 
 def test_a_three_turn_conversation_keeps_every_turn(session_kind: str, tmp_path: Path) -> None:
     store = BookStore()
     questions = [SEED_GOAL, "Where is my order 4512?", "What is my cart total now?"]
-    session = open_session(session_kind, local_model(), make_tools(store), tmp_path, limits=AgentLimits(max_steps=4))
+    limits = AgentLimits(max_steps=SESSION_STEPS)
+    session = open_session(session_kind, local_model(), make_tools(store), tmp_path, limits=limits)
     try:
         for question in questions:
             result = session.ask(question)
@@ -217,7 +222,7 @@ def test_a_conversation_in_a_file_keeps_every_turn_after_a_restart(tmp_path: Pat
 
     store = BookStore()
     path = tmp_path / "conversation.jsonl"
-    loop = build_agent("handwritten", local_model(), make_tools(store), limits=AgentLimits(max_steps=3))
+    loop = build_agent("handwritten", local_model(), make_tools(store), limits=AgentLimits(max_steps=SESSION_STEPS))
     session = Session(loop, INSTRUCTIONS, customer_id="c1")
     questions = ["Where is my order 4512?", "What is my cart total now?", "Where is my order 9999?"]
     for question in questions:
