@@ -211,7 +211,8 @@ def _repeat_check(record: RunRecord, settings: RunSettings | None) -> Cell:
         return _not_measured("no max_repeats was set")
     if most > limit:
         return _cell(MISSING, f"{most} identical calls, none refused")
-    return _cell(NOT_EXERCISED, f"not exercised: at most {most} identical calls (max_repeats={limit})")
+    made = max(len(g) for g in groups)  # calls another guard refused (bad arguments, say) were still made
+    return _cell(NOT_EXERCISED, f"not exercised: at most {made} identical calls (max_repeats={limit})")
 
 
 def _unknown_tool(record: RunRecord, settings: RunSettings | None) -> Cell:

@@ -16,6 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from tests.conftest import local_extra_missing
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -173,3 +177,17 @@ def test_sessions_runs_every_graph_storage_option(tmp_path: Path) -> None:
     for quick, usual in zip(exit_only, default, strict=True):
         # One checkpoint per turn instead of one per superstep: the reason to offer it.
         assert quick["checkpoints"] < usual["checkpoints"]
+
+
+def test_real_model_reads_the_servers_work_for_every_history_policy(tmp_path: Path) -> None:
+    if (missing := local_extra_missing()) is not None:
+        pytest.skip(missing)
+    document = run_benchmark(tmp_path, "real_model", "--parts", "sessions", "--turns", "1", "--max-steps", "1")
+    sessions = document["sessions"]
+    assert set(sessions) == {"full history", "keep_turns=1", "summarize, keep_turns=1"}
+    for turns in sessions.values():
+        (turn,) = turns
+        assert turn["sent"] > 0 and turn["evaluated"] > 0 and turn["server_s"] > 0  # from usage and the server log
+    # One turn: nothing has left the window yet, so every policy sent the same prompt.
+    assert len({turns[0]["sent"] for turns in sessions.values()}) == 1
+    assert document["first_token"]["plain answer, streamed"]["first_token_s"] is not None

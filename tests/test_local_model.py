@@ -93,6 +93,62 @@ def stock_server() -> Iterator[Any]:
 # --- what llama_server fixes ------------------------------------------------------------------------------
 
 
+class Rendered(Exception):
+    """Raised by `FirstPrompt` with the prompt a handler rendered, before anything is generated."""
+
+
+class FirstPrompt:
+    """The `llama` a chat handler is given here: the first completion it asks for ends the handler, carrying the
+    prompt. What is tested is the rendering; the weights would only add their words."""
+
+    verbose = False
+
+    def create_completion(self, *, prompt: str, **_kwargs: Any) -> Any:
+        raise Rendered(prompt)
+
+
+QUOTED = 'Find "Dune" & <Children\'s> books'
+"""A user's words with every character an HTML escape would touch."""
+ESCAPED_TOOLS = [{"type": "function", "function": {"name": "search_books", "description": "Search.", "parameters": {
+    "type": "object", "properties": {"query": {"type": "string", "description": "the book's <title> & author"}}}}}]
+CALLED = [
+    {"role": "system", "content": SYSTEM},  # the tools' schemas are rendered in the system turn
+    {"role": "user", "content": QUOTED},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "search_books", "arguments": '{"query": "Dune"}'}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": '[{"title": "Dune", "author": "Frank Herbert"}]'},
+]
+
+
+def prompt_of(handler: Any) -> str:
+    with pytest.raises(Rendered) as rendered:
+        handler(llama=FirstPrompt(), messages=CALLED, tools=ESCAPED_TOOLS, tool_choice="auto", max_tokens=8)
+    return str(rendered.value)
+
+
+def test_ours_renders_the_prompt_as_the_text_sent() -> None:
+    from shared_tools.models.llama_server import patched_chatml_function_calling
+
+    prompt = prompt_of(patched_chatml_function_calling)
+    assert QUOTED in prompt
+    assert 'functions.search_books:\n{"query": "Dune"}' in prompt  # the call the model will copy from
+    assert 'Result of search_books: [{"title": "Dune", "author": "Frank Herbert"}]' in prompt
+    assert "the book's <title> & author" in prompt  # the tool's schema, as JSON, not HTML-safe JSON
+    assert "&#34;" not in prompt and "\\u0027" not in prompt
+
+
+def test_the_stock_handler_html_escapes_the_prompt() -> None:
+    from llama_cpp.llama_chat_format import chatml_function_calling
+
+    from shared_tools.models.llama_server import patched_chatml_function_calling
+
+    prompt_of(patched_chatml_function_calling)  # ours first: the stock handler's environment is its own again
+    prompt = prompt_of(chatml_function_calling)
+    assert '{&#34;query&#34;: &#34;Dune&#34;}' in prompt and "&lt;Children&#39;s&gt;" in prompt
+    assert "the book\\u0027s \\u003ctitle\\u003e \\u0026 author" in prompt
+
+
+
 def test_the_stock_handler_shows_the_model_no_tool_result(stock_server: Any) -> None:
     short = chat(stock_server.base_url, after_a_call(SHORT_RESULT), max_tokens=40)
     long = chat(stock_server.base_url, after_a_call(LONG_RESULT), max_tokens=40)
@@ -307,6 +363,22 @@ def test_the_server_ends_with_a_process_ended_by(how: signal.Signals, local_serv
     assert gone(pid)
 
 
+def test_a_server_whose_parent_died_while_it_started_ends(local_server: Any) -> None:
+    from shared_tools.models.llama_server import EXIT_WITH_PARENT
+    from shared_tools.models.local import _child_env, _free_port
+
+    gone_parent = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone_parent.wait()  # killed before its server got as far as looking at it
+    port = _free_port()
+    server = subprocess.run(
+        [sys.executable, "-m", "shared_tools.models.llama_server", EXIT_WITH_PARENT, str(gone_parent.pid),
+         "--model", str(local_server.weights), "--host", "127.0.0.1", "--port", str(port)],
+        env=_child_env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert server.returncode == 0, server.stderr
+    assert "Uvicorn running" not in server.stderr  # it ended before it served
+
+
 def test_a_forked_child_leaves_its_parents_server_running(local_server: Any) -> None:
     code = STARTS_AND_WAITS.format(then="""
 import os
@@ -471,3 +543,16 @@ def test_a_wrong_key_is_one_line(stand_in: tuple[str, dict[str, Reply | None]]) 
     answers["/models"] = {"status": 401, "body": "{}"}
     with pytest.raises(ModelUnavailable, match="set OPENAI_API_KEY"):
         make_model("openai:m", base_url=base_url)
+
+
+def test_local_waits_for_a_busy_cpu_longer_than_a_server_is_waited_for(
+    local_server: Any, stand_in: tuple[str, dict[str, Reply | None]]
+) -> None:
+    from shared_tools.models.factory import LOCAL_REQUEST_TIMEOUT_S, REQUEST_TIMEOUT_S
+
+    base_url, answers = stand_in
+    answers["/models"] = {"status": 200, "body": json.dumps({"data": [{"id": "m"}]})}
+    assert make_model("local").request_timeout == LOCAL_REQUEST_TIMEOUT_S > REQUEST_TIMEOUT_S
+    assert make_model("openai:m", base_url=base_url).request_timeout == REQUEST_TIMEOUT_S
+    assert make_model("local", timeout_s=2.5).request_timeout == 2.5  # what the caller asks for wins
+    assert make_model("local", timeout_s=None).request_timeout is None

@@ -44,8 +44,13 @@ SCENARIOS = ("bookstore", "orders", "looping-model", "prompt-injection")
 """Run on the real model by every contender: the seed goal, the orders, a generous step limit, and the planted
 injection with and without the approval gate."""
 
-MAX_STEPS = 6
-"""Every scenario's step limit here, so the module stays within its share of CI's time."""
+MAX_STEPS = 4
+"""Every scenario's step limit here, so the module stays within its share of CI's time (enough for a guard to
+fire: the repeat check on the third identical call)."""
+
+
+SESSION_STEPS = 2
+"""A conversation's step limit per turn: what is tested is that every turn is kept, whatever each turn did."""
 
 
 def local_model() -> Any:
@@ -154,6 +159,7 @@ def test_a_reply_is_cut_at_what_is_left_of_the_budget(kind: str) -> None:
 
 
 def test_the_time_budget_cuts_a_real_reply(kind: str) -> None:
+    local_model()  # the server is up: what is timed is the run, not the server's start
     started = time.monotonic()
     result, _ = run_agent(kind, SEED_GOAL, limits=AgentLimits(max_duration=0.05))
     assert result.stop_reason is StopReason.TIME_BUDGET
@@ -198,7 +204,8 @@ def test_a_streamed_run_falls_back_once_and_still_streams_the_answer(kind: str) 
 def test_a_three_turn_conversation_keeps_every_turn(session_kind: str, tmp_path: Path) -> None:
     store = BookStore()
     questions = [SEED_GOAL, "Where is my order 4512?", "What is my cart total now?"]
-    session = open_session(session_kind, local_model(), make_tools(store), tmp_path, limits=AgentLimits(max_steps=4))
+    limits = AgentLimits(max_steps=SESSION_STEPS)
+    session = open_session(session_kind, local_model(), make_tools(store), tmp_path, limits=limits)
     try:
         for question in questions:
             result = session.ask(question)
@@ -216,7 +223,7 @@ def test_a_conversation_in_a_file_keeps_every_turn_after_a_restart(tmp_path: Pat
 
     store = BookStore()
     path = tmp_path / "conversation.jsonl"
-    loop = build_agent("handwritten", local_model(), make_tools(store), limits=AgentLimits(max_steps=3))
+    loop = build_agent("handwritten", local_model(), make_tools(store), limits=AgentLimits(max_steps=SESSION_STEPS))
     session = Session(loop, INSTRUCTIONS, customer_id="c1")
     questions = ["Where is my order 4512?", "What is my cart total now?", "Where is my order 9999?"]
     for question in questions:

@@ -9,6 +9,7 @@ model's client is imported only when that model is asked for, so scripted runs n
 from __future__ import annotations
 
 import os
+from typing import Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -29,9 +30,17 @@ BASE_URL_HELP = (
 """The help of every command's `--base-url`."""
 DEFAULT_SEED = 42
 """A real model's sampling seed when none is given (with temperature 0 a rerun on one build repeats itself)."""
-LOCAL_MAX_TOKENS = 512
-"""The longest reply of `local`: a call's arguments are a few dozen tokens and an answer a few sentences, and at
-30-70 tokens/s a runaway reply stops after seconds, not minutes (one once ran 7,592 tokens, 384 s, uncapped)."""
+LOCAL_MAX_TOKENS = 256
+"""The longest reply of `local`: a call's arguments are a few dozen tokens and an answer a few sentences. A call's
+arguments are generated under a JSON grammar, measured at 0.25-0.9 s a token on 2 shared cores (30-70 tokens/s
+free text): 256 tokens bound a runaway call at about a minute and a half there (one ran 7,592 tokens, uncapped)."""
+REQUEST_TIMEOUT_S = 120.0
+"""How long a real model's request may take, unless the caller says otherwise."""
+LOCAL_REQUEST_TIMEOUT_S = 300.0
+"""`local`'s: its worst reply on a busy machine, not a healthy server's. Measured on 2 cores shared by other
+work: a cold 2,670-token prompt took 83 s (32 tokens/s), so a prompt near `local.CONTEXT_TOKENS` takes minutes,
+plus a capped reply under the grammar (above). A timeout ends the whole comparison (`ModelCallFailed`), so it is
+set where only a stuck server reaches it."""
 SERVER_MAX_TOKENS = 2048
 """The longest reply of an `openai:` or `ollama:` model: room for a small thinking model's reasoning, which
 counts against the cap, before its answer; still a bound on a reply that never ends."""
@@ -147,18 +156,21 @@ def _openai_model(
 
 
 def make_model(
-    spec: str, *, timeout_s: float | None = 120.0, seed: int | None = None, base_url: str | None = None
-) -> BaseChatModel:
+    spec: str, *, timeout_s: float | Literal["default"] | None = "default", seed: int | None = None,
+    base_url: str | None = None,
+) -> BaseChatModel:  # fmt: skip
     """Build the model named by `spec`: "scripted", "scripted:<persona>", "ollama:<model>", "local" (the bundled
     SmolLM2-135M, its server started on first use) or "openai:<model>" (served at `base_url`, default
     `OPENAI_BASE_URL`).
 
     `seed` is the model's own seed (a real model's sampling seed, 42 when not given; the noisy persona's dice, 0);
-    an eval gives every trial a different one. Every real model has the request timeout `timeout_s`, temperature
-    0 and a cap on a reply's length (`LOCAL_MAX_TOKENS`, `SERVER_MAX_TOKENS`); a call may lower the cap with
-    ``max_tokens=N``.
+    an eval gives every trial a different one. Every real model has the request timeout `timeout_s` (None: none;
+    "default": `LOCAL_REQUEST_TIMEOUT_S` for `local`, else `REQUEST_TIMEOUT_S`), temperature 0 and a cap
+    on a reply's length (`LOCAL_MAX_TOKENS`, `SERVER_MAX_TOKENS`); a call may lower the cap with ``max_tokens=N``.
     """
     kind, colon, rest = spec.strip().partition(":")
+    if timeout_s == "default":
+        timeout_s = LOCAL_REQUEST_TIMEOUT_S if kind == "local" and not colon else REQUEST_TIMEOUT_S
     if kind == "scripted":
         persona = rest if colon else "shopper"
         if persona not in PERSONAS:

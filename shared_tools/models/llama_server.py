@@ -7,19 +7,22 @@ few tokens and exits (`local.py` runs it in a child first: a native build that c
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 STOCK_FORMAT = "chatml-function-calling"
 PATCHED_FORMAT = "chatml-function-calling-patched"
-"""The stock tool-calling format with four fixes (`patched_chatml_function_calling`); `--chat_format` takes it."""
+"""The stock tool-calling format with five fixes (`patched_chatml_function_calling`); `--chat_format` takes it."""
 
 EXIT_WITH_PARENT = "--exit-with-parent"
-"""Our one option, given first: end the server when the process that started it is gone."""
+"""Our one option, given first with the starting process's pid: end the server when that process is gone."""
 
 _CONTENT_PROMPT_END = ":\n"
 """How the stock handler's prompt ends before content (after ``functions.<name>:`` or ``message:``); the prompts
@@ -50,6 +53,46 @@ def render_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         name = names.get(message.get("tool_call_id", ""), "a tool")
         rendered.append({"role": "user", "content": f"Result of {name}: {content}"})
     return rendered
+
+
+@cache
+def plain_text_environment() -> type:
+    """The stock handler's jinja environment, rendering text as text: no HTML autoescape, JSON without HTML-safe
+    escapes (imported late: jinja2 comes with the `local` extra).
+
+    The stock handler builds its template with ``autoescape=select_autoescape(["html", "xml"])``, which escapes
+    every string rendered from a template given as a string: a call's arguments ``{"book_id": 12}`` reach the
+    prompt as ``{&#34;book_id&#34;: 12}``, and the model copies the entities into its next call's arguments. Its
+    ``tojson`` filter (jinja's, HTML-safe) writes a tool description's ``it's`` as ``it\\u0027s``. A prompt is
+    not HTML: both render the text as sent.
+    """
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class PlainTextEnvironment(ImmutableSandboxedEnvironment):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["autoescape"] = False
+            super().__init__(*args, **kwargs)
+            self.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
+
+    return PlainTextEnvironment
+
+
+_TEMPLATES_LOCK = threading.Lock()
+
+
+@contextmanager
+def _plain_text_templates() -> Iterator[None]:
+    """The stock handler's module builds its environment with `plain_text_environment()` while the block runs (it
+    renders every prompt before it returns, a stream included); one handler at a time."""
+    from llama_cpp import llama_chat_format
+
+    with _TEMPLATES_LOCK:
+        stock = llama_chat_format.ImmutableSandboxedEnvironment
+        llama_chat_format.ImmutableSandboxedEnvironment = plain_text_environment()  # type: ignore[misc]
+        try:
+            yield
+        finally:
+            llama_chat_format.ImmutableSandboxedEnvironment = stock  # type: ignore[misc]
 
 
 class _CappedLlama:
@@ -104,13 +147,14 @@ class _CappedLlama:
 
 
 def patched_chatml_function_calling(llama: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-    """The stock `chatml-function-calling` handler with tool results shown, every completion capped at
-    `max_tokens`, the text answer freed of the wrong grammar, a capped call's finish_reason "length", and the
-    usage of a streamed answer sent."""
+    """The stock `chatml-function-calling` handler with the prompt rendered as text (not HTML-escaped), tool
+    results shown, every completion capped at `max_tokens`, the text answer freed of the wrong grammar, a capped
+    call's finish_reason "length", and the usage of a streamed answer sent."""
     from llama_cpp.llama_chat_format import chatml_function_calling
 
     capped = _CappedLlama(llama, kwargs.get("max_tokens"))
-    reply = chatml_function_calling(llama=capped, messages=render_tool_results(messages), **kwargs)
+    with _plain_text_templates():
+        reply = chatml_function_calling(llama=capped, messages=render_tool_results(messages), **kwargs)
     if isinstance(reply, dict):
         choice = reply["choices"][0]
         # The stock handler says "tool_calls" even when the arguments were cut off at the cap.
@@ -143,16 +187,19 @@ def probe(weights: str) -> None:
     llm.create_completion("The bookstore", max_tokens=2, temperature=0)
 
 
-def _exit_with_parent() -> None:
-    """End this server when the process that started it is gone (killed before it could stop its server): the
-    server then belongs to init, or to a subreaper, and nobody will use it again."""
-    parent = os.getppid()
+def _exit_with_parent(parent: int) -> None:
+    """End this server once `parent`, the process that started it, is gone (killed before it could stop its
+    server): the server then belongs to init, or to a subreaper, and nobody will use it again. The parent names
+    itself on the command line: a parent killed while this process was still starting is already gone when it
+    first looks, and its own parent id would then be init's."""
 
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
         os._exit(0)
 
+    if os.getppid() != parent:
+        os._exit(0)
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
@@ -161,9 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["--probe"] and len(args) == 2:
         probe(args[1])
         return
-    if args[:1] == [EXIT_WITH_PARENT]:
-        _exit_with_parent()
-        args = args[1:]
+    if args[:1] == [EXIT_WITH_PARENT] and len(args) >= 2:
+        _exit_with_parent(int(args[1]))
+        args = args[2:]
     from llama_cpp.llama_chat_format import register_chat_completion_handler
     from llama_cpp.server.__main__ import main as serve
 

@@ -47,6 +47,11 @@ CONTEXT_TOKENS = 8192
 START_TIMEOUT_S = 60.0
 """How long the server may take to answer /models (it loads the 98 MB weights in under a second when idle)."""
 PROBE_TIMEOUT_S = 120.0
+SERVER_THREADS = 1
+"""The server's threads, for prompts and replies alike. llama.cpp's threads meet at a barrier after every layer,
+and a thread the OS has taken off its core holds the others spinning: on 2 cores shared with other work, 2
+threads took 13-21 s for a 12-token call and 18-45 s for 24 free tokens where 1 thread took 4-6 s and 0.7-1.3 s,
+and 163 s against 83 s for a 2,670-token prompt. A 135M model does not need the second core."""
 STOP_GRACE_S = 3.0
 """SIGTERM first, SIGKILL after this long: a server busy generating does not stop on SIGTERM."""
 
@@ -214,14 +219,14 @@ def _free_port() -> int:
 
 def start_server(weights: Path, *, chat_format: str = PATCHED_FORMAT) -> LocalServer:
     """A new server of `weights` in `chat_format`, not shared: the caller stops it (`local_server` shares one)."""
-    threads = str(max(1, min(4, os.cpu_count() or 1)))
     for _attempt in range(3):  # another program may take the free port before the server binds it
         port = _free_port()
         handle, name = tempfile.mkstemp(prefix="agent-loop-compare-llama-", suffix=".log")
         command = _launcher(
-            EXIT_WITH_PARENT, "--model", str(weights), "--model_alias", MODEL_ALIAS, "--chat_format", chat_format,
-            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS), "--n_threads", threads,
-            "--n_threads_batch", threads,
+            EXIT_WITH_PARENT, str(os.getpid()), "--model", str(weights), "--model_alias", MODEL_ALIAS,
+            "--chat_format", chat_format,
+            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS),
+            "--n_threads", str(SERVER_THREADS), "--n_threads_batch", str(SERVER_THREADS),
             # By default a new request cuts off a reply that is still streaming: two agents on one server would
             # cut each other's answers. Off, requests wait their turn.
             "--interrupt_requests", "False",
