@@ -12,13 +12,14 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from langchain_core.messages import BaseMessage, messages_to_dict
+
+from shared_tools.atomic import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def write(
             _append_line(path, _record(revision, messages[start:]))
         else:
             header = {"format": FORMAT, "revision": revision, "customer": customer, "instructions": instructions}
-            _write_atomically(path, _line(header) + _record(revision, messages))
+            write_atomically(path, _line(header) + _record(revision, messages))
     return revision
 
 
@@ -196,16 +197,3 @@ def _file_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(folder)  # which releases the lock
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

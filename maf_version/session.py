@@ -13,8 +13,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import tempfile
 import threading
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -24,6 +22,7 @@ from agent_framework import AgentSession, Content, InMemoryHistoryProvider, Mess
 from langchain_core.messages import BaseMessage
 
 from maf_version.agent import MafAgent, MafCancelled, history_of, pending_state, request_call, starts_turn
+from shared_tools.atomic import write_atomically
 from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult, CustomerMismatch
 from shared_tools.sync import run_blocking
@@ -174,7 +173,7 @@ class MafSession:
             "session": self.session.to_dict(),
         }
         data = json.dumps(document, ensure_ascii=True, separators=(",", ":")).encode("ascii")
-        _write_atomically(self.path, data)
+        write_atomically(self.path, data)
         log.info("saved MAF session %s (%d messages) to %s", self.session.session_id, len(self.messages), self.path)
 
     def _read(self, path: Path) -> AgentSession:
@@ -200,17 +199,3 @@ def read_saved(path: Path, customer_id: str | None = None) -> tuple[AgentSession
         return AgentSession.from_dict(document["session"]), owner
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path} is a damaged saved MAF session ({type(exc).__name__}: {exc})") from None
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """The whole file or nothing: a temp file beside it, then `os.replace`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
