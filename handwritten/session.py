@@ -341,9 +341,7 @@ class Session:
             loop, stored.instructions, messages, customer_id=owner or customer_id, keep_turns=keep_turns,
             summarize=summarize,
         )  # fmt: skip
-        session._revision, session._path = stored.revision, path
-        # Appending goes on only to a file this version wrote; an older one is rewritten whole at the next save.
-        session._saved = len(messages) if stored.appendable else None
+        session._revision, session._path, session._saved = stored.revision, path, len(messages)
         return session
 
     # --- Postgres ------------------------------------------------------------------------------------------------

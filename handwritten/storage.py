@@ -24,9 +24,8 @@ from shared_tools.atomic import write_atomically
 log = logging.getLogger(__name__)
 
 FORMAT = "agent-loop-compare/session/3"
-READABLE_FORMATS = ("agent-loop-compare/session/1", "agent-loop-compare/session/2", FORMAT)
-"""Version 1 (one JSON document, no customer, no revision) and version 2 (one JSON document) still load; a
-session loaded from one is saved as version 3 (JSON Lines) at its next save."""
+"""The only format read or written. Versions 1 and 2 (one JSON document) were never released, so no reader is
+kept for them: such a file is refused with the version it holds and the one this code reads."""
 
 
 class SessionConflict(RuntimeError):
@@ -42,8 +41,6 @@ class Stored:
     revision: int
     messages: list[dict[str, Any]]
     """`messages_to_dict` of each message, in order."""
-    appendable: bool = True
-    """False for a file of an older format: the next save writes it whole."""
 
 
 def read(path: Path) -> Stored:
@@ -51,10 +48,6 @@ def read(path: Path) -> Stored:
     `ValueError`, and a missing file a `FileNotFoundError`."""
     data = path.read_bytes()
     header, records, complete = _read_lines(path, data)
-    appendable = header is not None
-    if header is None:
-        document = _read_document(path, data)
-        header, records, complete = document, [document], True
     try:
         instructions = str(header["instructions"])
         messages = [message for record in records for message in record["messages"]]
@@ -63,7 +56,7 @@ def read(path: Path) -> Stored:
         raise ValueError(f"{path} is a damaged saved session ({type(exc).__name__}: {exc})") from None
     if not complete:
         log.warning("%s ends with a torn line (a save cut short); it is ignored", path)
-    return Stored(instructions, header.get("customer"), revision, messages, appendable)
+    return Stored(instructions, header.get("customer"), revision, messages)
 
 
 def write(
@@ -103,13 +96,13 @@ def _record(revision: int, messages: Sequence[BaseMessage]) -> bytes:
     return _line({"revision": revision, "messages": messages_to_dict(list(messages))})
 
 
-def _read_lines(path: Path, data: bytes) -> tuple[dict[str, Any] | None, list[dict[str, Any]], bool]:
-    """A version-3 file's header, its records, and whether its last line was whole; (None, [], True) when the file
-    is no version-3 file (an older version, or something else: `_read_document` says which)."""
+def _read_lines(path: Path, data: bytes) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    """The file's header, its records, and whether its last line was whole; `ValueError` for a file of
+    another format (`_refuse_format`) or a damaged line."""
     first, newline, rest = data.partition(b"\n")
     header = _json_or_none(first) if newline else None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
-        return None, [], True
+        raise _refuse_format(path, header, data)
     *lines, torn = rest.split(b"\n")
     records: list[dict[str, Any]] = []
     for number, line in enumerate(lines, start=2):
@@ -120,16 +113,17 @@ def _read_lines(path: Path, data: bytes) -> tuple[dict[str, Any] | None, list[di
     return header, records, not torn
 
 
-def _read_document(path: Path, data: bytes) -> dict[str, Any]:
-    """A version 1 or 2 file: one JSON document."""
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a saved session (not JSON: {exc})") from None
-    if not isinstance(document, dict) or document.get("format") not in READABLE_FORMATS:
-        found = document.get("format") if isinstance(document, dict) else type(document).__name__
-        raise ValueError(f"{path} is not a saved session (format {found!r}, expected {FORMAT!r})")
-    return document
+def _refuse_format(path: Path, header: Any, data: bytes) -> ValueError:
+    """The error for a file that is not of `FORMAT`: the format it holds, if it names one, and the one read here."""
+    if not isinstance(header, dict):
+        header = _json_or_none(data)  # versions 1 and 2 were one JSON document, perhaps over several lines
+    if not isinstance(header, dict):
+        what = "not JSON" if header is None else f"format {type(header).__name__!r}, expected {FORMAT!r}"
+        return ValueError(f"{path} is not a saved session ({what})")
+    found = header.get("format")
+    if isinstance(found, str) and found.startswith(FORMAT.rpartition("/")[0] + "/"):
+        return ValueError(f"{path} is a saved session of format {found!r}; this version reads only {FORMAT!r}")
+    return ValueError(f"{path} is not a saved session (format {found!r}, expected {FORMAT!r})")
 
 
 def _json_or_none(line: bytes) -> Any:
@@ -149,8 +143,10 @@ def _read_revision(path: Path) -> int:
         header = _json_or_none(file.readline())
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             file.seek(0)
-            document = _json_or_none(file.read())  # an older version: one document, read once before it is replaced
-            return int(document.get("revision", 0)) if isinstance(document, dict) else 0
+            data = file.read()
+            if not data.strip():
+                return 0  # an empty file holds no conversation to lose
+            raise _refuse_format(path, header, data)  # another format's file is never saved over
         last = _json_or_none(_last_whole_line(file)[0])
         return int(last.get("revision", 0)) if isinstance(last, dict) else 0
 

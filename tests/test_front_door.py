@@ -33,6 +33,7 @@ from comparison.chat import chat_customer
 from comparison.files import check_output_file, write_output
 from comparison.sanitize import clean_line, clean_text, escape_for_json
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario
+from handwritten.storage import FORMAT
 from shared_tools.bookstore.store import BookStore, InvalidQuantity, NotABookstore, UnknownBook, check_store_file
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
@@ -168,16 +169,23 @@ def test_a_bookstore_file_a_new_file_and_an_empty_file_open(tmp_path: Path) -> N
         assert store.cart("c1").quantity_of(7) == 1, "an existing store keeps its data"
 
 
+def saved_session(messages: object, *, customer: str | None = None) -> str:
+    """A session file in the current format (`handwritten.storage.FORMAT`): its header and one save's record."""
+    header = {"format": FORMAT, "revision": 1, "customer": customer, "instructions": "x"}
+    return json.dumps(header) + "\n" + json.dumps({"revision": 1, "messages": messages}) + "\n"
+
+
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        ('{"format": "agent-loop-compare/session/2", "revis', "not JSON"),
+        (f'{{"format": "{FORMAT}", "revis', "not JSON"),
         ("[1, 2]", "format 'list'"),
-        ('{"format": "agent-loop-compare/session/2", "instructions": "x", "messages": 5}', "damaged"),
-        ('{"format": "agent-loop-compare/session/2", "instructions": "x", "messages": [["a"]]}', "damaged"),
-        ('{"format": "agent-loop-compare/session/2", "instructions": "x", "messages": [{"type": "human"}]}', "damaged"),
-        ('{"format": "agent-loop-compare/session/2", "instructions": "x", "messages": [], "customer": "bob"}',
-         "conversation of customer 'bob'"),
+        (saved_session(5), "damaged"),
+        (saved_session([["a"]]), "damaged"),
+        (saved_session([{"type": "human"}]), "damaged"),
+        (saved_session([], customer="bob"), "conversation of customer 'bob'"),
+        ('{"format": "agent-loop-compare/session/2", "instructions": "x", "messages": []}',
+         f"format 'agent-loop-compare/session/2'; this version reads only '{FORMAT}'"),
     ],
 )
 def test_chat_refuses_a_damaged_or_foreign_saved_conversation(

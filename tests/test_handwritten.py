@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import json
 import logging
+import re
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException, tool
 from pydantic import PrivateAttr
 
 from handwritten import AgentCancelled, AgentLoop, CustomerMismatch, Session, SessionConflict
+from handwritten.storage import FORMAT
 from shared_tools import guards
 from shared_tools.bookstore.faults import FAKE_SECRET, Faults
 from shared_tools.bookstore.store import BookStore
@@ -871,7 +873,14 @@ def test_a_conversation_is_bound_to_its_customer(tools: Tools, tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    "content", ['{"format": "agent-loop-compare/session/2"', '{"format": "agent-loop-compare/session/2"}', "[1, 2]"]
+    "content",
+    [
+        f'{{"format": "{FORMAT}"',  # a header cut off before its newline
+        f'{{"format": "{FORMAT}", "revision": 1}}\n',  # a header without instructions
+        f'{{"format": "{FORMAT}", "instructions": "x"}}\n{{"revision": 1, "messages": 5}}\n',
+        f'{{"format": "{FORMAT}", "instructions": "x"}}\n[1]\n{{"revision": 1, "messages": []}}\n',
+        "[1, 2]",
+    ],
 )
 def test_a_truncated_or_wrong_shape_session_file_is_a_clear_error(tmp_path: Path, tools: Tools, content: str) -> None:
     path = tmp_path / "session.json"
@@ -885,6 +894,40 @@ def test_loading_something_else_is_refused(tmp_path: Path, tools: Tools) -> None
     path.write_text('{"messages": []}')
     with pytest.raises(ValueError, match="not a saved session"):
         Session.load(path, AgentLoop(ScriptModel(replies=[]), tools.all))
+
+
+OLD_FILES = {  # the format each file names, and the file
+    "version 1": (
+        "agent-loop-compare/session/1",
+        '{"format": "agent-loop-compare/session/1", "instructions": "x", "messages": []}',
+    ),
+    "version 2, pretty-printed": (
+        "agent-loop-compare/session/2",
+        json.dumps(
+            {"format": "agent-loop-compare/session/2", "revision": 3, "instructions": "x", "messages": []}, indent=2
+        ),
+    ),
+    "a later version": (
+        "agent-loop-compare/session/4",
+        '{"format": "agent-loop-compare/session/4", "revision": 1}\n{"revision": 1, "messages": []}\n',
+    ),
+}
+
+
+@pytest.mark.parametrize(("seen", "content"), OLD_FILES.values(), ids=OLD_FILES.keys())
+def test_a_session_file_of_another_format_version_names_both_versions_and_is_never_overwritten(
+    tmp_path: Path, tools: Tools, seen: str, content: str
+) -> None:
+    path = tmp_path / "session.json"
+    path.write_text(content)
+    says = re.escape(f"format {seen!r}; this version reads only {FORMAT!r}")
+    with pytest.raises(ValueError, match=says):
+        Session.load(path, AgentLoop(ScriptModel(replies=[]), tools.all))
+    fresh = Session(AgentLoop(ScriptModel(replies=[ai("Hello.")]), tools.all), SYSTEM)
+    fresh.ask("hi")
+    with pytest.raises(ValueError, match=says):
+        fresh.save(path)
+    assert path.read_text() == content, "the old file is left as it was"
 
 
 # --- the seed's bookstore run -----------------------------------------------------------------------------------
