@@ -159,8 +159,9 @@ def section_storage(args: argparse.Namespace, url: str) -> tuple[Any, dict[str, 
             row = db.execute(THREAD_BYTES, {"t": thread}).fetchone()
         assert row is not None
         stored, count = int(row[0]), int(row[1])
-        rows.append((label, f"{stored / 1e6:.2f}", count, len(session.messages)))
-        document[label] = {"bytes": stored, "checkpoints": count, "messages": len(session.messages)}
+        messages = len(run_blocking(session.messages, instead="GraphSession.messages()"))
+        rows.append((label, f"{stored / 1e6:.2f}", count, messages))
+        document[label] = {"bytes": stored, "checkpoints": count, "messages": messages}
     title = f"One graph thread of {args.storage_turns} turns on Postgres: what its rows hold"
     return common.table(title, ("storage", "MB", "checkpoints", "messages"), rows), document
 

@@ -54,9 +54,9 @@ from handwritten import AgentLoop, Session
 from langgraph_version import GraphAgent, GraphSession
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.history import count_turns
 from shared_tools.models.scripted import ScriptedChatModel
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason
+from shared_tools.sync import run_blocking
 
 QUESTION = "Where is my order 4512?"
 STATUS = "shipped"
@@ -486,14 +486,11 @@ def peak_rss_kib() -> int:
 
 
 def count_cheaply(session: Session | GraphSession) -> tuple[int, str]:
-    """The session's own turn count; without one (an older GraphSession), one read of the thread's messages,
-    never the checkpoint history (which loads every checkpoint)."""
+    """The session's own turn count: a plain value on `Session`, one read of the thread's current state on
+    `GraphSession` (never the checkpoint history, which loads every checkpoint)."""
     if isinstance(session, Session):
         return session.turns, "Session.turns"
-    if isinstance(getattr(type(session), "turns", None), property):
-        return int(session.turns), "GraphSession.turns"
-    note("GraphSession.turns not there yet: reopen counts turns from one read of the thread's messages")
-    return count_turns(session.messages), "count_turns(GraphSession.messages)"
+    return run_blocking(session.turns, instead="GraphSession.turns()"), "await GraphSession.turns()"
 
 
 def reopen(cell: Cell, spec: Mapping[str, Any]) -> None:

@@ -297,7 +297,8 @@ class HandwrittenConversation:
     def save(self) -> None:
         """Save the session where it is kept (`SessionConflict` when another process saved it meanwhile)."""
         if self.url is not None and self.thread_id is not None:
-            self.session.save_postgres(self.url, self.thread_id)
+            url, thread_id = self.url, self.thread_id
+            run_blocking(lambda: self.session.asave_postgres(url, thread_id), instead="Session.asave_postgres(...)")
         elif self.path is not None:
             self.session.save(self.path)
 
@@ -424,7 +425,7 @@ class GraphConversation:
                 raise ValueError(f"{type(agent).__name__} has no history policy: keep_turns and summarize are ours")
             self.session = CheckpointThread(agent, instructions, thread_id, path, customer_id=customer_id)  # type: ignore[arg-type]
             if path is not None and not resume:
-                self.session.delete()
+                self._delete()
         elif path is None:
             self.session = GraphSession(agent, instructions, thread_id=thread_id, customer_id=customer_id, **given)
         elif _is_url(path):
@@ -432,14 +433,21 @@ class GraphConversation:
                 agent, instructions, url=str(path), thread_id=thread_id, customer_id=customer_id, **given
             )
             if not resume:
-                self.session.delete()
+                self._delete()
         else:
             self.session = GraphSession.sqlite(
                 agent, instructions, path=str(path), thread_id=thread_id, customer_id=customer_id,
                 **given, **(storage or {}),
             )
             if not resume:
-                self.session.delete()  # a demo re-run with the same --session-db starts its thread from scratch
+                self._delete()  # a demo re-run with the same --session-db starts its thread from scratch
+
+    def _delete(self) -> None:
+        run_blocking(self.session.adelete, instead=f"{type(self.session).__name__}.adelete()")
+
+    def _read(self, view: Any) -> Any:
+        """One of the session's async views (`pending`, `messages`, ...), read from this sync harness."""
+        return run_blocking(view, instead=f"{type(self.session).__name__}.{view.__name__}()")
 
     def ask(self, question: str) -> AgentResult:
         return self._answered(self.session.ask(question))
@@ -447,7 +455,7 @@ class GraphConversation:
     def finish_unfinished(self) -> AgentResult | None:
         """A pause nobody answered (the process ended at the approval prompt) is asked again, then finished;
         a turn a crash or an outage cut short is finished from its last checkpoint."""
-        pending = self.session.pending
+        pending = self._read(self.session.pending)
         if pending:
             return self._answered(resume_with(self.session, decide_each(pending, self.approve)))
         result = self.session.continue_unfinished()
@@ -463,11 +471,12 @@ class GraphConversation:
 
     def replay(self, checkpoint_id: str) -> AgentResult:
         """Run the thread again from an earlier checkpoint (what is after it runs again: tools included)."""
-        return self._answered(self.session.replay(checkpoint_id))
+        session = self.session
+        return self._answered(run_blocking(lambda: session.areplay(checkpoint_id), instead="GraphSession.areplay(...)"))
 
     def checkpoint_before_tool(self, tool: str) -> str:
         """The id of the last checkpoint whose next step runs the tools node on a reply that calls `tool`."""
-        for snapshot in self.session.history():  # newest first
+        for snapshot in self._read(self.session.history):  # newest first
             messages = snapshot.values.get("messages") or []
             last = messages[-1] if messages else None
             if "tools" in snapshot.next and isinstance(last, AIMessage) and any(
@@ -480,16 +489,16 @@ class GraphConversation:
         """The user turns, with the checkpoint each started from (`GraphSession.turn_history`)."""
         turn_history = getattr(self.session, "turn_history", None)
         if turn_history is None:  # a framework-only thread: its questions, without checkpoint ids
-            return questions_of(self.session.messages)
+            return questions_of(self._read(self.session.messages))
         return [
             Turn(number, str(getattr(t, "question", getattr(t, "text", ""))), _checkpoint_of(t))
-            for number, t in enumerate(turn_history(), start=1)
+            for number, t in enumerate(self._read(turn_history), start=1)
         ]
 
     def facts(self) -> dict[str, Any]:
         """Messages, user turns, checkpoints and stored bytes of the thread: read from the checkpointer's own
         storage (one count, one sum), never by walking the checkpoint history, which loads every checkpoint."""
-        messages = self.session.messages
+        messages = self._read(self.session.messages)
         checkpoints, stored = thread_storage(self.session, self.thread_id)
         return {
             "messages": len(messages),

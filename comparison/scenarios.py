@@ -269,7 +269,7 @@ NO_CHECKPOINTS = (
     "the hand-written session has"
 )
 NO_REPLAY = (
-    "replaying a checkpoint is GraphSession.replay (LangGraph's invoke(None, config with a checkpoint_id)); the "
+    "replaying a checkpoint is GraphSession.areplay (LangGraph's invoke(None, config with a checkpoint_id)); the "
     "framework-only threads here are not given one"
 )
 

@@ -346,10 +346,6 @@ class Session:
 
     # --- Postgres ------------------------------------------------------------------------------------------------
 
-    def save_postgres(self, url: str, thread_id: str) -> None:
-        """`asave_postgres` for sync callers."""
-        run_blocking(lambda: self.asave_postgres(url, thread_id), instead="Session.asave_postgres(...)")
-
     async def asave_postgres(self, url: str, thread_id: str) -> None:
         """Store the conversation as `thread_id` in the Postgres database at `url` (`handwritten.postgres`): the
         messages added since the last save to that thread, or all of them (after a rewind or a summary, or the
@@ -376,25 +372,6 @@ class Session:
                  start, thread_id)  # fmt: skip
 
     @classmethod
-    def load_postgres(
-        cls,
-        url: str,
-        thread_id: str,
-        loop: AgentLoop,
-        *,
-        customer_id: str | None = None,
-        keep_turns: int | None = None,
-        summarize: bool = False,
-    ) -> Session:
-        """`aload_postgres` for sync callers."""
-        return run_blocking(
-            lambda: cls.aload_postgres(
-                url, thread_id, loop, customer_id=customer_id, keep_turns=keep_turns, summarize=summarize
-            ),
-            instead="Session.aload_postgres(...)",
-        )
-
-    @classmethod
     async def aload_postgres(
         cls,
         url: str,
@@ -406,7 +383,7 @@ class Session:
         summarize: bool = False,
     ) -> Session:
         """A session continuing the conversation stored as `thread_id` at `url`; `LookupError` when there is none
-        (start a new `Session` and `save_postgres` it). A conversation of another customer is refused
+        (start a new `Session` and `asave_postgres` it). A conversation of another customer is refused
         (`CustomerMismatch`), and a damaged one is a `ValueError`, as for `load`."""
         from handwritten import postgres
 

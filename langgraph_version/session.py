@@ -13,12 +13,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
@@ -49,8 +49,6 @@ from shared_tools.results import AgentResult, CustomerMismatch, RunUsage, StopRe
 from shared_tools.sync import run_blocking
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 TURN_FROM = "turn_from"
 """`additional_kwargs` key of a question: the id of the checkpoint its turn started from (None: the first turn).
@@ -299,14 +297,11 @@ class GraphSession:
         if self._closed and isinstance(self.checkpointer, PostgresCheckpoints):
             raise RuntimeError(f"the session on {self.checkpointer!r} is closed")
 
-    def _blocking(self, make: Callable[[], Coroutine[Any, Any, T]], instead: str) -> T:
-        return run_blocking(make, instead=f"GraphSession.{instead}")
-
     # --- turns -------------------------------------------------------------------------------------------------
 
     def ask(self, text: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """`aask` for sync callers. Inside a running event loop, await `aask` instead."""
-        return self._blocking(lambda: self.aask(text, cancel=cancel), "aask(...)")
+        return run_blocking(lambda: self.aask(text, cancel=cancel), instead="GraphSession.aask(...)")
 
     async def aask(self, text: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """One user turn; the model sees every earlier turn of this thread (or the window `keep_turns` sets). A
@@ -436,7 +431,7 @@ class GraphSession:
 
     def resume(self, approved: bool, *, cancel: threading.Event | None = None) -> AgentResult:
         """`aresume` for sync callers."""
-        return self._blocking(lambda: self.aresume(approved, cancel=cancel), "aresume(...)")
+        return run_blocking(lambda: self.aresume(approved, cancel=cancel), instead="GraphSession.aresume(...)")
 
     async def aresume(self, approved: bool, *, cancel: threading.Event | None = None) -> AgentResult:
         """Answer the request the run paused on (`pending`) and let the run go on from where it stopped.
@@ -465,7 +460,9 @@ class GraphSession:
 
     def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
         """`acontinue_unfinished` for sync callers."""
-        return self._blocking(lambda: self.acontinue_unfinished(cancel=cancel), "acontinue_unfinished(...)")
+        return run_blocking(
+            lambda: self.acontinue_unfinished(cancel=cancel), instead="GraphSession.acontinue_unfinished(...)"
+        )
 
     async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
         """Finish a turn a crash or a model outage cut short, from its last checkpoint; None when there is
@@ -510,68 +507,43 @@ class GraphSession:
 
     # --- the thread ------------------------------------------------------------------------------------------------
 
-    @property
-    def pending(self) -> list[dict[str, Any]]:
+    async def pending(self) -> list[dict[str, Any]]:
         """The approval requests the thread is paused on (``{"tool_call", "reason"}`` each); empty when none."""
-        return self._blocking(self.apending, "apending()")
-
-    async def apending(self) -> list[dict[str, Any]]:
         async with self._graph_here() as graph:
             return [pause.value for pause in (await self._snapshot(graph)).interrupts]
 
-    @property
-    def unfinished(self) -> bool:
+    async def unfinished(self) -> bool:
         """True when the last turn stopped part-way, not paused for approval: the process died, or something
         raised out of the graph (a model outage), after the last saved checkpoint."""
-        return self._blocking(self.aunfinished, "aunfinished()")
-
-    async def aunfinished(self) -> bool:
         async with self._graph_here() as graph:
             return _unfinished(await self._snapshot(graph))
 
-    @property
-    def messages(self) -> list[BaseMessage]:
+    async def messages(self) -> list[BaseMessage]:
         """The thread's whole history, system message first."""
-        return self._blocking(self.amessages, "amessages()")
-
-    async def amessages(self) -> list[BaseMessage]:
         async with self._graph_here() as graph:
             return list((await self._snapshot(graph)).values.get("messages", []))
 
-    def history(self) -> list[StateSnapshot]:
+    async def history(self) -> list[StateSnapshot]:
         """The thread's checkpoints, newest first: one for each turn's input and one per superstep."""
-        return self._blocking(self.ahistory, "ahistory()")
-
-    async def ahistory(self) -> list[StateSnapshot]:
         async with self._graph_here() as graph:
             await self._snapshot(graph)
             return [snapshot async for snapshot in graph.aget_state_history(self.config)]
 
-    def delete(self) -> None:
-        """Forget this thread: every checkpoint and pending write of it is removed."""
-        self._blocking(self.adelete, "adelete()")
-
     async def adelete(self) -> None:
+        """Forget this thread: every checkpoint and pending write of it is removed."""
         async with self._turn() as graph:
             await self._snapshot(graph)
             assert graph.checkpointer is not None
             await graph.checkpointer.adelete_thread(self.thread_id)
 
-    @property
-    def turns(self) -> int:
-        """How many user turns the thread's current history holds (a summary is not one)."""
-        return self._blocking(self.aturns, "aturns()")
-
-    async def aturns(self) -> int:
-        """`turns`, from the current state alone: one read, whatever the length of the checkpoint history."""
+    async def turns(self) -> int:
+        """How many user turns the thread's current history holds (a summary is not one): one read of the
+        current state, whatever the length of the checkpoint history."""
         async with self._graph_here() as graph:
             return count_turns((await self._snapshot(graph)).values.get("messages", []))
 
-    def turn_history(self) -> list[Turn]:
+    async def turn_history(self) -> list[Turn]:
         """The turns of the current history, oldest first, each with the checkpoint it started from."""
-        return self._blocking(self.aturn_history, "aturn_history()")
-
-    async def aturn_history(self) -> list[Turn]:
         async with self._graph_here() as graph:
             messages = (await self._snapshot(graph)).values.get("messages", [])
         return [Turn(m.text, m.additional_kwargs.get(TURN_FROM)) for m in messages if is_user_turn(m)]
@@ -580,7 +552,7 @@ class GraphSession:
 
     def rewind(self, turns: int = 1) -> Rewound:
         """`arewind` for sync callers."""
-        return self._blocking(lambda: self.arewind(turns), "arewind(...)")
+        return run_blocking(lambda: self.arewind(turns), instead="GraphSession.arewind(...)")
 
     async def arewind(self, turns: int = 1) -> Rewound:
         """Go back to before the last `turns` questions; the next ask goes on from there.
@@ -621,10 +593,6 @@ class GraphSession:
             else:  # the fork's system message is marked (it keeps its id, so add_messages replaces it in place)
                 config = await graph.aupdate_state(base.config, {"messages": remembered[:1]}, as_node=CHECK)
             return Rewound(turns, len(messages) - len(kept), config["configurable"]["checkpoint_id"])
-
-    def replay(self, checkpoint_id: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        """`areplay` for sync callers."""
-        return self._blocking(lambda: self.areplay(checkpoint_id, cancel=cancel), "areplay(...)")
 
     async def areplay(self, checkpoint_id: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """Run the thread again from one of its earlier checkpoints (`history()`): LangGraph's replay,

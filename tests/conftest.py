@@ -6,11 +6,12 @@ is written once and must hold for both (the style of mini-swe-agent's `model_fac
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from langchain_core.language_models import BaseChatModel
@@ -19,6 +20,8 @@ from langchain_core.tools import BaseTool
 
 from shared_tools.bookstore.store import BookStore
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult
+
+T = TypeVar("T")
 
 IMPLEMENTATIONS = ("handwritten", "langgraph")
 
@@ -71,6 +74,21 @@ def open_session(
     if kind == "langgraph-postgres":
         return GraphSession.postgres(agent, INSTRUCTIONS, url=sessions_database(), thread_id=thread_for(path), **policy)
     return GraphSession.sqlite(agent, INSTRUCTIONS, path=str(path / "threads.db"), **policy)
+
+
+def blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """`make()` awaited from a sync test: a graph thread's views (`pending`, `messages`, `history`, ...) and its
+    actions without a sync driver (`adelete`, `areplay`) are coroutines."""
+    from shared_tools.sync import run_blocking
+
+    return run_blocking(make, instead="it (this test is sync)")
+
+
+def view(session: Any, name: str) -> Any:
+    """The view `name` (`messages`, `turns`, `pending`, `unfinished`) of any session: a plain value where the
+    session holds it (`Session`, `MafSession`), read from its thread where it is a coroutine (`GraphSession`)."""
+    value = getattr(session, name)
+    return blocking(value) if inspect.iscoroutinefunction(value) else value
 
 
 def thread_for(path: Path) -> str:

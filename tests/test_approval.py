@@ -28,7 +28,7 @@ from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import REPLAYED_NOTE, make_tools
 from shared_tools.guards import approval_rejected
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, Guard, StopReason
-from tests.conftest import AgentFactory, read_result, tools_by_name
+from tests.conftest import AgentFactory, blocking, read_result, tools_by_name
 from tests.doubles import ScriptModel, ai, call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,7 +98,7 @@ def run_with_human(
     session = GraphSession(make_agent(model, make_tools(store), needs_approval=policy, **options), INSTRUCTIONS)
     result = session.ask(GOAL)
     while result.stop_reason is StopReason.AWAITING_APPROVAL:
-        assert result.pending == session.pending
+        assert result.pending == blocking(session.pending)
         asked += [(request["tool_call"]["name"], request["reason"]) for request in result.pending or []]
         result = session.resume(answer)
     return result, asked
@@ -327,7 +327,7 @@ def test_graph_pauses_with_the_request_and_a_user_message(store: BookStore) -> N
         "tool_call": {"id": "a1", "name": "add_to_cart", "args": {"book_id": 7, "quantity": 10}},
         "reason": TEN_ORCHARDS,
     }
-    assert result.pending == session.pending == [request]
+    assert result.pending == blocking(session.pending) == [request]
     assert "approval" in result.user_message()
     assert (result.model_calls, result.tool_calls) == (1, 0)
     assert store.cart("c1").lines == ()
@@ -353,7 +353,7 @@ def test_graph_needs_a_checkpointer_to_pause(store: BookStore) -> None:
 
 
 RESUME_IN_ANOTHER_PROCESS = """
-import json, sys
+import asyncio, json, sys
 from langchain_core.messages import ToolMessage
 from langgraph_version import GraphAgent, GraphSession
 from shared_tools.bookstore.approval import RiskyWritePolicy
@@ -366,7 +366,7 @@ store = BookStore(sys.argv[1])
 agent = GraphAgent(ScriptModel(replies=[ai("I did not add them.")]), make_tools(store),
                    AgentOptions(needs_approval=RiskyWritePolicy(store)))
 with GraphSession.sqlite(agent, "unused", path=sys.argv[2], thread_id="shop") as session:
-    pending = session.pending
+    pending = asyncio.run(session.pending())
     result = session.resume(False)
 print(json.dumps({"pending": pending, "stop": str(result.stop_reason), "answer": result.answer,
                   "results": [m.content for m in result.messages if isinstance(m, ToolMessage)]}))
@@ -398,7 +398,7 @@ def test_graph_approval_can_come_from_another_process(tmp_path: Path) -> None:
     assert out["results"] == [approval_rejected("add_to_cart", TEN_ORCHARDS)]
 
     with GraphSession.sqlite(agent, INSTRUCTIONS, path=str(thread_path), thread_id="shop") as session:
-        assert session.pending == [] and session.messages[-1].content == "I did not add them."
+        assert blocking(session.pending) == [] and blocking(session.messages)[-1].content == "I did not add them."
     assert store.cart("c1").lines == ()
 
 
@@ -540,16 +540,16 @@ async def test_graph_pause_and_resume_on_sqlite_inside_one_event_loop(store: Boo
     async with GraphSession.sqlite(agent, INSTRUCTIONS, path=path, thread_id="shop") as session:
         paused = await session.aask(GOAL)
         assert paused.stop_reason is StopReason.AWAITING_APPROVAL
-        assert paused.pending == await session.apending()
-        assert [request["reason"] for request in await session.apending()] == [TEN_ORCHARDS]
+        assert paused.pending == await session.pending()
+        assert [request["reason"] for request in await session.pending()] == [TEN_ORCHARDS]
         assert store.cart("c1").lines == ()
         result = await session.aresume(True)
         assert result.stop_reason is StopReason.DONE and result.answer == "Added."
-        assert await session.apending() == []
+        assert await session.pending() == []
     assert store.cart("c1").quantity_of(7) == 10
     # The thread is on disk: a session opened later sees the finished turn.
     reopened = GraphSession.sqlite(agent, INSTRUCTIONS, path=path, thread_id="shop")
-    assert (await reopened.amessages())[-1].content == "Added."
+    assert (await reopened.messages())[-1].content == "Added."
 
 
 def test_a_refused_call_carries_its_guard_on_the_trace(store: BookStore) -> None:

@@ -32,6 +32,7 @@ from tests.conftest import (
     build_agent,
     open_session,
     tool_calls_in_order,
+    view,
 )
 from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
 
@@ -434,8 +435,8 @@ def test_two_asks_from_two_threads_at_once_both_keep_their_turn(kind: str, tmp_p
     for asker in askers:
         asker.join(timeout=60)
     assert sorted(a or "" for a in answers) == ["First.", "Second."]
-    assert sorted(questions_in(session.messages)) == ["one", "two"]
-    answered = [m.text for m in session.messages if isinstance(m, AIMessage) and not m.tool_calls]
+    assert sorted(questions_in(view(session, "messages"))) == ["one", "two"]
+    answered = [m.text for m in view(session, "messages") if isinstance(m, AIMessage) and not m.tool_calls]
     assert sorted(answered) == ["First.", "Second."], "every question kept its answer"
 
 

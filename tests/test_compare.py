@@ -39,6 +39,7 @@ from comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEE
 from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.guards import approval_rejected, unknown_tool_error
 from shared_tools.results import AgentResult, Guard, StopReason
+from tests.conftest import blocking
 
 ROOT = Path(__file__).resolve().parent.parent
 GUARDED = ("handwritten", "langgraph")
@@ -602,7 +603,7 @@ def test_chat_keeps_the_conversation_and_resumes_it(
             messages = Session.load(db.with_name(f"{db.stem}.t1.json"), loop).messages
         else:
             with GraphSession.sqlite(GraphAgent(make_model("scripted"), tools), "", path=str(db), thread_id="t1") as s:
-                messages = s.messages
+                messages = blocking(s.messages)
         humans = [m.content for m in messages if m.type == "human"]
         assert humans == [SEED_GOAL, "What is my cart total now?"], "the unknown goal was refused, not stored"
         assert "$16.50" in messages[-1].content and messages[-1].type == "ai"
@@ -673,7 +674,7 @@ def test_ctrl_c_prints_what_ran_exits_130_and_keeps_the_session_files(tmp_path: 
     saved = Session.load(db.with_name(f"{db.stem}.session-persisted.json"), AgentLoop(make_model("scripted"), tools))
     agent = GraphAgent(make_model("scripted"), tools)
     with GraphSession.sqlite(agent, "", path=str(db), thread_id="session-persisted") as thread:
-        assert len(thread.messages) == len(saved.messages) == kept["facts"]["messages"]
+        assert len(blocking(thread.messages)) == len(saved.messages) == kept["facts"]["messages"]
 
 
 def processes_running_with(text: str) -> list[int]:
@@ -766,7 +767,7 @@ def test_chat_finishes_a_turn_an_outage_cut_short(
     with GraphSession.sqlite(broken, INSTRUCTIONS, path=str(db), thread_id="t1") as session:
         with pytest.raises(ConnectionError):
             session.ask("Where is my order 4512?")
-        assert session.unfinished
+        assert blocking(session.unfinished)
         with pytest.raises(RuntimeError, match=r"continue_unfinished\(\)"):
             session.ask("What is my cart total now?")
 
@@ -774,10 +775,10 @@ def test_chat_finishes_a_turn_an_outage_cut_short(
     assert compare.main(["chat", "--contender", "langgraph", "--thread", "t1", "--session-db", str(db)]) == 0
     assert "finishing it from its last checkpoint" in capsys.readouterr().out
     with GraphSession.sqlite(broken, INSTRUCTIONS, path=str(db), thread_id="t1") as session:
-        assert not session.unfinished
-        humans = [m.content for m in session.messages if m.type == "human"]
+        assert not blocking(session.unfinished)
+        humans = [m.content for m in blocking(session.messages) if m.type == "human"]
         assert humans == ["Where is my order 4512?"], "the question was answered once, not asked twice"
-        assert "TRK-88" in session.messages[-1].content
+        assert "TRK-88" in blocking(session.messages)[-1].content
 
 
 

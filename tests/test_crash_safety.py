@@ -30,6 +30,7 @@ from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions
+from tests.conftest import blocking
 
 ROOT = Path(__file__).resolve().parent.parent
 ORDER_QUESTION = "Where is my order 4512?"
@@ -149,20 +150,20 @@ def test_a_killed_session_resumes_without_losing_a_turn_or_adding_twice(
     where: dict[str, str] = {"url": url} if url is not None else {"path": str(thread_path)}
     opener = GraphSession.postgres if url is not None else GraphSession.sqlite
     with opener(agent, INSTRUCTIONS, thread_id="shop", **where) as session:
-        questions = [i for i, m in enumerate(session.messages) if isinstance(m, HumanMessage)]
-        turn_one = session.messages[questions[0] : questions[1]]
+        questions = [i for i, m in enumerate(blocking(session.messages)) if isinstance(m, HumanMessage)]
+        turn_one = blocking(session.messages)[questions[0] : questions[1]]
         assert [m.content for m in turn_one if isinstance(m, HumanMessage)] == [ORDER_QUESTION]
         assert isinstance(turn_one[-1], AIMessage) and "TRK-88" in turn_one[-1].content, "turn 1 is kept whole"
-        assert session.unfinished
+        assert blocking(session.unfinished)
 
         result = session.continue_unfinished()
         assert result is not None and result.ok, result
         assert "The Quiet Orchard" in (result.answer or "")
-        assert session.continue_unfinished() is None and not session.unfinished
+        assert session.continue_unfinished() is None and not blocking(session.unfinished)
         if url is None:
             assert turn_holders(thread_path) == [], "the dead process's turn was taken over, then released"
 
-        messages = session.messages
+        messages = blocking(session.messages)
         assert [m.content for m in messages if isinstance(m, HumanMessage)] == [ORDER_QUESTION, SEED_GOAL]
         adds = [m for m in messages if isinstance(m, ToolMessage) and m.name == "add_to_cart"]
         assert len(adds) == 1, "the re-run node answered the add's call once"

@@ -420,7 +420,7 @@ def test_every_turn_that_returned_a_result_is_in_the_history(kind: str, question
             agent = GraphAgent(model, make_tools(BookStore()))
             session = GraphSession.sqlite(agent, INSTRUCTIONS, path=f"{tmp}/thread.db")
         outcomes = await asyncio.gather(*(session.aask(q) for q in questions), return_exceptions=True)
-        history = session.messages if kind == "handwritten" else await session.amessages()
+        history = session.messages if kind == "handwritten" else await session.messages()
         return outcomes, history
 
     with tempfile.TemporaryDirectory() as tmp:

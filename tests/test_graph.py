@@ -46,6 +46,7 @@ from shared_tools.bookstore.tools import make_tools
 from shared_tools.guards import CANCELLED_CALL_TEXT
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, Guard, StopReason, TraceEvent
+from tests.conftest import blocking
 from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
 
 INSTRUCTIONS = "You are the assistant of an online bookstore. Use the tools; answer briefly."
@@ -185,20 +186,20 @@ def test_error_rounds_go_through_the_errors_node_and_stop_the_run() -> None:
     assert result.stop_reason is StopReason.TOO_MANY_ERRORS
     assert (result.model_calls, result.tool_calls) == (5, 5)
     assert [e.guard for e in result.trace if not e.is_model] == [None] + [Guard.UNKNOWN_TOOL] * 4
-    visited = [s.next for s in reversed(session.history()) if s.next]
+    visited = [s.next for s in reversed(blocking(session.history)) if s.next]
     assert visited == [
         ("__start__",), ("model",), ("tools",), ("check",),
         *[("model",), ("tools",), ("errors",), ("check",)] * 3,
         ("model",), ("tools",), ("errors",),
     ], "a clean round skips the errors node; the run ends in it"
-    assert session.history()[0].values["consecutive_error_rounds"] == 4
+    assert blocking(session.history)[0].values["consecutive_error_rounds"] == 4
 
 
 def test_a_clean_round_resets_the_error_count_in_the_tools_node() -> None:
     replies = [*erring_replies(2), ai("", call("echo", "ok", n=1)), ai("done")]
     session = GraphSession(GraphAgent(ScriptModel(replies=replies), [echo]), "sys")
     assert session.ask("go").stop_reason is StopReason.DONE
-    counts = [(s.next, s.values.get("consecutive_error_rounds")) for s in reversed(session.history())]
+    counts = [(s.next, s.values.get("consecutive_error_rounds")) for s in reversed(blocking(session.history))]
     assert [count for next_, count in counts if next_ == ("check",)] == [1, 2, 0]
 
 
@@ -454,15 +455,15 @@ def test_memory_session_remembers_the_first_turn() -> None:
     assert [type(m).__name__ for m in third_prompt] == [
         "SystemMessage", "HumanMessage", "AIMessage", "ToolMessage", "AIMessage", "HumanMessage",
     ]
-    assert sum(isinstance(m, SystemMessage) for m in session.messages) == 1
-    assert session.messages == second.messages
+    assert sum(isinstance(m, SystemMessage) for m in blocking(session.messages)) == 1
+    assert blocking(session.messages) == second.messages
     assert second.trace[0].step == 1, "steps count per ask"
 
 
 def test_history_is_newest_first_with_one_snapshot_per_superstep() -> None:
     session = GraphSession(GraphAgent(two_turn_model(), [echo]), "sys")
     session.ask("hello")
-    history = session.history()
+    history = blocking(session.history)
     assert [(s.metadata["step"], s.next) for s in history] == [
         (4, ()),
         (3, ("model",)),
@@ -480,7 +481,7 @@ def test_durability_exit_writes_only_the_final_checkpoint(storage: Any) -> None:
     (LangGraph's step -2), which holds the run's writes for the final one to be rebuilt from."""
     session = GraphSession(GraphAgent(two_turn_model(), [echo]), "sys", durability="exit", storage=storage)
     session.ask("hello")
-    steps = [s.metadata["step"] for s in session.history()]
+    steps = [s.metadata["step"] for s in blocking(session.history)]
     assert steps == ([4] if storage == "full" else [4, -2])
     assert session.ask("again").answer == "second"
 
@@ -493,19 +494,19 @@ def test_threads_never_mix_and_delete_forgets_one() -> None:
     b = GraphSession(agent_b, "sys", "b", checkpointer=saver)
     a.ask("question a")
     b.ask("question b")
-    assert [m.text for m in a.messages] == ["sys", "question a", "for a"]
-    assert [m.text for m in b.messages] == ["sys", "question b", "for b"]
-    a.delete()
-    assert (a.messages, a.history()) == ([], [])
-    assert len(b.messages) == 3
+    assert [m.text for m in blocking(a.messages)] == ["sys", "question a", "for a"]
+    assert [m.text for m in blocking(b.messages)] == ["sys", "question b", "for b"]
+    blocking(a.adelete)
+    assert (blocking(a.messages), blocking(a.history)) == ([], [])
+    assert len(blocking(b.messages)) == 3
 
 
 async def test_memory_session_async() -> None:
     session = GraphSession(GraphAgent(two_turn_model(), [echo]), "sys")
     assert (await session.aask("hello")).answer == "first answer"
     assert (await session.aask("again")).answer == "second"
-    assert len(await session.amessages()) == 9
-    assert len(await session.ahistory()) == 12
+    assert len(await session.messages()) == 9
+    assert len(await session.history()) == 12
 
 
 async def test_sqlite_session_inside_one_event_loop(tmp_path: Path) -> None:
@@ -514,21 +515,21 @@ async def test_sqlite_session_inside_one_event_loop(tmp_path: Path) -> None:
     async with GraphSession.sqlite(GraphAgent(two_turn_model(), [echo]), "sys", path=path) as session:
         assert (await session.aask("hello")).answer == "first answer"
         assert (await session.aask("again")).answer == "second"
-        assert (len(await session.amessages()), await session.apending(), await session.aunfinished()) == (9, [], False)
+        assert (len(await session.messages()), await session.pending(), await session.unfinished()) == (9, [], False)
         assert await session.acontinue_unfinished() is None
-        assert [s.metadata["step"] for s in await session.ahistory()][:2] == [10, 9]
+        assert [s.metadata["step"] for s in await session.history()][:2] == [10, 9]
     reopened = GraphSession.sqlite(GraphAgent(ScriptModel(replies=[]), [echo]), "sys", path=path)
-    assert [m.text for m in await reopened.amessages()][-1] == "second"
+    assert [m.text for m in await reopened.messages()][-1] == "second"
     await reopened.adelete()
-    assert await reopened.amessages() == []
+    assert await reopened.messages() == []
 
 
 async def test_the_sync_methods_say_which_async_method_to_await() -> None:
     session = GraphSession(GraphAgent(two_turn_model(), [echo]), "sys")
     with pytest.raises(RuntimeError, match=r"await GraphSession\.aask"):
         session.ask("hello")
-    with pytest.raises(RuntimeError, match=r"await GraphSession\.amessages"):
-        _ = session.messages
+    with pytest.raises(RuntimeError, match=r"await GraphSession\.arewind"):
+        session.rewind(1)
     with pytest.raises(RuntimeError, match=r"await GraphAgent\.arun"):
         GraphAgent(two_turn_model(), [echo]).run("sys", "go")
 
@@ -573,10 +574,10 @@ def test_sqlite_session_survives_a_new_process(tmp_path: Path) -> None:
         assert result.answer == "second"
         assert [m.text for m in model.prompts[0]] == ["sys", "hello", "", "1", "first answer", "again"]
     with GraphSession.sqlite(GraphAgent(model, [echo]), "sys", path=path, thread_id="other") as other:
-        assert other.messages == [], "another thread in the same file starts empty"
+        assert blocking(other.messages) == [], "another thread in the same file starts empty"
     with GraphSession.sqlite(GraphAgent(model, [echo]), "sys", path=path, thread_id="kept") as session:
-        session.delete()
-        assert session.messages == []
+        blocking(session.adelete)
+        assert blocking(session.messages) == []
 
 
 def test_a_model_that_runs_out_fails_loudly_inside_the_graph() -> None:

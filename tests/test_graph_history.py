@@ -29,6 +29,7 @@ from shared_tools.bookstore.tools import make_tools
 from shared_tools.history import count_turns, is_summary, summary_message
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, CustomerMismatch, StopReason
+from tests.conftest import blocking
 from tests.doubles import ScriptModel, ai, call
 
 ORDER_QUESTION = "Where is my order 4512?"
@@ -124,10 +125,10 @@ def test_a_long_sqlite_thread_stays_far_below_the_quadratic_figure(
     for _ in range(TURNS):
         assert session.ask(ORDER_QUESTION).stop_reason is StopReason.DONE
     assert file_bytes(path) < bound < QUADRATIC_BYTES / 6
-    assert session.turns == TURNS
+    assert blocking(session.turns) == TURNS
     reopened = session_of("sqlite", shopper(BookStore()), tmp_path, **options)
     assert reopened.ask(ORDER_QUESTION).stop_reason is StopReason.DONE
-    assert count_turns(reopened.messages) == TURNS + 1, "nothing the conversation holds was lost"
+    assert count_turns(blocking(reopened.messages)) == TURNS + 1, "nothing the conversation holds was lost"
 
 
 def test_full_storage_without_pruning_is_the_quadratic_figure(tmp_path: Path) -> None:
@@ -147,9 +148,9 @@ def test_pruning_keeps_the_last_turns_and_refuses_to_rewind_past_them(tmp_path: 
     assert checkpoints <= 2 * 7, "only the last two turns' checkpoints (and the one before them)"
     with pytest.raises(ValueError, match="pruned"):
         session.rewind(3)
-    assert session.turns == 5, "a refused rewind changes nothing"
+    assert blocking(session.turns) == 5, "a refused rewind changes nothing"
     assert session.rewind(2).turns == 2
-    assert session.turns == 3
+    assert blocking(session.turns) == 3
 
 
 def test_a_pruned_thread_still_pauses_for_approval_and_resumes_from_another_session(tmp_path: Path) -> None:
@@ -201,16 +202,16 @@ def test_rewind_forks_the_thread_and_keeps_the_old_branch(kind: str, tmp_path: P
     session = session_of(kind, shopper(store), tmp_path)
     session.ask(ORDER_QUESTION)
     session.ask(SEED_GOAL)
-    turns = session.turn_history()
+    turns = blocking(session.turn_history)
     assert [t.question for t in turns] == [ORDER_QUESTION, SEED_GOAL]
     assert turns[0].checkpoint_id is None and turns[1].checkpoint_id is not None
-    before = {s.config["configurable"]["checkpoint_id"] for s in session.history()}
+    before = {s.config["configurable"]["checkpoint_id"] for s in blocking(session.history)}
     rewound = session.rewind(1)
-    after = {s.config["configurable"]["checkpoint_id"] for s in session.history()}
+    after = {s.config["configurable"]["checkpoint_id"] for s in blocking(session.history)}
     assert before < after and rewound.checkpoint_id in after - before, "the old branch is still there"
-    assert [m.text for m in session.messages if isinstance(m, HumanMessage)] == [ORDER_QUESTION]
+    assert [m.text for m in blocking(session.messages) if isinstance(m, HumanMessage)] == [ORDER_QUESTION]
     session.ask(ORDER_QUESTION)
-    assert [t.checkpoint_id for t in session.turn_history()][1] == rewound.checkpoint_id
+    assert [t.checkpoint_id for t in blocking(session.turn_history)][1] == rewound.checkpoint_id
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -219,9 +220,9 @@ def test_rewinding_every_turn_keeps_only_the_instructions(kind: str, tmp_path: P
     session.ask(ORDER_QUESTION)
     session.ask(ORDER_QUESTION)
     rewound = session.rewind(2)
-    assert [type(m) for m in session.messages] == [SystemMessage] and rewound.messages > 0
+    assert [type(m) for m in blocking(session.messages)] == [SystemMessage] and rewound.messages > 0
     assert session.ask(ORDER_QUESTION).stop_reason is StopReason.DONE
-    assert [type(m) for m in session.messages][:2] == [SystemMessage, HumanMessage]
+    assert [type(m) for m in blocking(session.messages)][:2] == [SystemMessage, HumanMessage]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -232,10 +233,10 @@ def test_replaying_the_tools_node_does_not_add_the_book_twice(kind: str, tmp_pat
     cart = store.cart("c1")
     [before_add] = [
         s
-        for s in session.history()
+        for s in blocking(session.history)
         if s.next == ("tools",) and s.values["messages"][-1].tool_calls[0]["name"] == "add_to_cart"
     ]
-    result = session.replay(before_add.config["configurable"]["checkpoint_id"])
+    result = blocking(lambda: session.areplay(before_add.config["configurable"]["checkpoint_id"]))
     assert result.stop_reason is StopReason.DONE
     assert store.cart("c1") == cart, "the store's idempotency, not the replay, keeps the cart as it was"
     add = next(e for e in result.trace if e.name == "add_to_cart")
@@ -247,10 +248,10 @@ def test_replay_refuses_a_checkpoint_that_is_not_there_or_has_nothing_to_run(kin
     session = session_of(kind, shopper(BookStore()), tmp_path)
     session.ask(ORDER_QUESTION)
     with pytest.raises(ValueError, match="no checkpoint"):
-        session.replay("1f000000-0000-6000-8000-000000000000")
-    head = session.history()[0].config["configurable"]["checkpoint_id"]
+        blocking(lambda: session.areplay("1f000000-0000-6000-8000-000000000000"))
+    head = blocking(session.history)[0].config["configurable"]["checkpoint_id"]
     with pytest.raises(ValueError, match="nothing to replay"):
-        session.replay(head)
+        blocking(lambda: session.areplay(head))
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -266,8 +267,9 @@ def test_time_travel_is_refused_on_an_unfinished_turn_and_for_another_customer(k
         session.ask(ORDER_QUESTION)
     with pytest.raises(RuntimeError, match="unfinished"):
         session.rewind(1)
+    oldest = blocking(session.history)[-1].config["configurable"]["checkpoint_id"]
     with pytest.raises(RuntimeError, match="unfinished"):
-        session.replay(session.history()[-1].config["configurable"]["checkpoint_id"])
+        blocking(lambda: session.areplay(oldest))
     if kind == "sqlite":
         stranger = session_of(kind, shopper(store), tmp_path, customer_id="c2")
         with pytest.raises(CustomerMismatch):
@@ -288,10 +290,10 @@ def test_the_fold_puts_one_summary_after_the_system_message_and_sends_the_model_
     session = session_of(kind, GraphAgent(model, []), tmp_path, keep_turns=2, summarize=True)
     for n in range(4):
         session.ask(f"question {n}")
-    stored = session.messages
+    stored = blocking(session.messages)
     assert isinstance(stored[0], SystemMessage) and is_summary(stored[1]) and stored[1].text.endswith("S2")
     assert [m.text for m in stored[2:] if isinstance(m, HumanMessage)] == ["question 2", "question 3"]
     assert session.summary_tokens == 12
-    assert session.turns == 2
+    assert blocking(session.turns) == 2
     assert not any(isinstance(m, ToolMessage) for m in model.prompts[2])
     assert is_summary(model.prompts[-1][1]), "the model is sent the summary with the window"

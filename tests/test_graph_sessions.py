@@ -48,7 +48,7 @@ from shared_tools.bookstore.tools import make_tools
 from shared_tools.guards import CANCELLED_CALL_TEXT, CANCELLED_WHILE_RUNNING_TEXT
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, CustomerMismatch, StopReason
-from tests.conftest import assert_valid_history
+from tests.conftest import assert_valid_history, blocking
 from tests.doubles import ScriptModel, ToolBindingDouble, ai, call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,13 +182,13 @@ def test_every_answer_outage_and_restart_leaves_a_thread_that_can_go_on(
                 session.close()
                 session = reopen()
             try:
-                if pending := session.pending:
+                if pending := blocking(session.pending):
                     [request] = pending  # the graph asks about one call at a time
                     yes = next(said, False)
                     if yes:
                         approved[request["tool_call"]["args"]["book_id"]] += request["tool_call"]["args"]["quantity"]
                     session.resume(yes)
-                elif session.unfinished:
+                elif blocking(session.unfinished):
                     session.continue_unfinished()
                 elif questions:
                     session.ask(questions.pop(0))
@@ -204,8 +204,8 @@ def test_every_answer_outage_and_restart_leaves_a_thread_that_can_go_on(
         model.down = frozenset()
         result = final.ask(THANKS)
         assert (result.stop_reason, result.answer) == (StopReason.DONE, "You are welcome.")
-        assert_valid_history(final.messages)
-        asked = [m.content for m in final.messages if isinstance(m, HumanMessage)]
+        assert_valid_history(blocking(final.messages))
+        asked = [m.content for m in blocking(final.messages) if isinstance(m, HumanMessage)]
         assert asked == ["Add the books.", "Add them again.", THANKS], "every question once, in order"
     assert quantities(store) == approved, "every approved add ran exactly once, and nothing else did"
     assert store.check_invariants() == []
@@ -242,15 +242,15 @@ def test_an_unfinished_turn_can_be_continued_after_another_outage(tmp_path: Path
         session.ask("Hello?")
     for _ in range(2):  # two restarts: the first finds the model still down, the second finishes the turn
         with GraphSession.sqlite(GraphAgent(model, make_tools(store)), SYSTEM, path=path) as session:
-            assert session.unfinished
+            assert blocking(session.unfinished)
             try:
                 result = session.continue_unfinished()
             except ModelDown:
                 continue
             assert result is not None and result.answer == "Here you are."
     with GraphSession.sqlite(GraphAgent(model, make_tools(store)), SYSTEM, path=path) as session:
-        assert not session.unfinished and session.continue_unfinished() is None
-        assert [m.text for m in session.messages] == [SYSTEM, "Hello?", "Here you are."]
+        assert not blocking(session.unfinished) and session.continue_unfinished() is None
+        assert [m.text for m in blocking(session.messages)] == [SYSTEM, "Hello?", "Here you are."]
 
 
 @pytest.mark.parametrize("kept_in", ["memory", "sqlite"])
@@ -270,7 +270,7 @@ def test_a_reply_checkpoints_cannot_hold_as_msgpack_is_kept_and_answered(kept_in
     assert (result.stop_reason, result.answer) == (StopReason.DONE, "No such book.")
     assert tool_messages(result.messages)[0].status == "error"
     kept = session if kept_in == "memory" else open_session()
-    assert kept.messages[2].tool_calls[0]["args"] == {"book_id": huge}  # type: ignore[attr-defined]
+    assert blocking(kept.messages)[2].tool_calls[0]["args"] == {"book_id": huge}  # type: ignore[attr-defined]
     assert kept.ask("Thanks.").answer == "Bye."
 
 
@@ -382,15 +382,15 @@ async def test_a_task_cancelled_mid_round_leaves_the_truth_in_the_thread(
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    assert not await session.aunfinished(), "the cancelled run is over, not waiting to run its tools again"
-    answers = {m.tool_call_id: m for m in tool_messages(await session.amessages())}
+    assert not await session.unfinished(), "the cancelled run is over, not waiting to run its tools again"
+    answers = {m.tool_call_id: m for m in tool_messages(await session.messages())}
     assert answers["add"].status == "success" and '"added":"The Quiet Orchard"' in answers["add"].text
     assert answers["slow"].content == CANCELLED_WHILE_RUNNING_TEXT
     if parallel:
         assert answers["view"].status == "success"  # it ran beside the slow call
     else:
         assert answers["view"].content == CANCELLED_CALL_TEXT  # it never started
-    assert (await session.ahistory())[0].values["stop_reason"] == StopReason.CANCELLED.value
+    assert (await session.history())[0].values["stop_reason"] == StopReason.CANCELLED.value
 
     result = await session.aask("Is it in?")
     assert result.answer == "Anything else?"
@@ -413,8 +413,8 @@ async def test_a_resume_cancelled_mid_round_does_not_ask_the_answered_question_a
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert (await session.apending(), await session.aunfinished()) == ([], False)
-    answers = {m.tool_call_id: m for m in tool_messages(await session.amessages())}
+    assert (await session.pending(), await session.unfinished()) == ([], False)
+    answers = {m.tool_call_id: m for m in tool_messages(await session.messages())}
     assert '"added":"The Quiet Orchard"' in answers["add"].text
     assert answers["slow"].content == CANCELLED_WHILE_RUNNING_TEXT
     assert (await session.aask("Done?")).answer == "Anything else?"
@@ -439,8 +439,8 @@ async def test_a_task_cancelled_while_the_model_thinks_ends_the_turn_without_a_r
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not await session.aunfinished()
-    assert [m.text for m in await session.amessages()] == [SYSTEM, "One?", "First answer.", "Two?"]
+    assert not await session.unfinished()
+    assert [m.text for m in await session.messages()] == [SYSTEM, "One?", "First answer.", "Two?"]
     model.replies = [*model.replies, ai("Third answer.")]
     assert (await session.aask("Three?")).answer == "Third answer."
 
@@ -471,7 +471,7 @@ async def test_two_tasks_asking_at_once_both_keep_their_turn(kept_in: str, tmp_p
     )
     first, second = await asyncio.gather(session.aask("one"), session.aask("two"))
     assert (first.answer, second.answer) == ("First.", "Second.")
-    messages = await session.amessages()
+    messages = await session.messages()
     assert [m.text for m in messages if isinstance(m, HumanMessage)] == ["one", "two"]
     assert_valid_history(messages)
 
@@ -491,7 +491,7 @@ def test_two_sessions_in_two_threads_on_one_sqlite_thread_take_turns(tmp_path: P
     for thread in asked:
         thread.join(timeout=60)
     assert sorted(answers.values()) == ["First.", "Second."]
-    messages = sessions[0].messages
+    messages = blocking(sessions[0].messages)
     assert sorted(m.text for m in messages if isinstance(m, HumanMessage)) == ["one", "two"]
     assert_valid_history(messages)
 
@@ -551,7 +551,7 @@ def test_a_second_process_waits_for_the_turn_in_progress(tmp_path: Path) -> None
     waiting.join(timeout=60)
     assert child.returncode == 0, err
     assert out.strip() == "Answer A."
-    assert [m.text for m in session.messages] == [
+    assert [m.text for m in blocking(session.messages)] == [
         "sys", "question A", "", "1", "Answer A.", "question B", "Answer B.",
     ]  # fmt: skip
     assert [m.text for m in model.prompts[0]][-2:] == ["Answer A.", "question B"], "B's turn saw A's whole turn"
@@ -574,7 +574,7 @@ def test_a_turn_another_process_keeps_too_long_is_a_clear_error(tmp_path: Path) 
         child.communicate(timeout=60)
     assert child.returncode == 0
     assert session.ask("question B").answer == "Answer B.", "once the other turn is over, this one goes ahead"
-    assert [m.text for m in session.messages if isinstance(m, HumanMessage)] == ["question A", "question B"]
+    assert [m.text for m in blocking(session.messages) if isinstance(m, HumanMessage)] == ["question A", "question B"]
 
 
 def lock_row(path: Path, owner: str, pid: int, host: str) -> None:
@@ -643,20 +643,21 @@ def test_a_thread_is_refused_to_another_customer_before_anything_runs(kept_in: s
     refused = "thread 't1' is the conversation of customer 'ann', not of 'bob'"
     for attempt in (
         lambda: bob.ask("What is my address?"),
-        lambda: bob.messages,
-        lambda: bob.history(),
-        lambda: bob.pending,
-        lambda: bob.unfinished,
+        lambda: blocking(bob.messages),
+        lambda: blocking(bob.history),
+        lambda: blocking(bob.pending),
+        lambda: blocking(bob.unfinished),
         lambda: bob.continue_unfinished(),
         lambda: bob.resume(True),
-        lambda: bob.delete(),
+        lambda: blocking(bob.adelete),
     ):
         with pytest.raises(CustomerMismatch, match=refused):
             attempt()
     assert bobs_model.calls == 0, "nothing ran"
-    assert len(ann.messages) == 3, "nothing was written or deleted"
-    assert open_for("ann", ScriptModel(replies=[])).messages[-1].text.startswith("Hello Ann")
-    assert len(open_for(None, ScriptModel(replies=[])).messages) == 3, "a session without a customer checks nothing"
+    assert len(blocking(ann.messages)) == 3, "nothing was written or deleted"
+    assert blocking(open_for("ann", ScriptModel(replies=[])).messages)[-1].text.startswith("Hello Ann")
+    unchecked = blocking(open_for(None, ScriptModel(replies=[])).messages)
+    assert len(unchecked) == 3, "a session without a customer checks nothing"
 
 
 def test_a_thread_nobody_claimed_is_claimed_by_its_first_customer() -> None:
@@ -722,8 +723,8 @@ def test_leaving_a_sqlite_session_by_an_exception_mid_run_never_crashes_the_proc
         for i in range(runs):  # every thread is on disk, up to the reply whose tools were running
             agent = GraphAgent(make_model("scripted"), make_tools(BookStore()))
             session = GraphSession.sqlite(agent, INSTRUCTIONS, path=str(path), thread_id=f"t{i}")
-            assert session.unfinished
-            assert session.messages[-1].tool_calls[0]["name"] == "check_stock"  # type: ignore[attr-defined]
+            assert blocking(session.unfinished)
+            assert blocking(session.messages)[-1].tool_calls[0]["name"] == "check_stock"  # type: ignore[attr-defined]
         result = session.continue_unfinished()  # and the last one can be finished
         assert result is not None and result.stop_reason is StopReason.DONE
 
@@ -735,4 +736,4 @@ def test_a_framework_thread_in_a_sqlite_file_counts_what_it_stores(tmp_path: Pat
     thread = CheckpointThread(agent, INSTRUCTIONS, "t1", tmp_path / "threads.db")
     assert thread.ask("Add The Last Lighthouse to my cart.").stop_reason is StopReason.DONE
     checkpoints, size = thread_storage(thread, "t1")
-    assert checkpoints == len(thread.history()) > 1 and size > 0
+    assert checkpoints == len(blocking(thread.history)) > 1 and size > 0

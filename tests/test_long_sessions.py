@@ -22,7 +22,7 @@ from shared_tools.bookstore.tools import make_tools
 from shared_tools.history import count_turns, is_summary, is_user_turn
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, StopReason
-from tests.conftest import SESSION_KINDS, assert_sendable, open_session
+from tests.conftest import SESSION_KINDS, assert_sendable, open_session, view
 from tests.doubles import ScriptModel, ai, call
 
 ORDER_QUESTION = "Where is my order 4512?"
@@ -57,7 +57,7 @@ def test_keep_turns_sends_the_system_message_and_the_last_turns_and_stores_them_
     assert_sendable(last_prompt)
     # Both calls of turn 4 saw the same window: its first call and its second (after the tool result).
     assert questions(model.prompts[-2]) == ["question 3", "question 4"]
-    stored = session.messages
+    stored = view(session, "messages")
     assert questions(stored) == [f"question {n}" for n in range(5)], "the full history is still stored"
     assert count_turns(stored) == 5
 
@@ -98,7 +98,7 @@ def test_summarize_folds_older_turns_into_one_summary_message(kind: str, tmp_pat
     assert session.ask(SEED_GOAL).stop_reason is StopReason.DONE
     for _ in range(3):
         assert session.ask(ORDER_QUESTION).stop_reason is StopReason.DONE
-    stored = session.messages
+    stored = view(session, "messages")
     assert isinstance(stored[0], SystemMessage)
     assert is_summary(stored[1]), "the summary stands right after the system message"
     assert sum(is_summary(m) for m in stored) == 1
@@ -117,7 +117,7 @@ def test_the_scripted_summary_is_the_same_on_every_kind(tmp_path: Path) -> None:
         )
         for question in (SEED_GOAL, ORDER_QUESTION, ORDER_QUESTION):
             session.ask(question)
-        summaries.append(next(m.text for m in session.messages if is_summary(m)))
+        summaries.append(next(m.text for m in view(session, "messages") if is_summary(m)))
     assert summaries[0] == summaries[1] == summaries[2]
 
 
@@ -154,13 +154,13 @@ def test_rewind_goes_back_in_the_conversation_but_not_in_the_store(kind: str, tm
     cart_before = store.cart("c1")
     rewound = session.rewind(1)
     assert rewound.turns == 1 and rewound.messages > 0
-    assert questions(session.messages) == [ORDER_QUESTION]
+    assert questions(view(session, "messages")) == [ORDER_QUESTION]
     assert store.cart("c1") == cart_before, "the cart still holds the book the forgotten turn added"
-    assert_sendable(session.messages)
+    assert_sendable(view(session, "messages"))
     # The model no longer remembers adding the book, so it reads the cart to answer.
     result = session.ask(CART_QUESTION)
     assert result.stop_reason is StopReason.DONE
-    assert questions(session.messages) == [ORDER_QUESTION, CART_QUESTION]
+    assert questions(view(session, "messages")) == [ORDER_QUESTION, CART_QUESTION]
     assert "16.50" in (result.answer or "")
 
 
@@ -172,7 +172,7 @@ def test_rewinding_more_turns_than_there_are_is_refused(kind: str, bad: int, tmp
     session.ask(ORDER_QUESTION)
     with pytest.raises(ValueError, match=str(bad)):
         session.rewind(bad)
-    assert count_turns(session.messages) == 2, "a refused rewind changes nothing"
+    assert count_turns(view(session, "messages")) == 2, "a refused rewind changes nothing"
 
 
 @pytest.mark.parametrize("kind", SESSION_KINDS)
@@ -222,7 +222,7 @@ def test_turns_folded_into_the_summary_keep_their_call_ids_taken(kind: str, tmp_
     session = open_session(kind, model, make_tools(store), tmp_path, keep_turns=1, summarize=True)
     for _ in range(5):
         assert session.ask("Add The Quiet Orchard to my cart.").stop_reason is StopReason.DONE
-    assert any(is_summary(m) for m in session.messages), "turns were folded"
+    assert any(is_summary(m) for m in view(session, "messages")), "turns were folded"
     assert store.cart("c1").quantity_of(7) == 5
 
 
@@ -252,9 +252,9 @@ def test_call_ids_stay_taken_through_folds_and_rewinds_in_any_order(kind: str, t
         for _ in range(then_asks):
             session.ask("Add The Quiet Orchard to my cart.")
             asks += 1
-    assert sum(is_summary(m) for m in session.messages) == 1
+    assert sum(is_summary(m) for m in view(session, "messages")) == 1
     assert store.cart("c1").quantity_of(7) == asks
-    assert_sendable(session.messages)
+    assert_sendable(view(session, "messages"))
 
 
 @pytest.mark.parametrize("kind", SESSION_KINDS)
@@ -268,5 +268,5 @@ def test_a_second_rewind_to_before_the_first_still_knows_the_first_one_forgot_ca
     session.rewind(1)
     session.rewind(1)
     session.ask("Add The Quiet Orchard to my cart.")
-    assert questions(session.messages) == ["Hello.", "Add The Quiet Orchard to my cart."]
+    assert questions(view(session, "messages")) == ["Hello.", "Add The Quiet Orchard to my cart."]
     assert store.cart("c1").quantity_of(7) == 2

@@ -32,7 +32,7 @@ from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, CustomerMismatch, StopReason
-from tests.conftest import assert_valid_history
+from tests.conftest import assert_valid_history, blocking
 from tests.doubles import ScriptModel, ai
 
 ORDER_QUESTION = "Where is my order 4512?"
@@ -66,10 +66,10 @@ def test_a_postgres_thread_is_remembered_by_a_new_session(postgres_url: str) -> 
     again = GraphSession.postgres(graph_agent(store), INSTRUCTIONS, url=postgres_url, thread_id="ann", customer_id="c1")
     result = again.ask(CART_QUESTION)
     assert "16.50" in (result.answer or ""), "answered from the thread the first session wrote"
-    assert questions(again.messages) == [SEED_GOAL, CART_QUESTION]
-    assert_valid_history(again.messages)
+    assert questions(blocking(again.messages)) == [SEED_GOAL, CART_QUESTION]
+    assert_valid_history(blocking(again.messages))
     other = GraphSession.postgres(graph_agent(store), INSTRUCTIONS, url=postgres_url, thread_id="bob")
-    assert other.messages == [], "threads are kept apart"
+    assert blocking(other.messages) == [], "threads are kept apart"
 
 
 def test_a_postgres_thread_of_another_customer_is_refused_before_anything_runs(postgres_url: str) -> None:
@@ -81,7 +81,7 @@ def test_a_postgres_thread_of_another_customer_is_refused_before_anything_runs(p
     with pytest.raises(CustomerMismatch):
         bob.ask(ORDER_QUESTION)
     with pytest.raises(CustomerMismatch):
-        _ = bob.messages
+        _ = blocking(bob.messages)
     assert model.prompts == []
 
 
@@ -93,10 +93,11 @@ def test_delta_storage_on_postgres_replays_past_a_full_snapshot_like_memory(post
     for n in range(30):
         in_pg.ask(f"Where is my order {n}?")
         in_memory.ask(f"Where is my order {n}?")
-    reread = GraphSession.postgres(graph_agent(), INSTRUCTIONS, url=postgres_url).messages
-    assert [(type(m), m.text) for m in reread] == [(type(m), m.text) for m in in_memory.messages]
+    reread = blocking(GraphSession.postgres(graph_agent(), INSTRUCTIONS, url=postgres_url).messages)
+    assert [(type(m), m.text) for m in reread] == [(type(m), m.text) for m in blocking(in_memory.messages)]
     ids = [m.id for m in reread]
-    assert ids == [m.id for m in in_pg.messages] and len(set(ids)) == len(ids), "each read replays the same ids"
+    in_pg_ids = [m.id for m in blocking(in_pg.messages)]
+    assert ids == in_pg_ids and len(set(ids)) == len(ids), "each read replays the same ids"
     assert len(reread) == 1 + 30 * 4
 
 
@@ -118,7 +119,8 @@ def test_pruning_on_postgres_is_langgraphs_keep_latest_and_keeps_storage_bounded
     assert max(counts) <= 2 * 6 + 1, counts  # at most two turns' checkpoints (6 each), then keep_latest
     assert 1 in counts, "keep_latest left only the head"
     assert checkpoints(postgres_url, "all") == 7 * 6
-    assert questions(session.messages) == [f"Where is my order {n}?" for n in range(7)], "the history stays whole"
+    asked = questions(blocking(session.messages))
+    assert asked == [f"Where is my order {n}?" for n in range(7)], "the history stays whole"
     assert session.ask(CART_QUESTION).stop_reason is StopReason.DONE, "and the thread goes on"
 
 
@@ -168,8 +170,8 @@ async def test_two_asks_at_once_on_one_postgres_thread_both_keep_their_turn(post
     a = GraphSession.postgres(graph_agent(), INSTRUCTIONS, url=postgres_url)
     b = GraphSession.postgres(graph_agent(), INSTRUCTIONS, url=postgres_url)
     await asyncio.gather(a.aask("Where is my order 1?"), b.aask("Where is my order 2?"))
-    assert sorted(questions(await a.amessages())) == ["Where is my order 1?", "Where is my order 2?"]
-    assert_valid_history(await a.amessages())
+    assert sorted(questions(await a.messages())) == ["Where is my order 1?", "Where is my order 2?"]
+    assert_valid_history(await a.messages())
 
 
 def test_an_approval_pause_in_postgres_is_answered_by_another_session(postgres_url: str) -> None:
@@ -178,24 +180,32 @@ def test_an_approval_pause_in_postgres_is_answered_by_another_session(postgres_u
     first = GraphSession.postgres(graph_agent(store, **options), INSTRUCTIONS, url=postgres_url, customer_id="c1")
     assert first.ask(SEED_GOAL).stop_reason is StopReason.AWAITING_APPROVAL
     other = GraphSession.postgres(graph_agent(store, **options), INSTRUCTIONS, url=postgres_url, customer_id="c1")
-    assert other.pending and other.pending[0]["tool_call"]["name"] == "add_to_cart"
+    assert blocking(other.pending) and blocking(other.pending)[0]["tool_call"]["name"] == "add_to_cart"
     result = other.resume(True)
     assert result.stop_reason is StopReason.DONE
     assert store.cart("c1").quantity_of(7) == 1
-    assert_valid_history(other.messages)
+    assert_valid_history(blocking(other.messages))
 
 
 # --- the hand-written session ------------------------------------------------------------------------------------
 
 
+def save(session: Session, url: str, thread_id: str) -> None:
+    blocking(lambda: session.asave_postgres(url, thread_id))
+
+
+def load(url: str, thread_id: str, loop: AgentLoop, **options: Any) -> Session:
+    return blocking(lambda: Session.aload_postgres(url, thread_id, loop, **options))
+
+
 def test_a_handwritten_session_saved_in_postgres_loads_back_the_same(postgres_url: str) -> None:
     session = Session(loop(), INSTRUCTIONS, customer_id="ann")
     session.ask(SEED_GOAL)
-    session.save_postgres(postgres_url, "ann")
+    save(session, postgres_url, "ann")
     # What a hostile model can send: a reply cut off mid-emoji (a lone surrogate) and a NUL.
     session._messages.append(AIMessage("cut \ud83d off \x00 here"))
-    session.save_postgres(postgres_url, "ann")
-    again = Session.load_postgres(postgres_url, "ann", loop(), customer_id="ann")
+    save(session, postgres_url, "ann")
+    again = load(postgres_url, "ann", loop(), customer_id="ann")
     assert [(type(m), m.content) for m in again.messages] == [(type(m), m.content) for m in session.messages]
     assert again.customer_id == "ann" and again.instructions == INSTRUCTIONS
     with psycopg.connect(postgres_url) as db:
@@ -206,49 +216,49 @@ def test_a_handwritten_session_saved_in_postgres_loads_back_the_same(postgres_ur
 def test_a_handwritten_save_appends_only_what_was_added(postgres_url: str) -> None:
     session = Session(loop(), INSTRUCTIONS)
     session.ask(ORDER_QUESTION)
-    session.save_postgres(postgres_url, "t")
+    save(session, postgres_url, "t")
     with psycopg.connect(postgres_url, autocommit=True) as db:
         # Marks the stored rows: an append leaves them alone, a rewrite would replace them.
         db.execute("UPDATE handwritten_messages SET message = message || ' ' WHERE thread_id = 't'")
         session.ask(ORDER_QUESTION)
-        session.save_postgres(postgres_url, "t")
+        save(session, postgres_url, "t")
         rows = db.execute("SELECT message LIKE '% ' FROM handwritten_messages ORDER BY position").fetchall()
     assert [marked for (marked,) in rows] == [True] * 5 + [False] * 4
 
 
 def test_two_handwritten_sessions_saving_one_thread_is_a_conflict_not_a_lost_turn(postgres_url: str) -> None:
-    Session(loop(), INSTRUCTIONS).save_postgres(postgres_url, "t")
-    a = Session.load_postgres(postgres_url, "t", loop())
-    b = Session.load_postgres(postgres_url, "t", loop())
+    save(Session(loop(), INSTRUCTIONS), postgres_url, "t")
+    a = load(postgres_url, "t", loop())
+    b = load(postgres_url, "t", loop())
     a.ask("Where is my order 1?")
     b.ask("Where is my order 2?")
-    a.save_postgres(postgres_url, "t")
+    save(a, postgres_url, "t")
     with pytest.raises(SessionConflict, match="revision 2"):
-        b.save_postgres(postgres_url, "t")
-    assert questions(Session.load_postgres(postgres_url, "t", loop()).messages) == ["Where is my order 1?"]
+        save(b, postgres_url, "t")
+    assert questions(load(postgres_url, "t", loop()).messages) == ["Where is my order 1?"]
     with pytest.raises(SessionConflict):
-        Session(loop(), INSTRUCTIONS).save_postgres(postgres_url, "t")  # a new session never overwrites one
+        save(Session(loop(), INSTRUCTIONS), postgres_url, "t")  # a new session never overwrites one
 
 
 def test_a_handwritten_thread_is_refused_to_another_customer_and_missing_ones_say_so(postgres_url: str) -> None:
-    Session(loop(), INSTRUCTIONS, customer_id="ann").save_postgres(postgres_url, "ann")
+    save(Session(loop(), INSTRUCTIONS, customer_id="ann"), postgres_url, "ann")
     with pytest.raises(CustomerMismatch):
-        Session.load_postgres(postgres_url, "ann", loop(), customer_id="bob")
+        load(postgres_url, "ann", loop(), customer_id="bob")
     with pytest.raises(LookupError):
-        Session.load_postgres(postgres_url, "nobody", loop())
+        load(postgres_url, "nobody", loop())
 
 
 def test_a_handwritten_rewind_rewrites_the_stored_thread(postgres_url: str) -> None:
     session = Session(loop(), INSTRUCTIONS)
     session.ask("Where is my order 1?")
     session.ask("Where is my order 2?")
-    session.save_postgres(postgres_url, "t")
+    save(session, postgres_url, "t")
     session.rewind(1)
-    stored = Session.load_postgres(postgres_url, "t", loop())
+    stored = load(postgres_url, "t", loop())
     assert questions(stored.messages) == ["Where is my order 1?"]
     stored.ask("Where is my order 3?")
-    stored.save_postgres(postgres_url, "t")
-    assert questions(Session.load_postgres(postgres_url, "t", loop()).messages) == [
+    save(stored, postgres_url, "t")
+    assert questions(load(postgres_url, "t", loop()).messages) == [
         "Where is my order 1?",
         "Where is my order 3?",
     ]
@@ -331,9 +341,10 @@ def test_workers_racing_turns_on_shared_conversations_keep_every_turn_once(kind:
     assert len(kept) == WORKERS * TURNS
     for thread in THREADS:
         if kind == "langgraph":
-            messages = GraphSession.postgres(graph_agent(), INSTRUCTIONS, url=postgres_url, thread_id=thread).messages
+            graph = GraphSession.postgres(graph_agent(), INSTRUCTIONS, url=postgres_url, thread_id=thread)
+            messages = blocking(graph.messages)
         else:
-            messages = Session.load_postgres(postgres_url, thread, loop()).messages
+            messages = load(postgres_url, thread, loop()).messages
         asked = Counter(questions(messages))
         assert asked == Counter(q for t, q in kept if t == thread), thread
         assert set(asked.values()) == {1}, "no turn twice"

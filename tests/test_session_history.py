@@ -40,7 +40,7 @@ from shared_tools.history import (
 from shared_tools.models import make_model
 from shared_tools.models.personas import Context, OrderStatus, decide
 from shared_tools.results import StopReason
-from tests.conftest import assert_sendable, assert_valid_history
+from tests.conftest import assert_sendable, assert_valid_history, blocking
 from tests.doubles import ScriptModel, ai, call
 
 ORDER_QUESTION = "Where is my order 4512?"
@@ -508,28 +508,6 @@ def test_a_damaged_line_before_the_last_is_an_error_not_a_guess(tmp_path: Path) 
         Session.load(path, session.loop)
 
 
-@pytest.mark.parametrize("version", [1, 2])
-def test_an_older_format_loads_and_is_rewritten_as_json_lines(tmp_path: Path, version: int) -> None:
-    from langchain_core.messages import messages_to_dict
-
-    path = tmp_path / "old.json"
-    messages = [SystemMessage("system"), HumanMessage("q0"), AIMessage("a0")]
-    document: dict[str, Any] = {"format": f"agent-loop-compare/session/{version}", "instructions": "system"}
-    document["messages"] = messages_to_dict(messages)
-    if version == 2:
-        document |= {"revision": 4, "customer": "ann"}
-    path.write_text(json.dumps(document, indent=2))
-    session = Session.load(path, AgentLoop(ScriptModel(replies=[ai("a1")]), []))
-    assert session.messages == messages
-    session.ask("q1")
-    session.save(path)
-    lines = path.read_bytes().splitlines()
-    assert json.loads(lines[-1])["revision"] == (5 if version == 2 else 1)
-    reloaded = Session.load(path, session.loop)
-    assert questions(reloaded.messages) == ["q0", "q1"]
-    assert reloaded.customer_id == ("ann" if version == 2 else None)
-
-
 def test_two_sessions_appending_to_one_file_is_a_conflict_not_a_lost_turn(tmp_path: Path) -> None:
     path = tmp_path / "s.jsonl"
     first = Session(AgentLoop(ScriptModel(replies=[ai("a0")]), []), "system")
@@ -591,12 +569,12 @@ def test_call_ids_of_folded_and_rewound_turns_stay_taken_after_a_save_and_a_load
         return AgentLoop(ScriptModel(replies=[numbering_summarizing_shopper] * 8), make_tools(store))
 
     def save(session: Session) -> None:
-        session.save(path) if storage == "file" else session.save_postgres(url, "t")
+        session.save(path) if storage == "file" else blocking(lambda: session.asave_postgres(url, "t"))
 
     def load() -> Session:
         if storage == "file":
             return Session.load(path, loop(), keep_turns=1, summarize=True)
-        return Session.load_postgres(url, "t", loop(), keep_turns=1, summarize=True)
+        return blocking(lambda: Session.aload_postgres(url, "t", loop(), keep_turns=1, summarize=True))
 
     first = Session(loop(), INSTRUCTIONS, customer_id="c1", keep_turns=1, summarize=True)
     for _ in range(2):

@@ -25,7 +25,7 @@ from comparison.scenarios import INSTRUCTIONS, ORDER_QUESTION, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import ModelCallFailed, make_model
-from tests.conftest import assert_valid_history, build_agent
+from tests.conftest import assert_valid_history, build_agent, view
 from tests.doubles import ScriptModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,7 +75,7 @@ def test_an_outage_after_an_add_keeps_the_add_and_the_turn_is_finished_without_a
     result = conversation.finish_unfinished()
     assert result is not None and result.ok and "The Quiet Orchard" in (result.answer or "")
     assert conversation.finish_unfinished() is None, "finished once"
-    messages: list[BaseMessage] = conversation.session.messages  # type: ignore[attr-defined]
+    messages: list[BaseMessage] = view(conversation.session, "messages")
     adds = [m for m in messages if isinstance(m, ToolMessage) and m.name == "add_to_cart"]
     assert len(adds) == 1 and adds[0].status == "success", "the finished add was kept, and not run again"
     assert [m.text for m in messages if isinstance(m, HumanMessage)] == [ORDER_QUESTION, SEED_GOAL]

@@ -595,7 +595,7 @@ class Pane:
         async def read() -> tuple[list[BaseMessage], list[dict[str, Any]]]:
             if not self.is_graph:
                 return self.session.messages, []
-            return list(await self.session.amessages()), list(await self.session.apending())
+            return list(await self.session.messages()), list(await self.session.pending())
 
         messages, pending = await runner.run(read)
         self.transcript = transcript_of(messages)
@@ -779,7 +779,7 @@ class Pane:
                 done = await session.arewind(1)
             else:
                 done = await asyncio.to_thread(session.rewind, 1)
-            return done, list(await session.amessages())
+            return done, list(await session.messages())
 
         rewound, messages = await runner.run(go)
         self.transcript = transcript_of(messages)

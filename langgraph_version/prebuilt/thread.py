@@ -40,8 +40,8 @@ class CheckpointThread:
     In memory (`InMemorySaver`) or in a SQLite file (`langgraph_version.checkpoints.SqliteCheckpoints`, which opens
     LangGraph's `AsyncSqliteSaver` for one call at a time, as `GraphSession.sqlite` does). Each `ask` sends only
     the new question; the checkpointer loads the earlier turns. It has the `GraphSession` methods a
-    conversation uses (`ask`, `resume`, `pending`, `continue_unfinished`, `messages`, `history`, `delete`,
-    `close`), and only what the frameworks give: budgets and counts are per run, from the trace; a pause is
+    conversation uses (`ask`, `resume`, `continue_unfinished`, and to await: `pending`, `messages`, `history`,
+    `adelete`; `close`), and only what the frameworks give: budgets and counts are per run, from the trace; a pause is
     whatever the graph raised (`HumanInTheLoopMiddleware`'s, answered with the agent's `resume_input`); the
     customer is kept in the checkpoints' metadata, since the framework's state has no field for it, and a
     thread of another customer is refused (`CustomerMismatch`). One turn at a time is ours too: for a SQLite
@@ -155,40 +155,26 @@ class CheckpointThread:
 
     # --- the thread --------------------------------------------------------------------------------------------
 
-    @property
-    def pending(self) -> list[dict[str, Any]]:
+    async def pending(self) -> list[dict[str, Any]]:
         """The approval requests the thread is paused on (``{"tool_call", "reason"}`` each); empty when none."""
-        return run_blocking(self.apending, instead="CheckpointThread.apending()")
-
-    async def apending(self) -> list[dict[str, Any]]:
         async with self._graph_here() as graph:
             snapshot = await self._snapshot(graph)
             return _requests_of(snapshot) if snapshot.interrupts else []
 
-    @property
-    def messages(self) -> list[Any]:
+    async def messages(self) -> list[Any]:
         """The thread's whole history as the model sees it, system message first."""
-        return run_blocking(self.amessages, instead="CheckpointThread.amessages()")
-
-    async def amessages(self) -> list[Any]:
         async with self._graph_here() as graph:
             messages = (await self._snapshot(graph)).values.get("messages", [])
             return self.agent.history(self.instructions, messages) if messages else []
 
-    def history(self) -> list[Any]:
+    async def history(self) -> list[Any]:
         """The thread's checkpoints, newest first."""
-        return run_blocking(self.ahistory, instead="CheckpointThread.ahistory()")
-
-    async def ahistory(self) -> list[Any]:
         async with self._graph_here() as graph:
             await self._snapshot(graph)
             return [snapshot async for snapshot in graph.aget_state_history(self.config)]
 
-    def delete(self) -> None:
-        """Forget this thread: every checkpoint and pending write of it is removed."""
-        run_blocking(self.adelete, instead="CheckpointThread.adelete()")
-
     async def adelete(self) -> None:
+        """Forget this thread: every checkpoint and pending write of it is removed."""
         async with self._graph_here(turn=True) as graph:
             await self._snapshot(graph)
             await graph.checkpointer.adelete_thread(self.thread_id)
