@@ -177,10 +177,12 @@ class MafAgent:
         *,
         session: AgentSession | None = None,
         cancel: threading.Event | None = None,
+        keep_turns: int | None = None,
     ) -> AgentResult:
         """`arun` for sync callers. Inside a running event loop, await `arun` instead."""
         return run_blocking(
-            lambda: self.arun(instructions, goal, session=session, cancel=cancel), instead="MafAgent.arun(...)"
+            lambda: self.arun(instructions, goal, session=session, cancel=cancel, keep_turns=keep_turns),
+            instead="MafAgent.arun(...)",
         )
 
     async def arun(

@@ -4,9 +4,11 @@ only where a script starts work (`SYNC_DRIVERS`); every other view or action is 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,6 +117,23 @@ def test_each_sync_driver_has_its_async_twin(function: Function) -> None:
     [owner] = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == function.owner]
     twins = [n for n in owner.body if isinstance(n, ast.AsyncFunctionDef) and n.name == f"a{function.name}"]
     assert twins, f"{function} drives no `a{function.name}` of its class"
+
+
+@pytest.mark.parametrize(
+    "function", everything_that_starts_a_loop(AGENT_PACKAGES), ids=lambda f: f"{f.owner}.{f.name}"
+)
+def test_each_sync_driver_takes_exactly_what_its_async_twin_takes(function: Function) -> None:
+    """A thin driver: the same parameters, kinds and defaults as the method it drives, so an option added to one
+    is never missing from the other."""
+    if function.module.startswith("maf_version"):
+        pytest.importorskip("agent_framework", reason="the maf extra")
+    module = importlib.import_module(function.module.removesuffix(".py").replace("/", "."))
+    owner = getattr(module, str(function.owner))
+
+    def shape(name: str) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(getattr(owner, name)).parameters.values()]
+
+    assert shape(function.name) == shape(f"a{function.name}"), f"{function} and a{function.name} differ"
 
 
 def test_a_graph_threads_views_are_awaited() -> None:
