@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 
 from shared_tools.guards import mask_pii
 
@@ -66,15 +65,3 @@ class SafeLogFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return clean_text(mask_pii(super().format(record)))
-
-
-def configure_logging(verbose: int) -> None:
-    """Log to stderr through `SafeLogFormatter`: errors only by default (the agents log every tool failure as a
-    warning, and in this demo those failures are the point, shown in the traces), -v info, -vv debug."""
-    level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
-    if verbose == 0:
-        # MAF logs every failed tool call at ERROR ("Function check_stock failed"): here that is a shown result.
-        logging.getLogger("agent_framework").setLevel(logging.CRITICAL)

@@ -23,8 +23,9 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from comparison.command_line import UsageError, UsageParser, configure_logging
 from shared_tools.models.factory import BASE_URL_HELP
 from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
 from webdemo.panes import default_data_dir
@@ -37,17 +38,8 @@ MAX_APPROVAL_TIMEOUT = 86_400.0
 """A day: a longer wait is no approval anyone is waiting for, and inf overflows the wait itself."""
 
 
-class UsageError(Exception):
-    """A bad command line: one line on stderr, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
 def build_serve_parser(prog: str = "compare.py serve") -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = UsageParser(
         prog=prog,
         description="Serve the live side-by-side page: every pane a real session, the lessons as buttons.",
         epilog="exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 the data folder cannot be used, "
@@ -186,7 +178,6 @@ def serve_main(argv: Sequence[str], *, prog: str = "compare.py serve") -> int:
 
 
 def _serve(argv: Sequence[str], prog: str) -> int:
-    from comparison.sanitize import SafeLogFormatter
     from shared_tools.bookstore.store import is_postgres_url
     from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
 
@@ -213,10 +204,7 @@ def _serve(argv: Sequence[str], prog: str) -> int:
     except (UsageError, TracingUnavailable) as exc:
         _say(prog, str(exc))
         return EXIT_USAGE
-    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
+    configure_logging(args.verbose, quiet_level=logging.WARNING)
     try:
         apply_base_url(args.model, args.base_url)
         make_model(args.model)

@@ -36,6 +36,7 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
+from comparison.command_line import UsageError, configure_logging
 from comparison.contenders import CONTENDERS, parse_contenders
 from comparison.document import document_json
 from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
@@ -443,10 +444,6 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
 # --- the command line -----------------------------------------------------------------------------------------
 
 
-class UsageError(Exception):
-    """A bad command line: one line on stderr, exit code 2."""
-
-
 def _shown_number(value: int) -> str:
     """A number for an error line: a typo of 400 digits is not echoed whole."""
     text = str(value)
@@ -546,16 +543,6 @@ def _say(prog: str, text: str) -> None:
     print(f"{prog}: {clean_line(' '.join(text.split()))}", file=sys.stderr)
 
 
-def _configure_logging(verbose: int) -> None:
-    # The agents log every tool failure as a warning; an eval on a slipping model makes hundreds of them.
-    # As compare.py does it: basicConfig, so logging someone already set up (a test's, an embedding program's)
-    # is left alone.
-    level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
-
-
 def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     """`compare.py eval ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable, 4 unusable file,
     130 interrupted). `prog` is the name help and error lines use (compare.py may pass its own + " eval")."""
@@ -588,7 +575,7 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
         _say(prog, "interrupted; nothing was run")
         return EXIT_INTERRUPTED
 
-    _configure_logging(args.verbose)
+    configure_logging(args.verbose)
     console = make_console(sys.stderr if args.json == "-" else sys.stdout)
     try:
         result = run_eval(plan, EvalProgress(sys.stderr, plan))
