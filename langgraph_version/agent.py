@@ -24,7 +24,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
 from langgraph_version.graph import CHECK, ERRORS, MODEL, TOOLS, build_guarded_graph, recursion_limit_for
-from langgraph_version.run import Durability, OpenCalls, RunRecord
+from langgraph_version.run import Durability, OpenCalls, RunRecorder
 from langgraph_version.state import fresh_counters, stopped, usage_of
 from shared_tools import telemetry
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, OptionKeywords, StopReason, agent_options
@@ -138,7 +138,7 @@ class GraphAgent:
         if count_stretch and not isinstance(graph_input, dict):
             earlier = (await graph.aget_state(config)).values
             before = usage_of(earlier) if "model_calls" in earlier else None
-        run = RunRecord(self.options.on_event, self.options.on_token)
+        run = RunRecorder(self.options.on_event, self.options.on_token)
         try:
             await run.stream(
                 graph,

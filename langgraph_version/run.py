@@ -1,6 +1,6 @@
 """One run of any of our LangGraph agents as its caller sees it: the trace it emits and the result it returns.
 
-The three LangGraph contenders report alike: a node calls `emit`, which reaches the run's `RunRecord` through
+The three LangGraph contenders report alike: a node calls `emit`, which reaches the run's `RunRecorder` through
 LangGraph's run `context` while the node still runs. The record keeps the latest full state and the tool round in
 progress, so an aborted or cancelled run still tells what finished, and turns it into the shared `AgentResult`.
 `stop_reason_for` is the one rule for how a reply ends a run; `invoke_model` is the model call a cancel can stop.
@@ -72,9 +72,9 @@ class RunContext:
 
     cancel: threading.Event | None = None
     record: Callable[[TraceEvent], None] | None = None
-    """The run's `RunRecord.record`."""
+    """The run's `RunRecorder.record`."""
     calls: OpenCalls | None = None
-    """The run's `RunRecord.calls`."""
+    """The run's `RunRecorder.calls`."""
     started_at: float | None = None
     """Where the clock of a resumed or continued run stands: the saved `started_at` moved on by the time since
     the thread's last checkpoint was written (a human deciding, a process down, a model outage), which is not
@@ -177,7 +177,7 @@ def stop_reason_for(reply: AIMessage) -> StopReason | None:
             return StopReason.INVALID_RESPONSE
 
 
-class RunRecord:
+class RunRecorder:
     """What one run has produced so far: the last full state, the trace lines, the approvals it paused on."""
 
     def __init__(
