@@ -52,10 +52,10 @@ try:
     import tempfile
     from collections.abc import Sequence
     from pathlib import Path
-    from typing import NoReturn
 
     from comparison.chat import ThreadBusy, chat_customer
-    from comparison.command import UsageError, chat, check_chat, check_model, finish, run_and_render
+    from comparison.command import chat, check_chat, check_model, finish, run_and_render
+    from comparison.command_line import UsageError, UsageParser, configure_logging
     from comparison.contenders import CONTENDERS, MISSING
     from comparison.conversations import (
         ConversationNotSaved,
@@ -66,7 +66,7 @@ try:
     from comparison.render import Progress, make_console, render_list
     from comparison.run_setup import RunOptions, model_spec_for
     from comparison.runner import parallel_workers
-    from comparison.sanitize import clean_line, configure_logging
+    from comparison.sanitize import clean_line
     from comparison.scenarios import (
         LONG_SESSION_TURNS,
         SCENARIOS,
@@ -114,17 +114,9 @@ def fail(prog: str, exc: BaseException) -> int:
     return exit_code_for(exc)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad command line is a `UsageError` (one line on stderr, exit 2, like every other usage
-    mistake) instead of the usage block and a `SystemExit` that would escape `main`."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
 def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     scenario_lines = "\n".join(f"  {s.name:<18} {s.description}" for s in SCENARIOS)
-    parser = _Parser(
+    parser = UsageParser(
         prog=prog,
         description="Run the same bookstore goals through a hand-written agent loop and LangGraph, side by side.",
         epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
@@ -304,7 +296,7 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
 
 
 def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = UsageParser(
         prog=prog,
         description="Talk to the bookstore assistant; the conversation and the cart are kept for the next time.",
         epilog="exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",

@@ -1,13 +1,8 @@
 """What every benchmark shares: the command line, interleaved timing, summary statistics, the machine record.
 
-Benchmarks run on shared, noisy machines, so absolute times mean little and ratios mean more. `interleave`
-therefore runs the variants round-robin (A B C A B C ...) after a warm-up, so a burst of load from another
-process hits every variant alike, and reports medians with p10/p90 rather than means. Each variant is a
-`prepare` function that builds whatever one run needs (a fresh store, an agent) outside the clock and returns
-the callable that is timed. `machine` records where and when the numbers were taken, because a table without
-that is not a result. Importing this module also puts the project root on `sys.path`, so
-``python benchmarks/x.py`` works from a plain checkout. Nothing here asserts a time: benchmarks report,
-tests check behaviour.
+Machines here are shared and noisy, so variants run round-robin after a warm-up (`interleave`) and are reported as
+medians with p10/p90 and as ratios; `machine` records where and when. Importing this module puts the project root
+on `sys.path`, so ``python benchmarks/x.py`` works from a checkout. Nothing here asserts a time.
 """
 
 from __future__ import annotations

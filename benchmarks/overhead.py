@@ -1,15 +1,7 @@
 """What each orchestration layer adds to one bookstore job when the model costs nothing.
 
-One job is the seed goal (5 model calls, 4 tool calls) on the zero-latency scripted model, so every
-microsecond measured is orchestration: langchain-core's Runnable plumbing, our loop, LangGraph's
-supersteps, checkpoint writes. The floor is a bare langchain-core loop of a dozen lines written here
-(``bind_tools().invoke`` and ``tool.invoke`` in a while loop, no guards); every other variant is reported
-as a ratio to it. A fresh `BookStore` (and the agent over it) is built for every run outside the clock:
-building the store costs about as much as the floor's whole job, and a reused store would fill up the
-cart. Sessions get a fresh thread per run on one shared checkpointer (in memory, or one SQLite file per
-variant opened the way `GraphSession.sqlite` opens it, on every call), in each durability mode. The "+ spans"
-variants write OpenTelemetry spans to an SDK provider with an in-memory exporter (and, "+ content", the masked
-messages too); every other variant runs with the API's no-op, as a program that set up no SDK does.
+The seed goal on the zero-latency scripted model, so all that is timed is orchestration; every variant (our loop,
+the graphs, sessions in memory and SQLite, spans on) is a ratio to a bare langchain-core loop written here.
 
     python benchmarks/overhead.py [--runs 200] [--json PATH]
 """
@@ -257,7 +249,7 @@ def check(all_variants: dict[str, common.Prepare]) -> None:
 
 
 def target_ratios(measured: dict[str, common.Measured]) -> dict[str, float]:
-    """The issue's targets as ratios of wall medians; a pair whose variants did not run is left out."""
+    """The targets as ratios of wall medians; a pair whose variants did not run is left out."""
     pairs = {
         "handwritten / floor (target ≤ 1.2)": (HANDWRITTEN, FLOOR),
         "handwritten / async floor": (HANDWRITTEN, ASYNC_FLOOR),
@@ -324,7 +316,7 @@ def main() -> None:
     )
     targets = target_ratios(measured)
     rows = [(name, f"{value:.2f}") for name, value in targets.items()]
-    console.print(common.table("Ratios of wall medians (the issue's targets)", ("ratio", "value"), rows))
+    console.print(common.table("Ratios of wall medians (the targets)", ("ratio", "value"), rows))
     console.print(common.machine_line(info))
     common.write_json(
         args.json,

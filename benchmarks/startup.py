@@ -1,15 +1,9 @@
 """How long the full default `python compare.py` takes on this machine, and what that time is made of.
 
-The issue's target is under 5 s including imports. This times the whole command in a fresh process
-(several runs, interleaved with a bare `import` of what a default run loads, median), then splits it up:
-per-scenario wall time from compare.py's own JSON records (two scenarios sleep on purpose: the time-budget
-variant's 0.03 s tools and the parallel-tools scenario's 0.03 s tools), the import time of the modules a default
-run loads with the biggest offenders from ``python -X importtime``, and what building each contender costs
-(binding tools, building and compiling a graph), which compare.py pays once per run.
+The whole command in a fresh process (median of interleaved runs), then split: per-scenario time from its JSON
+records, import time (``python -X importtime``) and what building each contender costs.
 
     python benchmarks/startup.py [SCENARIO ...] [--runs 3] [--json PATH]
-
-Scenario names are passed on to compare.py (default: none, the full default run).
 """
 
 from __future__ import annotations

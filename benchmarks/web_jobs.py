@@ -1,10 +1,7 @@
 """A newcomer's seed turn on the live page while one client floods it with scenario and eval jobs, side by side.
 
-One app over a temporary data folder (Starlette's TestClient, the scripted model, two panes). The seed turn is
-timed three ways in one run: on a quiet server, while 16 tabs have asked for 32 jobs (an eval of 20 runs and
-every scenario each; the server takes `max_jobs` of them, each in a child process, and refuses the rest), and
-after every job was cancelled. Printed: how the job requests were answered, and each time with its ratio to
-the quiet one. Run from the project root: ``python benchmarks/web_jobs.py``.
+The seed turn is timed on a quiet server, while 16 tabs ask for 32 jobs, and after every job was cancelled, each
+with its ratio to the quiet one. Run from the project root: ``python benchmarks/web_jobs.py``.
 """
 
 from __future__ import annotations

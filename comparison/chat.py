@@ -1,14 +1,8 @@
 """The conversation behind `compare.py chat`: who the customer is, how the human is asked, and the turn loop.
 
-`compare.py` parses the command line, checks the files and maps failures to exit codes; this module holds
-what happens once the conversation is open: the customer a thread shops as (one per thread and contender, so
-no two share a cart), the y/N prompt that answers the approval gate, `LiveTurn` (the answer printed token by
-token as the model writes it, the plan of a reasoning model dimmed, each trace line as it happens), and
-`converse`, the loop that finishes a turn a crash cut short and then asks, turn by turn, until the customer
-stops, with two commands: ``/rewind [N]`` takes the last N turns back (the cart stays as it is: the store is
-not rewound, and it says so) and ``/history`` lists the turns (with the checkpoint each started from, on the
-graph). Failures it cannot handle (the model going away, another process holding or changing the thread:
-`ThreadBusy`) propagate for the command line to report.
+One customer per thread and contender; the y/N prompt that answers the approval gate; `LiveTurn`, the answer
+printed as the model writes it; and `converse`, which finishes a turn a crash cut short, then asks turn by turn,
+with ``/rewind [N]`` and ``/history``. Failures it cannot handle (`ThreadBusy`, an outage) propagate.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """The closing comparison of `python compare.py`: the guard matrix built from the runs, and the seed's tables.
 
-`guard_matrix` says, per guard and contender, what the records of the scenario that tests it show: the guard
-acted (a typed ``guard`` on a trace entry, or the stop reason it gives), the harm it exists to stop happened
-without it (identical calls past the repeat limit, a cart over the approval limits with no approval, a run
-past a budget), the run never needed it ("not exercised"), the records hold nothing to judge it by ("not
-measured"), or the contender raised. Nothing is read from the wording of a result or from which model ran;
-the limits a run used come from the record, or from the scenario it ran as (`guard_matrix`'s `scenarios`).
-`GUARDS` names that scenario per guard. `WHO_OWNS_WHAT` is the seed's closing table (who owns the loop, the
-limits, the memory, ... in each approach), kept as data so the terminal and the HTML report say the same
-thing; `GUARD_LEGEND` and `OWNERS_SUMMARY` are printed under them.
+`guard_matrix` says per guard and contender what the records show: the guard acted, the harm happened without it,
+it was not exercised, nothing measured it, or the contender raised; read from typed fields, never from wording.
+`WHO_OWNS_WHAT` is the seed's closing table as data, so the terminal and the HTML report say the same thing.
 """
 
 from __future__ import annotations

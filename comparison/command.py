@@ -17,6 +17,7 @@ from rich.text import Text
 from comparison.approvals import AskingHuman
 from comparison.chat import COMMANDS, LiveTurn, approval_prompt, converse
 from comparison.closing import guard_matrix
+from comparison.command_line import UsageError
 from comparison.contenders import CONTENDERS, build_contender
 from comparison.conversations import HistoryPolicy, check_saved_conversation, check_thread_name, open_conversation
 from comparison.document import build_document, write_document
@@ -33,10 +34,6 @@ from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import ModelSpecError, make_model
 from shared_tools.models.personas import KNOWN_GOALS
 from shared_tools.results import AgentOptions, CustomerMismatch, TraceEvent
-
-
-class UsageError(Exception):
-    """A bad command line or setting: one line on stderr, exit code 2."""
 
 
 def check_model(spec: str) -> BaseChatModel:

@@ -1,10 +1,8 @@
 """One multi-turn conversation of any contender behind one interface: ask, finish, rewind, list turns, close.
 
-`open_conversation` picks the adapter and where it is kept (memory, a SQLite file, a ``postgresql://`` URL):
-`HandwrittenConversation` over `handwritten.Session`, `GraphConversation` over `GraphSession` or, for the
-framework-only contenders, `prebuilt.thread.CheckpointThread`, `MafConversation` over MAF's `AgentSession`. All
-take the same history policy and answer approval pauses through one `approve`; `check_thread_name` and
-`check_saved_conversation` refuse a bad name or a damaged or foreign conversation before anything opens.
+`open_conversation` picks the adapter (hand-written `Session`, `GraphSession`, a prebuilt `CheckpointThread`, MAF's
+`AgentSession`) and where it is kept (memory, SQLite, Postgres); `check_thread_name` and `check_saved_conversation`
+refuse a bad name or a damaged or foreign conversation before anything opens.
 """
 
 from __future__ import annotations

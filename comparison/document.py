@@ -1,12 +1,8 @@
 """The JSON document: everything `compare.py --json` writes and `--report` renders, built from the run records.
 
-`build_document` puts together the model, the contenders, each scenario with its lesson and what to notice,
-every run's full record, the guard matrix, the "who owns what" table and our graph (its nodes and edges, which
-the report draws, and LangGraph's mermaid text); `write_document` writes it to a file (whole or not at all) or
-to stdout. The HTML report
-(`report.render_report`) reads only this document, so the page and the JSON can never disagree. It is also
-where masking is made certain: every string of every run, and the notes built from them, passes through
-`guards.mask_pii` here, whatever a contender or a later fact put into a record.
+`build_document` gathers the scenarios with their lessons, every run's record, the guard matrix, the seed's table
+and our graph; `write_document` writes it whole or not at all. The HTML report reads only this document, and every
+string passes `guards.mask_pii` here, whatever put it into a record.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """What to notice in a scenario's runs: the seed's lessons, said again with the numbers this run measured.
 
-Each `notice_*` function takes one scenario's records (and the settings each run used, `SettingsOf`) and
-returns the sentences printed under "What to notice" (and carried in the JSON document and the HTML report),
-one point each; a scenario names its own function next to its lesson paragraph (`Scenario.what_to_notice` in
-`scenarios`). Every sentence is a function of the records and can only say what they show, whichever model
-ran: the stop reason, the counts, the typed ``guard`` of each trace entry (never a result's wording), the
-arguments each call was made with, the store's final cart, the run's settings. A claim the records cannot
-support is not made: a repeat check that nothing repeated for is "not exercised", and a sentence about a
-refusal is printed only when a refusal is on record. The readings the guard matrix shares (`calls`,
-`identical_calls`, `over_approval_limits`, `stated_amounts`, `RunSettings`) live here too. Nothing here runs
-an agent or draws anything.
+Each `notice_*` takes one scenario's records and returns the sentences printed under "What to notice". Every
+sentence is a function of the records (stop reasons, counts, typed guards, arguments, the final cart, settings),
+so it says only what they show, whichever model ran; a claim they cannot support is not made.
 """
 
 from __future__ import annotations

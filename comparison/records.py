@@ -1,15 +1,8 @@
 """One run's record: `RunRecord`, what `compare.py --json` writes for every run and every table is drawn from.
 
-A record is made once, when a run ends: from the agent's `AgentResult` (`result_record`), or, when the
-contender raised instead of returning, from the trace events seen before it raised (`raised_record`), with
-what it raised masked by `error_text` (URL credentials, e-mails, street addresses) before it is shown,
-logged or written anywhere. Everything else a model or a tool wrote is masked the same way as the record is
-made: the trace lines' tool names and details (our agents mask them already; a contender that did not would
-otherwise leak), and the answer. The answer is the model's words to the customer, but a record is not the
-customer's screen: it is written to files and pages that are passed around, and a model that repeats the
-customer's address or e-mail puts it there. `compare.py chat`, where the customer reads the answer, shows
-it from the result itself, unmasked. The small readings of a record that the lessons and both renderers share
-(`pick`, `first`, `cart_text`, `short_outcome`) live here too. Nothing here runs an agent.
+Made once when a run ends, from its `AgentResult` (`result_record`) or from the trace seen before it raised
+(`raised_record`). What a model or tool wrote, and what a contender raised, is masked as the record is made,
+because records go to files and pages that are passed around. The small readings the renderers share live here.
 """
 
 from __future__ import annotations

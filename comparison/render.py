@@ -1,13 +1,8 @@
 """Terminal rendering: the traces in the seed's format, the side-by-side tables, the closing tables, the spinner.
 
-Everything a reader sees in the terminal is drawn here, with rich, from `RunRecord`s (never from the agents):
-per scenario its lesson, each run's trace, a table of stop reasons, calls, tokens per step, wall time and
-cart, what the user would be told, and what to notice; at the end the guard matrix and "who owns what".
-A run whose trace equals an earlier one in the same scenario is named instead of printed again. Output is
-readable at 100 columns on a pipe or in a file. `Progress` is the live spinner of a real-model run.
-Every string that came from a model, a tool or a user (answers, trace details, tool names, cart titles, error
-texts) goes through `sanitize.clean_line` or `clean_text` on its way into a `Text`, so it cannot drive the
-terminal; strings are never handed to rich as markup. Nothing here runs an agent or imports one.
+Drawn with rich from `RunRecord`s, never from the agents, readable at 100 columns on a pipe. Every string from a
+model, a tool or a user passes `sanitize.clean_line`/`clean_text` on its way in, and is never handed to rich as
+markup, so it cannot drive the terminal. `Progress` is the spinner of a real-model run.
 """
 
 from __future__ import annotations

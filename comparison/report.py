@@ -1,15 +1,8 @@
 """The HTML report: one self-contained page rendered from the JSON document `compare.py --json` writes.
 
-`render_report(document)` returns a complete HTML page with inline CSS and inline SVG pictures drawn here (no
-JavaScript, no external file, nothing fetched), so the page opens offline and can be mailed around. It shows,
-per scenario, the lesson, a tokens-per-step chart with every contender (contenders whose lines coincide are
-drawn once and named together), the side-by-side tables, what to notice and each run's trace, with a waterfall
-of its model and tool calls on a time axis above it (`waterfall_svg`); then the guard matrix (when a run tested
-a guard), the "who owns what" table and a picture of our graph, laid out here from its nodes and edges, with
-LangGraph's mermaid text folded under it. The page reads on a 420 px phone: pictures
-scale to the screen and wide tables scroll sideways in their own box. It reads only the document (plain dicts
-and lists): no agent, model or store is imported. Every value reaches the page through `esc`, which makes
-control characters visible before HTML-escaping.
+Inline CSS and SVG, no JavaScript, nothing fetched: per scenario the lesson, a tokens-per-step chart, the tables,
+what to notice and each run's trace under a waterfall of its calls; then the guard matrix, the seed's table and
+our graph. It reads only the document, fits a 420 px phone, and every value passes `esc`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """Untrusted text made harmless for a terminal, an HTML page or a JSON file, before any of them sees it.
 
-Every string the comparison shows that came from a model, a tool or a user (answers, trace details, tool
-names, cart titles, error texts, what someone typed) can carry control characters. A terminal obeys them:
-ESC starts sequences that set the window title, clear the screen or write the clipboard (OSC 52), a carriage
-return overwrites the start of a line, and bidirectional overrides reorder what is shown. A model cut off in
-the middle of an emoji leaves a lone surrogate, which cannot be encoded, so printing it raises
-UnicodeEncodeError. `clean_text` (line breaks kept, for answers) and `clean_line` (one line, for trace lines,
-table cells and error messages) make such characters visible instead, as ``\\x1b``; `escape_for_json` does the
-same losslessly for JSON text, as ``\\u001b``-style escapes. Nothing here masks personal data: that is
-`shared_tools.guards.mask_pii`, which records apply before they are shown or written.
+Text from a model, a tool or a user can carry control characters a terminal obeys (escape sequences, carriage
+returns, bidirectional overrides) or a lone surrogate that cannot be encoded. `clean_text` and `clean_line` make
+them visible (``\\x1b``); `escape_for_json` does so losslessly. Masking personal data is `guards.mask_pii`'s job.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import sys
 
 from shared_tools.guards import mask_pii
 
@@ -66,15 +59,3 @@ class SafeLogFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return clean_text(mask_pii(super().format(record)))
-
-
-def configure_logging(verbose: int) -> None:
-    """Log to stderr through `SafeLogFormatter`: errors only by default (the agents log every tool failure as a
-    warning, and in this demo those failures are the point, shown in the traces), -v info, -vv debug."""
-    level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
-    if verbose == 0:
-        # MAF logs every failed tool call at ERROR ("Function check_stock failed"): here that is a shown result.
-        logging.getLogger("agent_framework").setLevel(logging.CRITICAL)

@@ -1,16 +1,9 @@
 """The hand-written agent loop: call the model, classify its reply, run the tools it asked for, check the budgets.
 
-`AgentLoop` is the Python port of the seed article's .NET `AgentLoop` ("Writing an Agent Loop from Scratch",
-in which `FunctionInvokingChatClient` is the framework piece that runs tools for you) over any langchain-core
-chat model and any list of LangChain tools. It owns the loop and therefore the stopping rules: a final answer,
-an invalid reply, the budgets of `AgentLimits` (judged in one place, `AgentLimits.check`), and cancellation (a
-cooperative `cancel` event, or cancelling the task). With `on_token` the reply is streamed (`stream_reply`: the
-chunks merged by hand into the reply `ainvoke` would have given, a cancel or the time budget stopping it
-mid-reply). Every reply is classified into one of three typed steps
-(`FinalAnswer`, `CallTools`, `InvalidResponse`, from the companion F# lesson), every tool call gets exactly
-one ToolMessage, and every stop is a `RunStopped` raised where the reason is found and caught once in `arun`,
-as mini-swe-agent does. The guards' texts come from `shared_tools.guards`, so both agents feed the model the
-same words. There is one implementation, async; `run` only drives it. Nothing here knows about the bookstore.
+`AgentLoop` ports the seed article's .NET `AgentLoop` to any langchain-core chat model and LangChain tools. It owns
+the stopping rules: an answer, an invalid reply, the budgets of `AgentLimits`, a cancel. Each reply becomes a typed
+step (`shared_tools.steps`), every tool call gets one ToolMessage, and every stop is a `RunStopped` caught once in
+`arun`. One implementation, async; `run` only drives it. Nothing here knows about the bookstore.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`GraphAgent`: the guarded graph behind the hand-written loop's contract, options in and `AgentResult` out.
 
-The caller gives instructions and a goal and gets the same `AgentResult` as from `handwritten.AgentLoop`,
-built from the same `AgentOptions`. `arun` streams the guarded graph with a fresh set of per-run counters,
-reads the stop reason from the final state (or the approval requests a paused run carries) and the counts
-from the counters; `run` is a thin sync driver over it. `adrive` is the one place a graph run becomes an
-`AgentResult`; `GraphSession` uses it for every turn, resume and continuation of a checkpointer thread. When
-the task running it is cancelled, `adrive` writes what happened into the thread before the cancellation goes
-on (`record_cancellation`), so the next question starts from a history that tells the truth.
+`arun` streams the graph with fresh per-run counters and reads the stop reason and counts from the final state;
+`run` is a thin sync driver. `adrive` is the one place a graph run becomes an `AgentResult` (sessions use it for
+every turn, resume and continuation), and a cancel is written into the thread before it goes on.
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
 from langgraph_version.graph import CHECK, ERRORS, MODEL, TOOLS, build_guarded_graph, recursion_limit_for
-from langgraph_version.run import Durability, OpenCalls, RunRecord
+from langgraph_version.run import Durability, OpenCalls, RunRecorder
 from langgraph_version.state import fresh_counters, stopped, usage_of
 from shared_tools import telemetry
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, OptionKeywords, StopReason, agent_options
@@ -142,7 +138,7 @@ class GraphAgent:
         if count_stretch and not isinstance(graph_input, dict):
             earlier = (await graph.aget_state(config)).values
             before = usage_of(earlier) if "model_calls" in earlier else None
-        run = RunRecord(self.options.on_event, self.options.on_token)
+        run = RunRecorder(self.options.on_event, self.options.on_token)
         try:
             await run.stream(
                 graph,

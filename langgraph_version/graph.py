@@ -1,19 +1,9 @@
 """The guarded graph: the hand-written loop's guards as LangGraph nodes, state and routers.
 
-A round is `model` (one model call, the seed's "step") and `tools` (one tool round); a round that had an
-error result goes through `errors`, which counts consecutive error rounds and ends the run after too many;
-every round ends in `check`, which applies the shared budget rule (`AgentLimits.check`) and LangGraph's own
-budget, the recursion limit. Every exit is a `stop_reason` written into state and read by a small pure
-router, so the picture LangGraph draws of this graph is the whole control flow. The framework gives us the
-state machine, message merging, checkpoints, `interrupt()` for approvals and `RemainingSteps`; the guards
-(repeat rule, unknown tool, invalid arguments, hidden error details, truncation, approval, budgets) are ours,
-with the same `shared_tools.guards` texts as the hand-written loop. Nodes and routers are all async, pure
-ones included, because an async run hands every sync node or router to a worker thread; sync callers go
-through `GraphAgent.run`, which drives `arun`. With `on_token`, the model node's `ainvoke` streams because the run
-is streamed in LangGraph's "messages" mode (`run.RunRecord`), and `run.invoke_model` lets a cancel stop it
-mid-reply. Every node runs `on_the_run_clock`, which is how a resumed or
-continued run leaves the time it was not running off its time budget without writing to state from outside
-a node.
+A round is `model` (one model call) and `tools` (one tool round), through `errors` after an error result, ending
+in `check` (the shared budget rule and the recursion limit). Every exit is a `stop_reason` in state read by a small
+pure router, so LangGraph's picture of the graph is the whole control flow. LangGraph gives the state machine,
+checkpoints and `interrupt()`; the guards are ours, with the hand-written loop's texts.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """What of a long thread the guarded graph's model is sent: the history policy, with LangChain's own tools.
 
-The thread keeps every message (the checkpointer stores them all); `visible_history` chooses what one model
-call sees: the system message, the conversation summary when there is one (`shared_tools.history`: it stands
-right after the system message and is not a user turn), and the last `keep_turns` user turns with everything
-that followed them. It is `langchain_core.messages.trim_messages` with a "token" counter that counts user
-turns, so the cut always falls just before a user message: never between a reply with tool calls and its
-results, which would send an orphan ToolMessage (or an unanswered call) that providers reject. The summary is
-kept the way the system message is, outside the trimmed part, because `trim_messages` keeps only a system
-message at the head.
+The thread keeps every message; `visible_history` sends the system message, the summary if any, and the last
+`keep_turns` user turns with what followed them: `trim_messages` with a counter of user turns, so the cut never
+falls between a reply with tool calls and its results.
 """
 
 from __future__ import annotations

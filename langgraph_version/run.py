@@ -1,17 +1,9 @@
 """One run of any of our LangGraph agents as its caller sees it: the trace it emits and the result it returns.
 
-All three LangGraph contenders (the guarded graph, the defaults graph, `create_agent`) report the same way:
-the node that makes a trace line calls `emit`, which hands it to the run's `RunRecord` through LangGraph's
-run `context` (`RunContext`), while the node is still running, so a cancel set by `on_event` is seen by the
-very next check; `RunRecord` logs the line, keeps it and passes it on to the caller's `on_event`. The record
-also streams the graph's full state after every superstep, so a run that LangGraph aborts still has its
-partial history, and it keeps the tool round in progress (`OpenCalls`), so a run whose task is cancelled
-mid-round can still tell the thread which calls finished, which were cut off and which never started. It
-turns what it saw into the shared `AgentResult`. `stop_reason_for` is the typed step of `shared_tools.steps`
-as a stop reason, the one rule for how a reply ends a run in all three graphs. With `on_token` the record also
-streams LangGraph's ``"messages"`` mode, which makes every model call inside a node stream (the node keeps its
-`ainvoke`), and hands the model node's chunks on as `Token`s; `invoke_model` is that `ainvoke`, stopped
-mid-stream by the run's cancel event.
+The three LangGraph contenders report alike: a node calls `emit`, which reaches the run's `RunRecorder` through
+LangGraph's run `context` while the node still runs. The record keeps the latest full state and the tool round in
+progress, so an aborted or cancelled run still tells what finished, and turns it into the shared `AgentResult`.
+`stop_reason_for` is the one rule for how a reply ends a run; `invoke_model` is the model call a cancel can stop.
 """
 
 from __future__ import annotations
@@ -80,9 +72,9 @@ class RunContext:
 
     cancel: threading.Event | None = None
     record: Callable[[TraceEvent], None] | None = None
-    """The run's `RunRecord.record`."""
+    """The run's `RunRecorder.record`."""
     calls: OpenCalls | None = None
-    """The run's `RunRecord.calls`."""
+    """The run's `RunRecorder.calls`."""
     started_at: float | None = None
     """Where the clock of a resumed or continued run stands: the saved `started_at` moved on by the time since
     the thread's last checkpoint was written (a human deciding, a process down, a model outage), which is not
@@ -185,7 +177,7 @@ def stop_reason_for(reply: AIMessage) -> StopReason | None:
             return StopReason.INVALID_RESPONSE
 
 
-class RunRecord:
+class RunRecorder:
     """What one run has produced so far: the last full state, the trace lines, the approvals it paused on."""
 
     def __init__(

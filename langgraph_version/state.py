@@ -1,24 +1,8 @@
 """What the guarded graph remembers: the message history plus the per-run counters, as LangGraph state.
 
-`AgentState` holds the messages (merged by `add_messages`, so nodes return only what they add) and what the
-hand-written loop keeps in its `RunUsage` and repeat counts: model calls, tool calls, tokens, consecutive
-error rounds, the repeat counts and the start time. The stop reason is state too, so the caller reads *why*
-a run ended as a value instead of parsing a message. Counters have no reducer: exactly one node writes each
-of them per superstep (nothing else ever writes them: a `Command(update=...)` on a resume is stored on the
-paused checkpoint and applied again, with every earlier one, on each later resume), and each run starts them
-from `fresh_counters()`, so a session's second `ask` gets fresh budgets while its messages persist. `customer`
-is not per run: the thread's owner, written with a session's first turn. `usage_of` reads the counters back
-as the shared `RunUsage`, so the graph judges its budgets with the same `AgentLimits.check` as the loop.
-
-How `messages` is checkpointed (issue 13): LangGraph's default channel for a reducer stores the whole list in
-every checkpoint, so a thread's storage grows with turns squared (200 turns: 172 MB in SQLite). `messages` is
-a `DeltaChannel` instead (BETA in langgraph 1.2: its on-disk form may change): a checkpoint stores only what
-was added, and a full copy every `SNAPSHOT_EVERY` updates; reading a state replays the writes since the last
-copy. Its reducer must give the same list however LangGraph batches the writes it replays, so it is
-`add_messages` folded over the writes one by one (`add_message_batches`), and the ids it gives messages that
-have none are derived from the list, not random, so a replay gives every message the id it had when it was
-written (a `RemoveMessage` names messages by id). `full_messages_channel()` is LangGraph's default channel,
-for a session that asks for it (`GraphSession(storage="full")`).
+`AgentState` holds the messages (merged by `add_messages`), the counters the loop keeps in `RunUsage` (reset per run
+by `fresh_counters`, one writer each, no reducer), the stop reason as a value, and the thread's `customer`.
+`usage_of` reads the counters as `RunUsage`, so the graph judges budgets with the loop's `AgentLimits.check`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """`MafAgent`: Microsoft Agent Framework's `Agent` behind the other agents' contract, options in, result out.
 
-MAF runs the tool loop (`FunctionInvocationLayer`); this file maps `AgentOptions` onto its settings (`MafSettings`),
-watches the run through MAF's middleware (one chat middleware per model call, one function middleware per tool
-call: the trace, the cancel) and derives the stop reason. At a limit MAF asks the model once more with tools
-disabled and returns that text as if done: such a run is MAX_STEPS, TIME_BUDGET or TOO_MANY_ERRORS, its text kept
-as `AgentResult.forced_answer`, never as the answer."""
+MAF runs the tool loop; this file maps `AgentOptions` onto its settings, watches the run through MAF's middleware
+(the trace, the cancel) and derives the stop reason. At a limit MAF asks the model once more without tools and
+returns that text as if done: such a run is stopped, its text kept as `AgentResult.forced_answer`.
+"""
 
 from __future__ import annotations
 

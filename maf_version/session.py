@@ -1,10 +1,8 @@
 """`MafSession`: a multi-turn conversation on MAF's `AgentSession`, kept across a restart in a JSON file.
 
-MAF gives the conversation itself: `AgentSession` holds the history (its `InMemoryHistoryProvider`), the
-pending approval requests it will accept answers to, and `to_dict`/`from_dict`. What is written here: the file
-(MAF's dict with our header, whose customer a session for anyone else refuses, written whole or not at all after
-every turn), one turn at a time, the turn a cancel cut short (MAF keeps nothing of a run that raised), and
-`rewind` (MAF has none: the stored history is cut before a user turn); a history window is `WindowedHistory`.
+MAF gives the history, the pending approvals and `to_dict`/`from_dict`; written here: the file (whole or not at
+all, bound to its customer), one turn at a time, the turn a cancel cut short, `rewind` (MAF has none) and the
+history window (`WindowedHistory`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The texts and small pure checks behind every loop guard, shared so both agents say the same thing.
 
-Nothing here knows about the bookstore or about either loop: the hand-written loop calls these
-functions inline, the LangGraph version calls them from its nodes. Keeping the wording in one place
-is what lets the tests assert that both implementations feed the model *identical* error results.
-Every refusal carries its `Guard` as well as its text (`Refusal`), and `tool_answer` puts that fact
-on the trace line, so what a guard decided is recorded where it is decided, never recovered later
-from the wording.
+Nothing here knows the bookstore or either loop. Every refusal carries its `Guard` beside its text (`Refusal`),
+and `tool_answer` puts it on the trace line, so what a guard decided is recorded where it is decided.
 """
 
 from __future__ import annotations
@@ -207,8 +203,8 @@ def truncate(text: str, max_chars: int | None) -> str:
     return f"{text[:max_chars]}... [truncated {cut} characters]"
 
 
-# The lookbehind starts a match only where a run of address characters starts. Without it, a 50,000-letter
-# argument with no "@" was rescanned from every position (quadratic: 6 s per trace line, found by fuzzing).
+# The lookbehind starts a match only where a run of address characters starts, so a long argument with no "@" is
+# scanned once, not from every position (which is quadratic: seconds per trace line for 50,000 letters).
 _EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 # Between the words of an address: white space, or white space as it reads inside JSON text ("12\nBaker St").
 _GAP = r"(?:\s|\\[nrt])+"

@@ -1,19 +1,9 @@
 """The history policies both sessions share: what a turn is, the summary message, and what a rewind reports.
 
-A long conversation costs twice: every model call re-sends the whole history (tokens grow with the turns)
-and a checkpointer stores it again with every checkpoint. Both sessions take the same two policies with the
-same meaning. `keep_turns=N`: the model is sent the system message and the last N user turns, each with
-everything that followed it (never cut between a reply and its tool results); the whole history is still
-stored. `summarize=True` (with `keep_turns`): turns that fall out of the window are folded into one summary
-message, written by the session's model, which stands right after the system message; the folded messages
-are removed from the stored history. The summary message is a `HumanMessage` marked the way LangChain's
-`SummarizationMiddleware` marks its own (``additional_kwargs["lc_source"] == "summarization"``), and is not
-a user turn; it is also marked `guards.FORGOT_CALLS` (the store still holds the folded calls' ids as request
-keys, so every later call gets a fresh id), as a rewind marks the system message (`forgetting_calls`).
-`summary_request` is the prompt a session sends its model (without tools) to write that summary: one system
-message, `SUMMARY_INSTRUCTIONS`, which also marks the request for the scripted model, and one message holding
-the earlier summary and a plain-text transcript of the folded turns (`transcript`).
-`Rewound` is what `rewind` on either session reports.
+`keep_turns=N` sends the model the system message and the last N user turns (the whole history stays stored);
+`summarize=True` folds turns that fall out of the window into one summary message, marked as LangChain's
+`SummarizationMiddleware` marks its own and as forgetting calls (`guards.FORGOT_CALLS`), so later calls get fresh
+ids. `summary_request` is the prompt for that summary; `Rewound` is what a rewind reports.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The contract both agents share: options and limits in, a result with an honest stop reason out.
 
-`AgentOptions` is the one set of knobs both agents take, with one set of defaults; `AgentLimits` is the one
-place where budgets live (``None`` means "no limit") and, with `AgentLimits.check`, the one rule for when a
-run must stop, judged on the `RunUsage` the run has spent so far (PydanticAI's `UsageLimits` works the same
-way). `StopReason` says why a run ended as a value a program can branch on (never only text in a message);
-`RunStopped` is how a run ends itself from deep inside a step; `CustomerMismatch` is how either session refuses
-to show one customer's conversation to another. `TraceEvent` is one line of the per-step trace, with the guard
-that decided a tool result as a typed field (`Guard`), so no reader has to recognise a guard by its wording.
-`AgentResult` is what `handwritten.AgentLoop` and `langgraph_version.GraphAgent` both return, so the comparison
-can put them side by side without knowing which one produced a result. `Token` is one streamed piece of a reply
-(`AgentOptions.on_token`), with its kind (answer text or the model's plan) as a typed field. "The seed" is the
-.NET article this project ports ("Writing an Agent Loop from Scratch", see the README).
+`AgentOptions` are the knobs both agents take; `AgentLimits` the budgets (``None``: no limit), judged by
+`AgentLimits.check` on the `RunUsage` spent. `StopReason` says why a run ended as a value; `TraceEvent` is one
+trace line with the deciding `Guard` as a typed field; `AgentResult` is what every agent returns; `Token` is one
+streamed piece of a reply.
 """
 
 from __future__ import annotations

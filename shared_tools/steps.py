@@ -1,10 +1,8 @@
 """The three shapes a model reply can take, decided in one place for both agents.
 
-The typed steps come from the seed article's companion F# lesson ("The Agent Loop", a discriminated union
-`FinalAnswer | CallTools | InvalidResponse`). A reply either asks for tools (`CallTools`), answers the user
-(`FinalAnswer`), or is unusable (`InvalidResponse`: empty, cut off at its length limit, or only tool calls that
-could not be parsed). The hand-written loop matches on these directly; the LangGraph model node turns them into
-a stop reason in graph state. One definition keeps the two from disagreeing about when a run is done.
+From the seed's companion F# lesson: a reply asks for tools (`CallTools`), answers (`FinalAnswer`) or is unusable
+(`InvalidResponse`: empty, cut at its length limit, or only unparseable calls). The loop matches on these; the
+graph's model node turns them into a stop reason.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`run_blocking`: drive one of the agents' async methods to completion from sync code.
 
-Both agents are written once, async (`arun`, `aask`, `aresume`); their sync methods (`run`, `ask`, `resume`)
-are thin drivers over this, as PydanticAI's `run_sync` is over `run`. It exists, instead of a bare
-`asyncio.run`, for four small reasons: a clear error naming the async method to await when it is called
-from inside a running event loop; a Ctrl-C that lands while the event loop is being built; keeping the
-finished result out of asyncio's task repr; and a blocking call that never returns (a sync-only model that
-hangs) must not hold the caller after the time budget ended the run, which `asyncio.run` would, because it
-waits for its executor's threads on the way out.
+The sync drivers (`run`, `ask`, `resume`, ...) are thin wrappers over this, as PydanticAI's `run_sync` is. Unlike a
+bare `asyncio.run` it names the async method to await when called inside a running loop, handles a Ctrl-C while
+the loop is built, and does not wait for a hung sync-only model after the time budget ended the run.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The test suite: behaviour tests written once and run on every implementation, with real parts."""

@@ -1,12 +1,8 @@
 """Hostile model output for property tests: a hypothesis strategy of reply sequences and a model that plays one.
 
-`scripts()` draws what a broken, confused or adversarial model might send: the five real tool names and
-invented ones, arguments of the wrong type, missing and extra fields (the hidden ``tool_call_id`` too),
-50,000-character strings, the same call repeated, several calls per turn, reused and missing call ids,
-empty replies, text beside calls, unparseable calls (``invalid_tool_calls``) and replies with or without
-usage. `FuzzModel` plays a drawn script and, once it is used up, keeps answering with a plain final text,
-so a run never fails because the double ran out and a short script still exercises the whole run.
-`soak.py` in benchmarks/ and tests/test_fuzz.py share these strategies.
+`scripts()` draws what a broken or adversarial model might send (invented tools, wrong types, huge strings,
+repeats, reused or missing ids, empty and unparseable replies); `FuzzModel` plays one, then answers with plain
+text, so a short script still runs a whole run. Shared by tests/test_fuzz.py and benchmarks/soak.py.
 """
 
 from __future__ import annotations

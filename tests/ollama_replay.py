@@ -1,19 +1,9 @@
 """A loopback HTTP server that replays Ollama's wire format, so ChatOllama can be tested without Ollama.
 
-This is a replay of the wire format, not a real Ollama: it runs no model and understands nothing. It
-answers `GET /api/tags` with a fixed model list and every `POST /api/chat` with the next scripted
-`ReplayReply`, streamed as NDJSON over chunked HTTP the way Ollama streams (thinking chunks, content
-chunks, one chunk carrying `tool_calls`, then a final `done: true` chunk with `done_reason`,
-`prompt_eval_count`, `eval_count` and durations). What it proves is that *our* code and ChatOllama's real
-request/response code agree with that format; it proves nothing about how a real model behaves. Every
-request body is recorded for assertions. When the script runs out it answers HTTP 500 with an Ollama-style
-error, so a test that asks for more replies than it scripted fails loudly. Per-reply fault modes
-(`delay_s`, `drop_mid_stream`, `malformed`) exist for reliability tests, and `chunk_delay_s` spaces the lines
-out as a model generating token by token does, for stops in the middle of a stream. As in Ollama, the text
-comes in pieces but the tool calls arrive whole, in one line, and the usage only in the last (``done``) line.
-
-    with OllamaReplayServer(script=[ReplayReply(text="Hi", thinking="Say hi.")]) as server:
-        model = ChatOllama(model="qwen3:4b", base_url=server.base_url)
+It runs no model: `/api/tags` gives a fixed list, each `/api/chat` streams the next scripted `ReplayReply` as
+Ollama's NDJSON, with fault modes (`delay_s`, `drop_mid_stream`, `malformed`). It proves our code and ChatOllama's
+agree with the format, nothing about a real model; a script that runs out answers HTTP 500, so the test fails:
+    with OllamaReplayServer(script=[ReplayReply(text="Hi")]) as server: ChatOllama(base_url=server.base_url, ...)
 """
 
 from __future__ import annotations

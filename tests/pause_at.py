@@ -3,11 +3,7 @@
     python tests/pause_at.py import:<module> compare.py [ARGS...]
     python tests/pause_at.py call:<module>:<attribute>[.<attribute>] compare.py [ARGS...]
 
-``import:`` pauses when <module> is first imported (from compare.py's own imports); ``call:`` pauses when the
-named function is first called (``comparison.files:os.replace`` is `os.replace`, reached through
-the module that calls it). At the point it prints ``PAUSED <point>`` on stderr and sleeps, then goes on. The
-test waits for that line and sends SIGINT, so the interrupt lands where it says, not somewhere near it. Test
-support only: compare.py has no hook of its own.
+At the point it prints ``PAUSED <point>`` on stderr and sleeps; the test waits for that line, then interrupts.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Human approval for risky writes, and idempotent writes: both implementations, real LangGraph, real SQLite.
 
-The hand-written loop asks a sync `approve` callback; the graph pauses with `interrupt()` and is answered with
-`GraphSession.resume` (here also from a second process on the same SQLite thread). A refused call becomes the
-shared error text and leaves the cart as it was. The time a human takes to decide is not the agent's: in both,
-the time before the question still counts against the time budget, the wait does not. The idempotency tests
-show the double add that happens without the tool-call id: once for a plain retry, once for the node re-run
-that LangGraph does after a resume.
+A refused call becomes the shared error text and leaves the cart as it was; the human's wait never counts against
+the time budget; and without the tool-call id a retry or a re-run node adds a book twice.
 """
 
 from __future__ import annotations

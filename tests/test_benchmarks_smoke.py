@@ -1,10 +1,7 @@
 """The benchmark scripts run end to end with tiny N and write what they promise; no time is asserted.
 
-Each script is started the way the README says (`python benchmarks/X.py ...`, in a fresh process from the
-project root), so a broken import path or a crash in the table code fails here. The checks are on behaviour
-the numbers rest on: every overhead variant did the seed job, token counts are deterministic and the cut keeps
-the outcome, a parallel turn made its calls, the start-up breakdown names the scenarios it ran, and the soak
-run counts every example it drew.
+Each is started as the README says, in a fresh process, and checked on what its numbers rest on (every variant
+did the job, token counts are deterministic, the soak run counts every example).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """`compare.py chat` as a conversation: the answer streamed token by token, `/rewind`, `/history`, the history window.
 
-Through the function API (`compare.main` with stdin replaced) and through a real subprocess fed on stdin, on both
-contenders: the answer appears as the model writes it with the trace lines in between, `/rewind` takes turns
-back but never the cart (read from the store file afterwards), `/history` lists the turns (with checkpoint ids on
-the graph), `--keep-turns` bounds what the model is sent, and reopening a thread counts its turns without walking
-the checkpoint history. Offline: the scripted model.
+Through `compare.main` with stdin replaced and through a real subprocess, on the scripted model.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The command line and the report, polished: what a user types and what a reader sees on any screen.
 
-Scenario names may come after options; the installed command calls itself `agent-loop-compare`; an empty
-`--contenders` is a mistake, and so is a selection that runs nothing (said in one line). Trace times keep a
-decimal point and enough digits to be more than zero, with columns that stay aligned past step 9. The HTML
-report draws the graph as an SVG picture (the mermaid text folded under it), says when chart lines coincide,
-fits a 420 px phone screen, and leaves out a guard matrix no run filled. Each test fails on the behaviour
-before these changes (`python compare.py bookstore --no-trace orders` was an error, every trace time read
-``0,0s``, the graph was mermaid source only, ...).
+Options in any order, the installed command's name, selections that run nothing, trace times and columns, the
+graph as SVG, coinciding chart lines, a 420 px phone screen, and no empty guard matrix.
 """
 
 from __future__ import annotations
@@ -153,7 +148,7 @@ def test_a_selection_that_runs_nothing_says_so(capsys: pytest.CaptureFixture[str
 
 
 def test_the_real_session_scenario_with_create_agent_is_not_silent(capsys: pytest.CaptureFixture[str]) -> None:
-    """The issue's own command: `--contenders create-agent session` printed nothing and exited 0."""
+    """`--contenders create-agent session` runs nothing, and says so instead of printing nothing and exiting 0."""
     code = compare.main(["--contenders", "create-agent", "session", "--no-trace"])
     captured = capsys.readouterr()
     if compare.contenders_running(SCENARIOS_BY_NAME["session"], ["create-agent"]):

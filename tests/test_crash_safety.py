@@ -1,15 +1,8 @@
 """Crash safety: a session killed with SIGKILL mid-turn loses no finished turn and adds no book twice.
 
-A child process runs a `GraphSession.sqlite` (sync durability) over a `BookStore` in a SQLite file, with every
-tool taking 0.5 s. Turn 1 (an order question) finishes; turn 2 (the seed goal) is killed at a chosen point:
-while a stock check runs, or right after add_to_cart has written to the store but before its graph node
-finished (the child's `on_event` blocks there, so the kill lands between the store's commit and the
-checkpoint). This process then reopens the same thread and store and finishes the turn with
-`continue_unfinished`, which re-runs the interrupted node with the saved tool-call ids. Without the call id
-(``idempotent=False``) the same crash adds the book twice, which is the point of the id. The killed process
-never released its turn of the thread; on SQLite the next process takes it over, because its holder is dead;
-on Postgres (the same test on `GraphSession.postgres`) the server ended the dead client's transaction, and
-its advisory lock with it.
+A child process runs a SQLite (or Postgres) `GraphSession` and is killed during a stock check or right after
+add_to_cart committed; this process reopens the thread and finishes the turn with `continue_unfinished`. Without
+the tool-call id the same crash adds the book twice; the dead process's turn lock is taken over.
 """
 
 from __future__ import annotations

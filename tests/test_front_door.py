@@ -1,12 +1,8 @@
 """The front door under attack: bad paths, hostile text, a human at the prompt, and Ctrl-C at chosen moments.
 
-Every failure that is not a bug must end with one line on stderr and a documented exit code (compare.EXIT_*),
-found before any work starts, with nothing written or left behind. Every string a model, a tool or a user
-wrote must reach the terminal, the HTML report and the JSON without control characters that drive a terminal,
-and without personal data (`guards.mask_pii`). `compare.py chat` asks the human at the prompt before a risky
-write, gives each thread its own customer and cart, and says so in one line when another process saved its
-conversation meanwhile. The Ctrl-C tests run `tests/pause_at.py`, which pauses a real `compare.py` process at
-a named import or call, then send it SIGINT there.
+Every failure that is not a bug is one line on stderr and a documented exit code, found before work starts, with
+nothing left behind; hostile text reaches no output with control characters or personal data; Ctrl-C lands at
+named points through tests/pause_at.py.
 """
 
 from __future__ import annotations
@@ -430,7 +426,7 @@ def test_chat_says_in_one_line_when_another_process_saved_the_conversation(
 
 
 def test_a_demo_rerun_with_the_same_session_db_starts_the_session_afresh(tmp_path: Path) -> None:
-    """The persisted session scenario used to raise SessionConflict for the hand-written loop on a second run."""
+    """The persisted session scenario run twice in a row: the second hand-written run raises no SessionConflict."""
     path = tmp_path / "runs.json"
     argv = ["session", "--contenders", "handwritten,langgraph", "--no-trace", "--json", str(path)]
     for _ in range(2):

@@ -1,14 +1,8 @@
 """Property tests: both agents survive hostile model output with every guarantee intact.
 
-A `FuzzModel` plays a hypothesis-drawn reply sequence (tests/fuzz_model.py) against a fresh `BookStore`
-and the real tools; `check_example` then lists every broken property instead of stopping at the first, so
-the soak run (benchmarks/soak.py) can count failures with the same code. The properties: the run returns
-(nothing raises) within `max_steps` model calls with a stop reason that fits what happened; every tool call
-gets exactly one ToolMessage, right after its reply and in call order; tokens are the sum of the reported
-usage; the repeat, consecutive-error and token budgets stop where they should; the store keeps its
-invariants, a rejected call changes nothing, and the cart holds exactly what the successful adds added. A
-last property runs the same script through both implementations and expects the same run. CI runs the
-"ci" profile (derandomized, so a failure reproduces); HYPOTHESIS_PROFILE=soak runs many more examples.
+A `FuzzModel` plays a drawn reply sequence against a real store and tools; `check_example` lists every broken
+property (stop reason, one ToolMessage per call, tokens, budgets, store invariants, the cart) so benchmarks/soak.py
+counts with the same code. CI runs the derandomized "ci" profile; HYPOTHESIS_PROFILE=soak runs many more.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """What only the LangGraph version has: the recursion-limit mapping, LangGraph's defaults, sessions, the diagram.
 
-The shared guard behaviour is tested once for both agents in `test_behaviour.py`; this file proves the graph-only
-claims with real LangGraph runs: the recursion limits give exactly `max_steps` model calls in both graphs, the
-guarded graph never runs into its recursion limit whatever the limit, error rounds go through the `errors` node,
-the defaults graph behaves as LangGraph ships (a tool's exception propagates, ToolNode's own error texts, no
-repeat rule), the `create_agent` contender stops where its middleware says (and its trace says when its error
-middleware hid an exception's text), checkpointer sessions (memory and SQLite, across a process restart, sync
-and inside one event loop) keep threads apart, and the graph's shape matches the committed Mermaid diagrams.
-Regenerate the diagrams after an intended change with ``UPDATE_SNAPSHOTS=1 python -m pytest tests/test_graph.py``.
-Sessions under attack are in `test_graph_sessions.py`.
+Real LangGraph runs: exactly `max_steps` model calls, the `errors` node, the defaults graph and `create_agent` as
+shipped, checkpointer sessions that keep threads apart, and the graph's shape against the committed diagrams
+(regenerate with ``UPDATE_SNAPSHOTS=1 python -m pytest tests/test_graph.py``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The LangGraph session's own side of long conversations: storage, the window, summaries and time travel.
 
-What every kind of session shares is in tests/test_long_sessions.py; here are the graph's details, in memory
-and in SQLite: the `DeltaChannel` reducer (batching-invariant, same ids on every replay), the storage bound of
-a long thread (bytes, not time), pruning that keeps the crash and approval guarantees, `rewind` as a fork that
-keeps the old branch, `replay` that re-runs a tools node without adding a book twice, `turn_history`, and the
-refusals (paused, unfinished, another customer, another storage).
+In memory and in SQLite: the delta channel's reducer, the storage bound of a long thread, pruning, `rewind` as a
+fork, `replay` without a double add, `turn_history`, and the refusals.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """`GraphSession` under attack: real LangGraph, real SQLite, real processes.
 
-Each test here was a way to break a conversation kept in a checkpointer thread: two risky calls in one reply,
-or a model outage followed by two restarts, left a thread that raised `InvalidUpdateError` on every later call,
-and once past that, a "no" to the second call was read as the "yes" to the first (a property test drives
-every mix of yes and no, outages and reopened sessions); a reply with an integer msgpack cannot hold failed
-its checkpoint write; the time budget of a resumed run either counted the human's wait or forgot the time
-before the pause, across processes too; cancelling the task mid-round left a thread that would run its tools
-again; two turns at once, in one process or in two, lost one of them; a thread opened for another customer
-showed them the first one's conversation. Leaving a SQLite session's `with` block by an exception mid-run is
-run many times in fresh processes to show it never crashes the interpreter. What both implementations share
-is tested once, for both, in `test_behaviour.py` and `test_approval.py`.
+Two risky calls in one reply, outages and restarts, mixed yes and no answers, huge integers in a reply, the time
+budget across a pause, a cancel mid-round, two turns at once, another customer's thread, and closing a SQLite
+session while LangGraph writes, in fresh processes.
 """
 
 from __future__ import annotations

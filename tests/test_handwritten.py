@@ -1,4 +1,4 @@
-"""Tests of the hand-written loop and session: every rule of issue 3, driven by fixed-script and scripted models.
+"""Tests of the hand-written loop and session: every rule of the loop, driven by fixed-script and scripted models.
 
 Small local tools record what actually ran, so a guard that "blocks" a call is checked by the call not
 happening, not only by the text the model got. Cancellation and time budgets use a model that waits on an

@@ -1,15 +1,8 @@
 """Every sentence the comparison prints is true of the records it was made from, whichever model ran.
 
-Each scenario is run through the public runner (`run_scenario`, in-memory store, scripted model) by every
-contender it has, with each scenario's own persona, with `scripted:shopper` everywhere and with the seeded
-`scripted:noisy` model (three seeds), so the same sentences meet runs that behave very differently. Every
-"what to notice" point and every guard-matrix cell must then match one of the claim forms below, and each claim
-is checked against the records by code written here, independently of `lessons` and `closing`: "12 identical
-check_stock calls" is true only if the trace holds twelve calls of check_stock with the same arguments, "the
-repeat check refused" only if a trace line carries `Guard.REPEAT`, "not exercised" only if nothing in the run
-needed the guard. A sentence that matches no form fails the test: what cannot be checked must not be printed.
-The regressions of the issue are tested by name at the end: a book description saying "did not approve", and
-`--max-steps 50`.
+Every scenario runs through the public runner under its persona, `scripted:shopper` and the seeded noisy model;
+each "what to notice" point and guard-matrix cell must match a claim form below, checked against the records by
+code written here, independently of `lessons` and `closing`. A sentence that matches no form fails.
 """
 
 from __future__ import annotations
@@ -1228,7 +1221,7 @@ def test_the_models_differ_so_the_checks_meet_every_kind_of_sentence(
     assert [r.trace for r in noisy] != [r.trace for r in shopper], "the noisy model really behaves differently"
 
 
-# --- the regressions of the issue, by name -------------------------------------------------------------------
+# --- known traps, by name -------------------------------------------------------------------------------
 
 
 def test_the_shopper_in_the_looping_scenario_is_not_four_identical_calls(

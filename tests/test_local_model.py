@@ -1,10 +1,8 @@
 """The real-model layer on the real model: the bundled SmolLM2-135M on llama-cpp-python's server.
 
-What `llama_server` fixes is checked twice: the bug still there in the stock `chatml-function-calling` handler
-(so a release that fixes it is noticed) and gone in ours. Then `CompatChatOpenAI` (its payloads, the streaming
-fallback, the per-call cap), the server's life (shared, stopped at exit, Ctrl-C and a killed parent included),
-and the one-line exit 3 of every command. Loopback stand-ins only for what a real server cannot show. Skipped,
-with the install line as the reason, where the `local` extra is not installed.
+The stock chat format's escaping bug (still there, and gone in ours), `CompatChatOpenAI`'s payloads, streaming
+fallback and per-call cap, the server's life (shared, stopped at exit, a killed parent) and every command's exit 3.
+Skipped, with the install line as the reason, where the `local` extra is not installed.
 """
 
 from __future__ import annotations

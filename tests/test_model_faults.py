@@ -1,15 +1,8 @@
 """A broken Ollama server, for both agents: each fault ends in one clear error or the time-budget stop.
 
-The model is the real ChatOllama (from `make_model("ollama:qwen3:4b")`) talking to the loopback replay of
-Ollama's wire format (tests/ollama_replay.py), so the request and response code under test is the real
-client's. Faults: the server gone (connection refused), the connection cut after the first chunk, a line
-that is not JSON, a reply slower than the run's time budget, and one slower than the request timeout.
-
-What the caller sees, by design: a failed model call raises `ModelCallFailed` (a `ModelUnavailable`, so
-compare.py exits with "model unavailable") whose message names the server and what happened, with the
-client's exception as ``__cause__``; neither agent catches it, because an outage is not a tool result. A
-reply slower than `max_duration` is not an error: both agents bound the model call by the remaining time
-budget and stop with TIME_BUDGET. In every case the store is untouched.
+The real ChatOllama against tests/ollama_replay.py: a server gone, a cut connection, a line that is not JSON, a
+reply slower than the time budget (TIME_BUDGET) or than the request timeout. A failed call is `ModelCallFailed`
+naming the server, never caught by the agents; the store is untouched.
 """
 
 from __future__ import annotations

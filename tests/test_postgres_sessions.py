@@ -1,13 +1,7 @@
-"""Sessions in Postgres, both agents: `GraphSession.postgres` on LangGraph's saver and the hand-written `Session`
-on its own two tables (`handwritten.postgres`), against a real throwaway cluster (`postgres_url`, a fresh
-database per test).
+"""Sessions in Postgres, both agents, against a real throwaway cluster (a fresh database per test).
 
-What is proved: a thread is remembered by a new session and by other processes; DeltaChannel storage works on
-the Postgres saver past a full snapshot; pruning is LangGraph's keep_latest and bounded; the turn lock lives
-in Postgres (a held turn makes another ask wait, then `ConcurrentTurn`; a cancel while waiting leaves nothing
-locked); a conversation belongs to its customer; the hand-written save keeps the file's conflict rule; and the
-multi-process test: worker processes racing turns on shared conversations, every turn kept exactly once, for
-both agents, starting on an empty database (so the table setup is raced too).
+A thread remembered across sessions and processes, delta storage past a snapshot, pruning, the turn lock in
+Postgres, a conversation bound to its customer, and worker processes racing turns on an empty database.
 """
 
 from __future__ import annotations

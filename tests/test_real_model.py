@@ -1,12 +1,8 @@
 """The bundled real model (SmolLM2-135M on llama.cpp's server, `--model local`) under every contender.
 
-Nobody here wrote this model, so these tests assert invariants, never its words: every stop reason is a
-`StopReason` (or the contender raised, which the record says), every tool call is answered exactly once, the
-trace's tokens are the server's own usage figures, no write passes the approval limits without a yes, every
-sentence the comparison prints is true of the real records (the checks of `tests/test_lessons.py`), a record's
-counters match its trace, a conversation keeps every turn on both agents and both storages, and a cancel or the
-time budget cuts a real reply. One server serves the whole module (`make_model("local")` shares it). Skipped,
-with the install line as the reason, where the `local` extra is not installed; CI installs it.
+Invariants, never the model's words: a stop reason or a recorded raise, every call answered once, the server's own
+token usage, no write past the approval limits without a yes, lessons true of the records, every turn kept, and a
+real reply cut by a cancel or the time budget. One server for the module; skipped with the install line without it.
 """
 
 from __future__ import annotations

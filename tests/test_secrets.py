@@ -1,12 +1,8 @@
 """Secrets and personal data: where a tool's password and a customer's address may and may not end up.
 
-A tool whose exception message holds a connection string with a password (`Faults(failing_tool=...)`,
-`FAKE_SECRET`) must not leak it to the model, the trace, compare.py's JSON and terminal output, or the logs
-(captured at DEBUG for every logger), unless the caller opted in with ``detailed_errors=True``. LangGraph's
-defaults re-raise the tool's exception at the caller, message and all; that is LangGraph's behaviour, so the
-comparison, which shows what a contender raised, masks credentials in URLs (`records.error_text`) before it
-prints, logs or writes the error. E-mail and street addresses in tool arguments are masked in the trace, the
-JSON and the logs.
+A tool's exception holding a password reaches neither the model, the trace, the JSON, the terminal nor the logs
+unless ``detailed_errors=True``; what LangGraph's defaults raise is masked before it is shown; e-mail and street
+addresses in arguments are masked everywhere.
 """
 
 from __future__ import annotations

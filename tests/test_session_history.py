@@ -1,10 +1,7 @@
 """The hand-written session's long-conversation details: its window, its summary, its rewind and its file.
 
-What every session must do alike is in tests/test_long_sessions.py; here is what only `handwritten.Session` has
-or shows: the few lines that cut the window (any history, cancelled turns included, gives a prompt a provider
-accepts: a hypothesis property), the splice that keeps the whole history, the scripted summary and how a hostile
-summary is handled, `rewind` racing an `ask` and rewriting the saved file, and the append-only file (torn last
-line, older formats, revision checks).
+What every session does alike is in tests/test_long_sessions.py; here: the window cut (a hypothesis property), the
+splice, summaries hostile and not, `rewind` racing an `ask`, and the append-only file (torn line, revisions).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Tests for `shared_tools.bookstore.store.BookStore`: catalog facts, search ranking, cart rules, idempotent adds,
-stores shared between objects, threads and processes, and invariants under random operation sequences.
+"""`BookStore`: catalog facts, search ranking, cart rules, idempotent adds, stores shared between objects and threads.
 
-Every test that takes `store` runs twice, on in-memory SQLite and on Postgres (a fresh database on the test
-run's embedded cluster); every test that takes `shared_target` runs on a SQLite file and on Postgres. The
-Postgres-only section tests what only Postgres has: row locks between connections, racing first openings, a
-shared database, a lost connection. Processes hammering one store are in test_store_processes.py.
+Tests taking `store` run on in-memory SQLite and on Postgres, those taking `shared_target` on a SQLite file and on
+Postgres; a Postgres-only section covers row locks, racing first openings and a lost connection.
 """
 
 from __future__ import annotations

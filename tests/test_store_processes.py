@@ -1,10 +1,7 @@
 """Several processes adding to the same carts at once through one store, on a SQLite file and on Postgres.
 
-Each worker process opens the store itself (on a new database, so the openings race to create and seed it), then
-all start together and add: the same request ids as every other worker (exactly one of them may add each), ids of
-their own (every one kept), one copy at a time of a book with few copies (never more in the cart than in stock),
-and one request id per round for different books (one add, the rest refused as a reuse). The test then counts:
-what the workers say they did must be exactly what the store holds, and every invariant must hold.
+Workers race to create the store, then add with shared request ids, their own ids, scarce books and one id per
+round; what they say they did must be exactly what the store holds, with every invariant intact.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Streaming (`AgentOptions.on_token`), for every agent: the streamed run is the same run, and it stops mid-reply.
 
-The hand-written loop merges `astream`'s chunks itself; the graphs stream through LangGraph's
-``stream_mode="messages"``. What must hold for both: a streamed run and a plain one give the same result and
-the same trace for every persona (the merged reply equals what `ainvoke` returns, tool calls, ids and usage
-included); chunked tool calls interleaved by index merge right; `on_token` gets the plan and the text in
-order, and the answer tokens of the last step join into the answer; a cancel set mid-stream, an expired time
-budget and a cancelled task all stop the stream without keeping the half reply, and leave a history (or a
-checkpointed thread) that is valid and can go on. Real models are the scripted model, a test double that
-streams hand-made chunks, and the real ChatOllama against the loopback replay of Ollama's wire format.
+A streamed and a plain run give the same result and trace for every persona; chunked tool calls merge right;
+tokens arrive in order; a cancel, an expired budget or a cancelled task stops the stream and leaves a valid history.
+Models: the scripted one, a chunk-making double and the real ChatOllama against the Ollama replay.
 """
 
 from __future__ import annotations

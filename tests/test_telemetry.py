@@ -1,10 +1,7 @@
 """OpenTelemetry GenAI spans: the span helpers on their own, then every contender that writes spans, then the wire.
 
-Spans are read with the SDK's `InMemorySpanExporter` behind an explicit `TracerProvider` given to the agent
-(`AgentOptions.tracer_provider`), never the global one, which a process can set only once. `SPAN_CONTENDERS` is
-the list every behaviour test runs on: a contender joins the tests by being added to it. A real export goes over
-OTLP/HTTP to a receiver on loopback and is decoded with `opentelemetry-proto`; the command line's `--otel` runs in
-a child process, since it sets the global provider.
+Spans are read from an explicit `TracerProvider` with an in-memory exporter (`SPAN_CONTENDERS` lists who writes
+them); a real export goes over OTLP/HTTP to a loopback receiver; `--otel` runs in a child process.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A model outage after a write landed, and a process killed there: what each conversation keeps of the turn.
 
-The model fails (`ModelCallFailed`) right after add_to_cart has written to the store. The hand-written session
-keeps the calls that finished and their results, as it does for a cancel, and saves them where it is kept (a
-JSON file, Postgres); the graph keeps them in its checkpoints and finishes the turn with `continue_unfinished`.
-Either way, asking again adds no second copy. A SIGKILL is different for the hand-written session: it saves
-after a turn, so a turn killed mid-way is lost as a whole (the README says so), and that is tested exactly.
+The hand-written session keeps the finished calls and saves them; the graph keeps them in its checkpoints and
+finishes with `continue_unfinished`; asking again adds no second copy. A SIGKILL loses the hand-written turn
+as a whole (the README says so), and that is tested exactly.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""The live page in a real browser: headless Chromium (Debian's, through chromedriver and Selenium) against a real
-uvicorn server on 127.0.0.1, the scripted model, SQLite sessions.
+"""The live page in a real browser: headless Chromium through Selenium against a real uvicorn server on 127.0.0.1.
 
-One test walks the presenter's path, because each state builds on the one before: the seed goal in both panes,
-the cart changed behind the agents' backs and the stale badge, an injected write approved in one pane and
-denied in the other, a message the scripted model has no script for, and a reload that shows the conversation
-again. A screenshot of every state goes to tests/artifacts/web/ (not kept in git); the approval state is also
-written to docs/live-demo.png for the README (when missing, or with UPDATE_README_SHOT=1). Skipped, saying
-why, only where Chromium or chromedriver is not installed (`.ci/run` installs both).
+One test walks the presenter's path (seed goal, stale cart, an approval approved and denied, an unknown message,
+a reload) with a screenshot per state in tests/artifacts/web/ (docs/live-demo.png with UPDATE_README_SHOT=1).
+Skipped, saying why, only where Chromium or chromedriver is missing.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The live page's server (`webdemo`): its routes through Starlette's TestClient, its event stream through a real
-uvicorn server on 127.0.0.1, and `compare.py serve`'s command line.
+"""The live page's server (`webdemo`): its routes, its event stream on a real uvicorn server, and `serve`'s options.
 
-Everything runs for real: the scripted model, both agents, SQLite sessions and stores in a temporary data
-folder. What is checked is what a presenter and an attacker would do: the seed goal in both panes, the stale
-cart, approvals answered, denied, timed out and abandoned, one turn at a time, tabs that cannot see each
-other, a restart that keeps the conversation, and every kind of bad request answered with a 4xx and a sentence.
+What a presenter and an attacker would do: the seed goal, the stale cart, approvals answered, denied, timed out and
+abandoned, one turn at a time, tabs that cannot see each other, a restart, and every bad request a 4xx with a
+sentence.
 """
 
 from __future__ import annotations

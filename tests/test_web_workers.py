@@ -1,11 +1,8 @@
 """The live page on Postgres with several workers: any worker serves any request of any tab.
 
-Two kinds of test. In one process, two apps on one database stand for two workers (each with its own pool,
-listener and claims): a tab made on one is served by the other, a turn started on one is refused on the other,
-its events reach a stream opened on the other, a pause is answered there. Then the real thing: `compare.py serve
---workers 2` on a throwaway Postgres, real uvicorn processes on a free 127.0.0.1 port, tabs driven at once over
-HTTP: every turn kept, every store invariant intact, nothing added twice. And the command line: `--workers 2`
-on SQLite is refused with a sentence.
+Two apps on one database stand for two workers (tabs, turns, events and pauses across them); then `serve
+--workers 2` as real uvicorn processes on a throwaway Postgres, tabs driven at once: every turn kept, nothing
+added twice. `--workers 2` on SQLite is refused with a sentence.
 """
 
 from __future__ import annotations

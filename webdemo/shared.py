@@ -1,23 +1,8 @@
 """The live page's state in Postgres, so several server workers (processes, or machines) serve one set of tabs.
 
-With `--data postgresql://...` no worker keeps anything another worker needs: the tab-id secret, each tab's
-settings, which panes are mid-turn (a claim with a lease, taken in one UPDATE, so two workers cannot both start
-a turn on a pane and a dead worker's claim runs out), a snapshot of each pane for a page that connects to
-another worker (transcript, last report, pending approvals, trace so far), the scenario and eval reports, and
-the events themselves. `SharedState` is those tables (prefixed ``webdemo_``, in the URL's own schema).
-
-Events: every `publish` goes through one writer thread per process, which appends the tab's events with a
-per-tab sequence number (taken by updating the tab's row, whose lock is held until commit, so numbers commit
-in order and a reader that has seen number n never misses an earlier one) and sends ``NOTIFY webdemo, '<tab>'``.
-Each worker LISTENs once (`EventBus`) and wakes the streams of the tabs it has open; a one-second poll covers a
-notification lost while the listening connection was being re-made. Events whose type starts with "_" are
-commands between workers (cancel a tab's turns, answer a hand-written approval waiting in another worker):
-acted on by the worker that runs the turn, never sent to a page.
-
-Each tab's store lives in a schema of its own (``web_<key>``, chosen through the connection's ``search_path``),
-so one tab's prompt-injection note or cart never shows in another tab, as with a folder per tab in SQLite mode.
-Its sessions are threads named after the tab in the database's one set of session tables, whose migrations run
-once (`_setup_checkpoints`).
+`SharedState` holds the tab-id secret, settings, turn claims with a lease, pane snapshots, reports and events
+(numbered per tab under the tab's row lock, so a reader never misses one, and announced with NOTIFY to each
+worker's `EventBus`). Events named "_..." are commands between workers. Each tab's store is a schema of its own.
 """
 
 from __future__ import annotations

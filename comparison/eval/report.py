@@ -1,14 +1,8 @@
 """The eval's two faces: the terminal tables (`render_eval`) and the HTML page (`render_eval_report`).
 
-Both read only the document `trials.eval_document` builds (plain dicts), as the comparison's renderers read
-theirs, so the JSON, the table and the page cannot disagree. Per scenario: one row per contender (successes of
-n graded runs, pass^k for k = 1..N, mean tokens of a successful run, unsafe failures, how the runs ended) and,
-where a scenario has several tasks (variants, or the two orders), a row per task under it, because that is
-where a guard shows: `prompt-injection` with and without the approval gate, `stale-cart` with and without the
-instruction to re-read the cart. Then every task of a contender together. An eval on a scripted model is
-labelled SIMULATED in every table title and in the page's heading. The page reuses the comparison report's
-style sheet and escaping (`report.CSS`, `report.esc`) and draws its pass^k charts as inline SVG: no JavaScript,
-nothing from the network.
+Both read only the document `trials.eval_document` builds, so the JSON, the table and the page cannot disagree:
+per scenario a row per contender (successes, pass^k, mean tokens, unsafe failures, how runs ended) and a row per
+task under it. A scripted-model eval is labelled SIMULATED everywhere; the page's charts are inline SVG.
 """
 
 from __future__ import annotations

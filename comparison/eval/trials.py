@@ -1,19 +1,8 @@
 """`compare.py eval`: the scenarios run N times per contender, each run graded, reported as pass^k.
 
-One *trial* runs every chosen scenario x contender once, through the comparison's own runner
-(`runner.run_scenario`, one contender at a time, so the runs of a trial can go in parallel), on a model made
-with that trial's seed (`make_model(spec, seed=S + trial)`); `grading.grade` then judges each task of each
-run (a goal of a single-turn scenario, or one conversation). Over N trials a task has c successes in n = N
-tries, and pass^k is tau-bench's: the chance that k tries drawn from those n all succeed, C(c, k) / C(n, k),
-averaged over the tasks (`pass_hat_k`, `pass_hat_curve`). pass^1 is the plain success rate; pass^N says
-whether the contender did it every time. Reported per scenario and contender, with the per-task split, the
-mean tokens of a successful run, how the runs ended and the unsafe failures; `eval_report` draws the terminal
-table and the HTML page, and `--json` writes `eval_document`.
-
-On the noisy scripted model (the default) every number is a simulation: its slips are seeded dice at rates
-someone guessed (`personas.Noise`), so the eval shows what the guards do with such slips, not how a real
-model behaves. The table title, the JSON (`simulated`) and the page heading say so. With `ollama:<model>`
-the same command measures a real model.
+A trial runs every chosen scenario x contender once through the comparison's runner, on a model seeded for that
+trial; pass^k is tau-bench's C(c, k) / C(n, k) averaged over tasks. On the scripted model every number is a
+simulation (its slips are seeded dice), and the table, the JSON and the page say so.
 """
 
 from __future__ import annotations
@@ -36,6 +25,7 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
+from comparison.command_line import UsageError, configure_logging
 from comparison.contenders import CONTENDERS, parse_contenders
 from comparison.document import document_json
 from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
@@ -443,10 +433,6 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
 # --- the command line -----------------------------------------------------------------------------------------
 
 
-class UsageError(Exception):
-    """A bad command line: one line on stderr, exit code 2."""
-
-
 def _shown_number(value: int) -> str:
     """A number for an error line: a typo of 400 digits is not echoed whole."""
     text = str(value)
@@ -546,16 +532,6 @@ def _say(prog: str, text: str) -> None:
     print(f"{prog}: {clean_line(' '.join(text.split()))}", file=sys.stderr)
 
 
-def _configure_logging(verbose: int) -> None:
-    # The agents log every tool failure as a warning; an eval on a slipping model makes hundreds of them.
-    # As compare.py does it: basicConfig, so logging someone already set up (a test's, an embedding program's)
-    # is left alone.
-    level = logging.ERROR if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler])
-
-
 def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     """`compare.py eval ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable, 4 unusable file,
     130 interrupted). `prog` is the name help and error lines use (compare.py may pass its own + " eval")."""
@@ -588,7 +564,7 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
         _say(prog, "interrupted; nothing was run")
         return EXIT_INTERRUPTED
 
-    _configure_logging(args.verbose)
+    configure_logging(args.verbose)
     console = make_console(sys.stderr if args.json == "-" else sys.stdout)
     try:
         result = run_eval(plan, EvalProgress(sys.stderr, plan))

@@ -34,7 +34,7 @@ from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
-from langgraph_version.run import RunContext, RunRecord, calls_this_run, emit, emit_tool_result, final_stop_reason
+from langgraph_version.run import RunContext, RunRecorder, calls_this_run, emit, emit_tool_result, final_stop_reason
 from langgraph_version.tracing import framework_run
 from shared_tools import guards, telemetry
 from shared_tools.results import (
@@ -296,7 +296,7 @@ class CreateAgentContender:
         *,
         earlier: Sequence[TraceEvent],
     ) -> AgentResult:
-        run = RunRecord(self.options.on_event, self.options.on_token)
+        run = RunRecorder(self.options.on_event, self.options.on_token)
         replied_before = 0
         """A resume or a continuation: the model replies of this turn already in the thread. A stretch cut short
         (an outage, a cancel, a restart) is in no `earlier` trace, so the limit's "end" is judged per stretch."""

@@ -30,7 +30,7 @@ from langgraph_version.agent import opening
 from langgraph_version.graph import MODEL, NO_STEP_LIMIT_RECURSION, TOOLS
 from langgraph_version.run import (
     RunContext,
-    RunRecord,
+    RunRecorder,
     calls_this_run,
     emit,
     emit_tool_result,
@@ -196,7 +196,7 @@ class DefaultsGraphAgent:
         earlier: Sequence[TraceEvent],
         cancel: threading.Event | None,
     ) -> AgentResult:
-        run = RunRecord(self.options.on_event, self.options.on_token)
+        run = RunRecorder(self.options.on_event, self.options.on_token)
         try:
             await run.stream(graph, graph_input, {**config, "recursion_limit": self.recursion_limit}, cancel=cancel)
         except GraphRecursionError:  # LangGraph's only brake: the run is kept, as far as it got

@@ -1,16 +1,9 @@
 """Which tool calls a human must approve first: the bookstore's rule for risky cart writes.
 
-Both loops take a generic ``needs_approval(tool_call, earlier) -> reason | None`` option and know nothing
-about books; `RiskyWritePolicy` is the bookstore's answer. It judges what the write would leave behind, not
-the call alone: the customer's cart line for that book after this add (what is already in the cart, plus the
-adds of the same reply admitted before this one and not yet applied, plus this add) against `max_quantity`
-copies and `max_line_total`, and the whole cart against `max_cart_total`. So an injected "add 10 copies"
-is caught, and so are 3+3+2+2 copies in one reply, 3 copies a turn over three turns, and a reply of a
-hundred one-copy adds. It reads the arguments exactly as the tool will run them (validated and coerced by the
-tool's own schema: "10.0" is 10 copies) and prices from the store, and it fails closed: a call it cannot
-evaluate is sent to the human with the reason, never waved through, and nothing here raises into the run.
-The reason is a sentence for the human who decides (and, when the call is refused, for the model, through
-`guards.approval_rejected`).
+Both loops take a generic ``needs_approval(tool_call, earlier) -> reason | None``; `RiskyWritePolicy` is the
+bookstore's. It judges what the write would leave behind (the cart line after this add, earlier adds of the same
+reply included, and the whole cart) against the limits, reads arguments as the tool's schema will, and fails
+closed: a call it cannot judge goes to the human with the reason.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The two databases the bookstore runs on, SQLite and Postgres, behind one small connection type.
 
-`BookStore` (store.py) writes every statement once, in SQLite's spelling with ``?`` placeholders, and runs it
-through a `Database`; what differs between the engines lives here and nowhere else: how to connect, how a write
-transaction starts (SQLite: ``BEGIN IMMEDIATE`` takes the database's single write lock; Postgres: a READ
-COMMITTED transaction whose checks lock the rows they rely on with ``SELECT ... FOR UPDATE``), how a read gets
-one snapshot, the schema's integer type, how concurrent first openings are serialised, and how to list the
-bookstore tables a database already has (for the NotABookstore check). psycopg is imported only when a Postgres
-URL is opened, so the SQLite store needs nothing beyond the standard library.
+`BookStore` writes each statement once, in SQLite's spelling; what differs between the engines lives here: how to
+connect, how a write transaction starts, how a read gets one snapshot, the integer type, how first openings are
+serialised. psycopg is imported only when a Postgres URL is opened.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The bookstore itself: catalog, stock, carts and orders in SQLite or Postgres, the single source of truth.
 
-`BookStore()` is an in-memory SQLite database seeded from ``catalog.json``; `BookStore(path)` keeps the same
-tables in a SQLite file and `BookStore("postgresql://...")` in a Postgres database, so another process (or
-machine, for Postgres) can change a cart behind an agent's back and a crash loses nothing. There is one store:
-every rule and statement is written once here, and `sql.py` holds the little that differs between the engines.
-Every write runs in one transaction, so a rejected or failed write leaves the store exactly as it was; the
-checks a write relies on are protected by the database (SQLite: the write lock ``BEGIN IMMEDIATE`` takes;
-Postgres: ``SELECT ... FOR UPDATE`` on the book's row, and the unique key of the request record), never by
-application-side locking. An add that carries a ``request_id`` (the tool-call id) is recorded in that same
-transaction, so a retried call adds once, from any process. Money is stored as integer cents and handed out as
-`Decimal`. Errors meant for a customer are `StoreError` subclasses with messages that are safe to show.
+In memory, in a SQLite file or in Postgres, so another process can change a cart behind an agent's back. Every
+write is one transaction whose checks the database protects (never application locks); an add with a
+``request_id`` (the tool-call id) is recorded in it, so a retried call adds once. Money is integer cents, handed
+out as `Decimal`; errors for a customer are `StoreError`s with safe messages.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The five bookstore tools the model can call, as LangChain `StructuredTool`s over one `BookStore`.
 
-`make_tools` builds search_books, check_stock, get_order_status, add_to_cart and view_cart for one customer.
-Each tool returns compact JSON text in the shape its description (`_DESCRIPTIONS`) tells the model, money as
-JSON numbers with exactly two decimals. A refusal meant for the model (unknown book, not enough stock) is raised
-as a `ToolException` with the store's safe message; the tools never set ``handle_tool_error``, because deciding
-what the model sees is the loops' job. add_to_cart receives the tool-call id through `InjectedToolCallId` (hidden
-from the model) and passes it to the store as the request id, so a retried call or a re-run graph node adds once.
-Every tool has a sync ``func`` and an async ``coroutine``; optional `Faults` make them slow or failing for
-experiments.
+`make_tools` builds search_books, check_stock, get_order_status, add_to_cart and view_cart for one customer,
+returning compact JSON. A refusal for the model is a `ToolException` (deciding what the model sees is the loops'
+job); add_to_cart gets the tool-call id as its request id, so a retried call adds once. Optional `Faults` make
+the tools slow or failing.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The chat models both agents run on: a deterministic scripted model, and real ones, each checked first.
 
-`make_model(spec)` is the one way in: ``"scripted"`` (the offline default), ``"scripted:<persona>"``
-(`personas.py`), ``"ollama:<model>"``, ``"local"`` (the bundled SmolLM2-135M on a server of our own, `local.py`)
-or ``"openai:<model>"`` (any OpenAI-compatible server, `openai_compat.py`). Failures are `ModelUnavailable` (what
-to start, pull or install, one line) `ModelCallFailed` (a real call broke mid-run) and
-`ModelRequestRefused` (the server refused one request).
+`make_model(spec)` is the one way in: ``scripted``, ``scripted:<persona>``, ``ollama:<model>``, ``local`` (the
+bundled SmolLM2-135M) or ``openai:<model>``. Failures are `ModelUnavailable` (one line saying what to start, pull
+or install), `ModelCallFailed` (a call broke mid-run) and `ModelRequestRefused` (the server refused a request).
 """
 
 from shared_tools.models.errors import ModelCallFailed, ModelRequestRefused, ModelSpecError, ModelUnavailable

@@ -1,13 +1,8 @@
 """`CheckedChatOllama`: ChatOllama whose failures say, in one line, what went wrong with the Ollama server.
 
-A real model call can fail in ways a scripted one never does: nothing listens on the port, the connection
-breaks in the middle of a streamed reply, the server sends a line that is not JSON, or nothing arrives
-within the request timeout. ChatOllama lets the HTTP client's exception through (`httpx.ConnectError`,
-`httpx.RemoteProtocolError`, `json.JSONDecodeError`, `httpx.ReadTimeout`, `ollama.ResponseError`), whose
-messages don't mention Ollama at all. This subclass translates exactly those, where the wire is read, into
-`ModelCallFailed` (a `ModelUnavailable`), keeping the original as ``__cause__``. Both agents let a model
-failure propagate unchanged (it is an outage, not a tool result), so this is the exception their callers
-see; cancellation and the agents' own time-budget stop are untouched. Imported only for real-model runs.
+ChatOllama lets the HTTP client's exceptions through, which never mention Ollama; this subclass turns exactly
+those into `ModelCallFailed`, the original kept as ``__cause__``. Cancellation and the time budget are untouched.
+Imported only for real-model runs.
 """
 
 from __future__ import annotations

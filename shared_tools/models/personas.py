@@ -1,17 +1,8 @@
 """The scripted model's brains: how each persona decides its next reply from the message history.
 
-`ScriptedChatModel` (in `models.py`) is only the LangChain plumbing; the decisions live here as plain
-functions, one per persona, each taking a `Context` and returning a `Decision` (a one-line plan plus
-either tool calls or a final text). Nothing here keeps state between calls: every decision is derived
-again from the history, the way a real model re-reads the whole prompt on every call. So the same
-script drives both agents even though they feed back different error texts and tool-call ids, and a
-multi-turn session works because only the tool results *after the latest goal* (the last human
-message) count as this turn's facts. The model never touches the store: all it knows is what the
-ToolMessages (JSON text, per the tool contract) told it. A goal no script understands raises
-`ScriptExhausted`; there is no wrap-around and no generic fallback answer. A session's summary message is not
-a goal (`shared_tools.history.is_user_turn`), and a summary request (`shared_tools.history.summary_request`)
-is answered by every persona alike with a short extractive summary (`scripted_summary`), so summaries are
-deterministic too.
+One plain function per persona, from a `Context` to a `Decision` (a plan, then tool calls or a final text). No
+state is kept between calls: every decision is derived again from the history, as a real model re-reads its prompt,
+and only results after the latest goal count. A goal no script understands raises `ScriptExhausted`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`ScriptedChatModel`: a deterministic, offline chat model that behaves like a tool-calling LLM.
 
-It is only LangChain plumbing (tool binding, usage, ids, reasoning text, streaming); the decisions come from the
-persona policies in `personas.py`. It reads tool results only from the message history it is given, never from
-the store, exactly like a real model. Its decisions are deterministic; its tool-call ids also carry a
-per-instance `id_salt` (random unless fixed), as a real provider's ids differ between conversations. It streams
-as a provider does (`_astream`, `stream_chunks`): the plan, then the text in word pieces, then the tool calls as
-`tool_call_chunks` (name first, arguments cut mid-JSON, several calls interleaved by index), usage only on the
-last chunk, `chunk_delay` seconds apart; the merged chunks equal the reply `ainvoke` gives.
+The LangChain plumbing (tool binding, usage, ids, reasoning, streaming); decisions come from `personas.py`. It
+reads tool results only from the history, never the store. Tool-call ids carry a per-instance `id_salt`, as a real
+provider's differ between conversations; streamed chunks merge into exactly the reply `ainvoke` gives.
 """
 
 from __future__ import annotations
