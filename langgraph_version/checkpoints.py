@@ -19,9 +19,14 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, closing
 from typing import Any, Literal
 
+from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels.base import BaseChannel
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph.message import add_messages
 
 from langgraph_version.serde import CheckpointSerializer
 from shared_tools.results import ConcurrentTurn
@@ -38,6 +43,55 @@ CREATE TABLE IF NOT EXISTS turn_locks (
 )
 """
 
+
+
+SNAPSHOT_EVERY = 100
+"""Updates of `messages` between two full copies of it in a checkpoint (LangGraph's default): a read replays at
+most this many writes; a 200-turn thread of one tool call per turn (4 updates a turn) holds 8 copies."""
+
+MESSAGE_IDS = uuid.UUID("6f1c3c1e-3b8e-4c55-9a55-0d3c8a4f7e21")
+"""The namespace of the ids `add_message_batches` derives for messages that arrive without one."""
+
+Storage = Literal["delta", "full"]
+"""How a thread's `messages` is checkpointed: "delta" (a `DeltaChannel`, BETA in langgraph 1.2: its on-disk form
+may change) or "full" (LangGraph's default channel: the whole list in every checkpoint)."""
+
+
+def add_message_batches(messages: Sequence[AnyMessage], writes: Sequence[Any]) -> list[AnyMessage]:
+    """`add_messages` applied to each write in turn: the `DeltaChannel` reducer.
+
+    A left fold gives the same list however the writes are batched, which `DeltaChannel` requires. A message
+    without an id gets one made from the id of the message before it, its position in the write and its
+    content, so the same writes replayed onto the same list give the same ids; `add_messages` would give a
+    random one on every replay, and a `RemoveMessage` written later would name a message that no longer exists.
+    """
+    merged: list[AnyMessage] = list(messages)
+    for write in writes:
+        batch = write if isinstance(write, list) else [write]
+        previous = merged[-1].id if merged else ""
+        for position, message in enumerate(batch):
+            if isinstance(message, BaseMessage) and message.id is None:
+                seed = f"{previous}/{position}/{message.type}/{message.content!r}"
+                message.id = str(uuid.uuid5(MESSAGE_IDS, seed))
+        merged = add_messages(merged, batch)  # type: ignore[assignment]
+    return merged
+
+
+def messages_channel(storage: Storage) -> BaseChannel:
+    """The channel that checkpoints `AgentState.messages` the way `storage` says, put in the compiled graph's
+    channels in place of the one the state type gives (LangGraph's default, "full").
+
+    "delta" stores in a checkpoint only what was added, and a full copy every `SNAPSHOT_EVERY` updates, so a
+    thread's storage grows with its turns, not their square; reading a state replays the writes since the
+    last copy, with `add_message_batches`.
+    """
+    channel: BaseChannel
+    if storage == "delta":
+        channel = DeltaChannel(add_message_batches, snapshot_frequency=SNAPSHOT_EVERY)
+    else:
+        channel = BinaryOperatorAggregate(list, add_messages)
+    channel.key = "messages"
+    return channel
 
 
 class InlineSqliteSaver(SqliteSaver):

@@ -30,12 +30,11 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot
 
 from langgraph_version.agent import GraphAgent, opening
-from langgraph_version.checkpoints import SqliteCheckpoints, prune_sqlite, turn_lock_for
+from langgraph_version.checkpoints import SqliteCheckpoints, Storage, messages_channel, prune_sqlite, turn_lock_for
 from langgraph_version.graph import CHECK
 from langgraph_version.postgres import PostgresCheckpoints, prune_postgres
 from langgraph_version.run import Durability
 from langgraph_version.serde import CheckpointSerializer
-from langgraph_version.state import Storage, full_messages_channel
 from shared_tools.history import (
     Rewound,
     count_turns,
@@ -246,10 +245,9 @@ class GraphSession:
         )
 
     def _stored(self, graph: CompiledStateGraph, **update: Any) -> CompiledStateGraph:
-        """`graph` with `update` and the channel `storage` asks for (the graph's own state has the delta one)."""
-        if self.storage == "full":
-            update["channels"] = {**graph.channels, "messages": full_messages_channel()}
-        return graph.copy(update=update) if update else graph
+        """`graph` with `update` and the channel for `messages` that `storage` asks for."""
+        update["channels"] = {**graph.channels, "messages": messages_channel(self.storage)}
+        return graph.copy(update=update)
 
     @asynccontextmanager
     async def _graph_here(self) -> AsyncIterator[CompiledStateGraph]:

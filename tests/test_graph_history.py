@@ -21,8 +21,8 @@ from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, Syst
 import shared_tools.history as shared_history
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from langgraph_version import GraphAgent, GraphSession
+from langgraph_version.checkpoints import add_message_batches
 from langgraph_version.history import visible_history
-from langgraph_version.state import add_message_batches
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
