@@ -13,21 +13,18 @@ import importlib.util
 import os
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import common
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.tools import BaseTool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -54,19 +51,6 @@ MAF = "MafAgent (Microsoft Agent Framework)"
 SPANS, CONTENT = " + spans", " + spans + content"
 TRACED = (HANDWRITTEN, GUARDED_GRAPH, BARE_GRAPH, CREATE_AGENT)
 """The variants that write spans: every contender."""
-
-
-class FullSyncCheckpoints(SqliteCheckpoints):
-    """`GraphSession.sqlite`'s checkpoint file without its ``PRAGMA synchronous=NORMAL``.
-
-    AsyncSqliteSaver turns on WAL but keeps SQLite's synchronous=FULL, an fsync per checkpoint; this variant
-    measures what the NORMAL that GraphSession.sqlite ships with saves.
-    """
-
-    @asynccontextmanager
-    async def open(self) -> AsyncIterator[AsyncSqliteSaver]:
-        async with aiosqlite.connect(self.path) as connection:
-            yield AsyncSqliteSaver(connection)
 
 
 class BareLoop:
@@ -222,7 +206,7 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
     for durability in DURABILITIES:
         # One file per mode, so a mode never reads another's threads.
         path = str(scratch / f"checkpoints-{durability}.db")
-        result[f"GraphSession SQLite {durability}"] = session(FullSyncCheckpoints(path), durability)
+        result[f"GraphSession SQLite {durability}"] = session(SqliteCheckpoints(path, synchronous="FULL"), durability)
     for durability in ("sync", "async"):
         # NORMAL (the usual WAL setting) still survives a crash of the process; only a power cut can lose the
         # last commits. sync + NORMAL is what GraphSession.sqlite ships with.

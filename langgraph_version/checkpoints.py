@@ -10,16 +10,23 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import sqlite3
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, closing
 from typing import Any, Literal
 
-import aiosqlite
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langchain_core.messages import AnyMessage, BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.channels.base import BaseChannel
+from langgraph.channels.binop import BinaryOperatorAggregate
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph.message import add_messages
 
 from langgraph_version.serde import CheckpointSerializer
 from shared_tools.results import ConcurrentTurn
@@ -38,14 +45,107 @@ CREATE TABLE IF NOT EXISTS turn_locks (
 
 
 
-class SqliteCheckpoints:
-    """A SQLite file of checkpoints, opened with LangGraph's `AsyncSqliteSaver` for one call at a time.
+SNAPSHOT_EVERY = 100
+"""Updates of `messages` between two full copies of it in a checkpoint (LangGraph's default): a read replays at
+most this many writes; a 200-turn thread of one tool call per turn (4 updates a turn) holds 8 copies."""
 
-    An `AsyncSqliteSaver` belongs to the event loop it was made on, and every sync call of a session runs on a
-    fresh event loop (`run_blocking`), so each call opens the file on its own loop and closes it before it
-    returns. aiosqlite runs a connection's statements in order and closes it after the last one, so a call's
-    checkpoints are all written when it returns (or raises): nothing is ever left pending, and nothing is left
-    open, which is why closing a session has nothing to wait for.
+MESSAGE_IDS = uuid.UUID("6f1c3c1e-3b8e-4c55-9a55-0d3c8a4f7e21")
+"""The namespace of the ids `add_message_batches` derives for messages that arrive without one."""
+
+Storage = Literal["delta", "full"]
+"""How a thread's `messages` is checkpointed: "delta" (a `DeltaChannel`, BETA in langgraph 1.2: its on-disk form
+may change) or "full" (LangGraph's default channel: the whole list in every checkpoint)."""
+
+
+def add_message_batches(messages: Sequence[AnyMessage], writes: Sequence[Any]) -> list[AnyMessage]:
+    """`add_messages` applied to each write in turn: the `DeltaChannel` reducer.
+
+    A left fold gives the same list however the writes are batched, which `DeltaChannel` requires. A message
+    without an id gets one made from the id of the message before it, its position in the write and its
+    content, so the same writes replayed onto the same list give the same ids; `add_messages` would give a
+    random one on every replay, and a `RemoveMessage` written later would name a message that no longer exists.
+    """
+    merged: list[AnyMessage] = list(messages)
+    for write in writes:
+        batch = write if isinstance(write, list) else [write]
+        previous = merged[-1].id if merged else ""
+        for position, message in enumerate(batch):
+            if isinstance(message, BaseMessage) and message.id is None:
+                seed = f"{previous}/{position}/{message.type}/{message.content!r}"
+                message.id = str(uuid.uuid5(MESSAGE_IDS, seed))
+        merged = add_messages(merged, batch)  # type: ignore[assignment]
+    return merged
+
+
+def messages_channel(storage: Storage) -> BaseChannel:
+    """The channel that checkpoints `AgentState.messages` the way `storage` says, put in the compiled graph's
+    channels in place of the one the state type gives (LangGraph's default, "full").
+
+    "delta" stores in a checkpoint only what was added, and a full copy every `SNAPSHOT_EVERY` updates, so a
+    thread's storage grows with its turns, not their square; reading a state replays the writes since the
+    last copy, with `add_message_batches`.
+    """
+    channel: BaseChannel
+    if storage == "delta":
+        channel = DeltaChannel(add_message_batches, snapshot_frequency=SNAPSHOT_EVERY)
+    else:
+        channel = BinaryOperatorAggregate(list, add_messages)
+    channel.key = "messages"
+    return channel
+
+
+class InlineSqliteSaver(SqliteSaver):
+    """LangGraph's `SqliteSaver` with its async methods run inline, on the event loop's own thread.
+
+    A checkpoint write to a local SQLite file in WAL mode takes tens of microseconds, less than handing each
+    statement to a worker thread and back, as aiosqlite does. The price: while another process commits to the
+    same file, the loop waits for it (SQLite's busy timeout, 5 s at most, as aiosqlite's thread would). No
+    other thread ever touches the connection, so closing it can never race with a write.
+    """
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        # Read whole before the first yield: the saver's lock must not be held across an await.
+        for item in list(self.list(config, filter=filter, before=before, limit=limit)):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self.delete_thread(thread_id)
+
+    async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]) -> Mapping[str, Any]:
+        return self.get_delta_channel_history(config=config, channels=channels)
+
+
+class SqliteCheckpoints:
+    """A SQLite file of checkpoints, opened with `InlineSqliteSaver` for one call at a time.
+
+    Every sync call of a session runs on a fresh event loop (`run_blocking`), perhaps on another thread, so
+    each call opens the file on its own and closes it before it returns (or raises): each checkpoint is
+    committed as it is written, nothing is ever left pending, and nothing is left open, which is why closing
+    a session has nothing to wait for. Opening a SQLite connection costs a few microseconds.
 
     `synchronous` is SQLite's ``PRAGMA synchronous``, NORMAL by default: the saver puts the file in WAL mode,
     where NORMAL still keeps every committed checkpoint through a killed process (the crash test SIGKILLs one)
@@ -64,14 +164,18 @@ class SqliteCheckpoints:
         self.synchronous = synchronous
         self._turn_table_ready = False
 
+    def _connect(self, **options: Any) -> sqlite3.Connection:
+        connection = sqlite3.connect(self.path, **options)
+        connection.execute(f"PRAGMA synchronous={self.synchronous}")
+        return connection
+
     @asynccontextmanager
-    async def open(self) -> AsyncIterator[AsyncSqliteSaver]:
-        async with aiosqlite.connect(self.path) as connection:
-            await connection.execute(f"PRAGMA synchronous={self.synchronous}")
-            # Pages freed by pruning go back to the file system (`_prune`); only takes effect on a new file.
-            await connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            saver = AsyncSqliteSaver(connection, serde=CheckpointSerializer())
-            await saver.setup()  # most methods do this on first use, but not `adelete_thread` on a new file
+    async def open(self) -> AsyncIterator[InlineSqliteSaver]:
+        with closing(self._connect()) as connection:
+            # Pages freed by pruning go back to the file system (`prune_sqlite`); only takes effect on a new file.
+            connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            saver = InlineSqliteSaver(connection, serde=CheckpointSerializer())
+            saver.setup()
             yield saver
 
     @asynccontextmanager
@@ -86,13 +190,12 @@ class SqliteCheckpoints:
         since its process cannot be checked from here (nor can a reused process id, which is rare).
         """
         owner = uuid.uuid4().hex
-        async with aiosqlite.connect(self.path, isolation_level=None) as db:
-            await db.execute(f"PRAGMA synchronous={self.synchronous}")
+        with closing(self._connect(isolation_level=None)) as db:
             if not self._turn_table_ready:
-                await db.execute(TURN_LOCKS_TABLE)
+                db.execute(TURN_LOCKS_TABLE)
                 self._turn_table_ready = True
             deadline = time.monotonic() + wait
-            while (holder := await _take_turn(db, thread_id, owner)) is not None:
+            while (holder := _take_turn(db, thread_id, owner)) is not None:
                 if time.monotonic() >= deadline:
                     _, pid, host, taken_at = holder
                     raise ConcurrentTurn(
@@ -106,31 +209,61 @@ class SqliteCheckpoints:
                 yield
             finally:
                 _TURNS_HELD_HERE.discard(owner)  # from here on, a row left behind reads as stale
-                await db.execute("DELETE FROM turn_locks WHERE thread_id = ? AND owner = ?", (thread_id, owner))
+                db.execute("DELETE FROM turn_locks WHERE thread_id = ? AND owner = ?", (thread_id, owner))
+
+
+def prune_sqlite(saver: SqliteSaver, config: RunnableConfig, oldest: str) -> None:
+    """Delete the checkpoints (and their writes) of `config`'s thread that are not on the path from its head
+    back to `oldest`, in one short transaction; nothing if that path does not reach `oldest`.
+
+    SqliteSaver has no prune, so this is its two tables by hand. Parent links are read straight from the
+    table: `list` would deserialize every checkpoint on the way.
+    """
+    thread_id = config["configurable"]["thread_id"]
+    head = saver.get_tuple(config)
+    with saver.cursor() as cursor:
+        cursor.execute(
+            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ''",
+            (thread_id,),
+        )
+        parents = dict(cursor.fetchall())
+        keep: list[str] = []
+        at = None if head is None else head.config["configurable"]["checkpoint_id"]
+        while at is not None and at != oldest and len(keep) <= len(parents):  # bounded: a loop of links ends it
+            keep.append(at)
+            at = parents.get(at)
+        if at != oldest:
+            return  # the walk did not reach it: keep everything
+        keep.append(oldest)
+        kept = f"checkpoint_id NOT IN ({','.join('?' * len(keep))})"
+        for table in ("writes", "checkpoints"):
+            cursor.execute(
+                f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = '' AND {kept}", (thread_id, *keep)
+            )
+    saver.conn.execute("PRAGMA incremental_vacuum")  # give the freed pages back: the file shrinks
 
 
 _TURNS_HELD_HERE: set[str] = set()
 """Owners of the `turn_locks` rows this process holds now; a row with our pid and another owner is a leftover."""
 
 
-async def _take_turn(db: aiosqlite.Connection, thread_id: str, owner: str) -> tuple[Any, ...] | None:
+def _take_turn(db: sqlite3.Connection, thread_id: str, owner: str) -> tuple[Any, ...] | None:
     """Take the thread's turn for `owner` if nobody holds it, or its holder is gone; else the holder's row."""
-    await db.execute("BEGIN IMMEDIATE")
+    db.execute("BEGIN IMMEDIATE")
     try:
-        async with db.execute(
+        holder = db.execute(
             "SELECT owner, pid, host, taken_at FROM turn_locks WHERE thread_id = ?", (thread_id,)
-        ) as cursor:
-            holder = await cursor.fetchone()
+        ).fetchone()
         if holder is None or _holder_gone(*holder[:3]):
-            await db.execute(
+            db.execute(
                 "INSERT OR REPLACE INTO turn_locks VALUES (?, ?, ?, ?, ?)",
                 (thread_id, owner, os.getpid(), HOST, time.time()),
             )
             holder = None
-        await db.execute("COMMIT")
+        db.execute("COMMIT")
     except BaseException:
         if db.in_transaction:
-            await db.execute("ROLLBACK")
+            db.execute("ROLLBACK")
         raise
     return None if holder is None else tuple(holder)
 
@@ -177,5 +310,3 @@ def turn_lock_for(key: tuple[Any, ...]) -> _TurnLock:
         if lock is None:
             lock = _TURN_LOCKS[key] = _TurnLock()
         return lock
-
-

@@ -24,18 +24,17 @@ from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot
 
 from langgraph_version.agent import GraphAgent, opening
-from langgraph_version.checkpoints import SqliteCheckpoints, turn_lock_for
+from langgraph_version.checkpoints import SqliteCheckpoints, Storage, messages_channel, prune_sqlite, turn_lock_for
 from langgraph_version.graph import CHECK
 from langgraph_version.postgres import PostgresCheckpoints, prune_postgres
 from langgraph_version.run import Durability
 from langgraph_version.serde import CheckpointSerializer
-from langgraph_version.state import Storage, full_messages_channel
 from shared_tools.history import (
     Rewound,
     count_turns,
@@ -244,10 +243,9 @@ class GraphSession:
         )
 
     def _stored(self, graph: CompiledStateGraph, **update: Any) -> CompiledStateGraph:
-        """`graph` with `update` and the channel `storage` asks for (the graph's own state has the delta one)."""
-        if self.storage == "full":
-            update["channels"] = {**graph.channels, "messages": full_messages_channel()}
-        return graph.copy(update=update) if update else graph
+        """`graph` with `update` and the channel for `messages` that `storage` asks for."""
+        update["channels"] = {**graph.channels, "messages": messages_channel(self.storage)}
+        return graph.copy(update=update)
 
     @asynccontextmanager
     async def _graph_here(self) -> AsyncIterator[CompiledStateGraph]:
@@ -403,31 +401,8 @@ class GraphSession:
         if len(starts) <= self.prune_turns or not isinstance(oldest := starts[-self.prune_turns], str):
             return
         saver = graph.checkpointer
-        assert isinstance(saver, AsyncSqliteSaver)
-        # Parent links straight from the table: `alist` would deserialize every checkpoint on the way.
-        async with saver.conn.execute(
-            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ''",
-            (self.thread_id,),
-        ) as cursor:
-            parents = {row[0]: row[1] async for row in cursor}
-        head = await saver.aget_tuple(self.config)
-        keep: list[str] = []
-        at = None if head is None else head.config["configurable"]["checkpoint_id"]
-        while at is not None and at != oldest and len(keep) <= len(parents):  # bounded: a loop of links ends it
-            keep.append(at)
-            at = parents.get(at)
-        if at != oldest:
-            return  # the walk did not reach it: keep everything
-        keep.append(oldest)
-        kept = f"checkpoint_id NOT IN ({','.join('?' * len(keep))})"
-        async with saver.lock:
-            for table in ("writes", "checkpoints"):
-                await saver.conn.execute(
-                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = '' AND {kept}",
-                    (self.thread_id, *keep),
-                )
-            await saver.conn.commit()
-            await saver.conn.execute("PRAGMA incremental_vacuum")  # give the freed pages back: the file shrinks
+        assert isinstance(saver, SqliteSaver)
+        prune_sqlite(saver, self.config, oldest)
 
     def resume(self, approved: bool, *, cancel: threading.Event | None = None) -> AgentResult:
         """`aresume` for sync callers."""

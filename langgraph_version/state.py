@@ -8,62 +8,22 @@ by `fresh_counters`, one writer each, no reducer), the stop reason as a value, a
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import Annotated, Any, NotRequired, TypedDict
 
-from langchain_core.messages import AnyMessage, BaseMessage
-from langgraph.channels.binop import BinaryOperatorAggregate
-from langgraph.channels.delta import DeltaChannel
+from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from langgraph.managed import RemainingSteps
 
 from shared_tools.results import RunUsage, StopReason
 
-SNAPSHOT_EVERY = 100
-"""Updates of `messages` between two full copies of it in a checkpoint (LangGraph's default): a read replays at
-most this many writes; a 200-turn thread of one tool call per turn (4 updates a turn) holds 8 copies."""
-
-MESSAGE_IDS = uuid.UUID("6f1c3c1e-3b8e-4c55-9a55-0d3c8a4f7e21")
-"""The namespace of the ids `add_message_batches` derives for messages that arrive without one."""
-
-Storage = Literal["delta", "full"]
-"""How a thread's `messages` is checkpointed: "delta" (the `AgentState` channel, a `DeltaChannel`) or "full"
-(LangGraph's default channel: the whole list in every checkpoint)."""
-
-
-def add_message_batches(messages: Sequence[AnyMessage], writes: Sequence[Any]) -> list[AnyMessage]:
-    """`add_messages` applied to each write in turn: the `DeltaChannel` reducer.
-
-    A left fold gives the same list however the writes are batched, which `DeltaChannel` requires. A message
-    without an id gets one made from the id of the message before it, its position in the write and its
-    content, so the same writes replayed onto the same list give the same ids; `add_messages` would give a
-    random one on every replay, and a `RemoveMessage` written later would name a message that no longer exists.
-    """
-    merged: list[AnyMessage] = list(messages)
-    for write in writes:
-        batch = write if isinstance(write, list) else [write]
-        previous = merged[-1].id if merged else ""
-        for position, message in enumerate(batch):
-            if isinstance(message, BaseMessage) and message.id is None:
-                seed = f"{previous}/{position}/{message.type}/{message.content!r}"
-                message.id = str(uuid.uuid5(MESSAGE_IDS, seed))
-        merged = add_messages(merged, batch)  # type: ignore[assignment]
-    return merged
-
-
-def full_messages_channel() -> BinaryOperatorAggregate:
-    """LangGraph's default channel for `messages`: the whole list in every checkpoint (`Storage` "full")."""
-    channel = BinaryOperatorAggregate(list, add_messages)
-    channel.key = "messages"
-    return channel
-
 
 class AgentState(TypedDict):
     """The guarded agent's graph state; everything except `messages` and `customer` is per run."""
 
-    messages: Annotated[list[AnyMessage], DeltaChannel(add_message_batches, snapshot_frequency=SNAPSHOT_EVERY)]
-    """The conversation, checkpointed as deltas (see the module docstring; BETA in langgraph 1.2)."""
+    messages: Annotated[list[AnyMessage], add_messages]
+    """The conversation; nodes return only the messages they add. How a session's checkpoints store it is the
+    storage's choice (`langgraph_version.checkpoints.messages_channel`)."""
     remaining_steps: RemainingSteps
     """Managed by LangGraph (recursion limit minus supersteps so far); read, never written."""
     model_calls: int

@@ -504,7 +504,7 @@ async def test_memory_session_async() -> None:
 
 
 async def test_sqlite_session_inside_one_event_loop(tmp_path: Path) -> None:
-    """AsyncSqliteSaver belongs to the loop it was opened on; every call opens the file on the running loop."""
+    """Every call opens the file on the running loop and closes it before it returns."""
     path = str(tmp_path / "threads.db")
     async with GraphSession.sqlite(GraphAgent(two_turn_model(), [echo]), "sys", path=path) as session:
         assert (await session.aask("hello")).answer == "first answer"
@@ -516,6 +516,30 @@ async def test_sqlite_session_inside_one_event_loop(tmp_path: Path) -> None:
     assert [m.text for m in await reopened.messages()][-1] == "second"
     await reopened.adelete()
     assert await reopened.messages() == []
+
+
+async def test_a_sqlite_session_writes_its_checkpoints_without_starting_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each statement handed to a worker thread and back cost the SQLite session about twice the in-memory
+    one, so the file is written on the event loop's own thread: a turn (turn lock, checkpoints, customer
+    check) starts no thread. The recording wrapper still starts every thread it sees."""
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def recording_start(thread: threading.Thread) -> None:
+        started.append(type(thread).__name__)
+        start(thread)
+
+    path = str(tmp_path / "threads.db")
+    async with GraphSession.sqlite(GraphAgent(two_turn_model(), [echo]), "sys", path=path) as session:
+        assert (await session.aask("hello")).answer == "first answer"  # any worker pool the tools use is warm now
+        monkeypatch.setattr(threading.Thread, "start", recording_start)
+        assert (await session.aask("again")).answer == "second"
+        monkeypatch.undo()
+    assert started == []
+    reopened = GraphSession.sqlite(GraphAgent(ScriptModel(replies=[]), [echo]), "sys", path=path)
+    assert len(await reopened.amessages()) == 9
 
 
 async def test_the_sync_methods_say_which_async_method_to_await() -> None:

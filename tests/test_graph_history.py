@@ -14,12 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
 import shared_tools.history as shared_history
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from langgraph_version import GraphAgent, GraphSession
+from langgraph_version.checkpoints import add_message_batches
 from langgraph_version.history import visible_history
-from langgraph_version.state import add_message_batches
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
@@ -107,6 +108,21 @@ def test_the_delta_reducer_is_batching_invariant_and_gives_the_same_ids_on_repla
 TURNS = 60
 QUADRATIC_BYTES = 17_000_000
 """What 60 turns took with the whole history in every checkpoint (measured: 17.8 MB)."""
+
+
+@pytest.mark.parametrize("kept_as", ["delta", "full", None], ids=["delta", "full", "agent-alone"])
+def test_the_storage_decides_how_messages_are_checkpointed_not_the_state_type(kept_as: str | None) -> None:
+    """A session's `storage` picks the channel; the state type alone (a GraphAgent given its own checkpointer)
+    is LangGraph's default, the whole list in every checkpoint."""
+    saver = InMemorySaver()
+    agent = GraphAgent(make_model("scripted"), make_tools(BookStore()), checkpointer=saver if kept_as is None else None)
+    if kept_as is None:
+        assert agent.run(INSTRUCTIONS, SEED_GOAL).stop_reason is StopReason.DONE
+    else:
+        session = GraphSession(agent, INSTRUCTIONS, "t1", checkpointer=saver, storage=kept_as)  # type: ignore[arg-type]
+        assert session.ask(SEED_GOAL).stop_reason is StopReason.DONE
+    head = next(iter(saver.list(None)))
+    assert ("messages" in head.checkpoint["channel_values"]) is (kept_as != "delta")
 
 
 @pytest.mark.parametrize(

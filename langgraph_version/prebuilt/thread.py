@@ -38,7 +38,7 @@ class CheckpointThread:
     """A framework-only contender's compiled graph on one checkpointer thread: LangGraph's own memory, nothing more.
 
     In memory (`InMemorySaver`) or in a SQLite file (`langgraph_version.checkpoints.SqliteCheckpoints`, which opens
-    LangGraph's `AsyncSqliteSaver` for one call at a time, as `GraphSession.sqlite` does). Each `ask` sends only
+    LangGraph's `SqliteSaver` for one call at a time, as `GraphSession.sqlite` does). Each `ask` sends only
     the new question; the checkpointer loads the earlier turns. It has the `GraphSession` methods a
     conversation uses (`ask`, `resume`, `continue_unfinished`, and to await: `pending`, `messages`, `history`,
     `adelete`; `close`), and only what the frameworks give: budgets and counts are per run, from the trace; a pause is
