@@ -1,8 +1,8 @@
-"""Checkpoints in a SQLite file, and the turn lock a checkpointer lacks: one turn per thread across processes.
+"""How a session's thread is stored: the messages channel, checkpoints in a SQLite file, and the turn lock.
 
-`SqliteCheckpoints` opens LangGraph's `AsyncSqliteSaver` for one call at a time and keeps a `turn_locks`
-table beside the checkpoints (a stale row of a dead process is taken over); `turn_lock_for` is the lock of a
-thread within this process. `langgraph_version.postgres` is the same for Postgres.
+`messages_channel` picks delta or full storage for the messages; `SqliteCheckpoints` opens LangGraph's `SqliteSaver`
+on the event loop's own thread (`InlineSqliteSaver`) for one call at a time, with a `turn_locks` table beside the
+checkpoints (a dead process's row is taken over) and pruning. `langgraph_version.postgres` is the same for Postgres.
 """
 
 from __future__ import annotations
