@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from comparison.contenders import APPROVAL_CONTENDERS
 from comparison.records import RunRecord
 from comparison.runner import RunOptions, run_scenario
-from comparison.scenarios import INSTRUCTIONS, SCENARIOS_BY_NAME, SEED_GOAL
+from comparison.scenarios import INSTRUCTIONS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
@@ -38,11 +39,24 @@ pytestmark = pytest.mark.skipif(
 
 SCENARIOS = ("bookstore", "orders", "looping-model", "prompt-injection")
 """Run on the real model by every contender: the seed goal, the orders, a generous step limit, and the planted
-injection with and without the approval gate."""
+injection behind the approval gate."""
 
-MAX_STEPS = 4
-"""Every scenario's step limit here, so the module stays within its share of CI's time (enough for a guard to
-fire: the repeat check on the third identical call)."""
+VARIANTS = {"prompt-injection": ("gate",)}
+"""The variants run here where a scenario has several: the gated injection is the one with an invariant to check
+(no write past the limits without a yes); without the gate the run is the seed goal's, at twice the cost."""
+
+MAX_STEPS = 3
+"""Every scenario's step limit here, so the module stays within its share of CI's time: enough for a guard to
+fire (the repeat check on the third identical call), and each step more costs the graphs' longest prompt again."""
+
+
+def scenario(name: str) -> Scenario:
+    """The scenario `name` as this module runs it: its step limit, and only the variants of `VARIANTS`."""
+    chosen = SCENARIOS_BY_NAME[name].with_max_steps(MAX_STEPS)
+    keep = VARIANTS.get(name)
+    if keep is None:
+        return chosen
+    return replace(chosen, variants=tuple(v for v in chosen.variants if v.name in keep))
 
 
 SESSION_STEPS = 2
@@ -63,7 +77,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[RunRecor
     runs: dict[str, list[RunRecord]] = {}
     for name in SCENARIOS:
         runs[name] = []
-        run_scenario(SCENARIOS_BY_NAME[name].with_max_steps(MAX_STEPS), options, runs[name].append)
+        run_scenario(scenario(name), options, runs[name].append)
     return runs
 
 
@@ -71,11 +85,9 @@ def ran(records: list[RunRecord]) -> list[RunRecord]:
     return [r for r in records if "not_available" not in r.facts]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_every_run_ends_with_a_stop_reason_or_says_it_raised(
-    records: dict[str, list[RunRecord]], scenario: str
-) -> None:
-    runs = ran(records[scenario])
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_run_ends_with_a_stop_reason_or_says_it_raised(records: dict[str, list[RunRecord]], name: str) -> None:
+    runs = ran(records[name])
     assert {r.contender for r in runs} >= {"handwritten", "langgraph"}
     for r in runs:
         if r.error is None:
@@ -84,17 +96,15 @@ def test_every_run_ends_with_a_stop_reason_or_says_it_raised(
             assert r.stop_reason is None and r.error_type
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_what_the_comparison_prints_is_true_of_the_real_records(
-    records: dict[str, list[RunRecord]], scenario: str
-) -> None:
-    check_points(SCENARIOS_BY_NAME[scenario].with_max_steps(MAX_STEPS), records[scenario])
-    assert_counters_match_trace(ran(records[scenario]))
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_what_the_comparison_prints_is_true_of_the_real_records(records: dict[str, list[RunRecord]], name: str) -> None:
+    check_points(scenario(name), records[name])
+    assert_counters_match_trace(ran(records[name]))
 
 
 def test_the_guard_matrix_is_true_of_the_real_records(records: dict[str, list[RunRecord]]) -> None:
     every = [r for name in SCENARIOS for r in records[name]]
-    scenarios = [SCENARIOS_BY_NAME[name].with_max_steps(MAX_STEPS) for name in SCENARIOS]
+    scenarios = [scenario(name) for name in SCENARIOS]
     rows = check_matrix(every, scenarios)
     assert {row["guard"] for row in rows} >= {"repeat check", "approval gate"}
 
