@@ -430,3 +430,106 @@ def test_a_turn_cut_short_on_one_worker_after_its_add_is_finished_on_the_other_w
     assert last["done"] and last["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}], last
     said = [m["text"] for m in done[contender]["transcript"] if m["role"] == "assistant"]
     assert said == ["I added The Quiet Orchard.", "Your cart holds one book."], said
+
+
+# --- unused tabs on Postgres -------------------------------------------------------------------------------------
+
+
+def stored_rows(url: str, key: str) -> dict[str, int]:
+    """What Postgres holds of tab `key`: its rows in each table, its threads' rows, and its schema (0 or 1)."""
+    threads = [f"web-{key}-{c}" for c in ("handwritten", "langgraph", "langgraph-defaults", "create-agent")]
+    counts = {}
+    with psycopg.connect(url) as db:
+        for table in ("webdemo_tabs", "webdemo_panes", "webdemo_events"):
+            column = "key" if table == "webdemo_tabs" else "tab"
+            row = db.execute(f"SELECT count(*) FROM {table} WHERE {column} = %s", (key,)).fetchone()
+            counts[table] = row[0] if row else 0
+        for table in ("checkpoints", "handwritten_messages"):
+            row = db.execute(f"SELECT count(*) FROM {table} WHERE thread_id = ANY(%s)", (threads,)).fetchone()
+            counts[table] = row[0] if row else 0
+        row = db.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema_of(key),)).fetchone()
+        counts["schema"] = row[0] if row else 0
+    return counts
+
+
+def age(url: str, key: str, seconds: float) -> None:
+    """Make tab `key` look unused for `seconds` (and never watched)."""
+    with psycopg.connect(url) as db:
+        db.execute("UPDATE webdemo_tabs SET used = now() - make_interval(secs => %s), seen = NULL WHERE key = %s",
+                   (seconds, key))  # fmt: skip
+
+
+def test_unused_tabs_on_postgres_are_forgotten_rows_threads_and_schema_unless_claimed_or_watched(
+    postgres_url: str,
+) -> None:
+    """A tab unused past `keep_tabs_s` loses its rows, its threads and its store's schema when a tab is made; a
+    tab another worker holds a claim on (a turn or a job) or watches is kept; the worker that still had the
+    forgotten tab open serves it afresh, and a turn there adds one copy, not one on top of the old cart's."""
+    app_a = create_app(postgres_url, allowed_hosts=["127.0.0.1"], keep_tabs_s=50.0)
+    app_b = create_app(postgres_url, allowed_hosts=["127.0.0.1"], keep_tabs_s=50.0)
+    with TestClient(app_a, base_url=BASE) as a, TestClient(app_b, base_url=BASE) as b:
+        old, claimed, watched, fresh = (new_tab(a) for _ in range(4))
+        assert a.post("/api/turn", json={"tab": old, "text": SEED_GOAL}).status_code == 202
+        wait_for(a, old, lambda s: idle(s) and all(p["last"] for p in s["panes"]))
+        state(b, old)  # worker b has the tab open too
+        key = old.split(".")[0]
+        before = stored_rows(postgres_url, key)
+        assert all(before.values()), before  # a conversation on both sessions, a schema, events
+        for tab in (old, claimed, watched):
+            age(postgres_url, tab.split(".")[0], 100)
+        shared: SharedState = a.app.state.tabs.shared  # type: ignore[attr-defined]
+        assert shared.try_claim(claimed.split(".")[0], ["job:eval"], "another-worker")
+        shared.touch([watched.split(".")[0]])
+        new_tab(a)
+        assert set(stored_rows(postgres_url, key).values()) == {0}, stored_rows(postgres_url, key)
+        for tab in (claimed, watched, fresh):
+            assert stored_rows(postgres_url, tab.split(".")[0])["schema"] == 1, tab
+        # Worker b's copy of the forgotten tab was stale: it opens afresh, and its first turn is the only one.
+        again = panes(state(b, old))
+        assert all(p["transcript"] == [] and p["last"] is None for p in again.values()), again
+        assert b.post("/api/turn", json={"tab": old, "text": SEED_GOAL}).status_code == 202
+        done = panes(wait_for(b, old, lambda s: idle(s) and all(p["last"] for p in s["panes"])))
+        for pane in done.values():
+            assert pane["last"]["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}], pane["last"]
+
+
+def test_stored_tabs_on_postgres_are_capped_longest_unused_first(postgres_url: str) -> None:
+    with TestClient(create_app(postgres_url, allowed_hosts=["127.0.0.1"], max_stored_tabs=3), base_url=BASE) as a:
+        tabs = [new_tab(a) for _ in range(3)]
+        for n, tab in enumerate(tabs):  # the first the longest unused
+            age(postgres_url, tab.split(".")[0], 100 - n)
+        newest = new_tab(a)
+        with psycopg.connect(postgres_url) as db:
+            left = {str(r[0]) for r in db.execute("SELECT key FROM webdemo_tabs")}
+        assert left == {t.split(".")[0] for t in (*tabs[1:], newest)}
+
+
+def test_a_claim_under_way_when_a_tab_is_forgotten_keeps_it_and_a_claim_after_finds_it_gone(
+    postgres_url: str,
+) -> None:
+    """The lease decides: a claim that took the tab's row first is waited for and seen (the tab stays); a claim
+    after the tab went is `TabGone` (the page gets a 410 with a sentence), never a turn on a dropped store."""
+    from webdemo.shared import TabGone
+
+    shared = SharedState(postgres_url)
+    key, other = "a" * 32, "b" * 32
+    try:
+        for k in (key, other):
+            shared.open_tab(k)
+            age(postgres_url, k, 100)
+        with psycopg.connect(postgres_url) as claimer:  # a worker in the middle of `claim`, holding the row
+            claimer.execute("SELECT 1 FROM webdemo_tabs WHERE key = %s FOR SHARE", (key,))
+            with ThreadPoolExecutor(1) as pool:
+                forgetting = pool.submit(shared.forget_tab, key, 50.0, 1000, [])
+                time.sleep(0.3)  # not a timing assert: the forget is then waiting on the row (or about to)
+                assert not forgetting.done()
+                claimer.execute("INSERT INTO webdemo_claims VALUES (%s, 'langgraph', 'w', now() + interval '15 s')",
+                                (key,))  # fmt: skip
+                claimer.commit()
+                assert forgetting.result(10) is False
+        assert shared.claimed(key) == {"langgraph"}
+        assert shared.forget_tab(other, 50.0, 1000, []) is True
+        with pytest.raises(TabGone):
+            shared.try_claim(other, ["langgraph"], "late-worker")
+    finally:
+        shared.close()

@@ -59,7 +59,7 @@ from webdemo.panes import (
     for_page,
     graph_request_ids,
 )
-from webdemo.shared import EventBus, SharedState
+from webdemo.shared import EventBus, SharedState, TabGone
 
 ENV_CONFIG = "WEBDEMO_CONFIG"
 """The environment variable `app_from_env` reads: the JSON of `create_app`'s arguments (set by `compare.py serve`)."""
@@ -150,7 +150,11 @@ def create_app(
         if shared is None:
             return
         args = (tab.key, names, tabs.owner) if lease is None else (tab.key, names, tabs.owner, lease)
-        if not await _in_worker(lambda: shared.try_claim(*args)):
+        try:
+            claimed = await _in_worker(lambda: shared.try_claim(*args))
+        except TabGone:
+            raise BadRequest(410, "this tab was deleted, unused for long; reload the page to start afresh") from None
+        if not claimed:
             raise BadRequest(409, refusal)
 
     async def _release(tab: Tab, names: list[str]) -> None:
