@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
-from comparison.scenarios import SEED_GOAL
+from comparison.scenarios import CART_QUESTION, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from webdemo.cli import serve_main
 from webdemo.server import create_app, free_port, running_server
@@ -533,3 +533,98 @@ def test_a_claim_under_way_when_a_tab_is_forgotten_keeps_it_and_a_claim_after_fi
             shared.try_claim(other, ["langgraph"], "late-worker")
     finally:
         shared.close()
+
+
+# --- a worker killed mid-turn ---------------------------------------------------------------------------------
+
+WORKER = """
+import os, sys, threading
+from shared_tools.bookstore.store import BookStore
+
+if os.environ.get("HANG_AFTER_ADD"):  # worker A: every add lands, then its turn hangs there until the SIGKILL
+    original = BookStore.add_to_cart
+
+    def add_then_hang(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        print("ADDED", flush=True)
+        threading.Event().wait()
+        return result
+
+    BookStore.add_to_cart = add_then_hang
+
+import uvicorn
+from webdemo.server import create_app
+
+url, port, lease = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+app = create_app(url, allowed_hosts=["127.0.0.1"], lease_s=lease)
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+"""
+
+
+def start_worker(url: str, lease: float, *, hang_after_add: bool) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **({"HANG_AFTER_ADD": "1"} if hang_after_add else {})}
+    process = subprocess.Popen([sys.executable, "-c", WORKER, url, str(port), str(lease)], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            if httpx.get(f"{base}/api/meta", timeout=2).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the worker did not start: {process.communicate(timeout=10)}")
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_a_worker_killed_mid_turn_after_its_adds_leaves_one_copy_and_usable_panes_to_the_other(
+    postgres_url: str,
+) -> None:
+    """Two worker processes on one Postgres. Worker A's turn adds the book in both panes, then A is SIGKILLed
+    with the turn under way. Once A's lease runs out, worker B takes the tab over: the panes are free, every cart
+    holds one copy, and the next question works in both panes, the graph finishing A's turn from its checkpoint
+    first (its re-run add is a replay, by its call's id) and the hand-written pane without the turn a SIGKILL
+    takes whole (the README's cost), neither adding a copy."""
+    lease = 5.0  # past the heartbeat (1 s) with room on a loaded machine, and short enough to wait out
+    a, url_a = start_worker(postgres_url, lease, hang_after_add=True)
+    b, url_b = start_worker(postgres_url, lease, hang_after_add=False)
+    try:
+        with httpx.Client(base_url=url_a, timeout=WAIT_S) as client:
+            tab = new_tab(client)
+            assert client.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+        assert a.stdout is not None
+        added = [a.stdout.readline().strip() for _ in range(2)]  # blocks until both panes' adds landed
+        assert added == ["ADDED", "ADDED"], added
+        a.kill()
+        a.wait(30)
+        assert a.returncode == -signal.SIGKILL
+        with httpx.Client(base_url=url_b, timeout=WAIT_S) as client:
+            assert all(p["busy"] for p in state(client, tab)["panes"]), "A's claims hold until the lease ends"
+            wait_for(client, tab, idle)
+            key = tab.split(".")[0]
+            with tab_store(postgres_url, tab) as store:
+                for contender in ("handwritten", "langgraph"):
+                    assert store.cart(f"web-{key}-{contender}").quantity_of(7) == 1, contender
+            response = client.post("/api/turn", json={"tab": tab, "text": CART_QUESTION})
+            assert response.status_code == 202, response.text
+            done = panes(wait_for(client, tab, lambda s: idle(s) and all(
+                p["last"] and p["last"].get("stop_reason") for p in s["panes"])))  # fmt: skip
+        for name, pane in done.items():
+            last = pane["last"]
+            assert last["done"] and last["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}], (name, last)
+            assert last["cart_check"] == "agrees", (name, last)
+        with tab_store(postgres_url, tab) as store:
+            assert store.check_invariants() == []
+    finally:
+        for process in (a, b):
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()

@@ -95,11 +95,13 @@ class SharedState:
     """The page's tables in the Postgres database at `url`; every method is blocking (call from a worker thread,
     except `publish`, which only queues)."""
 
-    def __init__(self, url: str, *, pool_size: int = 8) -> None:
+    def __init__(self, url: str, *, pool_size: int = 8, lease_s: float = LEASE_S) -> None:
+        """`lease_s`: how long a claim lasts unless extended (a turn's heartbeat extends it every second)."""
         from psycopg.rows import tuple_row
         from psycopg_pool import ConnectionPool
 
         self.url = url
+        self.lease_s = lease_s
         # prepare_threshold=None: no server-side prepared statements, so PgBouncer in transaction mode works.
         self.pool = ConnectionPool(
             url, min_size=1, max_size=pool_size, open=True, name="webdemo",
@@ -241,7 +243,7 @@ class SharedState:
 
     # --- claims: one turn at a time per pane, across workers ---------------------------------------------------
 
-    def claim(self, key: str, panes: list[str], owner: str, lease: float = LEASE_S) -> bool:
+    def claim(self, key: str, panes: list[str], owner: str, lease: float | None = None) -> bool:
         """Claim every pane in `panes` for `owner`, or none: False when another owner holds one (in time);
         `TabGone` when the tab was forgotten (`forget_tab`)."""
         with self.pool.connection() as db, db.transaction():
@@ -252,24 +254,24 @@ class SharedState:
                     "INSERT INTO webdemo_claims VALUES (%s, %s, %s, now() + make_interval(secs => %s)) "
                     "ON CONFLICT (tab, pane) DO UPDATE SET owner = excluded.owner, until = excluded.until "
                     "WHERE webdemo_claims.until < now() RETURNING 1",
-                    (key, pane, owner, lease),
+                    (key, pane, owner, self.lease_s if lease is None else lease),
                 ).fetchone()
                 if taken is None:
                     raise _Taken  # leaving the transaction block by a raise rolls back the panes claimed so far
         return True
 
-    def try_claim(self, key: str, panes: list[str], owner: str, lease: float = LEASE_S) -> bool:
+    def try_claim(self, key: str, panes: list[str], owner: str, lease: float | None = None) -> bool:
         try:
             return self.claim(key, panes, owner, lease)
         except _Taken:
             return False
 
-    def extend(self, key: str, panes: list[str], owner: str, lease: float = LEASE_S) -> None:
+    def extend(self, key: str, panes: list[str], owner: str, lease: float | None = None) -> None:
         with self.pool.connection() as db:
             db.execute(
                 "UPDATE webdemo_claims SET until = now() + make_interval(secs => %s) "
                 "WHERE tab = %s AND pane = ANY(%s) AND owner = %s",
-                (lease, key, panes, owner),
+                (self.lease_s if lease is None else lease, key, panes, owner),
             )
 
     def release(self, key: str, panes: list[str], owner: str) -> None:
