@@ -270,3 +270,26 @@ def test_a_second_rewind_to_before_the_first_still_knows_the_first_one_forgot_ca
     session.ask("Add The Quiet Orchard to my cart.")
     assert questions(session.messages) == ["Hello.", "Add The Quiet Orchard to my cart."]
     assert store.cart("c1").quantity_of(7) == 2
+
+
+@pytest.mark.parametrize("kind", [k for k in SESSION_KINDS if k != "handwritten"])
+def test_a_replayed_turn_keeps_the_abandoned_branchs_call_ids_taken(kind: str, tmp_path: Path) -> None:
+    """Time travel as a rewind: the branch a replay abandons added under call_0, the store keeps that id, and the
+    replayed model call, numbered call_0 again, is a new add (the model asked again), not "this call already ran"."""
+    store = BookStore()
+    model = ScriptModel(replies=[numbering_shopper] * 20)
+    session = open_session(kind, model, make_tools(store), tmp_path)
+    session.ask("Hello.")
+    session.ask("Add The Quiet Orchard to my cart.")
+    [before_model] = [
+        s
+        for s in session.history()
+        if s.next == ("model",) and s.values["messages"][-1].text == "Add The Quiet Orchard to my cart."
+    ]
+    result = session.replay(before_model.config["configurable"]["checkpoint_id"])
+    assert result.stop_reason is StopReason.DONE
+    add = next(e for e in result.trace if e.name == "add_to_cart")
+    assert "already" not in add.detail.lower(), add.detail
+    assert store.cart("c1").quantity_of(7) == 2
+    session.ask("Add The Quiet Orchard to my cart.")
+    assert store.cart("c1").quantity_of(7) == 3, "the next turn's call_0 is a new add too"
