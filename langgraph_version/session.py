@@ -38,6 +38,7 @@ from langgraph_version.serde import CheckpointSerializer
 from langgraph_version.state import Storage, full_messages_channel
 from shared_tools.history import (
     Rewound,
+    among_other_conversations,
     count_turns,
     forgetting_calls,
     is_user_turn,
@@ -324,7 +325,10 @@ class GraphSession:
             started_from = None if head is None else head.config["configurable"]["checkpoint_id"]
             question = HumanMessage(text, additional_kwargs={TURN_FROM: started_from})
             has_messages = head is not None and "messages" in head.checkpoint["channel_versions"]
-            new_messages = [question] if has_messages else [*opening(self.instructions, text)[:-1], question]
+            # A new thread's system message is marked as one conversation among the customer's others: its
+            # provider's call_0 is not theirs (`among_other_conversations`).
+            begun = among_other_conversations(opening(self.instructions, text)[:-1], self.instructions)
+            new_messages = [question] if has_messages else [*begun, question]
             result = await self.agent.adrive(
                 graph,
                 new_messages,

@@ -23,7 +23,7 @@ from shared_tools.history import count_turns, is_summary, is_user_turn
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, StopReason
 from tests.conftest import SESSION_KINDS, assert_sendable, open_session
-from tests.doubles import ScriptModel, ai, call
+from tests.doubles import ScriptModel, ai, call, provider_id
 
 ORDER_QUESTION = "Where is my order 4512?"
 
@@ -69,7 +69,7 @@ def test_every_kind_sends_the_model_the_same_window(kind: str, tmp_path: Path) -
     session = open_session(kind, model, [echo_tool()], tmp_path, keep_turns=1)
     for n in range(4):
         session.ask(f"question {n}")
-    shape = [(m.type, m.text, [c["id"] for c in getattr(m, "tool_calls", [])]) for m in model.prompts[-1]]
+    shape = [(m.type, m.text, [provider_id(c["id"]) for c in getattr(m, "tool_calls", [])]) for m in model.prompts[-1]]
     assert shape == [
         ("system", shape[0][1], []),
         ("human", "question 3", []),
@@ -224,6 +224,20 @@ def test_turns_folded_into_the_summary_keep_their_call_ids_taken(kind: str, tmp_
         assert session.ask("Add The Quiet Orchard to my cart.").stop_reason is StopReason.DONE
     assert any(is_summary(m) for m in session.messages), "turns were folded"
     assert store.cart("c1").quantity_of(7) == 5
+
+
+@pytest.mark.parametrize("kind", SESSION_KINDS)
+def test_two_fresh_conversations_of_one_customer_do_not_share_call_ids(kind: str, tmp_path: Path) -> None:
+    """The store keeps an add's call id per customer, across all their conversations: the second conversation's
+    call_0 is not the first one's, so its add is a new copy, not "this call already ran"."""
+    store = BookStore()
+    for n in range(2):
+        model = ScriptModel(replies=[numbering_shopper] * 4)
+        folder = tmp_path / f"conversation-{n}"
+        folder.mkdir()
+        session = open_session(kind, model, make_tools(store), folder)
+        assert session.ask("Add The Quiet Orchard to my cart.").stop_reason is StopReason.DONE
+    assert store.cart("c1").quantity_of(7) == 2
 
 
 @pytest.mark.parametrize("kind", SESSION_KINDS)
