@@ -23,6 +23,7 @@ from handwritten import storage
 from handwritten.loop import AgentCancelled, AgentLoop, history_so_far
 from shared_tools.history import (
     Rewound,
+    among_other_conversations,
     count_turns,
     forgetting_calls,
     is_summary,
@@ -118,6 +119,7 @@ class Session:
         async with self._one_turn_at_a_time():
             if self.summarize and not (cancel is not None and cancel.is_set()):
                 await self._fold_old_turns()
+            self._mark_among_others()
             full = self._messages
             sent = self._window(full)
             try:
@@ -155,6 +157,7 @@ class Session:
         async with self._one_turn_at_a_time():
             if not self.unfinished:
                 return None
+            self._mark_among_others()
             full = self._messages
             sent = self._window(full, asking=False)
             try:
@@ -196,6 +199,15 @@ class Session:
         cut = starts[len(starts) - window] if window > 0 else len(messages)
         head = [m for m in messages[:cut] if isinstance(m, SystemMessage) or is_summary(m)]
         return head + messages[cut:]
+
+    def _mark_among_others(self) -> None:
+        """Begin the history with a system message marked as one conversation among the customer's others (a
+        provider's call_0 here is not their call_0: `among_other_conversations`)."""
+        marked = among_other_conversations(self._messages, self.instructions)
+        if marked[0] is not (self._messages[0] if self._messages else None):
+            with self._state:
+                self._messages = marked
+                self._saved = None  # the first message changed: the next save rewrites the stored conversation
 
     def _keep(self, full: list[BaseMessage], sent: list[BaseMessage], result: AgentResult) -> AgentResult:
         """Splice what the run added (the question, the replies, the results) onto the whole history."""

@@ -31,12 +31,13 @@ from langgraph.types import Command, StateSnapshot
 
 from langgraph_version.agent import GraphAgent, opening
 from langgraph_version.checkpoints import SqliteCheckpoints, Storage, messages_channel, prune_sqlite, turn_lock_for
-from langgraph_version.graph import CHECK
+from langgraph_version.graph import CHECK, ERRORS, MODEL, TOOLS
 from langgraph_version.postgres import PostgresCheckpoints, prune_postgres
 from langgraph_version.run import Durability
 from langgraph_version.serde import CheckpointSerializer
 from shared_tools.history import (
     Rewound,
+    among_other_conversations,
     count_turns,
     forgetting_calls,
     is_user_turn,
@@ -317,7 +318,10 @@ class GraphSession:
             started_from = None if head is None else head.config["configurable"]["checkpoint_id"]
             question = HumanMessage(text, additional_kwargs={TURN_FROM: started_from})
             has_messages = head is not None and "messages" in head.checkpoint["channel_versions"]
-            new_messages = [question] if has_messages else [*opening(self.instructions, text)[:-1], question]
+            # A new thread's system message is marked as one conversation among the customer's others: its
+            # provider's call_0 is not theirs (`among_other_conversations`).
+            begun = among_other_conversations(opening(self.instructions, text)[:-1], self.instructions)
+            new_messages = [question] if has_messages else [*begun, question]
             result = await self.agent.adrive(
                 graph,
                 new_messages,
@@ -579,7 +583,8 @@ class GraphSession:
         like `rewind`; ValueError for a checkpoint the thread does not have, or one whose run had ended.
         """
         async with self._turn() as graph:
-            self._refuse_while_paused(await self._snapshot(graph))
+            head = await self._snapshot(graph)
+            self._refuse_while_paused(head)
             base = await graph.aget_state(self._at(checkpoint_id))
             if base.created_at is None:
                 raise ValueError(f"thread {self.thread_id!r} has no checkpoint {checkpoint_id!r}")
@@ -588,16 +593,38 @@ class GraphSession:
                 raise CustomerMismatch(f"checkpoint {checkpoint_id!r} is of customer {owner!r}")
             if not base.next:
                 raise ValueError(f"checkpoint {checkpoint_id!r} ended its run: nothing to replay (rewind to it)")
+            start = await self._forget_abandoned_calls(graph, base, list(head.values.get("messages", [])))
             return await self.agent.adrive(
                 graph,
                 None,
-                base.config,
+                start,
                 cancel=cancel,
                 durability=self.durability,
                 started_at=_clock_after(base) if "started_at" in base.values else None,
                 keep_turns=self.keep_turns,
                 count_stretch=True,
             )
+
+    async def _forget_abandoned_calls(
+        self, graph: CompiledStateGraph, base: StateSnapshot, messages: list[BaseMessage]
+    ) -> RunnableConfig:
+        """Where a replay from `base` starts: `base` itself, or, when the branch it abandons (up to the head's
+        `messages`) holds tool calls `base` does not, a fork of `base` whose system message is marked
+        `FORGOT_CALLS`, as a rewind marks it (`forgetting_calls`): their ids stay taken in the store, and a
+        provider numbering its calls call_0 again must get a new add, not "this call already ran". The fork is
+        written as the node that wrote `base` would have, so the same node runs next."""
+        kept = list(base.values.get("messages", []))
+        remembered = forgetting_calls(kept, messages)
+        if remembered[:1] == kept[:1]:
+            return base.config
+        as_node = _WROTE_BEFORE.get(base.next[0]) if len(base.next) == 1 else None
+        if as_node is None:
+            raise RuntimeError(f"cannot replay from a checkpoint that runs {base.next!r} next")
+        config = await graph.aupdate_state(base.config, {"messages": remembered[:1]}, as_node=as_node)
+        forked = await graph.aget_state(config)
+        if forked.next != base.next:
+            raise RuntimeError(f"the marked fork runs {forked.next!r} next, not {base.next!r}")
+        return config
 
     def _at(self, checkpoint_id: str) -> RunnableConfig:
         if not isinstance(checkpoint_id, str) or not checkpoint_id:
@@ -633,6 +660,11 @@ class GraphSession:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.aclose()
+
+
+_WROTE_BEFORE = {MODEL: CHECK, TOOLS: MODEL, ERRORS: TOOLS, CHECK: ERRORS}
+"""For each node a replay can start at, a node whose edges lead to it (`graph.build_guarded_graph`) while the run
+goes on (no stop reason): the node a marked fork of the checkpoint is written as."""
 
 
 def _unfinished(snapshot: StateSnapshot) -> bool:

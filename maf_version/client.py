@@ -41,6 +41,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared_tools import guards
+from shared_tools.history import among_other_conversations
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,9 @@ class LangChainChatClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTele
         super().__init__(**kwargs)
         self.chat_model = model
         """The langchain-core model (`model` is MAF's name for a model id, which the agent copies into its options)."""
+        self.among_other_conversations = False
+        """True under a `MafSession`: its system message is marked as one conversation among the customer's others
+        (`history.among_other_conversations`), so a provider's call_0 gets an id of its own in the store."""
 
     def _inner_get_response(
         self, *, messages: Sequence[Message], stream: bool, options: dict[str, Any], **kwargs: Any
@@ -68,6 +72,8 @@ class LangChainChatClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTele
         if instructions := options.get("instructions"):
             # MAF passes the agent's instructions as an option, not as a message: the system message, first.
             history = [SystemMessage(str(instructions)), *history]
+            if self.among_other_conversations:
+                history = among_other_conversations(history, str(instructions))
         bound: Any = self.chat_model
         tools = [tool_schema(tool) for tool in options.get("tools") or []]
         if tools:

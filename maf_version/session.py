@@ -46,6 +46,7 @@ class MafSession:
         and every turn is saved there. A file of another customer is refused (`CustomerMismatch`). With
         `keep_turns`, the model is sent only the last N user turns (`WindowedHistory`); all are kept."""
         self.agent = agent
+        agent.client.among_other_conversations = True  # the store keeps call ids per customer, not per conversation
         self.keep_turns = keep_turns
         self.instructions = instructions
         self.customer_id = customer_id

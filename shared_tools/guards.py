@@ -349,9 +349,10 @@ def model_detail(message: AIMessage) -> str:
 
 
 FORGOT_CALLS = "forgot_tool_calls"
-"""`additional_kwargs` key, True on a message of a conversation that has forgotten some of its tool calls (a
-summary stands in for them, or a rewind dropped them): the store still holds their ids as request keys, but the
-history no longer does, so `with_call_ids` can no longer tell a reused id and gives every later call a fresh one."""
+"""`additional_kwargs` key, True on a message of a conversation that cannot see every tool call whose id the store
+holds as a request key (a summary stands in for some, a rewind dropped some, or another conversation of the same
+customer made them: every session marks its system message, `history.among_other_conversations`), so
+`with_call_ids` can no longer tell a reused id and gives every later call a fresh one."""
 
 
 def forgot_calls(history: Sequence[BaseMessage]) -> bool:

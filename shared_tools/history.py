@@ -119,6 +119,21 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def among_other_conversations(messages: Sequence[BaseMessage], instructions: str) -> list[BaseMessage]:
+    """A session's history with its system message marked `FORGOT_CALLS` (a new conversation: a marked system
+    message of `instructions`). The store keeps an add's call id per customer, across every conversation of
+    theirs, and one conversation cannot see another's calls: a provider that numbers its calls call_0 in every
+    conversation would make a second conversation's first add a replay of the first one's. Marked, every call
+    gets an id of its own; a re-run of a reply kept in the history still carries its ids, and still replays."""
+    if not messages:
+        return [SystemMessage(instructions, additional_kwargs={FORGOT_CALLS: True})]
+    first = messages[0]
+    if not isinstance(first, SystemMessage) or first.additional_kwargs.get(FORGOT_CALLS) is True:
+        return list(messages)
+    marked = first.model_copy(update={"additional_kwargs": {**first.additional_kwargs, FORGOT_CALLS: True}})
+    return [marked, *messages[1:]]
+
+
 def forgetting_calls(kept: Sequence[BaseMessage], before: Sequence[BaseMessage]) -> list[BaseMessage]:
     """`kept` (what a rewind goes back to from the history `before`), its system message marked `FORGOT_CALLS`
     when `before` held tool calls `kept` does not, or was marked itself: the rewind leaves the store as it is,

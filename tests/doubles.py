@@ -7,6 +7,7 @@ asks for three tools at once). Each reply reports usage so token sums can be ass
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -28,6 +29,12 @@ class ScriptExhaustedError(AssertionError):
 def call(name: str, call_id: str | None = None, **args: Any) -> dict[str, Any]:
     """One tool call entry for `ai(...)`."""
     return {"name": name, "args": args, "id": call_id or f"{name}-{sorted(args.items())}", "type": "tool_call"}
+
+
+def provider_id(call_id: str) -> str:
+    """The id a scripted reply gave a call, from the id a session kept: a session gives every call a fresh one,
+    the provider's id with a suffix (`guards.with_call_ids`)."""
+    return re.sub(r"_[0-9a-f]{12}$", "", call_id)
 
 
 def ai(text: str = "", *calls: dict[str, Any], tokens: int = 10) -> AIMessage:

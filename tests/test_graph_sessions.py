@@ -42,7 +42,7 @@ from shared_tools.guards import CANCELLED_CALL_TEXT, CANCELLED_WHILE_RUNNING_TEX
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, CustomerMismatch, StopReason
 from tests.conftest import assert_valid_history, blocking
-from tests.doubles import ScriptModel, ToolBindingDouble, ai, call
+from tests.doubles import ScriptModel, ToolBindingDouble, ai, call, provider_id
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = "You are a bookstore assistant."
@@ -376,7 +376,7 @@ async def test_a_task_cancelled_mid_round_leaves_the_truth_in_the_thread(
         await task
 
     assert not await session.unfinished(), "the cancelled run is over, not waiting to run its tools again"
-    answers = {m.tool_call_id: m for m in tool_messages(await session.messages())}
+    answers = {provider_id(m.tool_call_id): m for m in tool_messages(await session.messages())}
     assert answers["add"].status == "success" and '"added":"The Quiet Orchard"' in answers["add"].text
     assert answers["slow"].content == CANCELLED_WHILE_RUNNING_TEXT
     if parallel:
@@ -407,7 +407,7 @@ async def test_a_resume_cancelled_mid_round_does_not_ask_the_answered_question_a
     with pytest.raises(asyncio.CancelledError):
         await task
     assert (await session.pending(), await session.unfinished()) == ([], False)
-    answers = {m.tool_call_id: m for m in tool_messages(await session.messages())}
+    answers = {provider_id(m.tool_call_id): m for m in tool_messages(await session.messages())}
     assert '"added":"The Quiet Orchard"' in answers["add"].text
     assert answers["slow"].content == CANCELLED_WHILE_RUNNING_TEXT
     assert (await session.aask("Done?")).answer == "Anything else?"

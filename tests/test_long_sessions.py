@@ -22,8 +22,8 @@ from shared_tools.bookstore.tools import make_tools
 from shared_tools.history import count_turns, is_summary, is_user_turn
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, StopReason
-from tests.conftest import SESSION_KINDS, assert_sendable, open_session, view
-from tests.doubles import ScriptModel, ai, call
+from tests.conftest import SESSION_KINDS, assert_sendable, blocking, open_session, view
+from tests.doubles import ScriptModel, ai, call, provider_id
 
 ORDER_QUESTION = "Where is my order 4512?"
 
@@ -69,7 +69,7 @@ def test_every_kind_sends_the_model_the_same_window(kind: str, tmp_path: Path) -
     session = open_session(kind, model, [echo_tool()], tmp_path, keep_turns=1)
     for n in range(4):
         session.ask(f"question {n}")
-    shape = [(m.type, m.text, [c["id"] for c in getattr(m, "tool_calls", [])]) for m in model.prompts[-1]]
+    shape = [(m.type, m.text, [provider_id(c["id"]) for c in getattr(m, "tool_calls", [])]) for m in model.prompts[-1]]
     assert shape == [
         ("system", shape[0][1], []),
         ("human", "question 3", []),
@@ -227,6 +227,20 @@ def test_turns_folded_into_the_summary_keep_their_call_ids_taken(kind: str, tmp_
 
 
 @pytest.mark.parametrize("kind", SESSION_KINDS)
+def test_two_fresh_conversations_of_one_customer_do_not_share_call_ids(kind: str, tmp_path: Path) -> None:
+    """The store keeps an add's call id per customer, across all their conversations: the second conversation's
+    call_0 is not the first one's, so its add is a new copy, not "this call already ran"."""
+    store = BookStore()
+    for n in range(2):
+        model = ScriptModel(replies=[numbering_shopper] * 4)
+        folder = tmp_path / f"conversation-{n}"
+        folder.mkdir()
+        session = open_session(kind, model, make_tools(store), folder)
+        assert session.ask("Add The Quiet Orchard to my cart.").stop_reason is StopReason.DONE
+    assert store.cart("c1").quantity_of(7) == 2
+
+
+@pytest.mark.parametrize("kind", SESSION_KINDS)
 def test_rewound_turns_keep_their_call_ids_taken(kind: str, tmp_path: Path) -> None:
     """A rewind takes the turn back, not the store: its add stays in the cart under its call id, so the same add
     asked again after the rewind, numbered call_0 again, is a new add (the customer asked for it again)."""
@@ -270,3 +284,26 @@ def test_a_second_rewind_to_before_the_first_still_knows_the_first_one_forgot_ca
     session.ask("Add The Quiet Orchard to my cart.")
     assert questions(view(session, "messages")) == ["Hello.", "Add The Quiet Orchard to my cart."]
     assert store.cart("c1").quantity_of(7) == 2
+
+
+@pytest.mark.parametrize("kind", [k for k in SESSION_KINDS if k != "handwritten"])
+def test_a_replayed_turn_keeps_the_abandoned_branchs_call_ids_taken(kind: str, tmp_path: Path) -> None:
+    """Time travel as a rewind: the branch a replay abandons added under call_0, the store keeps that id, and the
+    replayed model call, numbered call_0 again, is a new add (the model asked again), not "this call already ran"."""
+    store = BookStore()
+    model = ScriptModel(replies=[numbering_shopper] * 20)
+    session = open_session(kind, model, make_tools(store), tmp_path)
+    session.ask("Hello.")
+    session.ask("Add The Quiet Orchard to my cart.")
+    [before_model] = [
+        s
+        for s in blocking(session.history)
+        if s.next == ("model",) and s.values["messages"][-1].text == "Add The Quiet Orchard to my cart."
+    ]
+    result = blocking(lambda: session.areplay(before_model.config["configurable"]["checkpoint_id"]))
+    assert result.stop_reason is StopReason.DONE
+    add = next(e for e in result.trace if e.name == "add_to_cart")
+    assert "already" not in add.detail.lower(), add.detail
+    assert store.cart("c1").quantity_of(7) == 2
+    session.ask("Add The Quiet Orchard to my cart.")
+    assert store.cart("c1").quantity_of(7) == 3, "the next turn's call_0 is a new add too"

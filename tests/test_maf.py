@@ -43,7 +43,7 @@ from shared_tools.results import (
     TraceEvent,
 )
 from tests.conftest import assert_sendable, assert_valid_history
-from tests.doubles import ScriptModel, ToolBindingDouble, ai, call
+from tests.doubles import ScriptModel, ToolBindingDouble, ai, call, provider_id
 
 INSTRUCTIONS = "You are a bookstore assistant."
 SEED_GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
@@ -311,11 +311,12 @@ def test_each_approval_answers_only_the_request_it_names(store: BookStore) -> No
     session = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS)
     paused = session.ask("Add them.")
     assert paused.stop_reason is StopReason.AWAITING_APPROVAL
-    assert [p["tool_call"]["id"] for p in paused.pending or []] == ["a1", "a2"]
+    a1, a2 = ids = [p["tool_call"]["id"] for p in paused.pending or []]
+    assert [provider_id(i) for i in ids] == ["a1", "a2"]
     assert "more than 3 copies" in paused.pending[0]["reason"] and cart(store) == []
     with pytest.raises(ValueError, match="each pending request"):
-        session.resume({"a1": True})
-    done = session.resume({"a1": True, "a2": False})
+        session.resume({a1: True})
+    done = session.resume({a1: True, a2: False})
     assert done.stop_reason is StopReason.DONE and cart(store) == [(7, 5)]
     refused = [e for e in done.trace if e.guard is Guard.APPROVAL_REFUSED]
     assert [e.detail.split(" -> ")[1] for e in refused] == ["Error: Tool call invocation was rejected by user."]
@@ -354,7 +355,7 @@ def test_a_paused_conversation_is_answered_after_a_restart(store: BookStore, tmp
     assert first.ask("Add them.").stop_reason is StopReason.AWAITING_APPROVAL
     model = ScriptModel(replies=[ai("Both added.")])
     again = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS, path=path)
-    assert [p["tool_call"]["id"] for p in again.pending] == ["a1", "a2"]
+    assert [provider_id(p["tool_call"]["id"]) for p in again.pending] == ["a1", "a2"]
     assert again.resume(True).stop_reason is StopReason.DONE
     assert sorted(cart(store)) == [(5, 4), (7, 5)]
 
@@ -495,7 +496,7 @@ async def test_cancelling_the_task_of_a_resumed_run_answers_every_paused_call(st
     assert raised.value.result.stop_reason is StopReason.CANCELLED
     assert_valid_history(session.messages, in_call_order=False)
     results = [m for m in session.messages if isinstance(m, ToolMessage)]
-    assert sorted(m.tool_call_id for m in results) == ["a1", "a2"]
+    assert sorted(provider_id(m.tool_call_id) for m in results) == ["a1", "a2"]
     assert session.pending == []
 
 
@@ -570,7 +571,7 @@ def test_a_paused_turn_stays_in_the_window_when_it_is_answered(store: BookStore)
     assert session.resume(True).stop_reason is StopReason.DONE and cart(store) == [(7, 10)]
     last = model.prompts[-1]
     assert [m.text for m in last if m.type == "human"] == ["Add ten."]
-    assert isinstance(last[-1], ToolMessage) and last[-1].tool_call_id == "a1"
+    assert isinstance(last[-1], ToolMessage) and provider_id(last[-1].tool_call_id) == "a1"
 
 
 def test_keep_turns_must_be_a_whole_number_of_turns() -> None:
@@ -579,3 +580,17 @@ def test_keep_turns_must_be_a_whole_number_of_turns() -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="keep_turns"):
             WindowedHistory(bad)  # type: ignore[arg-type]
+
+
+def test_two_fresh_maf_conversations_of_one_customer_do_not_share_call_ids() -> None:
+    """As for the other sessions (tests/test_long_sessions.py): the store keeps call ids per customer, so the
+    second conversation's call_0 is a new add, not "this call already ran"."""
+    from tests.test_long_sessions import numbering_shopper
+
+    store = BookStore()
+    for _ in range(2):
+        session = MafSession(MafAgent(ScriptModel(replies=[numbering_shopper] * 4), make_tools(store)), INSTRUCTIONS)
+        result = session.ask("Add The Quiet Orchard to my cart.")
+        add = next(e for e in result.trace if e.name == "add_to_cart")
+        assert result.stop_reason is StopReason.DONE and "already" not in add.detail, add.detail
+    assert store.cart("c1").quantity_of(7) == 2

@@ -529,6 +529,45 @@ def test_an_approval_timeout_that_is_not_a_number_of_seconds_is_exit_2(timeout: 
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize("jobs", ["0", "-1", "33"])
+def test_a_max_jobs_out_of_range_is_exit_2_with_a_sentence(
+    jobs: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert serve_main(["--port", "0", "--data", str(tmp_path / "web"), f"--max-jobs={jobs}"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"compare.py serve: --max-jobs must be from 1 to 32, got {jobs}", err
+
+
+def test_serve_max_jobs_bounds_the_jobs_of_the_server_it_starts(tmp_path: Path) -> None:
+    """`serve --max-jobs 1`, a real server process: a second job in another tab is refused in words."""
+    import signal
+    import subprocess
+    import sys
+
+    code = "import sys; from webdemo.cli import serve_main; sys.exit(serve_main(sys.argv[1:]))"
+    server = subprocess.Popen(
+        [sys.executable, "-c", code, "--port", "0", "--data", str(tmp_path / "web"), "--max-jobs", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().split(" at ")[1].split()[0]
+        with httpx.Client(timeout=WAIT_S) as http:
+            tab, other = (http.post(url + "api/tabs", json={}).json()["tab"] for _ in range(2))
+            started = http.post(url + "api/eval", json={"tab": tab, "scenarios": ["bookstore"], "runs": 20})
+            assert started.status_code == 202, started.text
+            refused = http.post(url + "api/scenario", json={"tab": other, "scenarios": ["bookstore"]})
+            assert refused.status_code == 503, refused.text
+            assert "runs 1 scenario or eval runs at once" in refused.json()["error"]
+            assert http.post(url + "api/cancel", json={"tab": tab}).status_code == 200
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=WAIT_S)
+
+
 def test_ctrl_c_stops_the_server_cleanly_with_exit_code_130(tmp_path: Path) -> None:
     import signal
     import subprocess

@@ -24,7 +24,7 @@ import psycopg
 import pytest
 from starlette.testclient import TestClient
 
-from comparison.scenarios import SEED_GOAL
+from comparison.scenarios import CART_QUESTION, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from webdemo.cli import serve_main
 from webdemo.server import create_app, free_port, running_server
@@ -427,3 +427,201 @@ def test_a_turn_cut_short_on_one_worker_after_its_add_is_finished_on_the_other_w
     assert last["done"] and last["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}], last
     said = [m["text"] for m in done[contender]["transcript"] if m["role"] == "assistant"]
     assert said == ["I added The Quiet Orchard.", "Your cart holds one book."], said
+
+
+# --- unused tabs on Postgres -------------------------------------------------------------------------------------
+
+
+def stored_rows(url: str, key: str) -> dict[str, int]:
+    """What Postgres holds of tab `key`: its rows in each table, its threads' rows, and its schema (0 or 1)."""
+    threads = [f"web-{key}-{c}" for c in ("handwritten", "langgraph", "langgraph-defaults", "create-agent")]
+    counts = {}
+    with psycopg.connect(url) as db:
+        for table in ("webdemo_tabs", "webdemo_panes", "webdemo_events"):
+            column = "key" if table == "webdemo_tabs" else "tab"
+            row = db.execute(f"SELECT count(*) FROM {table} WHERE {column} = %s", (key,)).fetchone()
+            counts[table] = row[0] if row else 0
+        for table in ("checkpoints", "handwritten_messages"):
+            row = db.execute(f"SELECT count(*) FROM {table} WHERE thread_id = ANY(%s)", (threads,)).fetchone()
+            counts[table] = row[0] if row else 0
+        row = db.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema_of(key),)).fetchone()
+        counts["schema"] = row[0] if row else 0
+    return counts
+
+
+def age(url: str, key: str, seconds: float) -> None:
+    """Make tab `key` look unused for `seconds` (and never watched)."""
+    with psycopg.connect(url) as db:
+        db.execute("UPDATE webdemo_tabs SET used = now() - make_interval(secs => %s), seen = NULL WHERE key = %s",
+                   (seconds, key))  # fmt: skip
+
+
+def test_unused_tabs_on_postgres_are_forgotten_rows_threads_and_schema_unless_claimed_or_watched(
+    postgres_url: str,
+) -> None:
+    """A tab unused past `keep_tabs_s` loses its rows, its threads and its store's schema when a tab is made; a
+    tab another worker holds a claim on (a turn or a job) or watches is kept; the worker that still had the
+    forgotten tab open serves it afresh, and a turn there adds one copy, not one on top of the old cart's."""
+    app_a = create_app(postgres_url, allowed_hosts=["127.0.0.1"], keep_tabs_s=50.0)
+    app_b = create_app(postgres_url, allowed_hosts=["127.0.0.1"], keep_tabs_s=50.0)
+    with TestClient(app_a, base_url=BASE) as a, TestClient(app_b, base_url=BASE) as b:
+        old, claimed, watched, fresh = (new_tab(a) for _ in range(4))
+        assert a.post("/api/turn", json={"tab": old, "text": SEED_GOAL}).status_code == 202
+        wait_for(a, old, lambda s: idle(s) and all(p["last"] for p in s["panes"]))
+        state(b, old)  # worker b has the tab open too
+        key = old.split(".")[0]
+        before = stored_rows(postgres_url, key)
+        assert all(before.values()), before  # a conversation on both sessions, a schema, events
+        for tab in (old, claimed, watched):
+            age(postgres_url, tab.split(".")[0], 100)
+        shared: SharedState = a.app.state.tabs.shared  # type: ignore[attr-defined]
+        assert shared.try_claim(claimed.split(".")[0], ["job:eval"], "another-worker")
+        shared.touch([watched.split(".")[0]])
+        new_tab(a)
+        assert set(stored_rows(postgres_url, key).values()) == {0}, stored_rows(postgres_url, key)
+        for tab in (claimed, watched, fresh):
+            assert stored_rows(postgres_url, tab.split(".")[0])["schema"] == 1, tab
+        # Worker b's copy of the forgotten tab was stale: it opens afresh, and its first turn is the only one.
+        again = panes(state(b, old))
+        assert all(p["transcript"] == [] and p["last"] is None for p in again.values()), again
+        assert b.post("/api/turn", json={"tab": old, "text": SEED_GOAL}).status_code == 202
+        done = panes(wait_for(b, old, lambda s: idle(s) and all(p["last"] for p in s["panes"])))
+        for pane in done.values():
+            assert pane["last"]["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}], pane["last"]
+
+
+def test_stored_tabs_on_postgres_are_capped_longest_unused_first(postgres_url: str) -> None:
+    with TestClient(create_app(postgres_url, allowed_hosts=["127.0.0.1"], max_stored_tabs=3), base_url=BASE) as a:
+        tabs = [new_tab(a) for _ in range(3)]
+        for n, tab in enumerate(tabs):  # the first the longest unused
+            age(postgres_url, tab.split(".")[0], 100 - n)
+        newest = new_tab(a)
+        with psycopg.connect(postgres_url) as db:
+            left = {str(r[0]) for r in db.execute("SELECT key FROM webdemo_tabs")}
+        assert left == {t.split(".")[0] for t in (*tabs[1:], newest)}
+
+
+def test_a_claim_under_way_when_a_tab_is_forgotten_keeps_it_and_a_claim_after_finds_it_gone(
+    postgres_url: str,
+) -> None:
+    """The lease decides: a claim that took the tab's row first is waited for and seen (the tab stays); a claim
+    after the tab went is `TabGone` (the page gets a 410 with a sentence), never a turn on a dropped store."""
+    from webdemo.shared import TabGone
+
+    shared = SharedState(postgres_url)
+    key, other = "a" * 32, "b" * 32
+    try:
+        for k in (key, other):
+            shared.open_tab(k)
+            age(postgres_url, k, 100)
+        with psycopg.connect(postgres_url) as claimer:  # a worker in the middle of `claim`, holding the row
+            claimer.execute("SELECT 1 FROM webdemo_tabs WHERE key = %s FOR SHARE", (key,))
+            with ThreadPoolExecutor(1) as pool:
+                forgetting = pool.submit(shared.forget_tab, key, 50.0, 1000, [])
+                time.sleep(0.3)  # not a timing assert: the forget is then waiting on the row (or about to)
+                assert not forgetting.done()
+                claimer.execute("INSERT INTO webdemo_claims VALUES (%s, 'langgraph', 'w', now() + interval '15 s')",
+                                (key,))  # fmt: skip
+                claimer.commit()
+                assert forgetting.result(10) is False
+        assert shared.claimed(key) == {"langgraph"}
+        assert shared.forget_tab(other, 50.0, 1000, []) is True
+        with pytest.raises(TabGone):
+            shared.try_claim(other, ["langgraph"], "late-worker")
+    finally:
+        shared.close()
+
+
+# --- a worker killed mid-turn ---------------------------------------------------------------------------------
+
+WORKER = """
+import os, sys, threading
+from shared_tools.bookstore.store import BookStore
+
+if os.environ.get("HANG_AFTER_ADD"):  # worker A: every add lands, then its turn hangs there until the SIGKILL
+    original = BookStore.add_to_cart
+
+    def add_then_hang(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        print("ADDED", flush=True)
+        threading.Event().wait()
+        return result
+
+    BookStore.add_to_cart = add_then_hang
+
+import uvicorn
+from webdemo.server import create_app
+
+url, port, lease = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+app = create_app(url, allowed_hosts=["127.0.0.1"], lease_s=lease)
+uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+"""
+
+
+def start_worker(url: str, lease: float, *, hang_after_add: bool) -> tuple[subprocess.Popen[str], str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **({"HANG_AFTER_ADD": "1"} if hang_after_add else {})}
+    process = subprocess.Popen([sys.executable, "-c", WORKER, url, str(port), str(lease)], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            if httpx.get(f"{base}/api/meta", timeout=2).status_code == 200:
+                return process, base
+        except httpx.TransportError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"the worker did not start: {process.communicate(timeout=10)}")
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_a_worker_killed_mid_turn_after_its_adds_leaves_one_copy_and_usable_panes_to_the_other(
+    postgres_url: str,
+) -> None:
+    """Two worker processes on one Postgres. Worker A's turn adds the book in both panes, then A is SIGKILLed
+    with the turn under way. Once A's lease runs out, worker B takes the tab over: the panes are free, every cart
+    holds one copy, and the next question works in both panes, the graph finishing A's turn from its checkpoint
+    first (its re-run add is a replay, by its call's id) and the hand-written pane without the turn a SIGKILL
+    takes whole (the README's cost), neither adding a copy."""
+    lease = 5.0  # past the heartbeat (1 s) with room on a loaded machine, and short enough to wait out
+    a, url_a = start_worker(postgres_url, lease, hang_after_add=True)
+    b, url_b = start_worker(postgres_url, lease, hang_after_add=False)
+    try:
+        with httpx.Client(base_url=url_a, timeout=WAIT_S) as client:
+            tab = new_tab(client)
+            assert client.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+        assert a.stdout is not None
+        added = [a.stdout.readline().strip() for _ in range(2)]  # blocks until both panes' adds landed
+        assert added == ["ADDED", "ADDED"], added
+        a.kill()
+        a.wait(30)
+        assert a.returncode == -signal.SIGKILL
+        with httpx.Client(base_url=url_b, timeout=WAIT_S) as client:
+            assert all(p["busy"] for p in state(client, tab)["panes"]), "A's claims hold until the lease ends"
+            wait_for(client, tab, idle)
+            key = tab.split(".")[0]
+            with tab_store(postgres_url, tab) as store:
+                for contender in ("handwritten", "langgraph"):
+                    assert store.cart(f"web-{key}-{contender}").quantity_of(7) == 1, contender
+            response = client.post("/api/turn", json={"tab": tab, "text": CART_QUESTION})
+            assert response.status_code == 202, response.text
+            done = panes(wait_for(client, tab, lambda s: idle(s) and all(
+                p["last"] and p["last"].get("stop_reason") for p in s["panes"])))  # fmt: skip
+        for name, pane in done.items():
+            last = pane["last"]
+            assert last["done"] and last["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}], (name, last)
+            assert last["cart_check"] == "agrees", (name, last)
+        with tab_store(postgres_url, tab) as store:
+            assert store.check_invariants() == []
+    finally:
+        for process in (a, b):
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()

@@ -30,6 +30,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 EVERY_ADDRESS = ("0.0.0.0", "::", "")
 MAX_APPROVAL_TIMEOUT = 86_400.0
 """A day: a longer wait is no approval anyone is waiting for, and inf overflows the wait itself."""
+MAX_JOBS = 32
+"""Most scenario and eval runs one server runs at once: each is a process of its own, holding a core while it runs."""
 
 
 def build_serve_parser(prog: str = "compare.py serve") -> argparse.ArgumentParser:
@@ -57,6 +59,9 @@ def build_serve_parser(prog: str = "compare.py serve") -> argparse.ArgumentParse
     parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
     parser.add_argument("--approval-timeout", type=float, default=120.0, metavar="S",
                         help="seconds the hand-written loop waits for the page's yes before it takes a no")  # fmt: skip
+    parser.add_argument("--max-jobs", type=int, default=2, metavar="N",
+                        help=f"scenario and eval runs the server runs at once, each in a process of its own (default "
+                        f"2, at most {MAX_JOBS}; with --workers, per worker)")  # fmt: skip
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
     parser.set_defaults(prog=prog)
@@ -182,6 +187,8 @@ def _serve(argv: Sequence[str], prog: str) -> int:
                 f"--approval-timeout must be above 0 and at most {MAX_APPROVAL_TIMEOUT:,.0f} seconds, got "
                 f"{args.approval_timeout:g}"
             )
+        if not 1 <= args.max_jobs <= MAX_JOBS:
+            raise UsageError(f"--max-jobs must be from 1 to {MAX_JOBS}, got {args.max_jobs}")
         if args.postgres_local is not None and args.data is not None:
             raise UsageError("give --data or --postgres-local, not both")
         if not 1 <= args.workers <= 64:
@@ -235,6 +242,7 @@ def _run(args: argparse.Namespace, data: Path | str, port: int) -> None:
 
     options: dict[str, Any] = {
         "model": args.model, "allowed_hosts": allowed_hosts(args.host), "approval_timeout": args.approval_timeout,
+        "max_jobs": args.max_jobs,
     }  # fmt: skip
     shown = f"[{args.host}]" if ":" in args.host else args.host
     where = mask_pii(data) if isinstance(data, str) else data

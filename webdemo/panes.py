@@ -901,13 +901,16 @@ class Tab:
                 pane.error = f"cannot open this conversation: {for_page(exc)}"
         self.panes = panes
 
-    async def refresh(self) -> None:
-        """Shared mode: take what other workers did to this tab (settings, turns, pauses) before answering."""
+    async def refresh(self) -> bool:
+        """Shared mode: take what other workers did to this tab (settings, turns, pauses) before answering. False
+        when another worker forgot the tab meanwhile (unused too long): this copy of it is stale."""
         shared = self.tabs.shared
         if shared is None:
-            return
+            return True
         loop = asyncio.get_running_loop()
         snapshots, claimed, revision = await loop.run_in_executor(self.tabs.executor, shared.panes, self.key)
+        if revision is None:
+            return False
         if revision != self.revision and not any(p.running_here for p in self.panes.values()):
             for pane in self.panes.values():
                 pane.bridge.deny_all(close=True)
@@ -920,6 +923,7 @@ class Tab:
                 pane.apply_snapshot(snapshots.get(name), name in claimed)
         self.claimed = claimed
         self.reports_here = await loop.run_in_executor(self.tabs.executor, shared.reports, self.key)
+        return True
 
     @property
     def injected(self) -> bool:
@@ -1054,23 +1058,48 @@ class Tabs:
     def forget_old_tabs(self) -> list[str]:
         """Delete the folders of stored tabs unused for `keep_tabs_s`, then of the longest unused beyond
         `max_stored_tabs` (a folder's time is its tab's last request); a tab watched or at work is kept. The keys
-        deleted.
-        A data folder only: the Postgres tables are cleaned up as the README says."""
+        deleted. On Postgres, `forget_stored_tabs` does the same to the tabs' rows, threads and schemas."""
         folder = self.data_dir / "tabs"
-        if self.shared is not None or not folder.is_dir():
+        if self.shared is not None:
+            doomed = self.forget_stored_tabs(self._spared())
+            self._close_forgotten(doomed)
+            return doomed
+        if not folder.is_dir():
             return []
         stored = sorted(((p.stat().st_mtime, p) for p in folder.iterdir() if p.is_dir()), reverse=True)
         now = time.time()
-        doomed = [p for n, (used, p) in enumerate(stored)
-                  if (now - used > self.keep_tabs_s or n >= self.max_stored_tabs) and self._may_forget(p.name)]
-        for path in doomed:
-            tab = self._open.pop(path.name, None)
-            if tab is not None:
-                tab.close()
+        old = [p for n, (used, p) in enumerate(stored) if now - used > self.keep_tabs_s or n >= self.max_stored_tabs]
+        doomed_paths = [p for p in old if self._may_forget(p.name)]
+        for path in doomed_paths:
+            self._close_forgotten([path.name])
             shutil.rmtree(path, ignore_errors=True)
+        if doomed_paths:
+            log.info("forgot %d stored tab(s) unused for long or beyond %d", len(doomed_paths), self.max_stored_tabs)
+        return [p.name for p in doomed_paths]
+
+    def forget_stored_tabs(self, spared: set[str]) -> list[str]:
+        """Postgres (blocking, any thread): forget the tabs `SharedState.old_tabs` names but `spared` (open here and
+        watched or at work); each is kept if any worker claimed or watched it meanwhile (`SharedState.forget_tab`).
+        The keys forgotten."""
+        assert self.shared is not None
+        doomed = []
+        for key in self.shared.old_tabs(self.keep_tabs_s, self.max_stored_tabs):
+            threads = [thread_name(c, key) for c in CONTENDERS]
+            if key not in spared and self.shared.forget_tab(key, self.keep_tabs_s, self.max_stored_tabs, threads):
+                doomed.append(key)
         if doomed:
             log.info("forgot %d stored tab(s) unused for long or beyond %d", len(doomed), self.max_stored_tabs)
-        return [p.name for p in doomed]
+        return doomed
+
+    def _spared(self) -> set[str]:
+        return {key for key in [*self._open, *self._opening] if not self._may_forget(key)}
+
+    def _close_forgotten(self, keys: list[str]) -> None:
+        for key in keys:
+            tab = self._open.pop(key, None)
+            if tab is not None:
+                tab.hub.end_streams()
+                tab.close()
 
     def _may_forget(self, key: str) -> bool:
         """Not being opened, and if open, nobody watching and nothing under way."""
@@ -1082,15 +1111,24 @@ class Tabs:
     async def new(self) -> tuple[str, Tab]:
         tab_id, key = self.ids.new()
         tab = await self._get(key)
-        self.forget_old_tabs()  # after: the new tab is open, so it is kept
+        # After: the new tab is open, so it is kept.
+        if self.shared is None:
+            self.forget_old_tabs()
+        else:
+            loop = asyncio.get_running_loop()
+            self._close_forgotten(await loop.run_in_executor(self.executor, self.forget_stored_tabs, self._spared()))
         return tab_id, tab
 
     async def get(self, tab_id: Any) -> Tab:
-        tab = await self._get(self.ids.key_of(tab_id))
+        key = self.ids.key_of(tab_id)
+        tab = await self._get(key)
         if tab.folder is not None:
             with contextlib.suppress(OSError):
                 os.utime(tab.folder)  # its last use, for `forget_old_tabs`
-        await tab.refresh()
+        if not await tab.refresh():  # another worker forgot it: it starts afresh, as a forgotten folder does
+            self._close_forgotten([key])
+            tab = await self._get(key)
+            await tab.refresh()
         return tab
 
     async def _get(self, key: str) -> Tab:

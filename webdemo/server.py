@@ -46,7 +46,7 @@ from webdemo.panes import (
     for_page,
     graph_request_ids,
 )
-from webdemo.shared import EventBus, SharedState
+from webdemo.shared import LEASE_S, EventBus, SharedState, TabGone
 
 ENV_CONFIG = "WEBDEMO_CONFIG"
 """The environment variable `app_from_env` reads: the JSON of `create_app`'s arguments (set by `compare.py serve`)."""
@@ -90,6 +90,7 @@ def create_app(
     max_jobs: int = 2,
     keep_tabs_s: float = 7 * 24 * 3600.0,
     max_stored_tabs: int = 1_000,
+    lease_s: float = LEASE_S,
 ) -> Starlette:
     """The live page over `data_dir` (a folder per tab; created when missing), or over a Postgres URL (several
     workers share it), on the model `model`.
@@ -98,12 +99,13 @@ def create_app(
     `approval_timeout` is how long the hand-written loop waits for the page's yes (then: no); `gone_after` is how
     long a tab may have no event stream open (a reload reconnects within it) before its runs are cancelled;
     `max_jobs`, how many scenario and eval runs the server runs at once (each in a process of its own);
-    `keep_tabs_s` and `max_stored_tabs`, how long an unused tab is kept in a data folder and how many at most.
+    `keep_tabs_s` and `max_stored_tabs`, how long an unused tab is kept and how many at most; `lease_s` (Postgres),
+    how long a turn's claim outlives a worker that died mid-turn before another worker may take the pane.
     """
     from shared_tools.bookstore.store import is_postgres_url
 
     executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webdemo")
-    shared = SharedState(str(data_dir)) if is_postgres_url(data_dir) else None
+    shared = SharedState(str(data_dir), lease_s=lease_s) if is_postgres_url(data_dir) else None
     tabs = Tabs(
         Path(".") if shared is not None else Path(data_dir),
         shared=shared,
@@ -137,7 +139,11 @@ def create_app(
         if shared is None:
             return
         args = (tab.key, names, tabs.owner) if lease is None else (tab.key, names, tabs.owner, lease)
-        if not await _in_worker(lambda: shared.try_claim(*args)):
+        try:
+            claimed = await _in_worker(lambda: shared.try_claim(*args))
+        except TabGone:
+            raise BadRequest(410, "this tab was deleted, unused for long; reload the page to start afresh") from None
+        if not claimed:
             raise BadRequest(409, refusal)
 
     async def _release(tab: Tab, names: list[str]) -> None:

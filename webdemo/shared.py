@@ -46,7 +46,18 @@ CREATE TABLE IF NOT EXISTS webdemo_panes (
     tab text NOT NULL, pane text NOT NULL, snapshot text NOT NULL, PRIMARY KEY (tab, pane));
 CREATE TABLE IF NOT EXISTS webdemo_reports (
     tab text NOT NULL, kind text NOT NULL, html text NOT NULL, PRIMARY KEY (tab, kind));
+ALTER TABLE webdemo_tabs ADD COLUMN IF NOT EXISTS used timestamptz NOT NULL DEFAULT now();
+CREATE INDEX IF NOT EXISTS webdemo_tabs_used ON webdemo_tabs (used);
 """
+
+USED_EVERY_S = 60.0
+"""A tab's last use (`webdemo_tabs.used`) is written at most this often: its expiry is counted in days."""
+WATCHED_S = 30.0
+"""A tab some worker had an event stream of within this long (`touch`, every 2 s) is watched: never forgotten."""
+FORGET_LOCK_S = 5.0
+"""How long forgetting a tab waits for a lock (a store connection mid-transaction); then the tab is left for later."""
+CHECKPOINT_TABLES = ("checkpoint_writes", "checkpoint_blobs", "checkpoints")
+"""LangGraph's per-thread tables (its migrations made them in the URL's schema): a forgotten tab's rows go."""
 
 
 def schema_of(key: str) -> str:
@@ -69,11 +80,13 @@ class SharedState:
     """The page's tables in the Postgres database at `url`; every method is blocking (call from a worker thread,
     except `publish`, which only queues)."""
 
-    def __init__(self, url: str, *, pool_size: int = 8) -> None:
+    def __init__(self, url: str, *, pool_size: int = 8, lease_s: float = LEASE_S) -> None:
+        """`lease_s`: how long a claim lasts unless extended (a turn's heartbeat extends it every second)."""
         from psycopg.rows import tuple_row
         from psycopg_pool import ConnectionPool
 
         self.url = url
+        self.lease_s = lease_s
         # prepare_threshold=None: no server-side prepared statements, so PgBouncer in transaction mode works.
         self.pool = ConnectionPool(
             url, min_size=1, max_size=pool_size, open=True, name="webdemo",
@@ -135,8 +148,60 @@ class SharedState:
     def open_tab(self, key: str) -> None:
         """Make the tab's row and schema if they are not there yet (a new tab, or one whose page comes back)."""
         with self.pool.connection() as db:
-            db.execute("INSERT INTO webdemo_tabs (key) VALUES (%s) ON CONFLICT (key) DO NOTHING", (key,))
+            db.execute("INSERT INTO webdemo_tabs (key) VALUES (%s) ON CONFLICT (key) DO UPDATE SET used = now()",
+                       (key,))  # fmt: skip
             db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema_of(key)}"')
+
+    # --- forgetting unused tabs ----------------------------------------------------------------------------------
+
+    def old_tabs(self, keep_s: float, max_tabs: int) -> list[str]:
+        """The tabs unused for `keep_s` seconds, then the longest unused beyond the `max_tabs` most recent."""
+        with self.pool.connection() as db:
+            rows = db.execute(
+                "SELECT key FROM (SELECT key, used, row_number() OVER (ORDER BY used DESC, key) AS n "
+                "FROM webdemo_tabs) t WHERE used < now() - make_interval(secs => %s) OR n > %s ORDER BY used",
+                (keep_s, max_tabs),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def forget_tab(self, key: str, keep_s: float, max_tabs: int, threads: list[str]) -> bool:
+        """Delete tab `key` (its rows in every ``webdemo_`` table, its session `threads`, its store's schema) if it
+        is still unused for `keep_s` or beyond the `max_tabs` most recent, no worker holds a claim on it and none
+        has watched it lately. True when it went.
+
+        Safe against another worker using the tab: the tab's row is locked first (``FOR UPDATE``), and `claim`
+        takes the same row ``FOR SHARE`` before it claims, so a turn or job either claimed before (the claim is
+        seen here, and the tab is kept) or finds the tab gone (`TabGone`), never a store half dropped."""
+        schema = schema_of(key)
+        try:
+            with self.pool.connection() as db, db.transaction():
+                db.execute("SELECT set_config('lock_timeout', %s, true)", (f"{int(FORGET_LOCK_S * 1000)}ms",))
+                if db.execute("SELECT 1 FROM webdemo_tabs WHERE key = %s FOR UPDATE", (key,)).fetchone() is None:
+                    return False
+                # A statement of its own, so a snapshot taken after the lock: a claim that held the row before
+                # committed before the lock was given, and is seen here.
+                row = db.execute(
+                    "SELECT used < now() - make_interval(secs => %s) "
+                    "OR (SELECT count(*) FROM webdemo_tabs o WHERE (o.used, o.key) > (t.used, t.key)) >= %s, "
+                    "coalesce(seen > now() - make_interval(secs => %s), false), "
+                    "EXISTS (SELECT 1 FROM webdemo_claims WHERE tab = t.key AND until >= now()) "
+                    "FROM webdemo_tabs t WHERE key = %s",
+                    (keep_s, max_tabs, WATCHED_S, key),
+                ).fetchone()
+                if row is None or not row[0] or row[1] or row[2]:
+                    return False
+                for table in ("webdemo_events", "webdemo_claims", "webdemo_panes", "webdemo_reports"):
+                    db.execute(f"DELETE FROM {table} WHERE tab = %s", (key,))
+                for table in CHECKPOINT_TABLES:
+                    db.execute(f"DELETE FROM {table} WHERE thread_id = ANY(%s)", (threads,))
+                if db.execute("SELECT to_regclass('handwritten_threads')").fetchone() != (None,):
+                    db.execute("DELETE FROM handwritten_threads WHERE thread_id = ANY(%s)", (threads,))
+                db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+                db.execute("DELETE FROM webdemo_tabs WHERE key = %s", (key,))
+        except psycopg_errors().LockNotAvailable:
+            log.info("tab %s is in use by a store connection; it is forgotten later", key[:8])
+            return False
+        return True
 
     def tab_url(self, key: str) -> str:
         return with_search_path(self.url, schema_of(key))
@@ -161,42 +226,37 @@ class SharedState:
             with self.pool.connection() as db:
                 db.execute("UPDATE webdemo_tabs SET seen = now() WHERE key = ANY(%s)", (keys,))
 
-    def seen_age(self, key: str) -> float:
-        """Seconds since an event stream of the tab was last open in any worker; 0 when none ever was (a client
-        that drives the tab without a stream is not a page that went away)."""
-        with self.pool.connection() as db:
-            row = db.execute("SELECT extract(epoch FROM now() - seen) FROM webdemo_tabs WHERE key = %s",
-                             (key,)).fetchone()  # fmt: skip
-        return 0.0 if row is None or row[0] is None else float(row[0])
-
     # --- claims: one turn at a time per pane, across workers ---------------------------------------------------
 
-    def claim(self, key: str, panes: list[str], owner: str, lease: float = LEASE_S) -> bool:
-        """Claim every pane in `panes` for `owner`, or none: False when another owner holds one (in time)."""
+    def claim(self, key: str, panes: list[str], owner: str, lease: float | None = None) -> bool:
+        """Claim every pane in `panes` for `owner`, or none: False when another owner holds one (in time);
+        `TabGone` when the tab was forgotten (`forget_tab`)."""
         with self.pool.connection() as db, db.transaction():
+            if db.execute("SELECT 1 FROM webdemo_tabs WHERE key = %s FOR SHARE", (key,)).fetchone() is None:
+                raise TabGone(key)
             for pane in panes:
                 taken = db.execute(
                     "INSERT INTO webdemo_claims VALUES (%s, %s, %s, now() + make_interval(secs => %s)) "
                     "ON CONFLICT (tab, pane) DO UPDATE SET owner = excluded.owner, until = excluded.until "
                     "WHERE webdemo_claims.until < now() RETURNING 1",
-                    (key, pane, owner, lease),
+                    (key, pane, owner, self.lease_s if lease is None else lease),
                 ).fetchone()
                 if taken is None:
                     raise _Taken  # leaving the transaction block by a raise rolls back the panes claimed so far
         return True
 
-    def try_claim(self, key: str, panes: list[str], owner: str, lease: float = LEASE_S) -> bool:
+    def try_claim(self, key: str, panes: list[str], owner: str, lease: float | None = None) -> bool:
         try:
             return self.claim(key, panes, owner, lease)
         except _Taken:
             return False
 
-    def extend(self, key: str, panes: list[str], owner: str, lease: float = LEASE_S) -> None:
+    def extend(self, key: str, panes: list[str], owner: str, lease: float | None = None) -> None:
         with self.pool.connection() as db:
             db.execute(
                 "UPDATE webdemo_claims SET until = now() + make_interval(secs => %s) "
                 "WHERE tab = %s AND pane = ANY(%s) AND owner = %s",
-                (lease, key, panes, owner),
+                (self.lease_s if lease is None else lease, key, panes, owner),
             )
 
     def release(self, key: str, panes: list[str], owner: str) -> None:
@@ -220,18 +280,22 @@ class SharedState:
                 (key, pane, event_json(snapshot)),
             )
 
-    def panes(self, key: str) -> tuple[dict[str, dict[str, Any]], set[str], int]:
-        """(pane snapshots, claimed panes, settings revision) of a tab, in one round trip."""
+    def panes(self, key: str) -> tuple[dict[str, dict[str, Any]], set[str], int | None]:
+        """(pane snapshots, claimed panes, settings revision) of a tab, in one round trip that also records its
+        use (`old_tabs`; written when the one stored is `USED_EVERY_S` old). The revision is None when the tab's
+        row is gone: another worker forgot it (`forget_tab`)."""
         with self.pool.connection() as db:
             rows = db.execute(
+                "WITH used AS (UPDATE webdemo_tabs SET used = now() WHERE key = %(k)s "
+                "AND used < now() - make_interval(secs => %(every)s) RETURNING 1) "
                 "SELECT 'p', pane, snapshot FROM webdemo_panes WHERE tab = %(k)s "
                 "UNION ALL SELECT 'c', pane, NULL FROM webdemo_claims WHERE tab = %(k)s AND until >= now() "
                 "UNION ALL SELECT 'r', revision::text, NULL FROM webdemo_tabs WHERE key = %(k)s",
-                {"k": key},
+                {"k": key, "every": USED_EVERY_S},
             ).fetchall()
         snapshots = {str(r[1]): json.loads(r[2]) for r in rows if r[0] == "p"}
         claimed = {str(r[1]) for r in rows if r[0] == "c"}
-        revision = next((int(r[1]) for r in rows if r[0] == "r"), 0)
+        revision = next((int(r[1]) for r in rows if r[0] == "r"), None)
         return snapshots, claimed, revision
 
     def put_report(self, key: str, kind: str, html: str) -> None:
@@ -323,6 +387,16 @@ class SharedState:
         with self.pool.connection() as db:
             cur = db.execute("DELETE FROM webdemo_events WHERE at < now() - make_interval(secs => %s)", (keep_s,))
             return cur.rowcount
+
+
+class TabGone(LookupError):
+    """The tab's row is not in Postgres: it was forgotten (unused too long, or beyond the cap) by some worker."""
+
+
+def psycopg_errors() -> Any:
+    import psycopg.errors
+
+    return psycopg.errors
 
 
 class _Taken(Exception):
