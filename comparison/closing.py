@@ -289,6 +289,8 @@ def _guard_cell(guard: str, record: RunRecord | None, settings: RunSettings | No
     """What `record` (the contender's run of the scenario that tests `guard`) shows about it."""
     if record is None or lessons.not_available(record) is not None:
         return _cell(NOT_RUN, "not run")
+    if record.model_failed:
+        return _cell(RAISED, "model call failed")
     if record.error is not None:
         return _cell(RAISED, f"raised {record.error_type}")
     if guard == "stale read":

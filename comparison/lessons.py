@@ -507,16 +507,34 @@ def notice_big_results(records: list[RunRecord], settings: SettingsOf) -> list[s
     return lines
 
 
+REFUSED_AS: dict[Guard, str] = {
+    Guard.REPEAT: "refused by the repeat check",
+    Guard.INVALID_ARGS: "refused as invalid arguments",
+    Guard.UNKNOWN_TOOL: "refused as an unknown tool",
+    Guard.APPROVAL_REFUSED: "refused at the approval gate",
+    Guard.CANCELLED: "cancelled before they ran",
+}
+"""How a group of identical calls was answered, per guard that answers a call instead of running it."""
+
+
+def refusals(group: Sequence[Call]) -> str:
+    """What answered a group of identical calls, from each call's guard: ``"2 refused as invalid arguments, 1
+    refused by the repeat check"``, with the repeat check first; "none refused" when the tool ran every time."""
+    counts = Counter(c.guard for c in group if c.guard in STOPPING_GUARDS)
+    if not counts:
+        return "none refused"
+    order = [Guard.REPEAT, *(g for g in counts if g != Guard.REPEAT)]
+    return ", ".join(f"{counts[g]} {REFUSED_AS[g]}" for g in order if counts[g])
+
+
 def describe_repeats(r: RunRecord) -> str:
-    """How often the run made one identical call, and how many of them the repeat check refused."""
+    """How often the run made one identical call, and what answered them (`refusals`)."""
     groups = identical_calls(r)
     if not groups:
         unread = any(c.args is None for c in calls(r))
         return "the arguments of its calls are not on record" if unread else "no call was made twice"
     group = groups[0]
-    refused = sum(c.guard == Guard.REPEAT for c in group)
-    how = f"{refused} refused by the repeat check" if refused else "none refused"
-    return f"{len(group)} identical {group[0].name} calls, {how}"
+    return f"{len(group)} identical {group[0].name} calls, {refusals(group)}"
 
 
 def notice_looping(records: list[RunRecord], settings: SettingsOf) -> list[str]:
@@ -542,11 +560,18 @@ def notice_looping(records: list[RunRecord], settings: SettingsOf) -> list[str]:
         for r in records
         if r.stop_reason == StopReason.MAX_STEPS and identical_calls(r) and not guarded(r, Guard.REPEAT)
     ]
-    if capped:
+    # Grouped by what answered the identical calls: the tool every time, or another guard before it ran.
+    paid = [r for r in capped if not_refused(identical_calls(r)[0]) == len(identical_calls(r)[0])]
+    if paid:
         lines.append(
-            f"{_names(capped)} stopped only at the step limit and paid for every identical call up to it; LangGraph's "
+            f"{_names(paid)} stopped only at the step limit and paid for every identical call up to it; LangGraph's "
             "own default recursion limit is 10,007 supersteps (about 5,000 model calls)."
         )
+    lines += _grouped(
+        [r for r in capped if r not in paid],
+        lambda r: f"stopped at the step limit with none of the identical {identical_calls(r)[0][0].name} calls "
+        f"refused by the repeat check: {refusals(identical_calls(r)[0])}.",
+    )
     if not any(identical_calls(r) for r in records):
         lines.append("No run made the same call twice, so the repeat check was not exercised.")
     return lines

@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 
 from shared_tools.bookstore.store import BookStore, money
 from shared_tools.guards import mask_pii
+from shared_tools.models.errors import ModelCallFailed
 from shared_tools.results import AgentResult, RunUsage, TraceEvent
 
 
@@ -58,10 +59,15 @@ class RunRecord:
     settings: dict[str, Any] = field(default_factory=dict)
     """What the run was given: its limits and the variant's switches (`lessons.RunSettings.as_dict`), so every
     statement about a limit is judged against the limit that ran."""
+    model_failed: bool = False
+    """The run ended because a call to the real model failed (`ModelCallFailed`: a timeout, a server that went
+    away): ``error`` says how. The model's failure, not the contender's, so no lesson is drawn from the run."""
 
     @property
     def outcome(self) -> str:
         """The stop reason, or what was raised."""
+        if self.model_failed:
+            return f"model call failed ({self.error})"
         return self.stop_reason if self.stop_reason is not None else f"raised {self.error}"
 
     @property
@@ -124,6 +130,18 @@ def result_record(key: RunKey, store: BookStore, customer: str, wall_s: float, r
     )
 
 
+def model_call_failed(exc: BaseException) -> bool:
+    """Is `exc` a failed model call, itself or as the cause a framework wrapped it in?"""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ModelCallFailed):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 def raised_record(
     key: RunKey, store: BookStore, customer: str, wall_s: float, events: Sequence[TraceEvent], exc: BaseException
 ) -> RunRecord:
@@ -134,6 +152,7 @@ def raised_record(
         **key,
         stop_reason=None,
         error=error_text(exc),
+        model_failed=model_call_failed(exc),
         answer=None,
         user_message="Something went wrong; the request stopped with an error.",
         model_calls=usage.model_calls,
@@ -168,6 +187,8 @@ def cart_text(record: RunRecord) -> str:
 
 
 def short_outcome(record: RunRecord) -> str:
+    if record.model_failed:
+        return "model call failed"
     return record.stop_reason if record.stop_reason is not None else f"raised {record.error_type}"
 
 

@@ -294,7 +294,8 @@ def render_scenario(
                 console.print(Text(f"\n{r.contender}{turn}: ", style="bold") + Text(clean_line(r.goal)))
                 print_trace(console, r.trace)
                 if r.error is not None:
-                    error = Text(f"raised {clean_line(r.error)}", style="yellow")
+                    said = "the model call failed:" if r.model_failed else "raised"
+                    error = Text(f"{said} {clean_line(r.error)}", style="yellow")
                     console.print(error, overflow="ellipsis", no_wrap=True)
             console.print()
         if show_goal:

@@ -419,7 +419,8 @@ def _cart(run: dict[str, Any]) -> str:
 def _stop(run: dict[str, Any]) -> str:
     if run["stop_reason"] is not None:
         return esc(run["stop_reason"])
-    return f'<span class="raised">raised {esc(run["error"])}</span>'
+    said = "the model call failed:" if run.get("model_failed") else "raised"
+    return f'<span class="raised">{said} {esc(run["error"])}</span>'
 
 
 def summary_table(runs: Sequence[dict[str, Any]]) -> str:
@@ -491,7 +492,8 @@ def trace_block(run: dict[str, Any], *, multi_turn: bool) -> str:
         else:
             lines.append(f"{head}{detail}{'  [error]' if event['is_error'] else ''}")
     if run["error"] is not None:
-        lines.append(f"raised {clean_line(run['error'])}")
+        said = "the model call failed:" if run.get("model_failed") else "raised"
+        lines.append(f"{said} {clean_line(run['error'])}")
     turn = f" · turn {run['turn']}" if multi_turn else ""
     summary = f"trace: {run['contender']}{turn} · {run['variant']} · {run['goal']}"
     return f"<details><summary>{esc(summary)}</summary><pre>{esc(chr(10).join(lines))}</pre></details>"

@@ -22,7 +22,7 @@ from comparison.render import Progress
 from comparison.scenarios import Scenario, Variant
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.models import ModelUnavailable
+from shared_tools.models import ModelCallFailed, ModelUnavailable
 from shared_tools.models.personas import ScriptExhausted
 from shared_tools.results import AgentResult, TraceEvent
 
@@ -88,10 +88,15 @@ def scenario_tools(store: BookStore, customer: str, scenario: Scenario, variant:
 def attempt(run: Callable[[], AgentResult], what: str) -> AgentResult | Exception:
     """`run()`, or what it raised: a contender that raises is a result to show.
 
-    An unreachable model or an exhausted script is not a contender's result: it ends the whole command.
+    A model call that fails mid-run (`ModelCallFailed`: a timeout, a server gone) is that run's failure, shown
+    in its record, and the other contenders still run. A model that is unusable from the start
+    (`ModelUnavailable`) or an exhausted script is not a contender's result: it ends the whole command.
     """
     try:
         return run()
+    except ModelCallFailed as exc:
+        log.warning("%s: the model call failed: %s", what, error_text(exc))
+        return exc
     except (ModelUnavailable, ScriptExhausted):
         raise
     except Exception as exc:

@@ -197,9 +197,16 @@ class Scenario:
         """
         if not records or self.what_to_notice is None:
             return []
-        ran = [r for r in records if lessons.not_available(r) is None]
+        ran = [r for r in records if lessons.not_available(r) is None and not r.model_failed]
         points = self.what_to_notice(ran, self.settings_of) if ran else []
         points += lessons.framework_points(ran, self.settings_of)
+        # A run the model's outage ended says nothing about its contender: it is named, and left out of the rest.
+        for r in (r for r in records if r.model_failed):
+            points.append(
+                f"[{r.variant_label}] {r.contender}: the model call failed ({r.error}), so the run stopped "
+                f"after {r.model_calls} model call(s) and {r.tool_calls} tool call(s); it shows nothing about "
+                f"{r.contender}."
+            )
         skipped = [r for r in records if lessons.not_available(r) is not None]
         # One point per (contenders, reason), naming the variants it holds for: "[every variant]" when all.
         said: dict[tuple[str, str], list[str]] = {}

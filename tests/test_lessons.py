@@ -407,14 +407,37 @@ def _looping_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> Non
         if m["repeats"] == "no call was made twice":
             assert all(n == 1 for n in counts.values())
             continue
-        found = re.fullmatch(r"(?P<n>\d+) identical (?P<tool>\S+) calls, (?:(?P<k>\d+) refused by the repeat check|"
-                             r"none refused)", m["repeats"])
+        found = re.fullmatch(r"(?P<n>\d+) identical (?P<tool>\S+) calls, (?P<how>.+)", m["repeats"])
         assert found, m["repeats"]
         (tool, args), n = counts.most_common(1)[0]
         assert (tool, n) == (found["tool"], int(found["n"]))
-        refused = [e for e in tool_lines(r) if (e["name"], split_detail(e["detail"])[0]) == (tool, args)
-                   and e.get("guard") == Guard.REPEAT]
-        assert len(refused) == int(found["k"] or 0)
+        same = [e for e in tool_lines(r) if (e["name"], split_detail(e["detail"])[0]) == (tool, args)]
+        assert refused_counts(found["how"]) == refused_by_guard(same), found["how"]
+
+
+REFUSED_WORDS = {
+    "refused by the repeat check": Guard.REPEAT,
+    "refused as invalid arguments": Guard.INVALID_ARGS,
+    "refused as an unknown tool": Guard.UNKNOWN_TOOL,
+    "refused at the approval gate": Guard.APPROVAL_REFUSED,
+    "cancelled before they ran": Guard.CANCELLED,
+}
+
+
+def refused_counts(how: str) -> dict[str, int]:
+    """"2 refused as invalid arguments, 1 refused by the repeat check" -> {guard: count}; "none refused" -> {}."""
+    if how == "none refused":
+        return {}
+    counts = {}
+    for part in how.split(", "):
+        n, words = part.split(" ", 1)
+        counts[str(REFUSED_WORDS[words])] = int(n)
+    return counts
+
+
+def refused_by_guard(lines: list[dict[str, Any]]) -> dict[str, int]:
+    """The trace lines' own guards, counted, for the guards that answer a call instead of running it."""
+    return dict(Counter(str(e["guard"]) for e in lines if e.get("guard") in {str(g) for g in REFUSED_WORDS.values()}))
 
 
 @claim("looping-model", NAMES + r": the repeat check refused the (?P<nth>\d+)(?:st|nd|rd|th) identical call(?: and "
@@ -439,6 +462,19 @@ def _looping_capped(m: re.Match[str], records: list[RunRecord], s: Scenario) -> 
     for r in named(m, records):
         assert r.stop_reason == StopReason.MAX_STEPS and max(repeats(r).values()) > 1
         assert not with_guard(r, Guard.REPEAT)
+        (tool, args), _ = repeats(r).most_common(1)[0]
+        same = [e for e in tool_lines(r) if (e["name"], split_detail(e["detail"])[0]) == (tool, args)]
+        assert refused_by_guard(same) == {}, "every identical call ran the tool"
+
+
+@claim("looping-model", NAMES + r": stopped at the step limit with none of the identical (?P<tool>\S+) calls refused "
+       r"by the repeat check: (?P<how>.+)\.")
+def _looping_capped_refused(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    for r in named(m, records):
+        assert r.stop_reason == StopReason.MAX_STEPS and not with_guard(r, Guard.REPEAT)
+        (tool, args), _ = repeats(r).most_common(1)[0]
+        same = [e for e in tool_lines(r) if (e["name"], split_detail(e["detail"])[0]) == (tool, args)]
+        assert tool == m["tool"] and refused_counts(m["how"]) == refused_by_guard(same) != {}
 
 
 @claim("looping-model", r"No run made the same call twice, so the repeat check was not exercised\.")
@@ -1340,3 +1376,30 @@ def assert_counters_match_trace(records: list[RunRecord]) -> None:
 def test_every_records_counters_match_its_own_trace(runs: dict[tuple[str, int], list[RunRecord]]) -> None:
     for records in runs.values():
         assert_counters_match_trace(records)
+
+
+def test_identical_calls_refused_as_invalid_arguments_are_said_so_and_grouped_apart(tmp_path: Path) -> None:
+    """As on the real model: handwritten's identical add_to_cart calls were all refused as invalid arguments, so
+    "none refused" was false, and it was grouped with the contenders whose identical calls all ran the tool."""
+    scenario = SCENARIOS_BY_NAME["looping-model"]
+    records: list[RunRecord] = []
+    run_scenario(scenario, RunOptions(), records.append)
+    invalid = "Invalid arguments for add_to_cart: quantity must be at least 1."
+    r = next(r for r in records if r.contender == "handwritten")
+    r.trace = [
+        {**e, "name": "add_to_cart", "detail": f'{{"book_id":12345,"quantity":0}} -> {invalid}', "is_error": True,
+         "guard": str(Guard.INVALID_ARGS)} if e["name"] != "model" else e
+        for e in r.trace
+    ]
+    r.stop_reason = str(StopReason.MAX_STEPS)
+    calls = sum(e["name"] != "model" for e in r.trace)
+    points = check_points(scenario, records)
+    mine = [p for p in points if p.startswith("handwritten")]
+    assert f"{calls} identical add_to_cart calls, {calls} refused as invalid arguments" in mine[0], mine
+    assert not any("none refused" in p for p in mine), mine
+    paid = next(p for p in points if "paid for every identical call" in p)
+    assert "handwritten" not in paid and "langgraph-defaults" in paid, paid
+    assert (
+        "handwritten: stopped at the step limit with none of the identical add_to_cart calls refused by the repeat "
+        f"check: {calls} refused as invalid arguments."
+    ) in points

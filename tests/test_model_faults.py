@@ -2,7 +2,8 @@
 
 The real ChatOllama against tests/ollama_replay.py: a server gone, a cut connection, a line that is not JSON, a
 reply slower than the time budget (TIME_BUDGET) or than the request timeout. A failed call is `ModelCallFailed`
-naming the server, never caught by the agents; the store is untouched.
+naming the server, never caught by the agents (the comparison makes it that contender's failed run, the others
+still run); the store is untouched.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
-from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from comparison.contenders import CONTENDERS
+from comparison.records import RunRecord, short_outcome
+from comparison.run_setup import RunOptions
+from comparison.runner import run_scenario_variant
+from comparison.scenarios import INSTRUCTIONS, SCENARIOS_BY_NAME, SEED_GOAL, contenders_for
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.guards import MODEL_TIMED_OUT_DETAIL
@@ -159,3 +164,35 @@ def test_ollama_is_told_what_is_left_of_the_token_budget(kind: str, monkeypatch:
         caps = [body["options"].get("num_predict") for body in server.chat_requests]
     assert caps == [1_000, 1_000 - 150]  # each replay reply reports 120 + 30 tokens
     assert result.stop_reason is StopReason.INVALID_RESPONSE  # cut, but not by the budget: 300 of 1,000 spent
+
+
+@pytest.mark.parametrize("failing", list(CONTENDERS))
+def test_a_failed_model_call_ends_only_that_contenders_run(failing: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The comparison goes on: the contender whose call broke gets a failed record, the others run to the end."""
+    scenario = SCENARIOS_BY_NAME["bookstore"]
+    variant = scenario.variants[0]
+    running, _ = contenders_for(scenario, variant)
+    # Every healthy contender answers in one call; the failing one's only call is a line that is not JSON.
+    script = [
+        ReplayReply(tool_calls=[("add_to_cart", {"book_id": 7})], malformed=True) if c == failing
+        else ReplayReply(text="I cannot do that right now.")
+        for c in running
+    ]
+    records: list[RunRecord] = []
+    with OllamaReplayServer(script=script) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        run_scenario_variant(scenario, variant, RunOptions(model="ollama:qwen3:4b"), records.append)
+        assert server.remaining == 0
+    by_contender = {r.contender: r for r in records}
+    assert list(by_contender) == running
+    failed = by_contender[failing]
+    assert failed.model_failed and failed.stop_reason is None
+    assert failed.error is not None and "sent a reply line that is not valid JSON" in failed.error
+    assert short_outcome(failed) == "model call failed"
+    assert failed.cart == [] and failed.tool_calls == 0
+    for other in (r for r in records if r.contender != failing):
+        assert not other.model_failed and other.error is None and other.stop_reason == StopReason.DONE
+    points = scenario.notice_points(records)
+    said = [p for p in points if "the model call failed" in p]
+    assert len(said) == 1 and said[0].startswith(f"[{variant.label}] {failing}: ")
+    assert not any(f"raised {failed.error_type}" in p for p in points)
