@@ -39,8 +39,8 @@ REQUEST_TIMEOUT_S = 120.0
 LOCAL_REQUEST_TIMEOUT_S = 300.0
 """`local`'s: its worst reply on a busy machine, not a healthy server's. Measured on 2 cores shared by other
 work: a cold 2,670-token prompt took 83 s (32 tokens/s), so a prompt near `local.CONTEXT_TOKENS` takes minutes,
-plus a capped reply under the grammar (above). A timeout ends the whole comparison (`ModelCallFailed`), so it is
-set where only a stuck server reaches it."""
+plus a capped reply under the grammar (above). A timeout fails that run (`ModelCallFailed`, its record's error), so
+it is set where only a stuck server reaches it."""
 SERVER_MAX_TOKENS = 2048
 """The longest reply of an `openai:` or `ollama:` model: room for a small thinking model's reasoning, which
 counts against the cap, before its answer; still a bound on a reply that never ends."""
