@@ -34,7 +34,7 @@ from tests.conftest import (
     tool_calls_in_order,
     view,
 )
-from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call
+from tests.doubles import ScriptExhaustedError, ScriptModel, ai, call, provider_id
 
 INSTRUCTIONS = "You are the assistant of an online bookstore. Use the tools; answer briefly."
 SEED_GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
@@ -473,7 +473,7 @@ async def test_a_task_cancelled_mid_round_tells_the_next_turn_what_ran(
 
     result = await session.aask("Is it in?")
     assert result.answer == "It is in your cart."
-    told = {m.tool_call_id: m for m in model.prompts[-1] if isinstance(m, ToolMessage)}
+    told = {provider_id(m.tool_call_id): m for m in model.prompts[-1] if isinstance(m, ToolMessage)}
     assert told["add"].status == "success" and '"added":"The Quiet Orchard"' in told["add"].text
     assert told["slow"].content == guards.CANCELLED_WHILE_RUNNING_TEXT
     if parallel:
@@ -506,7 +506,7 @@ def test_a_cooperative_cancel_mid_round_keeps_every_result_that_exists(
     agent = make_agent(model, [*make_tools(store), lookup], parallel_tools=parallel)
     result = agent.run(INSTRUCTIONS, "go", cancel=cancel)
     assert (result.stop_reason, result.model_calls, result.tool_calls) == (StopReason.CANCELLED, 1, 3)
-    told = {m.tool_call_id: m for m in tool_messages(result)}
+    told = {provider_id(m.tool_call_id): m for m in tool_messages(result)}
     assert '"added":"The Quiet Orchard"' in told["add"].text and told["slow"].content == "looked up"
     if parallel:
         assert told["view"].status == "success"

@@ -539,7 +539,7 @@ async def test_a_sqlite_session_writes_its_checkpoints_without_starting_a_thread
         monkeypatch.undo()
     assert started == []
     reopened = GraphSession.sqlite(GraphAgent(ScriptModel(replies=[]), [echo]), "sys", path=path)
-    assert len(await reopened.amessages()) == 9
+    assert len(await reopened.messages()) == 9
 
 
 async def test_the_sync_methods_say_which_async_method_to_await() -> None:
