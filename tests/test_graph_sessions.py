@@ -391,6 +391,40 @@ async def test_a_task_cancelled_mid_round_leaves_the_truth_in_the_thread(
     assert store.cart("c1").quantity_of(7) == 1, "added once: nothing ran twice"
 
 
+@pytest.mark.parametrize("kept_in", ["memory", "sqlite"])
+@pytest.mark.parametrize("make", [DefaultsGraphAgent, create_agent_contender], ids=["defaults", "create-agent"])
+async def test_a_framework_thread_cancelled_mid_round_ends_the_turn_and_never_runs_it_again(
+    make: Callable[..., Any], kept_in: str, tmp_path: Path
+) -> None:
+    """LangGraph leaves a cancelled thread before the node it cut off, so going on ran the stopped round (or the
+    model) again. The thread now ends the turn: each call has a result, the next ask is a new turn of one model
+    call, and nothing runs twice."""
+    store, started = BookStore(), asyncio.Event()
+    turn = ai("", call("add_to_cart", "add", book_id=7, quantity=1), call("slow_lookup", "slow"))
+    model = ScriptModel(replies=[turn, ai("Anything else?")])
+    agent = make(model, [*make_tools(store), slow_lookup_tool(started)])
+    thread = CheckpointThread(agent, SYSTEM, "t1", None if kept_in == "memory" else tmp_path / "threads.db")
+    task = asyncio.create_task(thread.aask("Add the orchard."))
+    await started.wait()
+    await asyncio.sleep(0.05)  # the add has finished by now
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    assert await thread.acontinue_unfinished() is None, "the cancelled turn is over: there is nothing to go on with"
+    answers = {provider_id(m.tool_call_id): m for m in tool_messages(await thread.messages())}
+    assert answers["slow"].content == CANCELLED_WHILE_RUNNING_TEXT
+    # ToolNode's round is one task in the defaults graph (its results are lost with it) and one task per call in
+    # create_agent's: either the add's real result or "it may have completed", never "it did not run".
+    add = answers["add"]
+    assert '"added":"The Quiet Orchard"' in add.text or add.content == CANCELLED_WHILE_RUNNING_TEXT, add
+    calls_before = model.calls
+    result = await thread.aask("Is it in?")
+    assert result.answer == "Anything else?" and model.calls == calls_before + 1, "one model call: a new turn"
+    assert_valid_history(model.prompts[-1])
+    assert store.cart("c1").quantity_of(7) == 1, "added once: nothing ran twice"
+
+
 @pytest.mark.parametrize("parallel", [False, True])
 async def test_a_resume_cancelled_mid_round_does_not_ask_the_answered_question_again(parallel: bool) -> None:
     """A resumed run re-runs the paused tools node; cancelled there, the thread still showed the question the

@@ -299,3 +299,62 @@ def test_a_turn_sent_while_settings_apply_is_refused_in_words_and_the_new_panes_
         for name in ("handwritten", "langgraph"):
             wait.until(lambda d, n=name: d.find_element(By.CSS_SELECTOR, f'.pane[data-pane="{n}"] .stop').text
                        == "done")  # fmt: skip
+
+
+@pytest.mark.parametrize("contender", ["langgraph-defaults", "create-agent"])
+def test_a_turn_stopped_mid_write_is_ended_and_the_next_question_is_a_new_turn(
+    browser: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, contender: str
+) -> None:
+    """A person presses "Stop the runs" while the pane's add to cart runs, then asks what is in the cart. The pane
+    says "cancelled"; the next question is answered with one model call, the stopped turn is not run again, and
+    the cart holds the one copy the stopped add may have written."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from comparison.scenarios import CART_QUESTION
+    from shared_tools.bookstore.store import BookStore
+    from tests.doubles import ScriptModel, ai, call
+
+    adding, released = threading.Event(), threading.Event()
+    real_add = BookStore.add_to_cart
+
+    def slow_add(self: BookStore, *args: Any, **kwargs: Any) -> Any:
+        adding.set()
+        released.wait(WAIT_S)
+        return real_add(self, *args, **kwargs)
+
+    shared = ScriptModel(replies=[ai("", call("add_to_cart", "add-1", book_id=7, quantity=1)),
+                                  ai("One copy of The Quiet Orchard."), ai("Not this one.")])  # fmt: skip
+    monkeypatch.setattr(BookStore, "add_to_cart", slow_add)
+    monkeypatch.setattr("webdemo.panes.make_model", lambda spec: shared)
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = WebDriverWait(driver, WAIT_S)
+    pane = f'.pane[data-pane="{contender}"]'
+
+    def stop() -> str:
+        return str(driver.find_element(By.CSS_SELECTOR, f"{pane} .stop").text)
+
+    app = create_app(tmp_path / "web")
+    with running_server(app) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        choose_panes(driver, [contender])
+        type_and_send(driver, "Add The Quiet Orchard to my cart.")
+        try:
+            assert adding.wait(WAIT_S)
+            driver.find_element(By.ID, "stop").click()
+            wait.until(lambda _: stop() == "cancelled")
+        finally:
+            released.set()
+        calls = shared.calls
+        type_and_send(driver, CART_QUESTION)
+        wait.until(lambda _: stop() == "done")
+        said = [e.text for e in driver.find_elements(By.CSS_SELECTOR, f"{pane} .msg.assistant")]
+        assert said[-1] == "One copy of The Quiet Orchard." and shared.calls == calls + 1, (said, shared.calls)
+        [tab] = app.state.tabs._open.values()
+        wait.until(lambda _: tab.store.cart(tab.panes[contender].customer).quantity_of(7) == 1)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / f"stopped-{contender}.png"))

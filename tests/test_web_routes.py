@@ -816,7 +816,8 @@ def test_the_page_never_shows_where_the_server_keeps_its_files(data: Path) -> No
 def test_a_turn_stopped_from_the_page_does_not_block_the_next(
     contender: str, data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """"Stop the runs" while the model is thinking: the turn ends cancelled, and the next question is answered."""
+    """"Stop the runs" while the model is thinking: the turn ends cancelled, and the next question is answered
+    as a new turn, with one model call: the stopped turn is never run again."""
     from tests.doubles import ScriptModel, ai, call
 
     thinking, released = threading.Event(), threading.Event()
@@ -838,10 +839,14 @@ def test_a_turn_stopped_from_the_page_does_not_block_the_next(
         stopped = panes(wait_for(client, tab, idle))[contender]["last"]
         released.set()
         assert stopped["stop_reason"] == "cancelled", stopped
+        calls = shared.calls
         response = client.post("/api/turn", json={"tab": tab, "text": CART_QUESTION})
         assert response.status_code == 202, response.text
-        after = panes(wait_for(client, tab, idle))[contender]["last"]
-        assert after.get("error") is None and after["done"], after
+        after = panes(wait_for(client, tab, idle))[contender]
+        assert after["last"].get("error") is None and after["last"]["done"], after["last"]
+        assert (after["last"]["answer"], shared.calls) == ("Book 7 is in stock.", calls + 1), "a new turn, not the old"
+        said = [m["text"] for m in after["transcript"] if m["role"] == "assistant"]
+        assert said[-1] == "Book 7 is in stock." and "Too late." not in said, said
 
 
 # --- jobs -----------------------------------------------------------------------------------------------------------

@@ -698,8 +698,9 @@ class Pane:
         return await runner.run(lambda: self._ask_handwritten(question, cancel))
 
     async def _ask_graph(self, question: str, cancel: threading.Event) -> AgentResult:
-        """A graph's turn: a turn an outage, a cancel or a dead server cut short is finished first, from its last
-        checkpoint (as `chat` does), so the thread never stays stuck on it; then the question is asked, whatever
+        """A graph's turn: a turn an outage or a dead server cut short is finished first, from its last checkpoint
+        (as `chat` does), so the thread never stays stuck on it (a cancelled turn needs nothing: every session
+        ends it where it stopped, so "Stop the runs" is never undone); then the question is asked, whatever
         stop the finishing came to. Should it pause for an approval or be cancelled, its result is this turn's
         and the question is not asked; a finishing that fails (the model still down) fails the turn."""
         finished = await self._graph_call("acontinue_unfinished", None, cancel)

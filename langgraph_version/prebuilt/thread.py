@@ -7,20 +7,30 @@ turn lock are the ones `GraphSession` uses (`langgraph_version.session`).
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.constants import END
 
 from langgraph_version.checkpoints import SqliteCheckpoints
 from langgraph_version.postgres import PostgresCheckpoints
 from langgraph_version.prebuilt.create_agent import approval_requests
 from langgraph_version.serde import CheckpointSerializer
+from shared_tools import guards
 from shared_tools.bookstore.store import is_postgres_url
 from shared_tools.results import AgentResult, CustomerMismatch, TraceEvent
 from shared_tools.sync import run_blocking
+
+logger = logging.getLogger(__name__)
+
+TOOLS = "tools"
+"""The tool node's name in both framework graphs (`ToolNode` in the defaults graph and in `create_agent`)."""
 
 
 class FrameworkAgent(Protocol):
@@ -108,7 +118,11 @@ class CheckpointThread:
         return snapshot
 
     async def _drive(self, graph: Any, graph_input: Any) -> AgentResult:
-        result = await self.agent.adrive(graph, graph_input, self.config, self.instructions, earlier=self._earlier)
+        try:
+            result = await self.agent.adrive(graph, graph_input, self.config, self.instructions, earlier=self._earlier)
+        except asyncio.CancelledError:
+            await close_cancelled_turn(graph, self.config)
+            raise  # never swallowed: the caller cancelled us
         self._earlier = [*self._earlier, *result.trace]
         return result
 
@@ -181,6 +195,39 @@ class CheckpointThread:
 
     def close(self) -> None:
         self._closed = True
+
+
+async def close_cancelled_turn(graph: Any, config: Any) -> None:
+    """End a turn a task cancel cut off, so that the next question starts a new turn instead of running it again.
+
+    LangGraph leaves the thread at the checkpoint before the node it cancelled, so going on would run that node
+    again: the model asked anew, or the tools the person stopped run after all. `update_state(None, as_node=END)`
+    is LangGraph's own way to end a run: it keeps what finished tasks wrote and schedules nothing. A call of the
+    last reply still without a result is then answered as the hand-written loop answers it ("cancelled while it
+    was running: it may have completed"), so the history stays one a provider accepts. A pause for approval is
+    left as it is: it still waits for its answer.
+    """
+    snapshot = await graph.aget_state(config)
+    if not snapshot.next or snapshot.interrupts:
+        return
+    config = await graph.aupdate_state(config, None, as_node=END)
+    messages = (await graph.aget_state(config)).values.get("messages", [])
+    open_calls = _unanswered(messages)
+    if open_calls and TOOLS in graph.nodes:
+        text = guards.CANCELLED_WHILE_RUNNING_TEXT if TOOLS in snapshot.next else guards.CANCELLED_CALL_TEXT
+        answers = [guards.tool_result(call, text, is_error=True) for call in open_calls]
+        config = await graph.aupdate_state(config, {"messages": answers}, as_node=TOOLS)
+        await graph.aupdate_state(config, None, as_node=END)  # writing as the tools node scheduled the model
+    logger.info("turn cancelled in its %s node; the thread records it as ended", "/".join(snapshot.next))
+
+
+def _unanswered(messages: Sequence[Any]) -> list[Any]:
+    """The tool calls of the last model reply that no tool message after it answers."""
+    for at in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[at], AIMessage):
+            answered = {m.tool_call_id for m in messages[at + 1 :] if isinstance(m, ToolMessage)}
+            return [call for call in messages[at].tool_calls if call["id"] not in answered]
+    return []
 
 
 def _requests_of(snapshot: Any) -> list[dict[str, Any]]:
