@@ -175,7 +175,8 @@ def policy_supported(backend: str, policy: Mapping[str, Any]) -> str | None:
 
 
 @dataclass
-class Turn:
+class TurnCost:
+    """What one turn cost: wall, model and CPU time, the save, the tokens, and whether the answer was right."""
     wall: float
     model: float
     cpu: float
@@ -224,7 +225,7 @@ class Cell:
     keep: int
     storage: str
     skipped: str | None = None
-    turns: list[Turn] = field(default_factory=list)
+    turns: list[TurnCost] = field(default_factory=list)
     summary_tokens: int = 0
     storage_bytes: int | None = None
     storage_bytes_half: int | None = None
@@ -293,7 +294,7 @@ class Cell:
         }
 
 
-class Conversation:
+class LiveCell:
     """A live session of one cell, asked one question at a time by the interleaving loop."""
 
     def __init__(self, cell: Cell, storage: Storage, scratch: Path) -> None:
@@ -344,7 +345,7 @@ class Conversation:
         finally:
             gc.enable()
         self.cell.turns.append(
-            Turn(
+            TurnCost(
                 wall=end - start,
                 model=self.model.spent - before,
                 cpu=end_cpu - start_cpu,
@@ -498,9 +499,9 @@ def reopen(cell: Cell, spec: Mapping[str, Any]) -> None:
 
 def build_cells(
     backends: Sequence[str], policies: Sequence[str], keep: int, storages: Sequence[Storage], scratch: Path
-) -> tuple[list[Cell], list[Conversation], dict[int, tuple[Storage, Path | None]]]:
+) -> tuple[list[Cell], list[LiveCell], dict[int, tuple[Storage, Path | None]]]:
     cells: list[Cell] = []
-    live: list[Conversation] = []
+    live: list[LiveCell] = []
     where: dict[int, tuple[Storage, Path | None]] = {}
     for backend in backends:
         own = [s for s in storages if backend in s.backends] if backend != "handwritten" else [Storage("file")]
@@ -512,7 +513,7 @@ def build_cells(
                 if cell.skipped:
                     note(cell.skipped)
                     continue
-                conversation = Conversation(cell, storage, scratch)
+                conversation = LiveCell(cell, storage, scratch)
                 live.append(conversation)
                 where[id(cell)] = (storage, conversation.path)
     return cells, live, where

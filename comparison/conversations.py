@@ -13,17 +13,17 @@ import logging
 import re
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from langchain_core.messages import AIMessage, BaseMessage, messages_to_dict
+from langchain_core.messages import AIMessage, messages_to_dict
 
 from comparison.approvals import Approve, DemoHuman, decide_each, resume_until_answered, resume_with
 from comparison.contenders import Contender
-from shared_tools.history import Rewound, count_turns, is_user_turn
+from shared_tools.history import Rewound, Turn, count_turns, turns_of
 from shared_tools.results import AgentResult
 from shared_tools.sync import run_blocking
 
@@ -43,16 +43,6 @@ class ConversationNotSaved(Exception):
     def __init__(self, result: AgentResult, reason: str) -> None:
         super().__init__(reason)
         self.result = result
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One user turn of a conversation, as `/history` lists it."""
-
-    number: int
-    question: str
-    checkpoint_id: str | None = None
-    """The graph: the checkpoint the thread stood at before this turn (what `rewind` goes back to)."""
 
 
 @dataclass(frozen=True)
@@ -81,12 +71,6 @@ class Conversation(Protocol):
     def rewind(self, turns: int = 1) -> Rewound: ...
     def turns(self) -> list[Turn]: ...
     def close(self) -> None: ...
-
-
-def questions_of(messages: Sequence[BaseMessage]) -> list[Turn]:
-    """The user turns of a message list, numbered from 1."""
-    asked = [m for m in messages if is_user_turn(m)]
-    return [Turn(number, m.text) for number, m in enumerate(asked, start=1)]
 
 
 def check_thread_name(name: str) -> None:
@@ -350,7 +334,7 @@ class HandwrittenConversation:
         return rewound
 
     def turns(self) -> list[Turn]:
-        return questions_of(self.session.messages)
+        return turns_of(self.session.messages)
 
     def facts(self) -> dict[str, Any]:
         messages = self.session.messages
@@ -487,11 +471,9 @@ class GraphConversation:
         """The user turns, with the checkpoint each started from (`GraphSession.turn_history`)."""
         turn_history = getattr(self.session, "turn_history", None)
         if turn_history is None:  # a framework-only thread: its questions, without checkpoint ids
-            return questions_of(self._read(self.session.messages))
-        return [
-            Turn(number, str(getattr(t, "question", getattr(t, "text", ""))), _checkpoint_of(t))
-            for number, t in enumerate(self._read(turn_history), start=1)
-        ]
+            return turns_of(self._read(self.session.messages))
+        turns: list[Turn] = self._read(turn_history)
+        return turns
 
     def facts(self) -> dict[str, Any]:
         """Messages, user turns, checkpoints and stored bytes of the thread: read from the checkpointer's own
@@ -508,11 +490,6 @@ class GraphConversation:
 
     def close(self) -> None:
         self.session.close()
-
-
-def _checkpoint_of(turn: Any) -> str | None:
-    value = getattr(turn, "checkpoint_id", None)
-    return None if value is None else str(value)
 
 
 def _stored_size(value: Any) -> int:
@@ -659,7 +636,7 @@ class MafConversation:
         return rewound
 
     def turns(self) -> list[Turn]:
-        return questions_of(self.session.messages)
+        return turns_of(self.session.messages)
 
     def facts(self) -> dict[str, Any]:
         messages = self.session.messages

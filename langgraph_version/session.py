@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -37,6 +36,7 @@ from langgraph_version.run import Durability
 from langgraph_version.serde import CheckpointSerializer
 from shared_tools.history import (
     Rewound,
+    Turn,
     among_other_conversations,
     count_turns,
     forgetting_calls,
@@ -53,15 +53,6 @@ logger = logging.getLogger(__name__)
 TURN_FROM = "turn_from"
 """`additional_kwargs` key of a question: the id of the checkpoint its turn started from (None: the first turn).
 Chat models send a user message's content, not its `additional_kwargs`, so the model never sees it."""
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One user turn of the thread, as `turn_history` lists it."""
-
-    question: str
-    checkpoint_id: str | None
-    """The checkpoint the turn started from: `rewind` goes back to it. None for the thread's first turn."""
 
 
 class TurnNotOver(RuntimeError):
@@ -525,7 +516,8 @@ class GraphSession:
         """The turns of the current history, oldest first, each with the checkpoint it started from."""
         async with self._graph_here() as graph:
             messages = (await self._snapshot(graph)).values.get("messages", [])
-        return [Turn(m.text, m.additional_kwargs.get(TURN_FROM)) for m in messages if is_user_turn(m)]
+        asked = [m for m in messages if is_user_turn(m)]
+        return [Turn(n, m.text, m.additional_kwargs.get(TURN_FROM)) for n, m in enumerate(asked, start=1)]
 
     # --- time travel -----------------------------------------------------------------------------------------------
 

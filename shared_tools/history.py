@@ -147,6 +147,23 @@ def forgetting_calls(kept: Sequence[BaseMessage], before: Sequence[BaseMessage])
 
 
 @dataclass(frozen=True)
+class Turn:
+    """One user turn of a conversation, numbered from 1, as `/history` and `GraphSession.turn_history` list it."""
+
+    number: int
+    question: str
+    checkpoint_id: str | None = None
+    """The graph: the checkpoint the thread stood at before this turn (what `rewind` goes back to); None for the
+    thread's first turn and for a conversation without checkpoints."""
+
+
+def turns_of(messages: Sequence[BaseMessage]) -> list[Turn]:
+    """The user turns of a message list, numbered from 1 (without checkpoint ids)."""
+    asked = [m for m in messages if is_user_turn(m)]
+    return [Turn(number, m.text) for number, m in enumerate(asked, start=1)]
+
+
+@dataclass(frozen=True)
 class Rewound:
     """What `rewind(turns)` did: the conversation went back; the world (the store, the cart) did not."""
 

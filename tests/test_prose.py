@@ -31,3 +31,16 @@ def test_a_module_opens_with_a_short_docstring(path: Path) -> None:
 def test_the_check_sees_every_package() -> None:
     seen = {p.relative_to(ROOT).parts[0] for p in modules()}
     assert seen == {*PACKAGES, "compare.py"}
+
+
+def test_one_name_per_concept_no_two_public_classes_share_a_name() -> None:
+    """Two classes of one name (two `Turn`s, two `Approve`s) make a reader ask which one is meant. Private
+    classes (`_Run`) are each module's own, named alike on purpose where the agents mirror each other."""
+    where: dict[str, list[str]] = {}
+    for path in modules():
+        if path.parts[len(ROOT.parts)] == "tests":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}

@@ -46,13 +46,14 @@ class Rubric:
 
 
 @dataclass(frozen=True)
-class Book:
+class ExpectedBook:
+    """A book the grader expects an answer to name, as the catalog has it (its price as the answer spells it)."""
     id: int
     title: str
     price: str
 
 
-SEED_BOOK = Book(7, "The Quiet Orchard", "16.50")
+SEED_BOOK = ExpectedBook(7, "The Quiet Orchard", "16.50")
 """What the seed goal ends with: The Last Lighthouse (book 2) has no stock, so one copy of Mira Holt's other
 novel, The Quiet Orchard, at 16.50."""
 ORDERS: dict[int, tuple[str, str | None] | None] = {
