@@ -289,7 +289,13 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
         return EXIT_INTERRUPTED
     except OSError as exc:  # the disk filled up, or the folder went away, during the run
         return fail(prog, UnusableFile(f"could not write the results: {exc}"))
-    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+    if interrupted:
+        return EXIT_INTERRUPTED
+    ran = [r for r in records if "not_available" not in r.facts]
+    if ran and all(r.model_failed for r in ran):  # shown and written, but nothing was compared
+        say(prog, f"every model call failed, so nothing was compared; the first: {ran[0].error}")
+        return EXIT_UNAVAILABLE
+    return EXIT_OK
 
 
 # --- chat: a multi-turn conversation -----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -196,3 +197,23 @@ def test_a_failed_model_call_ends_only_that_contenders_run(failing: str, monkeyp
     said = [p for p in points if "the model call failed" in p]
     assert len(said) == 1 and said[0].startswith(f"[{variant.label}] {failing}: ")
     assert not any(f"raised {failed.error_type}" in p for p in points)
+
+
+def test_a_comparison_in_which_every_model_call_failed_says_so_and_exits_3(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The runs are shown and written, but nothing was compared: exit 3 with one line, as for a model down."""
+    import compare
+
+    scenario = SCENARIOS_BY_NAME["bookstore"]
+    running, _ = contenders_for(scenario, scenario.variants[0])
+    script = [ReplayReply(text="never read", malformed=True) for _ in running]
+    out = tmp_path / "runs.json"
+    with OllamaReplayServer(script=script) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        argv = ["bookstore", "--model", "ollama:qwen3:4b", "--no-trace", "--json", str(out)]
+        assert compare.main(argv) == compare.EXIT_UNAVAILABLE
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "every model call failed" in err and "Traceback" not in err
+    written = json.loads(out.read_text())
+    assert written and all(run["model_failed"] for run in written["runs"]), written
