@@ -17,6 +17,7 @@ from rich.text import Text
 from comparison.conversations import Conversation, ConversationNotSaved
 from comparison.render import Progress, print_trace, render_turn
 from comparison.sanitize import clean_line, clean_text
+from shared_tools.models.errors import ModelCallFailed
 from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
 from shared_tools.results import AgentResult, StopReason, Token, TokenKind, TraceEvent
 
@@ -89,6 +90,13 @@ def approval_prompt(console: Console, progress: Progress | None) -> Callable[[st
     return ask
 
 
+def say_model_failed(console: Console, exc: ModelCallFailed, live: LiveTurn | None) -> None:
+    if live is not None:
+        live.close_line()  # a reply cut off mid-line
+    console.print(Text(f"The model call failed: {clean_line(str(exc))}. The turn is kept, cut short; the next "
+                       "question finishes it first.", style="red"))  # fmt: skip
+
+
 def show_turn(console: Console, result: AgentResult) -> None:
     """One turn on the customer's own screen: from the result, not a record, so the answer is shown unmasked."""
     render_turn(console, [asdict(e) for e in result.trace], result.user_message(), result.stop_reason)
@@ -112,7 +120,7 @@ class LiveTurn:
     def start(self) -> None:
         self.kind, self.answered, self.planned = None, False, set()
 
-    def _close_line(self) -> None:
+    def close_line(self) -> None:
         if self.kind is not None:
             self.console.print()
             self.kind = None
@@ -121,7 +129,7 @@ class LiveTurn:
         if not token.text:
             return
         if token.kind is not self.kind:
-            self._close_line()
+            self.close_line()
             label = "assistant> " if token.kind is TokenKind.ANSWER else "plan: "
             self.console.print(Text(label, style="bold" if token.kind is TokenKind.ANSWER else "dim"), end="")
             self.kind = token.kind
@@ -132,14 +140,14 @@ class LiveTurn:
         self.console.print(Text(clean_text(token.text), style=style), end="")
 
     def on_event(self, event: TraceEvent) -> None:
-        self._close_line()
+        self.close_line()
         if event.is_model and event.step in self.planned:
             event = replace(event, detail=event.detail.partition("; plan: ")[0])
         print_trace(self.console, [asdict(event)])
 
     def end(self, result: AgentResult) -> None:
         """The end of a turn: the stop reason when it is not "done", the honest message when no answer streamed."""
-        self._close_line()
+        self.close_line()
         if not (self.answered and result.stop_reason is StopReason.DONE):
             self.console.print(Text("assistant> ", style="bold") + Text(clean_text(result.user_message())))
         if result.stop_reason is not StopReason.DONE:
@@ -196,18 +204,29 @@ def converse(
     """Finish a turn a crash or an outage cut short, then ask until an empty line, 'quit' or the end of input.
 
     With `live`, each turn is shown as it happens (the agent was built with its `on_token` and `on_event`);
-    without, it is shown when it ends. `cart` says what the cart holds, for ``/rewind``."""
-    events.clear()
-    if live is not None:
-        live.start()
-    with another_process_says_so(thread):
-        finished = conversation.finish_unfinished()
-    if finished is not None:
-        console.print(Text("The last turn was cut short; finishing it from its last checkpoint:"))
+    without, it is shown when it ends. `cart` says what the cart holds, for ``/rewind``. A model call that fails
+    mid-turn is one line; the turn is kept, cut short, and finished before the next question."""
+
+    def finish_cut_short() -> bool:
+        """Finish a cut-short turn, if there is one; False when the model failed again (said in one line)."""
+        events.clear()
         if live is not None:
-            live.end(finished)
-        else:
-            show_turn(console, finished)
+            live.start()
+        try:
+            with another_process_says_so(thread):
+                finished = conversation.finish_unfinished()
+        except ModelCallFailed as exc:
+            say_model_failed(console, exc, live)
+            return False
+        if finished is not None:
+            console.print(Text("The last turn was cut short; finishing it from its last checkpoint:"))
+            if live is not None:
+                live.end(finished)
+            else:
+                show_turn(console, finished)
+        return True
+
+    cut_short = not finish_cut_short()
     while True:
         try:
             question = input("you> ").strip()
@@ -223,6 +242,9 @@ def converse(
             # Refused before asking, so an unknown goal never lands in the stored conversation.
             console.print(Text("The scripted model has no script for that. It knows: " + " | ".join(KNOWN_GOALS)))
             continue
+        if cut_short and not finish_cut_short():
+            continue  # the model is still failing: the question is not asked, so it is not stored either
+        cut_short = False
         events.clear()
         if live is not None:
             live.start()
@@ -230,6 +252,10 @@ def converse(
         try:
             with spin, another_process_says_so(thread):
                 result = conversation.ask(question)
+        except ModelCallFailed as exc:
+            say_model_failed(console, exc, live)
+            cut_short = True
+            continue
         except ScriptExhausted as exc:
             console.print(Text(f"(scripted model) {clean_line(str(exc))}", style="yellow"))
             continue

@@ -215,3 +215,49 @@ def test_another_chat_on_the_same_thread_is_one_line_and_exit_4(
     assert compare.main(["chat", "--session-db", str(db), "--contender", contender]) == compare.EXIT_FILE
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("contender", CONTENDERS)
+def test_a_model_call_that_fails_mid_turn_is_one_line_and_the_chat_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
+) -> None:
+    """The model's second call of a turn breaks: chat says so in one line and stays open; the next question first
+    finishes the cut-short turn (its stock check is not run again), then is answered. Exit 0."""
+    from tests.ollama_replay import OllamaReplayServer, ReplayReply
+
+    script = [
+        ReplayReply(tool_calls=[("check_stock", {"book_id": 7})]),
+        ReplayReply(text="never read", malformed=True),
+        ReplayReply(text="Book 7 is in stock."),
+        ReplayReply(text="Your cart is empty."),
+    ]
+    db = tmp_path / "chat.db"
+    with OllamaReplayServer(script=script) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        monkeypatch.setattr(sys, "stdin", io.StringIO(f"Is book 7 in stock?\n{CART_QUESTION}\n"))
+        argv = ["chat", "--session-db", str(db), "--contender", contender, "--model", "ollama:qwen3:4b"]
+        assert compare.main(argv) == compare.EXIT_OK
+        assert server.remaining == 0
+    out = capsys.readouterr().out
+    said = [line for line in out.splitlines() if "The model call failed" in line]
+    assert len(said) == 1 and "not valid JSON" in said[0], out
+    assert out.index("Book 7 is in stock.") < out.index("Your cart is empty."), out
+    assert out.count("check_stock") == 1, "the stock check ran once: the cut-short turn went on after it"
+
+
+@pytest.mark.parametrize("contender", CONTENDERS)
+def test_a_chat_on_ollama_answers_every_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
+) -> None:
+    """Each turn runs on an event loop of its own; the Ollama client must not reuse a connection of the last."""
+    from tests.ollama_replay import OllamaReplayServer, ReplayReply
+
+    script = [ReplayReply(text="First answer."), ReplayReply(text="Second answer."), ReplayReply(text="Third.")]
+    with OllamaReplayServer(script=script) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        monkeypatch.setattr(sys, "stdin", io.StringIO(f"{SEED_GOAL}\n{CART_QUESTION}\n{ORDER_QUESTION}\n"))
+        db = str(tmp_path / "chat.db")
+        assert compare.main(["chat", "--session-db", db, "--contender", contender, "--model", "ollama:qwen3:4b"]) == 0
+        assert server.remaining == 0
+    out = capsys.readouterr().out
+    assert out.index("First answer.") < out.index("Second answer.") < out.index("Third."), out

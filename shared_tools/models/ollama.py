@@ -7,6 +7,7 @@ Imported only for real-model runs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -15,6 +16,7 @@ import httpx
 import ollama
 from langchain_core.messages import BaseMessage
 from langchain_ollama import ChatOllama
+from pydantic import PrivateAttr
 
 from shared_tools.models.errors import ModelCallFailed
 
@@ -57,6 +59,18 @@ class CheckedChatOllama(ChatOllama):
             params["options"] = options
         return params
 
+    _client_loop: asyncio.AbstractEventLoop | None = PrivateAttr(default=None)
+    """The event loop the async client's connections belong to."""
+
+    def _async_client_of_this_loop(self) -> None:
+        # httpx keeps a connection in its pool for the next request, bound to the loop that opened it. A sync
+        # driver (`chat`, `run`) runs each turn on a loop of its own, so the next turn would reuse a connection
+        # of a closed loop ("Event loop is closed"): one client per loop instead.
+        loop = asyncio.get_running_loop()
+        if self._client_loop is not None and self._client_loop is not loop:
+            self._set_clients()
+        self._client_loop = loop
+
     @property
     def request_timeout_s(self) -> float | None:
         return self.client_kwargs.get("timeout")
@@ -75,6 +89,7 @@ class CheckedChatOllama(ChatOllama):
     async def _acreate_chat_stream(
         self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any
     ) -> AsyncIterator[Mapping[str, Any] | str]:
+        self._async_client_of_this_loop()
         try:
             async for part in super()._acreate_chat_stream(messages, stop, **kwargs):
                 yield part
