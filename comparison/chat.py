@@ -235,6 +235,11 @@ def converse(
         if question.lower() in ("", "quit", "exit"):
             return
         if question.startswith("/"):
+            # A rewind goes back from a finished turn: a cut-short one is finished first, as before a question.
+            if question.split()[0] == "/rewind" and cut_short:
+                if not finish_cut_short():
+                    continue
+                cut_short = False
             if not run_command(console, conversation, question, cart, thread):
                 console.print(Text(f"unknown command {clean_line(question.split()[0])!r}; {COMMANDS}"))
             continue

@@ -221,8 +221,8 @@ def test_another_chat_on_the_same_thread_is_one_line_and_exit_4(
 def test_a_model_call_that_fails_mid_turn_is_one_line_and_the_chat_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
 ) -> None:
-    """The model's second call of a turn breaks: chat says so in one line and stays open; the next question first
-    finishes the cut-short turn (its stock check is not run again), then is answered. Exit 0."""
+    """The model's second call of a turn breaks: chat says so in one line and stays open; `/rewind` first finishes
+    the cut-short turn (its stock check is not run again), then takes it back; the next question is answered."""
     from tests.ollama_replay import OllamaReplayServer, ReplayReply
 
     script = [
@@ -234,14 +234,15 @@ def test_a_model_call_that_fails_mid_turn_is_one_line_and_the_chat_goes_on(
     db = tmp_path / "chat.db"
     with OllamaReplayServer(script=script) as server:
         monkeypatch.setenv("OLLAMA_HOST", server.base_url)
-        monkeypatch.setattr(sys, "stdin", io.StringIO(f"Is book 7 in stock?\n{CART_QUESTION}\n"))
+        monkeypatch.setattr(sys, "stdin", io.StringIO(f"Is book 7 in stock?\n/rewind\n{CART_QUESTION}\n"))
         argv = ["chat", "--session-db", str(db), "--contender", contender, "--model", "ollama:qwen3:4b"]
         assert compare.main(argv) == compare.EXIT_OK
         assert server.remaining == 0
     out = capsys.readouterr().out
     said = [line for line in out.splitlines() if "The model call failed" in line]
     assert len(said) == 1 and "not valid JSON" in said[0], out
-    assert out.index("Book 7 is in stock.") < out.index("Your cart is empty."), out
+    # The rewind finished the cut-short turn first, then took it back.
+    assert out.index("Book 7 is in stock.") < out.index("Rewound 1 turn") < out.index("Your cart is empty."), out
     assert out.count("check_stock") == 1, "the stock check ran once: the cut-short turn went on after it"
 
 
