@@ -734,7 +734,8 @@ def test_spinner_says_which_run_which_step_and_how_long() -> None:
 def test_chat_says_one_line_when_the_model_breaks_mid_conversation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A replay of Ollama's wire format whose second reply is cut off: exit 3 with one line, no traceback."""
+    """A replay of Ollama's wire format whose second reply is cut off: one line, no traceback, and the chat goes on
+    to its end (exit 0): the cut-short turn is kept for the next question to finish."""
     from tests.ollama_replay import OllamaReplayServer, ReplayReply
 
     script = [
@@ -745,10 +746,11 @@ def test_chat_says_one_line_when_the_model_breaks_mid_conversation(
         monkeypatch.setenv("OLLAMA_HOST", server.base_url)
         monkeypatch.setattr(sys, "stdin", io.StringIO("Where is my order 4512?\n"))
         argv = ["chat", "--model", "ollama:qwen3:4b", "--session-db", str(tmp_path / "chat.db")]
-        assert compare.main(argv) == compare.EXIT_UNAVAILABLE
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1 and "broke in the middle of a reply" in err
+        assert compare.main(argv) == compare.EXIT_OK
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    out = " ".join(captured.out.split())  # the console wraps long lines
+    assert out.count("The model call failed") == 1 and "broke in the middle of a reply" in out, out
 
 
 def test_chat_finishes_a_turn_an_outage_cut_short(
