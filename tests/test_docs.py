@@ -25,14 +25,15 @@ TOPICS = ("scenarios", "real-models", "sessions", "live-page", "tracing", "eval"
 """The docs/ page of each topic the README sends a reader to."""
 
 COMMANDS = (
-    "pip install -e . && python compare.py                 # the main job: every scenario, every contender, scripted model",
+    "pip install -e . && python compare.py                 "
+    "# the main job: every scenario, every contender, scripted model",
     "pip install -e '.[test]' && python -m pytest          # the tests (offline; nothing is downloaded at run time)",
 )
 
-NUMBERS = {word: n for n, word in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split()
-)}  # fmt: skip
+NUMBERS = {word: n for n, word in enumerate((
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty",
+))}  # fmt: skip
 
 
 def prose_lines(text: str, *, tables: bool = False) -> list[str]:
