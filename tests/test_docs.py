@@ -18,7 +18,7 @@ README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 PACKAGES = ("shared_tools", "handwritten", "langgraph_version", "maf_version", "comparison", "webdemo", "tests")
 PACKAGE_READMES = [ROOT / package / "README.md" for package in PACKAGES]
-PAGES = [README, *DOCS, *PACKAGE_READMES]
+PAGES = [README, *DOCS, *PACKAGE_READMES, ROOT / "benchmarks" / "README.md"]
 AGENTS = ("handwritten", "langgraph_version", "maf_version")
 
 TOPICS = ("scenarios", "real-models", "sessions", "live-page", "tracing", "eval", "guarantees", "benchmarks", "serving")
@@ -197,3 +197,28 @@ def test_every_count_of_scenarios_or_contenders_is_true(page: Path) -> None:
 def test_the_count_check_sees_counts() -> None:
     assert counts("Fifteen scenarios, the five contenders, 12 graded scenarios, twelve scenarios with a right answer")
     assert counts(README.read_text(encoding="utf-8")) or any(counts(p.read_text(encoding="utf-8")) for p in DOCS)
+
+
+def first_column(page: Path, header: str) -> list[str]:
+    """The first cell of every row of the table under `header` (a table's first line), backticks dropped."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    start = lines.index(header) + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line.strip("|").split("|")[0].strip().strip("`"))
+    return rows
+
+
+def test_the_scenarios_page_has_a_row_for_every_scenario_in_order() -> None:
+    page = ROOT / "docs" / "scenarios.md"
+    assert first_column(page, "| scenario | contenders | the lesson |") == [s.name for s in SCENARIOS]
+
+
+def test_the_scenarios_page_names_every_contender_and_persona() -> None:
+    from shared_tools.models.personas import PERSONAS
+
+    page = ROOT / "docs" / "scenarios.md"
+    assert first_column(page, "| contender | what it is |") == [*CONTENDERS, *MISSING]
+    assert sorted(first_column(page, "| persona | what it does |")) == sorted(PERSONAS)

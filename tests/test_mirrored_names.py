@@ -46,6 +46,13 @@ def test_the_table_has_the_core_rows() -> None:
         assert name in left
 
 
+def test_every_graph_name_the_readme_gives_outside_the_table_exists() -> None:
+    named = re.findall(r"`(\w+)\.py:([\w.]+)`", README.read_text(encoding="utf-8"))
+    assert ("graph", "on_the_run_clock") in named
+    for file, dotted in named:
+        resolve(f"langgraph_version.{file}", dotted)
+
+
 @pytest.mark.parametrize(("loop_cell", "graph_cell"), table_rows(), ids=lambda cell: cell)
 def test_every_mirrored_name_exists_on_both_sides(loop_cell: str, graph_cell: str) -> None:
     names = re.findall(r"`([^`]+)`", loop_cell)
