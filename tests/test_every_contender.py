@@ -255,8 +255,8 @@ def test_without_the_maf_extra_maf_is_left_out_with_one_line() -> None:
     assert "contender 'maf' cannot run: the maf extra is not installed" in asked.stderr
 
 
-def test_the_readme_shows_the_closing_table_with_the_maf_column() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def test_the_scenarios_page_shows_the_closing_table_with_the_maf_column() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "scenarios.md").read_text()
     assert "| | " + " | ".join(OWNERS) + " |" in readme
     for row in WHO_OWNS_WHAT:
         assert "| " + " | ".join(row) + " |" in readme, row[0]

@@ -2,7 +2,7 @@
 
 The hand-written session keeps the finished calls and saves them; the graph keeps them in its checkpoints and
 finishes with `continue_unfinished`; asking again adds no second copy. A SIGKILL loses the hand-written turn
-as a whole (the README says so), and that is tested exactly.
+as a whole (docs/command-line.md says so), and that is tested exactly.
 """
 
 from __future__ import annotations
@@ -115,9 +115,9 @@ conversation.ask(SEED_GOAL)
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_a_handwritten_turn_killed_after_its_add_is_lost_whole_and_the_add_stays(tmp_path: Path) -> None:
-    """What the README says a SIGKILL costs the hand-written session: it saves after a turn (or after an outage),
-    so the killed turn is gone from its file as a whole (question, calls, results), the turns before it are kept,
-    and the add it made stays in the store, which the conversation no longer knows about."""
+    """What docs/command-line.md says a SIGKILL costs the hand-written session: it saves after a turn (or after an
+    outage), so the killed turn is gone from its file as a whole (question, calls, results), the turns before it
+    are kept, and the add it made stays in the store, which the conversation no longer knows about."""
     store_path, db, marker = tmp_path / "store.db", tmp_path / "chat.db", tmp_path / "added"
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(store_path), str(db), str(marker)], cwd=ROOT)
     try:

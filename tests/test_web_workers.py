@@ -585,7 +585,7 @@ def test_a_worker_killed_mid_turn_after_its_adds_leaves_one_copy_and_usable_pane
     with the turn under way. Once A's lease runs out, worker B takes the tab over: the panes are free, every cart
     holds one copy, and the next question works in both panes, the graph finishing A's turn from its checkpoint
     first (its re-run add is a replay, by its call's id) and the hand-written pane without the turn a SIGKILL
-    takes whole (the README's cost), neither adding a copy."""
+    takes whole (the cost docs/command-line.md gives), neither adding a copy."""
     lease = 5.0  # past the heartbeat (1 s) with room on a loaded machine, and short enough to wait out
     a, url_a = start_worker(postgres_url, lease, hang_after_add=True)
     b, url_b = start_worker(postgres_url, lease, hang_after_add=False)
