@@ -387,7 +387,7 @@ class MafAgent:
             text = str(response.text).strip()
             if reason is StopReason.DONE:
                 answer = text
-            elif run.forced_by is not None:
+            elif run.forced_by is not None and not run.cut:
                 forced = text
         messages = history_of(instructions, session)
         usage = run.usage
@@ -507,6 +507,8 @@ class _Run:
     deadline_hit: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
     paused: dict[str, Any] | None = None
+    cut: bool = False
+    """The last reply was cut off at its length limit: none of its calls ran, and the run stops on it."""
 
     def first_new(self, messages: Sequence[Message]) -> int:
         """Where this run's own messages begin in what its first model call is sent: after the history, or, in a
@@ -538,6 +540,9 @@ class _Run:
         message = next((m for m in getattr(response, "messages", []) if str(m.role) == "assistant"), None)
         converted = to_langchain([message]) if message is not None else []
         reply = converted[0] if converted and isinstance(converted[0], AIMessage) else AIMessage("")
+        self.cut = str(getattr(response, "finish_reason", None) or "") == "length"
+        if self.cut:  # its calls never reached MAF (`client.reply_message`); the trace line says why
+            reply.response_metadata["finish_reason"] = "length"
         usage = getattr(response, "usage_details", None) or {}
         reply.usage_metadata = {
             "input_tokens": usage.get("input_token_count") or 0,
@@ -663,7 +668,7 @@ class _Run:
             return self.forced_by
         if self.check_cancel() and self.usage.model_calls and _ends_with_tool_results(response):
             return StopReason.CANCELLED
-        if not str(response.text).strip():
+        if self.cut or not str(response.text).strip():  # a cut reply's text is half an answer
             return StopReason.INVALID_RESPONSE
         return StopReason.DONE
 

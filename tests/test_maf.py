@@ -594,3 +594,93 @@ def test_two_fresh_maf_conversations_of_one_customer_do_not_share_call_ids() -> 
         add = next(e for e in result.trace if e.name == "add_to_cart")
         assert result.stop_reason is StopReason.DONE and "already" not in add.detail, add.detail
     assert store.cart("c1").quantity_of(7) == 2
+
+
+# --- a reply cut off at its length limit ----------------------------------------------------------------------------
+
+
+def half_add(text: str = "") -> AIMessage:
+    """`{"book_id": 7, "quantity": 12}` cut after `"quantity": 1`: one copy nobody asked for, if it ran."""
+    return AIMessage(
+        text,
+        tool_calls=[call("add_to_cart", "c1", book_id=7, quantity=1)],
+        response_metadata={"finish_reason": "length"},
+        usage_metadata={"input_tokens": 50, "output_tokens": 10, "total_tokens": 60},
+    )
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_no_call_of_a_cut_reply_runs_in_mafs_loop(store: BookStore, streamed: bool) -> None:
+    options = AgentOptions(on_token=lambda token: None) if streamed else AgentOptions()
+    model = ScriptModel(replies=[half_add("Adding it now")])
+    result = MafAgent(model, make_tools(store), options).run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.INVALID_RESPONSE, "half a reply is no answer"
+    assert result.tool_calls == 0 and cart(store) == [] and model.calls == 1
+    assert result.answer is None
+    [line] = result.trace
+    assert line.detail.startswith("0 tool call(s), reply cut off at its length limit"), line.detail
+    assert_valid_history(result.messages)
+
+
+class OpenAIStandIn:
+    """A loopback OpenAI-compatible server that gives every chat completion the same body."""
+
+    def __init__(self, completion: dict[str, Any]) -> None:
+        import http.server
+
+        body = json.dumps(completion).encode()
+        models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+        self.requests = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                if self.command == "POST":
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    outer.requests += 1
+                data = body if self.path.endswith("/chat/completions") else models
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def completion(message: dict[str, Any], finish_reason: str) -> dict[str, Any]:
+    return {
+        "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
+    }  # fmt: skip
+
+
+def test_a_servers_cut_reply_with_a_parsable_add_runs_nothing(store: BookStore) -> None:
+    from shared_tools.models import make_model
+
+    arguments = '{"book_id": 7, "quantity": 1}'
+    add = {"id": "call_0", "type": "function", "function": {"name": "add_to_cart", "arguments": arguments}}
+    server = OpenAIStandIn(completion({"content": None, "tool_calls": [add]}, "length"))
+    try:
+        model = make_model("openai:m", base_url=server.base_url, timeout_s=10)
+        session = MafSession(MafAgent(model, make_tools(store)), INSTRUCTIONS)
+        result = session.ask("Add The Quiet Orchard.")
+    finally:
+        server.close()
+    assert result.stop_reason is StopReason.INVALID_RESPONSE
+    assert server.requests == 1 and result.tool_calls == 0 and cart(store) == []
+    assert all(e.name != "add_to_cart" for e in result.trace)
+    assert_valid_history(session.messages)
