@@ -158,6 +158,13 @@ class LangChainTool(FunctionTool):
         parameters: dict[str, Any] = self._schema.get("parameters", {"type": "object", "properties": {}})
         return parameters
 
+    async def invoke(self, *, tool_call_id: str | None = None, **kwargs: Any) -> Any:
+        # MAF uses `tool_call_id` only for its `execute_tool` span (`gen_ai.tool.call.id`), which it writes even
+        # with content capture off; the id is the model's text, so it is masked as the other contenders mask it.
+        # The tool itself reads the id from the invocation's metadata, unmasked (add_to_cart's request key).
+        masked = None if tool_call_id is None else guards.mask_pii(tool_call_id)
+        return await super().invoke(tool_call_id=masked, **kwargs)
+
 
 async def run_langchain_tool(tool: BaseTool, ctx: FunctionInvocationContext, arguments: dict[str, Any]) -> str:
     """Run `tool` on the call MAF is invoking; its exceptions go to MAF, which decides what the model reads.
