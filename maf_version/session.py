@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent_framework import AgentSession, Content, InMemoryHistoryProvider, Message
+from agent_framework import AgentSession, InMemoryHistoryProvider, Message
 from langchain_core.messages import BaseMessage
 
-from maf_version.agent import MafAgent, MafCancelled, history_of, pending_state, request_call, starts_turn
+from maf_version.agent import MafAgent, MafCancelled, history_of, paused_run, request_call, starts_turn
 from shared_tools.atomic import write_atomically
 from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult, CustomerMismatch
@@ -66,7 +66,7 @@ class MafSession:
     async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """One user turn on the conversation so far, with fresh budgets; saved when it ends (a cut turn too)."""
         async with self._one_turn_at_a_time():
-            if pending_state(self.session) is not None:
+            if paused_run(self.session) is not None:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
             try:
                 result = await self.agent.arun(
@@ -109,7 +109,7 @@ class MafSession:
         for an approval cannot be rewound (its pending requests belong to the turn that would be cut).
         """
         async with self._one_turn_at_a_time():
-            if pending_state(self.session) is not None:
+            if paused_run(self.session) is not None:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
             state = self.session.state.setdefault(InMemoryHistoryProvider.DEFAULT_SOURCE_ID, {})
             stored: list[Message] = list(state.get("messages", []))
@@ -140,11 +140,11 @@ class MafSession:
     @property
     def pending(self) -> list[dict[str, Any]]:
         """The approval requests the conversation waits for (``{"tool_call", "reason"}`` each); empty when none."""
-        paused = pending_state(self.session)
+        paused = paused_run(self.session)
         if paused is None:
             return []
-        calls = [request_call(Content.from_dict(data)) for data in paused["requests"]]
-        return [{"tool_call": c, "reason": paused["asked"][c["id"]]} for c in calls if c["id"] in paused["asked"]]
+        calls = [request_call(request) for request in paused.contents()]
+        return [{"tool_call": c, "reason": paused.asked[c["id"]]} for c in calls if c["id"] in paused.asked]
 
     @property
     def messages(self) -> list[BaseMessage]:
@@ -195,6 +195,8 @@ def read_saved(path: Path, customer_id: str | None = None) -> tuple[AgentSession
     if customer_id is not None and owner is not None and owner != customer_id:
         raise CustomerMismatch(f"{path} is the conversation of customer {owner!r}, not of {customer_id!r}")
     try:
-        return AgentSession.from_dict(document["session"]), owner
+        session = AgentSession.from_dict(document["session"])
+        paused_run(session)  # a resume trusts the record of its pause only once it is checked whole
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path} is a damaged saved MAF session ({type(exc).__name__}: {exc})") from None
+    return session, owner
