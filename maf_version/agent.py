@@ -295,6 +295,13 @@ class MafAgent:
             if timed_out:
                 return result
             raise MafCancelled(result) from None
+        except Exception:
+            # A model call that failed (a server gone, a refused request): MAF raised, so it stored nothing of
+            # this run. What the run did is kept, cut short, as a cancel keeps it: a turn whose add landed is not
+            # lost, and a resumed run's answered calls keep their results. The failure is the caller's to see.
+            run.model_in_flight = None
+            keep_cut_turn(session, run.partial_turn(turn))
+            raise
         finally:
             _RUN.reset(token)
         run.reconcile(response.messages)
@@ -755,8 +762,9 @@ class _Run:
         at = next(
             (i for i in range(len(self.transcript) - 1, -1, -1) if str(self.transcript[i].role) == "assistant"), None
         )
-        if at is None:  # no model call yet: a resumed run's open round is the calls it was paused on
-            return list(self.resumed), set()
+        if at is None:  # no reply yet: a resumed run's open round is the calls it was paused on
+            answered = {c.call_id for m in self.transcript for c in m.contents if c.type == "function_result"}
+            return list(self.resumed), {call_id for call_id in answered if call_id}
         calls = [c for c in self.transcript[at].contents if c.type == "function_call" and c.call_id]
         answered = {
             c.call_id
@@ -773,7 +781,9 @@ class _Run:
 
     def partial_turn(self, turn: str | Message, *, timed_out: bool = False) -> list[Message]:
         """The cut turn as MAF messages: the question, what the run produced, a result for every open call."""
-        question = [Message("user", [turn])] if isinstance(turn, str) else []
+        # The question, or the approval answers a resumed run began with (MAF stores them, and they mark the
+        # results of the refused calls as errors: `client.to_langchain`).
+        question = [Message("user", [turn])] if isinstance(turn, str) else [turn]
         calls, answered = self._last_round()
         tail: list[Content] = []
         for content in calls:

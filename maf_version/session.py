@@ -72,8 +72,8 @@ class MafSession:
                 result = await self.agent.arun(
                     self.instructions, question, session=self.session, cancel=cancel, keep_turns=self.keep_turns
                 )
-            except MafCancelled as cancelled:
-                self._keep_cut_turn(cancelled)
+            except (MafCancelled, Exception):
+                self._save()  # the agent wrote the turn a cancel or a failed model call cut short
                 raise
             self._save()
             return result
@@ -92,8 +92,8 @@ class MafSession:
                 result = await self.agent.aresume(
                     self.instructions, self.session, approved, cancel=cancel, keep_turns=self.keep_turns
                 )
-            except MafCancelled as cancelled:
-                self._keep_cut_turn(cancelled)
+            except (MafCancelled, Exception):
+                self._save()  # the agent wrote the turn a cancel or a failed model call cut short
                 raise
             self._save()
             return result
@@ -120,10 +120,6 @@ class MafSession:
             state["messages"] = stored[: starts[-turns]]
             self._save()
             return Rewound(turns=turns, messages=before - len(self.messages))
-
-    def _keep_cut_turn(self, cancelled: MafCancelled) -> None:
-        """The agent wrote the cut turn into the session; it is saved like any other."""
-        self._save()
 
     @contextlib.asynccontextmanager
     async def _one_turn_at_a_time(self) -> AsyncIterator[None]:

@@ -31,6 +31,7 @@ from maf_version.client import reply_message, to_langchain
 from shared_tools.bookstore import BookStore, Faults, RiskyWritePolicy, make_tools
 from shared_tools.bookstore.faults import FAKE_SECRET
 from shared_tools.guards import TOOL_CUT_RUNNING_TEXT
+from shared_tools.models import ModelCallFailed
 from shared_tools.models.scripted import ScriptedChatModel
 from shared_tools.results import (
     AgentLimits,
@@ -858,3 +859,43 @@ def test_a_pause_answered_in_two_processes_adds_once(store: BookStore, tmp_path:
     late = two.resume(True)  # the other process still holds the pause
     assert late.stop_reason is StopReason.DONE
     assert sorted(cart(store)) == [(5, 4), (7, 5)], "each add landed once: the second is a replay by its call id"
+
+
+# --- a model call that fails mid-turn -------------------------------------------------------------------------------
+
+
+def server_gone(history: list[BaseMessage]) -> AIMessage:
+    raise ModelCallFailed("the model server at 127.0.0.1:9 went away")
+
+
+def test_a_model_outage_after_an_add_keeps_the_turn_in_the_file(store: BookStore, tmp_path: Path) -> None:
+    path = tmp_path / "maf.json"
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=1)), server_gone])
+    with pytest.raises(ModelCallFailed):
+        MafSession(MafAgent(model, make_tools(store)), INSTRUCTIONS, path=path).ask("Add The Quiet Orchard.")
+    assert cart(store) == [(7, 1)]
+    again = MafSession(MafAgent(ScriptModel(replies=[ai("One copy is in your cart.")]), make_tools(store)),
+                       INSTRUCTIONS, path=path)  # fmt: skip
+    assert again.history_turns() == ["Add The Quiet Orchard."], "the turn is kept, cut short"
+    [add] = [m for m in again.messages if isinstance(m, ToolMessage)]
+    assert provider_id(add.tool_call_id) == "a1" and add.status == "success" and '"quantity":1' in add.text
+    assert_valid_history(again.messages)
+    assert again.ask("What is in my cart?").stop_reason is StopReason.DONE
+    assert_sendable(again.agent.model.prompts[0])  # type: ignore[attr-defined]
+
+
+def test_a_model_outage_in_a_resumed_run_keeps_the_answered_calls(store: BookStore, tmp_path: Path) -> None:
+    path = tmp_path / "maf.json"
+    model = ScriptModel(replies=[two_risky_adds().replies[0], server_gone, ai("Where were we?")])
+    session = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS, path=path)
+    session.ask("Add them.")
+    a1, a2 = (p["tool_call"]["id"] for p in session.pending)
+    with pytest.raises(ModelCallFailed):
+        session.resume({a1: True, a2: False})
+    assert cart(store) == [(7, 5)] and session.pending == []
+    for kept in (session, MafSession(MafAgent(ScriptModel(replies=[]), make_tools(store)), INSTRUCTIONS, path=path)):
+        results = {provider_id(m.tool_call_id): m.status for m in kept.messages if isinstance(m, ToolMessage)}
+        assert results == {"a1": "success", "a2": "error"}
+        assert_valid_history(kept.messages)
+    assert session.ask("Go on.").stop_reason is StopReason.DONE
+    assert_sendable(model.prompts[-1])
