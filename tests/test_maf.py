@@ -899,3 +899,18 @@ def test_a_model_outage_in_a_resumed_run_keeps_the_answered_calls(store: BookSto
         assert_valid_history(kept.messages)
     assert session.ask("Go on.").stop_reason is StopReason.DONE
     assert_sendable(model.prompts[-1])
+
+
+def test_duplicate_and_empty_call_ids_under_the_gate_are_asked_about_one_by_one(store: BookStore) -> None:
+    twice = [call("add_to_cart", "x", book_id=7, quantity=2), call("add_to_cart", "x", book_id=7, quantity=2)]
+    model = ScriptModel(replies=[ai("", *twice, call("add_to_cart", "", book_id=7, quantity=2)), ai("Done.")])
+    session = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS)
+    paused = session.ask("Add six.")
+    reasons = [p["reason"] for p in paused.pending or []]
+    assert len(reasons) == 2 and "making 4" in reasons[0] and "making 6" in reasons[1]
+    ids = [c["id"] for m in session.messages if isinstance(m, AIMessage) for c in m.tool_calls]
+    assert len(set(ids)) == 3 and all(ids), "every call has an id of its own"
+    first, second = (p["tool_call"]["id"] for p in paused.pending or [])
+    done = session.resume({first: True, second: False})
+    assert done.stop_reason is StopReason.DONE and cart(store) == [(7, 4)]
+    assert_valid_history(session.messages)
