@@ -260,9 +260,12 @@ class MafAgent:
         """Run MAF until it ends the run, answering the approvals the rule (or `approve`) can answer on the way."""
         token = _RUN.set(run)
         turn: str | Message = goal
+        in_maf = False
         try:
             while True:
+                in_maf = True
                 response = await self._one_run(agent, turn, session, run)
+                in_maf = False
                 requests = response.user_input_requests
                 if not requests:
                     break
@@ -299,8 +302,10 @@ class MafAgent:
             # A model call that failed (a server gone, a refused request): MAF raised, so it stored nothing of
             # this run. What the run did is kept, cut short, as a cancel keeps it: a turn whose add landed is not
             # lost, and a resumed run's answered calls keep their results. The failure is the caller's to see.
-            run.model_in_flight = None
-            keep_cut_turn(session, run.partial_turn(turn))
+            # (An exception of `approve`, between two runs of MAF, leaves what MAF stored as it is.)
+            if in_maf:
+                run.model_in_flight = None
+                keep_cut_turn(session, run.partial_turn(turn))
             raise
         finally:
             _RUN.reset(token)

@@ -914,3 +914,14 @@ def test_duplicate_and_empty_call_ids_under_the_gate_are_asked_about_one_by_one(
     done = session.resume({first: True, second: False})
     assert done.stop_reason is StopReason.DONE and cart(store) == [(7, 4)]
     assert_valid_history(session.messages)
+
+
+def test_a_human_who_cannot_answer_leaves_the_turn_as_maf_stored_it(store: BookStore) -> None:
+    def gone(call: Any, reason: str) -> bool:
+        raise EOFError("no one at the keyboard")
+
+    session = MafSession(MafAgent(two_risky_adds(), make_tools(store), gated(store), approve=gone), INSTRUCTIONS)
+    with pytest.raises(EOFError):
+        session.ask("Add them.")
+    assert session.history_turns() == ["Add them."], "the turn is not written twice"
+    assert cart(store) == []
