@@ -64,7 +64,8 @@ class MafSession:
         return run_blocking(lambda: self.aask(question, cancel=cancel), instead="MafSession.aask(...)")
 
     async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        """One user turn on the conversation so far, with fresh budgets; saved when it ends (a cut turn too)."""
+        """One user turn on the conversation so far, with fresh budgets; saved when it ends, a turn that a cancel
+        or a failed model call cut short too (the failure is raised again once the turn is saved)."""
         async with self._one_turn_at_a_time():
             if paused_run(self.session) is not None:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
