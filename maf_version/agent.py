@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from agent_framework import (
     Agent,
@@ -36,7 +36,7 @@ from agent_framework import (
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolCall
 from langchain_core.tools import BaseTool
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from maf_version.client import LangChainChatClient, maf_tool, result_text, to_langchain
 from shared_tools import guards
@@ -213,11 +213,19 @@ class MafAgent:
     ) -> AgentResult:
         """Answer the approval requests `session` is paused on and let the run go on: one yes or no for all, or
         ``{call id: yes or no}`` naming every request the human was asked. Each answer is MAF's own
-        `to_function_approval_response` of the request it names, so a yes approves that call and no other."""
-        paused = pending_state(session)
+        `to_function_approval_response` of the request it names, so a yes approves that call and no other.
+
+        The calls of the paused reply are judged again first, as the guarded graph judges them when it resumes:
+        a call the rule waved through at the pause may need a human now (the cart changed while the human
+        thought). Such a call is put to `approve`, or the run pauses again and asks about every call that needs a
+        human on the cart as it is now: a no given so far stands, a yes is asked again (the record of a pause
+        holds no yes, so no edit of a session file can approve a call). ValueError when the session's record of
+        the pause is damaged (`paused_run`).
+        """
+        paused = paused_run(session)
         if paused is None:
             raise RuntimeError("the session is not waiting for an approval")
-        asked: dict[str, str] = paused["asked"]
+        asked = paused.asked
         if isinstance(approved, Mapping):
             unknown = set(approved) - set(asked)
             missing = set(asked) - set(approved)
@@ -230,21 +238,18 @@ class MafAgent:
             answers = dict.fromkeys(asked, approved is True)
         run = _Run(cancel, self.options, self.settings, frozenset(self.tools))
         # The counters go on from the pause (MAF's own iteration count does too), as a resumed graph's do.
-        run.usage.model_calls, run.usage.tool_calls, run.usage.tokens = paused["counts"]
+        run.usage.model_calls, run.usage.tool_calls, run.usage.tokens = paused.counts
         # The agent's clock goes on from the pause too, without the human's wait.
-        run.usage.started = time.monotonic() - paused["elapsed"]
-        responses = []
-        for data in paused["requests"]:
-            request = Content.from_dict(data)
+        run.usage.started = time.monotonic() - paused.elapsed
+        requests = paused.contents()
+        responses = self._decide(run, requests, {**dict.fromkeys(paused.refused, False), **answers})
+        if responses is None:  # a call the rule let through at the pause needs a human now
+            return self._result(instructions, session, run, StopReason.AWAITING_APPROVAL)
+        for request in requests:
             call = request_call(request)
-            call_id = call["id"]
-            run.calls[call_id] = call
-            run.steps[call_id] = run.usage.model_calls
-            run.resumed.append(Content.from_function_call(call_id, call["name"], arguments=call["args"]))
-            yes = answers.get(call_id, True)  # not asked: the rule waved it through
-            if not yes:
-                run.refused.add(call_id)
-            responses.append(request.to_function_approval_response(approved=yes))
+            run.calls[call["id"]] = call
+            run.steps[call["id"]] = run.usage.model_calls
+            run.resumed.append(Content.from_function_call(call["id"], call["name"], arguments=call["args"]))
         del session.state[PENDING_KEY]
         agent = self.agent_for(instructions, keep_turns)
         return await self._drive(agent, instructions, Message("user", responses), session, run)
@@ -255,9 +260,12 @@ class MafAgent:
         """Run MAF until it ends the run, answering the approvals the rule (or `approve`) can answer on the way."""
         token = _RUN.set(run)
         turn: str | Message = goal
+        in_maf = False
         try:
             while True:
+                in_maf = True
                 response = await self._one_run(agent, turn, session, run)
+                in_maf = False
                 requests = response.user_input_requests
                 if not requests:
                     break
@@ -290,6 +298,15 @@ class MafAgent:
             if timed_out:
                 return result
             raise MafCancelled(result) from None
+        except Exception:
+            # A model call that failed (a server gone, a refused request): MAF raised, so it stored nothing of
+            # this run. What the run did is kept, cut short, as a cancel keeps it: a turn whose add landed is not
+            # lost, and a resumed run's answered calls keep their results. The failure is the caller's to see.
+            # (An exception of `approve`, between two runs of MAF, leaves what MAF stored as it is.)
+            if in_maf:
+                run.model_in_flight = None
+                keep_cut_turn(session, run.partial_turn(turn))
+            raise
         finally:
             _RUN.reset(token)
         run.reconcile(response.messages)
@@ -326,50 +343,75 @@ class MafAgent:
                 raise RunStopped(StopReason.CANCELLED)
         return await stream.get_final_response()
 
-    def _decide(self, run: _Run, requests: Sequence[Content]) -> list[Content] | None:
+    def _decide(
+        self, run: _Run, requests: Sequence[Content], answers: Mapping[str, bool] | None = None
+    ) -> list[Content] | None:
         """The answers to MAF's approval requests, or None when the human must be asked later.
 
-        Each call is put to the rule with the calls of its reply before it (every one of them, as if each is
-        approved: the cautious reading of a pause that lists several at once), so 4 + 3 copies of one book ask
-        about the second add too. A call the rule waves through is approved at once; with `approve`, the human
-        is asked now, in call order.
+        A call the human has answered (`answers`, at a resume) gets that answer. Every other call is put to the
+        rule with the calls of its reply before it that will run, so 4 + 3 copies of one book ask about the
+        second add too. A call the rule waves through is approved at once; with `approve`, the human is asked
+        now, in call order; without, the run pauses (`_questions`).
         """
         rule = self.options.needs_approval
-        answers: list[Content] = []
-        asked: dict[str, str] = {}
+        answers = answers or {}
+        responses: list[Content] = []
         earlier: list[ToolCall] = []
+        must_ask = False
         for request in requests:
             call = request_call(request)
-            reason = None if rule is None else rule(call, list(earlier))
-            if reason is None:
-                answers.append(request.to_function_approval_response(approved=True))
-                earlier.append(call)
-                continue
-            if self.approve is None:
-                asked[call["id"]] = reason
-                earlier.append(call)
-                continue
-            waited = time.monotonic()
-            yes = self.approve(call, reason)
-            run.usage.started += time.monotonic() - waited  # the human's time is not the agent's
-            log.info("approval for %s (%s): %s", call["name"], reason, "yes" if yes else "no")
-            if not yes:
-                run.refused.add(call["id"])
+            if call["id"] in answers:
+                yes = answers[call["id"]]
+                log.info("approval for %s (the human's answer): %s", call["name"], "yes" if yes else "no")
             else:
+                reason = None if rule is None else rule(call, list(earlier))
+                if reason is None:
+                    yes = True
+                elif self.approve is None:
+                    must_ask = True
+                    break
+                else:
+                    waited = time.monotonic()
+                    yes = self.approve(call, reason)
+                    run.usage.started += time.monotonic() - waited  # the human's time is not the agent's
+                    log.info("approval for %s (%s): %s", call["name"], reason, "yes" if yes else "no")
+            if yes:
                 earlier.append(call)
-            answers.append(request.to_function_approval_response(approved=yes))
-        if asked:
-            run.pending = [{"tool_call": request_call(r), "reason": asked[request_call(r)["id"]]} for r in requests
-                           if request_call(r)["id"] in asked]  # fmt: skip
-            counts = [run.usage.model_calls, run.usage.tool_calls, run.usage.tokens]
-            run.paused = {
-                "requests": [r.to_dict() for r in requests],
-                "asked": asked,
-                "counts": counts,
-                "elapsed": run.usage.elapsed,
-            }
-            return None
-        return answers
+            else:
+                run.refused.add(call["id"])
+            responses.append(request.to_function_approval_response(approved=yes))
+        if not must_ask:
+            return responses
+        run.refused.clear()  # nothing is answered yet: the run pauses before any answer reaches MAF
+        refused = [c["id"] for c in map(request_call, requests) if answers.get(c["id"]) is False]
+        asked = self._questions(requests, set(refused))
+        calls = [request_call(r) for r in requests]
+        run.pending = [{"tool_call": c, "reason": asked[c["id"]]} for c in calls if c["id"] in asked]
+        run.paused = PausedRun(
+            requests=[r.to_dict() for r in requests],
+            asked=asked,
+            refused=refused,
+            counts=[run.usage.model_calls, run.usage.tool_calls, run.usage.tokens],
+            elapsed=run.usage.elapsed,
+        ).model_dump()
+        return None
+
+    def _questions(self, requests: Sequence[Content], refused: set[str]) -> dict[str, str]:
+        """Call id -> reason, for each call of a pause that needs a human: every call but the refused ones is put to
+        the rule with all the others before it counted as run (the cautious reading of a pause that asks about
+        several at once)."""
+        rule = self.options.needs_approval
+        asked: dict[str, str] = {}
+        earlier: list[ToolCall] = []
+        for call in map(request_call, requests):
+            if call["id"] in refused:
+                continue
+            if rule is not None and (reason := rule(call, list(earlier))) is not None:
+                asked[call["id"]] = reason
+            earlier.append(call)
+        if not asked:
+            raise RuntimeError("the approval rule asked about a call, then about none of the same calls")
+        return asked
 
     def _result(
         self,
@@ -387,7 +429,7 @@ class MafAgent:
             text = str(response.text).strip()
             if reason is StopReason.DONE:
                 answer = text
-            elif run.forced_by is not None:
+            elif run.forced_by is not None and not run.cut:
                 forced = text
         messages = history_of(instructions, session)
         usage = run.usage
@@ -436,9 +478,104 @@ def history_of(instructions: str, session: AgentSession) -> list[BaseMessage]:
     return [SystemMessage(instructions), *to_langchain(stored)]
 
 
-def pending_state(session: AgentSession) -> dict[str, Any] | None:
-    paused = session.state.get(PENDING_KEY)
-    return paused if isinstance(paused, dict) else None
+MAF_APPROVAL_STATE = "tool_approval"
+MAF_PENDING_REQUESTS = "pending_approval_requests"
+MAF_APPROVED_GROUPS = "already_approved_approval_request_groups"
+"""Where MAF keeps, in `AgentSession.state`, the approval requests it surfaced (`agent_framework._tools`): it binds
+each answer to its copy there and runs the call that copy names; and the calls of the paused round it may run
+without asking (approved already), which our pauses never have."""
+
+
+class PausedRun(BaseModel):
+    """A paused run's record in `AgentSession.state[PENDING_KEY]`, and so in a saved session file: checked whole
+    (`paused_run`) before a resume trusts any of it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    requests: list[dict[str, Any]] = Field(min_length=1)
+    """MAF's approval requests (`Content.to_dict`), in the reply's call order: every call of the paused round."""
+    asked: dict[str, str] = Field(min_length=1)
+    """Call id -> why the human is asked, for each request waiting for the human."""
+    refused: list[str] = Field(default_factory=list)
+    """Calls the human said no to at a resume that paused again (`MafAgent.aresume`); a yes is never kept."""
+    counts: list[Annotated[int, Field(ge=0)]] = Field(min_length=3, max_length=3)
+    """Model calls, tool calls and tokens at the pause."""
+    elapsed: float = Field(ge=0, allow_inf_nan=False)
+    """The agent's seconds at the pause, without the human's wait."""
+
+    @model_validator(mode="after")
+    def _names_its_own_calls(self) -> PausedRun:
+        ids = [request_call(request)["id"] for request in self.contents()]
+        if len(set(ids)) != len(ids):
+            raise ValueError("two approval requests name the same call")
+        if unknown := sorted((set(self.asked) | set(self.refused)) - set(ids)):
+            raise ValueError(f"answers or questions for calls the paused reply does not have: {unknown}")
+        if both := sorted(set(self.asked) & set(self.refused)):
+            raise ValueError(f"calls both refused and still asked about: {both}")
+        return self
+
+    def contents(self) -> list[Content]:
+        return [approval_request(data) for data in self.requests]
+
+
+def approval_request(data: object) -> Content:
+    """A MAF approval request from its stored form; ValueError when it is not one that names a call."""
+    try:
+        request = Content.from_dict(data)  # type: ignore[arg-type]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not an approval request ({type(exc).__name__}: {exc})") from None
+    call = request.function_call if request.type == "function_approval_request" else None
+    if call is None or call.type != "function_call" or not isinstance(request.id, str):
+        raise ValueError(f"not an approval request that names a call: {str(data)[:200]}")
+    if not isinstance(call.call_id, str) or not call.call_id or not isinstance(call.name, str) or not call.name:
+        raise ValueError(f"an approval request without a call id or tool name: {str(data)[:200]}")
+    return request
+
+
+def paused_run(session: AgentSession) -> PausedRun | None:
+    """The record of the pause `session` waits on, None when it waits on none; ValueError when the record is
+    damaged, or when MAF's own approval state (which says what MAF runs on a yes, and may run calls it holds as
+    approved already) is not the one that pause left: other calls, or any call no human and no rule approved."""
+    state = session.state.get(MAF_APPROVAL_STATE)
+    if state is not None and not isinstance(state, dict):
+        raise ValueError(f"MAF's approval state is a {type(state).__name__}, not an object")
+    if PENDING_KEY not in session.state:
+        if state and any(state.values()):
+            raise ValueError("MAF's approval state holds requests that no pause of this session asked about")
+        return None
+    try:
+        paused = PausedRun.model_validate(session.state[PENDING_KEY])
+    except ValidationError as exc:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in exc.errors()[:3])
+        raise ValueError(f"the record of the paused run is damaged ({wrong})") from None
+    _check_maf_state(state or {}, paused)
+    return paused
+
+
+def _check_maf_state(state: dict[str, Any], paused: PausedRun) -> None:
+    """MAF's approval state as a pause of ours leaves it: its requests are ours, call for call, and it holds no
+    call as approved already (we never give MAF one: every call of a gated tool is put to the rule first)."""
+    if unknown := sorted(set(state) - {MAF_PENDING_REQUESTS, MAF_APPROVED_GROUPS}):
+        raise ValueError(f"MAF's approval state holds more than a pause leaves: {unknown}")
+    kept = state.get(MAF_PENDING_REQUESTS)
+    if not isinstance(kept, list):
+        raise ValueError("the session holds a paused run but not MAF's own approval requests")
+    ours = {request.id: request.function_call.to_dict() for request in paused.contents()}  # type: ignore[union-attr]
+    maf = {request.id: request.function_call.to_dict() for request in map(approval_request, kept)}  # type: ignore[union-attr]
+    if maf != ours or len(maf) != len(kept) or len(ours) != len(paused.requests):
+        raise ValueError("the record of the paused run names other calls than MAF's own approval requests")
+    order = {(request_id, call["call_id"]) for request_id, call in ours.items()}
+    groups = state.get(MAF_APPROVED_GROUPS, [])
+    for group in groups if isinstance(groups, list) else [groups]:
+        if (
+            not isinstance(group, dict)
+            or group.get("approval_requests") != []
+            or not isinstance(ids := group.get("approval_request_ids"), list)
+            or not set(map(str, ids)) <= set(ours)
+            or not isinstance(calls := group.get("function_call_order"), list)
+            or not all(isinstance(c, dict) and (c.get("id"), c.get("call_id")) in order for c in calls)
+        ):
+            raise ValueError("MAF's approval state holds calls as approved that no human and no rule approved")
 
 
 def keep_cut_turn(session: AgentSession, messages: list[Message]) -> None:
@@ -456,7 +593,8 @@ def _gated_tools(rule: NeedsApproval | None, tools: Mapping[str, BaseTool]) -> s
 
 def request_call(request: Content) -> ToolCall:
     call = request.function_call
-    assert call is not None and call.call_id is not None, "an approval request names the call it is about"
+    if call is None or not call.call_id:
+        raise ValueError("an approval request names the call it is about")
     return ToolCall(name=call.name or "", args=call.parse_arguments() or {}, id=call.call_id, type="tool_call")
 
 
@@ -507,6 +645,8 @@ class _Run:
     deadline_hit: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
     paused: dict[str, Any] | None = None
+    cut: bool = False
+    """The last reply was cut off at its length limit: none of its calls ran, and the run stops on it."""
 
     def first_new(self, messages: Sequence[Message]) -> int:
         """Where this run's own messages begin in what its first model call is sent: after the history, or, in a
@@ -538,6 +678,9 @@ class _Run:
         message = next((m for m in getattr(response, "messages", []) if str(m.role) == "assistant"), None)
         converted = to_langchain([message]) if message is not None else []
         reply = converted[0] if converted and isinstance(converted[0], AIMessage) else AIMessage("")
+        self.cut = str(getattr(response, "finish_reason", None) or "") == "length"
+        if self.cut:  # its calls never reached MAF (`client.reply_message`); the trace line says why
+            reply.response_metadata["finish_reason"] = "length"
         usage = getattr(response, "usage_details", None) or {}
         reply.usage_metadata = {
             "input_tokens": usage.get("input_token_count") or 0,
@@ -624,8 +767,9 @@ class _Run:
         at = next(
             (i for i in range(len(self.transcript) - 1, -1, -1) if str(self.transcript[i].role) == "assistant"), None
         )
-        if at is None:  # no model call yet: a resumed run's open round is the calls it was paused on
-            return list(self.resumed), set()
+        if at is None:  # no reply yet: a resumed run's open round is the calls it was paused on
+            answered = {c.call_id for m in self.transcript for c in m.contents if c.type == "function_result"}
+            return list(self.resumed), {call_id for call_id in answered if call_id}
         calls = [c for c in self.transcript[at].contents if c.type == "function_call" and c.call_id]
         answered = {
             c.call_id
@@ -642,7 +786,9 @@ class _Run:
 
     def partial_turn(self, turn: str | Message, *, timed_out: bool = False) -> list[Message]:
         """The cut turn as MAF messages: the question, what the run produced, a result for every open call."""
-        question = [Message("user", [turn])] if isinstance(turn, str) else []
+        # The question, or the approval answers a resumed run began with (MAF stores them, and they mark the
+        # results of the refused calls as errors: `client.to_langchain`).
+        question = [Message("user", [turn])] if isinstance(turn, str) else [turn]
         calls, answered = self._last_round()
         tail: list[Content] = []
         for content in calls:
@@ -663,7 +809,7 @@ class _Run:
             return self.forced_by
         if self.check_cancel() and self.usage.model_calls and _ends_with_tool_results(response):
             return StopReason.CANCELLED
-        if not str(response.text).strip():
+        if self.cut or not str(response.text).strip():  # a cut reply's text is half an answer
             return StopReason.INVALID_RESPONSE
         return StopReason.DONE
 

@@ -42,6 +42,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared_tools import guards
 from shared_tools.history import among_other_conversations
+from shared_tools.steps import was_cut
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,9 @@ class LangChainChatClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTele
         calls = [c for c in reply_message(reply, history).contents if c.type == "function_call"]
         usage = usage_of(reply)
         last = [*calls, *([Content.from_usage(usage)] if usage else [])]
-        yield ChatResponseUpdate(role="assistant", contents=last, model=_model_name(reply))
+        yield ChatResponseUpdate(
+            role="assistant", contents=last, model=_model_name(reply), finish_reason=finish_reason(reply)
+        )
 
 
 def merge_chunks(chunks: Sequence[BaseMessage]) -> AIMessage:
@@ -154,6 +157,13 @@ class LangChainTool(FunctionTool):
     def parameters(self) -> dict[str, Any]:
         parameters: dict[str, Any] = self._schema.get("parameters", {"type": "object", "properties": {}})
         return parameters
+
+    async def invoke(self, *, tool_call_id: str | None = None, **kwargs: Any) -> Any:
+        # MAF uses `tool_call_id` only for its `execute_tool` span (`gen_ai.tool.call.id`), which it writes even
+        # with content capture off; the id is the model's text, so it is masked as the other contenders mask it.
+        # The tool itself reads the id from the invocation's metadata, unmasked (add_to_cart's request key).
+        masked = None if tool_call_id is None else guards.mask_pii(tool_call_id)
+        return await super().invoke(tool_call_id=masked, **kwargs)
 
 
 async def run_langchain_tool(tool: BaseTool, ctx: FunctionInvocationContext, arguments: dict[str, Any]) -> str:
@@ -264,24 +274,32 @@ def reply_message(reply: BaseMessage, history: Sequence[BaseMessage]) -> Message
 
     A call with no id, or an id an earlier call of the conversation had, gets a fresh one
     (`guards.with_call_ids`): the store takes a call id as an add's request key. Calls whose arguments did not
-    parse go to MAF as their raw text, for MAF to answer. The reply itself is kept as the message's
-    `raw_representation` (which MAF never serializes).
+    parse go to MAF as their raw text, for MAF to answer. A reply cut off at its length limit (`steps.was_cut`)
+    goes to MAF without its calls: its last one may be half a call that still parses, and MAF runs every call it
+    is given, so nothing of a cut reply may reach it (the run then stops: `_Run.stop_reason`). The reply itself
+    is kept as the message's `raw_representation` (which MAF never serializes).
     """
     if not isinstance(reply, AIMessage):
         raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
     reply = guards.with_call_ids(reply, history)
+    cut = was_cut(reply)
     contents: list[Content] = []
     plan = reply.additional_kwargs.get("reasoning_content")
     if isinstance(plan, str) and plan:
         contents.append(Content.from_text_reasoning(text=plan))
     if text := str(reply.text):
         contents.append(Content.from_text(text))
-    for call in reply.tool_calls:
+    for call in [] if cut else reply.tool_calls:
         contents.append(Content.from_function_call(call["id"] or "", call["name"], arguments=dict(call["args"])))
-    for bad in reply.invalid_tool_calls:
+    for bad in [] if cut else reply.invalid_tool_calls:
         call_id = bad.get("id") or f"invalid_{len(contents)}"
         contents.append(Content.from_function_call(call_id, bad.get("name") or "", arguments=bad.get("args") or ""))
     return Message("assistant", contents, raw_representation=reply)
+
+
+def finish_reason(reply: AIMessage) -> str | None:
+    """MAF's finish reason of a reply: "length" for one cut off at its length limit, which `_Run` stops on."""
+    return "length" if was_cut(reply) else None
 
 
 def usage_of(reply: AIMessage) -> UsageDetails | None:
@@ -299,7 +317,9 @@ def usage_of(reply: AIMessage) -> UsageDetails | None:
 def reply_response(reply: BaseMessage, history: Sequence[BaseMessage]) -> ChatResponse:
     message = reply_message(reply, history)
     kept: AIMessage = message.raw_representation
-    return ChatResponse(messages=[message], usage_details=usage_of(kept), model=_model_name(kept))
+    return ChatResponse(
+        messages=[message], usage_details=usage_of(kept), model=_model_name(kept), finish_reason=finish_reason(kept)
+    )
 
 
 def _model_name(reply: AIMessage) -> str | None:

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent_framework import AgentSession, Content, InMemoryHistoryProvider, Message
+from agent_framework import AgentSession, InMemoryHistoryProvider, Message
 from langchain_core.messages import BaseMessage
 
-from maf_version.agent import MafAgent, MafCancelled, history_of, pending_state, request_call, starts_turn
+from maf_version.agent import MafAgent, MafCancelled, history_of, paused_run, request_call, starts_turn
 from shared_tools.atomic import write_atomically
 from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult, CustomerMismatch
@@ -64,16 +64,17 @@ class MafSession:
         return run_blocking(lambda: self.aask(question, cancel=cancel), instead="MafSession.aask(...)")
 
     async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        """One user turn on the conversation so far, with fresh budgets; saved when it ends (a cut turn too)."""
+        """One user turn on the conversation so far, with fresh budgets; saved when it ends, a turn that a cancel
+        or a failed model call cut short too (the failure is raised again once the turn is saved)."""
         async with self._one_turn_at_a_time():
-            if pending_state(self.session) is not None:
+            if paused_run(self.session) is not None:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
             try:
                 result = await self.agent.arun(
                     self.instructions, question, session=self.session, cancel=cancel, keep_turns=self.keep_turns
                 )
-            except MafCancelled as cancelled:
-                self._keep_cut_turn(cancelled)
+            except (MafCancelled, Exception):
+                self._save()  # the agent wrote the turn a cancel or a failed model call cut short
                 raise
             self._save()
             return result
@@ -92,8 +93,8 @@ class MafSession:
                 result = await self.agent.aresume(
                     self.instructions, self.session, approved, cancel=cancel, keep_turns=self.keep_turns
                 )
-            except MafCancelled as cancelled:
-                self._keep_cut_turn(cancelled)
+            except (MafCancelled, Exception):
+                self._save()  # the agent wrote the turn a cancel or a failed model call cut short
                 raise
             self._save()
             return result
@@ -109,7 +110,7 @@ class MafSession:
         for an approval cannot be rewound (its pending requests belong to the turn that would be cut).
         """
         async with self._one_turn_at_a_time():
-            if pending_state(self.session) is not None:
+            if paused_run(self.session) is not None:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
             state = self.session.state.setdefault(InMemoryHistoryProvider.DEFAULT_SOURCE_ID, {})
             stored: list[Message] = list(state.get("messages", []))
@@ -120,10 +121,6 @@ class MafSession:
             state["messages"] = stored[: starts[-turns]]
             self._save()
             return Rewound(turns=turns, messages=before - len(self.messages))
-
-    def _keep_cut_turn(self, cancelled: MafCancelled) -> None:
-        """The agent wrote the cut turn into the session; it is saved like any other."""
-        self._save()
 
     @contextlib.asynccontextmanager
     async def _one_turn_at_a_time(self) -> AsyncIterator[None]:
@@ -140,11 +137,11 @@ class MafSession:
     @property
     def pending(self) -> list[dict[str, Any]]:
         """The approval requests the conversation waits for (``{"tool_call", "reason"}`` each); empty when none."""
-        paused = pending_state(self.session)
+        paused = paused_run(self.session)
         if paused is None:
             return []
-        calls = [request_call(Content.from_dict(data)) for data in paused["requests"]]
-        return [{"tool_call": c, "reason": paused["asked"][c["id"]]} for c in calls if c["id"] in paused["asked"]]
+        calls = [request_call(request) for request in paused.contents()]
+        return [{"tool_call": c, "reason": paused.asked[c["id"]]} for c in calls if c["id"] in paused.asked]
 
     @property
     def messages(self) -> list[BaseMessage]:
@@ -195,6 +192,8 @@ def read_saved(path: Path, customer_id: str | None = None) -> tuple[AgentSession
     if customer_id is not None and owner is not None and owner != customer_id:
         raise CustomerMismatch(f"{path} is the conversation of customer {owner!r}, not of {customer_id!r}")
     try:
-        return AgentSession.from_dict(document["session"]), owner
+        session = AgentSession.from_dict(document["session"])
+        paused_run(session)  # a resume trusts the record of its pause only once it is checked whole
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path} is a damaged saved MAF session ({type(exc).__name__}: {exc})") from None
+    return session, owner

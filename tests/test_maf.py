@@ -26,11 +26,12 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from handwritten import AgentLoop
 from maf_version import LangChainChatClient, MafAgent, MafCancelled, MafSession, maf_tool
-from maf_version.agent import MAF_BAD_ARGUMENTS, MAF_FAILED
+from maf_version.agent import MAF_BAD_ARGUMENTS, MAF_FAILED, PENDING_KEY
 from maf_version.client import reply_message, to_langchain
 from shared_tools.bookstore import BookStore, Faults, RiskyWritePolicy, make_tools
 from shared_tools.bookstore.faults import FAKE_SECRET
 from shared_tools.guards import TOOL_CUT_RUNNING_TEXT
+from shared_tools.models import ModelCallFailed
 from shared_tools.models.scripted import ScriptedChatModel
 from shared_tools.results import (
     AgentLimits,
@@ -594,3 +595,333 @@ def test_two_fresh_maf_conversations_of_one_customer_do_not_share_call_ids() -> 
         add = next(e for e in result.trace if e.name == "add_to_cart")
         assert result.stop_reason is StopReason.DONE and "already" not in add.detail, add.detail
     assert store.cart("c1").quantity_of(7) == 2
+
+
+# --- a reply cut off at its length limit ----------------------------------------------------------------------------
+
+
+def half_add(text: str = "") -> AIMessage:
+    """`{"book_id": 7, "quantity": 12}` cut after `"quantity": 1`: one copy nobody asked for, if it ran."""
+    return AIMessage(
+        text,
+        tool_calls=[call("add_to_cart", "c1", book_id=7, quantity=1)],
+        response_metadata={"finish_reason": "length"},
+        usage_metadata={"input_tokens": 50, "output_tokens": 10, "total_tokens": 60},
+    )
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_no_call_of_a_cut_reply_runs_in_mafs_loop(store: BookStore, streamed: bool) -> None:
+    options = AgentOptions(on_token=lambda token: None) if streamed else AgentOptions()
+    model = ScriptModel(replies=[half_add("Adding it now")])
+    result = MafAgent(model, make_tools(store), options).run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.INVALID_RESPONSE, "half a reply is no answer"
+    assert result.tool_calls == 0 and cart(store) == [] and model.calls == 1
+    assert result.answer is None
+    [line] = result.trace
+    assert line.detail.startswith("0 tool call(s), reply cut off at its length limit"), line.detail
+    assert_valid_history(result.messages)
+
+
+class OpenAIStandIn:
+    """A loopback OpenAI-compatible server that gives every chat completion the same body."""
+
+    def __init__(self, completion: dict[str, Any]) -> None:
+        import http.server
+
+        body = json.dumps(completion).encode()
+        models = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]}).encode()
+        self.requests = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                if self.command == "POST":
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    outer.requests += 1
+                data = body if self.path.endswith("/chat/completions") else models
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def completion(message: dict[str, Any], finish_reason: str) -> dict[str, Any]:
+    return {
+        "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason}],
+        "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
+    }  # fmt: skip
+
+
+def test_a_servers_cut_reply_with_a_parsable_add_runs_nothing(store: BookStore) -> None:
+    from shared_tools.models import make_model
+
+    arguments = '{"book_id": 7, "quantity": 1}'
+    add = {"id": "call_0", "type": "function", "function": {"name": "add_to_cart", "arguments": arguments}}
+    server = OpenAIStandIn(completion({"content": None, "tool_calls": [add]}, "length"))
+    try:
+        model = make_model("openai:m", base_url=server.base_url, timeout_s=10)
+        session = MafSession(MafAgent(model, make_tools(store)), INSTRUCTIONS)
+        result = session.ask("Add The Quiet Orchard.")
+    finally:
+        server.close()
+    assert result.stop_reason is StopReason.INVALID_RESPONSE
+    assert server.requests == 1 and result.tool_calls == 0 and cart(store) == []
+    assert all(e.name != "add_to_cart" for e in result.trace)
+    assert_valid_history(session.messages)
+
+
+# --- a resume judges again, and trusts no record it has not checked --------------------------------------------------
+
+
+def one_safe_one_risky() -> ScriptModel:
+    """3 copies of book 7 (at the limit: waved through) and 10 of book 5 (asked about)."""
+    return ScriptModel(
+        replies=[
+            ai("", call("add_to_cart", "a1", book_id=7, quantity=3), call("add_to_cart", "a2", book_id=5, quantity=10)),
+            ai("Done."),
+        ]
+    )
+
+
+def test_a_call_waved_through_at_the_pause_is_judged_again_when_the_run_resumes(
+    store: BookStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "maf.json"
+    session = MafSession(MafAgent(one_safe_one_risky(), make_tools(store), gated(store)), INSTRUCTIONS, path=path)
+    paused = session.ask("Add them.")
+    assert [provider_id(p["tool_call"]["id"]) for p in paused.pending or []] == ["a2"]
+    store.add_to_cart("c1", 7, 3)  # another conversation of the customer, while the human thinks
+    again = session.resume(False)  # no to a2; a1 would now make 6 copies of book 7
+    assert again.stop_reason is StopReason.AWAITING_APPROVAL and cart(store) == [(7, 3)]
+    [asked] = again.pending or []
+    assert provider_id(asked["tool_call"]["id"]) == "a1" and "making 6 in the cart" in asked["reason"]
+    assert again.trace == [] and again.model_calls == 1, "nothing ran, nothing was asked of the model"
+    # The human's no to a2 is kept, across a restart too; only a1 is asked about.
+    restarted = MafSession(MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store)),
+                           INSTRUCTIONS, path=path)  # fmt: skip
+    assert [p["tool_call"]["id"] for p in restarted.pending] == [asked["tool_call"]["id"]]
+    done = restarted.resume(False)
+    assert done.stop_reason is StopReason.DONE and cart(store) == [(7, 3)], "nobody said yes to either add"
+    assert [e.guard for e in done.trace if not e.is_model] == [Guard.APPROVAL_REFUSED] * 2
+    assert_valid_history(restarted.messages)
+
+
+def test_a_yes_given_before_the_pause_was_taken_again_is_asked_again(store: BookStore, tmp_path: Path) -> None:
+    """The record of a pause keeps the human's no's, never a yes: no edit of the file can approve a call."""
+    path = tmp_path / "maf.json"
+    session = MafSession(MafAgent(one_safe_one_risky(), make_tools(store), gated(store)), INSTRUCTIONS, path=path)
+    session.ask("Add them.")
+    store.add_to_cart("c1", 7, 3)
+    again = session.resume(True)  # yes to a2; a1 now needs a human
+    assert [provider_id(p["tool_call"]["id"]) for p in again.pending or []] == ["a1", "a2"]
+    record = json.loads(path.read_text())["session"]["state"][PENDING_KEY]
+    assert set(record) == {"requests", "asked", "refused", "counts", "elapsed"} and record["refused"] == []
+    assert cart(store) == [(7, 3)]
+
+
+def test_a_human_at_hand_is_asked_at_the_resume_about_a_call_that_became_risky(
+    store: BookStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "maf.json"
+    first = MafSession(MafAgent(one_safe_one_risky(), make_tools(store), gated(store)), INSTRUCTIONS, path=path)
+    assert first.ask("Add them.").stop_reason is StopReason.AWAITING_APPROVAL
+    store.add_to_cart("c1", 7, 3)
+    asked: list[str] = []
+
+    def human(call: Any, reason: str) -> bool:
+        asked.append(provider_id(call["id"]))
+        return True
+
+    agent = MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store), approve=human)
+    done = MafSession(agent, INSTRUCTIONS, path=path).resume({first.pending[0]["tool_call"]["id"]: False})
+    assert done.stop_reason is StopReason.DONE and asked == ["a1"] and cart(store) == [(7, 6)]
+
+
+def test_a_request_taken_out_of_asked_is_judged_again_not_waved_through(store: BookStore, tmp_path: Path) -> None:
+    path = tmp_path / "maf.json"
+    first = MafSession(MafAgent(two_risky_adds(), make_tools(store), gated(store)), INSTRUCTIONS, path=path)
+    assert len(first.ask("Add them.").pending or []) == 2
+    saved = json.loads(path.read_text())
+    record = saved["session"]["state"][PENDING_KEY]
+    a2 = next(i for i in record["asked"] if provider_id(i) == "a2")
+    del record["asked"][a2]  # an edited file: "a2 was waved through"
+    path.write_text(json.dumps(saved))
+    session = MafSession(MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store)), INSTRUCTIONS,
+                         path=path)  # fmt: skip
+    again = session.resume(False)
+    assert again.stop_reason is StopReason.AWAITING_APPROVAL and cart(store) == []
+    assert [p["tool_call"]["id"] for p in again.pending or []] == [a2]
+    assert session.resume(False).stop_reason is StopReason.DONE and cart(store) == []
+
+
+MAF_APPROVAL_STATE = "tool_approval"
+"""Where MAF keeps its own approval requests in the session's state (`agent_framework._tools`)."""
+
+
+def tampered(state: dict[str, Any], edit: str) -> None:
+    record, maf = state[PENDING_KEY], state[MAF_APPROVAL_STATE]
+    first = record["requests"][0]
+    match edit:
+        case "nothing asked":
+            record["asked"] = {}
+        case "asked a list":
+            record["asked"] = list(record["asked"])
+        case "requests a string":
+            record["requests"] = "a1"
+        case "a request a number":
+            record["requests"][0] = 7
+        case "counts a string":
+            record["counts"] = "1,0,10"
+        case "negative counts":
+            record["counts"] = [-5, 0, 0]
+        case "no clock":
+            del record["elapsed"]
+        case "an unknown call asked":
+            record["asked"]["call_zzz"] = "why not"
+        case "a call refused and asked":
+            record["refused"] = [first["function_call"]["call_id"]]
+        case "a call approved":
+            record["approved"] = [first["function_call"]["call_id"]]
+        case "the record a list":
+            state[PENDING_KEY] = [record]
+        case "our arguments":
+            first["function_call"]["arguments"]["quantity"] = 1
+        case "mafs arguments":
+            maf["pending_approval_requests"][0]["function_call"]["arguments"]["quantity"] = 1
+        case "mafs state a list":
+            state[MAF_APPROVAL_STATE] = []
+        case "a call maf holds as approved":
+            extra = json.loads(json.dumps(maf["pending_approval_requests"][0]))
+            extra["id"] = extra["function_call"]["id"] = "af-call-evil"
+            extra["function_call"]["call_id"] = "evil"
+            maf["already_approved_approval_request_groups"][0]["approval_requests"].append(extra)
+        case "our record gone":
+            del state[PENDING_KEY]
+        case _:
+            raise AssertionError(edit)
+
+
+TAMPERINGS = [
+    "nothing asked", "asked a list", "requests a string", "a request a number", "counts a string", "negative counts",
+    "no clock", "an unknown call asked", "a call refused and asked", "a call approved", "the record a list",
+    "our arguments", "mafs arguments", "mafs state a list", "a call maf holds as approved", "our record gone",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("edit", TAMPERINGS)
+def test_a_tampered_pause_in_a_session_file_is_a_damaged_file(store: BookStore, tmp_path: Path, edit: str) -> None:
+    path = tmp_path / "maf.json"
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=10))])
+    MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS, path=path).ask("Add ten.")
+    saved = json.loads(path.read_text())
+    tampered(saved["session"]["state"], edit)
+    path.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="damaged saved MAF session"):
+        MafSession(MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store)), INSTRUCTIONS,
+                   path=path)  # fmt: skip
+    assert cart(store) == []
+
+
+def test_a_tampered_pause_in_memory_is_a_value_error_too(store: BookStore) -> None:
+    session = MafSession(MafAgent(two_risky_adds(), make_tools(store), gated(store)), INSTRUCTIONS)
+    session.ask("Add them.")
+    session.session.state[PENDING_KEY]["asked"] = ["a1"]
+    with pytest.raises(ValueError, match="record of the paused run is damaged"):
+        session.resume(False)
+    assert cart(store) == []
+
+
+def test_a_pause_answered_in_two_processes_adds_once(store: BookStore, tmp_path: Path) -> None:
+    path = tmp_path / "maf.json"
+    MafSession(MafAgent(two_risky_adds(), make_tools(store), gated(store)), INSTRUCTIONS, path=path).ask("Add them.")
+    agents = [MafAgent(ScriptModel(replies=[ai("Added.")]), make_tools(store), gated(store)) for _ in range(2)]
+    one, two = (MafSession(agent, INSTRUCTIONS, path=path) for agent in agents)
+    assert one.resume(True).stop_reason is StopReason.DONE
+    with pytest.raises(RuntimeError, match="not waiting"):
+        one.resume(True)  # twice in one process: nothing to answer
+    late = two.resume(True)  # the other process still holds the pause
+    assert late.stop_reason is StopReason.DONE
+    assert sorted(cart(store)) == [(5, 4), (7, 5)], "each add landed once: the second is a replay by its call id"
+
+
+# --- a model call that fails mid-turn -------------------------------------------------------------------------------
+
+
+def server_gone(history: list[BaseMessage]) -> AIMessage:
+    raise ModelCallFailed("the model server at 127.0.0.1:9 went away")
+
+
+def test_a_model_outage_after_an_add_keeps_the_turn_in_the_file(store: BookStore, tmp_path: Path) -> None:
+    path = tmp_path / "maf.json"
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "a1", book_id=7, quantity=1)), server_gone])
+    with pytest.raises(ModelCallFailed):
+        MafSession(MafAgent(model, make_tools(store)), INSTRUCTIONS, path=path).ask("Add The Quiet Orchard.")
+    assert cart(store) == [(7, 1)]
+    again = MafSession(MafAgent(ScriptModel(replies=[ai("One copy is in your cart.")]), make_tools(store)),
+                       INSTRUCTIONS, path=path)  # fmt: skip
+    assert again.history_turns() == ["Add The Quiet Orchard."], "the turn is kept, cut short"
+    [add] = [m for m in again.messages if isinstance(m, ToolMessage)]
+    assert provider_id(add.tool_call_id) == "a1" and add.status == "success" and '"quantity":1' in add.text
+    assert_valid_history(again.messages)
+    assert again.ask("What is in my cart?").stop_reason is StopReason.DONE
+    assert_sendable(again.agent.model.prompts[0])  # type: ignore[attr-defined]
+
+
+def test_a_model_outage_in_a_resumed_run_keeps_the_answered_calls(store: BookStore, tmp_path: Path) -> None:
+    path = tmp_path / "maf.json"
+    model = ScriptModel(replies=[two_risky_adds().replies[0], server_gone, ai("Where were we?")])
+    session = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS, path=path)
+    session.ask("Add them.")
+    a1, a2 = (p["tool_call"]["id"] for p in session.pending)
+    with pytest.raises(ModelCallFailed):
+        session.resume({a1: True, a2: False})
+    assert cart(store) == [(7, 5)] and session.pending == []
+    for kept in (session, MafSession(MafAgent(ScriptModel(replies=[]), make_tools(store)), INSTRUCTIONS, path=path)):
+        results = {provider_id(m.tool_call_id): m.status for m in kept.messages if isinstance(m, ToolMessage)}
+        assert results == {"a1": "success", "a2": "error"}
+        assert_valid_history(kept.messages)
+    assert session.ask("Go on.").stop_reason is StopReason.DONE
+    assert_sendable(model.prompts[-1])
+
+
+def test_duplicate_and_empty_call_ids_under_the_gate_are_asked_about_one_by_one(store: BookStore) -> None:
+    twice = [call("add_to_cart", "x", book_id=7, quantity=2), call("add_to_cart", "x", book_id=7, quantity=2)]
+    model = ScriptModel(replies=[ai("", *twice, call("add_to_cart", "", book_id=7, quantity=2)), ai("Done.")])
+    session = MafSession(MafAgent(model, make_tools(store), gated(store)), INSTRUCTIONS)
+    paused = session.ask("Add six.")
+    reasons = [p["reason"] for p in paused.pending or []]
+    assert len(reasons) == 2 and "making 4" in reasons[0] and "making 6" in reasons[1]
+    ids = [c["id"] for m in session.messages if isinstance(m, AIMessage) for c in m.tool_calls]
+    assert len(set(ids)) == 3 and all(ids), "every call has an id of its own"
+    first, second = (p["tool_call"]["id"] for p in paused.pending or [])
+    done = session.resume({first: True, second: False})
+    assert done.stop_reason is StopReason.DONE and cart(store) == [(7, 4)]
+    assert_valid_history(session.messages)
+
+
+def test_a_human_who_cannot_answer_leaves_the_turn_as_maf_stored_it(store: BookStore) -> None:
+    def gone(call: Any, reason: str) -> bool:
+        raise EOFError("no one at the keyboard")
+
+    session = MafSession(MafAgent(two_risky_adds(), make_tools(store), gated(store), approve=gone), INSTRUCTIONS)
+    with pytest.raises(EOFError):
+        session.ask("Add them.")
+    assert session.history_turns() == ["Add them."], "the turn is not written twice"
+    assert cart(store) == []

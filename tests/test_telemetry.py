@@ -963,3 +963,42 @@ def test_maf_writes_its_own_spans_to_the_same_global_provider_as_ours() -> None:
         + [(f"execute_tool {t}", "INTERNAL") for t in tools]
     )  # fmt: skip
     assert len(traces["agent_framework"]) == len(traces[telemetry.SCOPE]) == 1  # one tree per run, each
+
+
+MAF_CALL_IDS = """
+import json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+from maf_version import MafAgent
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from tests.doubles import ScriptModel, ai, call
+store = BookStore()
+reply = ai("", call("check_stock", "alice@example.com", book_id=7), call("add_to_cart", "bob@example.com", book_id=7))
+assert MafAgent(ScriptModel(replies=[reply, ai("Done.")]), make_tools(store)).run("Help.", "Add one.").ok
+print(json.dumps({"spans": [[s.name, dict(s.attributes or {})] for s in exporter.get_finished_spans()],
+                  "applied": sorted(store.applied_requests("c1", ["bob@example.com", "<email>"]))}))
+"""
+
+
+def test_mafs_own_tool_spans_mask_the_call_id_the_model_wrote() -> None:
+    """MAF writes the model's call id on its `execute_tool` span even with content capture off; an e-mail address
+    in it is masked there, as our spans mask it, while the tool still gets the real id as its request key."""
+    pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[maf]'")
+    done = subprocess.run(
+        [sys.executable, "-c", MAF_CALL_IDS], capture_output=True, text=True, timeout=120, cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ENABLE_"))},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    tools = {name: attributes for name, attributes in found["spans"] if name.startswith("execute_tool")}
+    assert set(tools) == {"execute_tool check_stock", "execute_tool add_to_cart"}
+    assert [a[telemetry.TOOL_CALL_ID] for a in tools.values()] == ["<email>", "<email>"]
+    assert "example.com" not in json.dumps(found["spans"])
+    assert found["applied"] == ["bob@example.com"], "the add's request key is the model's own id"
