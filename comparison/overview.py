@@ -338,7 +338,9 @@ def render_overview(
         "bold",
     ))
     console.print(Text(f"Contenders: {', '.join(contenders)} (the same goals for each)."))
-    console.print(Text("Per contender: runs (variants × goals × turns), how they ended, calls and tokens summed, cart."))
+    console.print(
+        Text("Per contender: runs (variants × goals × turns), how they ended, calls and tokens summed, cart.")
+    )
     header = _grid()
     header.add_row(*(Text(t, "bold") for t in ("", "runs", "stopped", "model", "tools", "tokens", "final cart")))
     console.print(header)
