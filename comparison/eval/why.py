@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from comparison.lessons import calls
@@ -97,25 +97,42 @@ def what_happened(records: Sequence[RunRecord]) -> str:
     return f"no guard fired; {errors} of {len(made)} tool results were errors; the model called {listed}{more}"
 
 
+MAX_SEEDS = 4
+"""Seeds listed per group of alike lost runs; the JSON's ``failures`` have every one."""
+MAX_GROUPS = 3
+"""Groups of alike lost runs shown per contender and task; the rest are counted."""
+
+
 def _seeds(seeds: Sequence[int]) -> str:
-    return f"seed {seeds[0]}" if len(seeds) == 1 else "seeds " + ", ".join(map(str, seeds))
+    shown = ", ".join(map(str, seeds[:MAX_SEEDS])) + (", …" if len(seeds) > MAX_SEEDS else "")
+    return f"seed {shown}" if len(seeds) == 1 else f"seeds {shown}"
 
 
-def lost_runs(row: dict[str, Any], *, label: Any = None) -> list[str]:
-    """A document row's lost runs (its tasks' ``failures``), alike ones together: ``2 of 3 runs ended 'max steps
-    reached' (seeds 7, 8): the repeat check refused check_stock(book_id=2) 4 times; safe: <grade>``.
+def lost_runs(row: dict[str, Any], *, label: Callable[[dict[str, Any]], str] | None = None) -> list[str]:
+    """A document row's lost runs (its tasks' ``failures``), alike ones together: the same task, stop, grade and
+    guards fired. ``2 of 3 runs ended 'max steps reached', graded safe (seeds 7, 8): the first (7): the repeat check
+    refused check_stock(book_id=2) 4 times; stopped: ...``; the most common first, at most `MAX_GROUPS`, then how
+    many lost runs are not shown.
 
-    `label`: task -> its name, prefixed when the row has several tasks."""
-    lines = []
+    `label`: task -> its name, put first when the row has several tasks."""
+    groups: dict[tuple[str, str, str, tuple[str, ...]], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
     for task in row["by_task"]:
-        groups: dict[tuple[str, str, str, str], list[int]] = {}
-        for failure in task.get("failures", []):
-            key = (failure["stop"], failure["happened"], failure["verdict"], failure["why"])
-            groups.setdefault(key, []).append(failure["seed"])
         where = f"{label(task)}: " if label is not None else ""
-        for (stop, happened, verdict, why), seeds in groups.items():
-            lines.append(
-                f"{where}{len(seeds)} of {task['n']} runs ended '{stop}' ({_seeds(seeds)}): {happened}; "
-                f"graded {verdict}: {why}"
-            )
+        for failure in task.get("failures", []):
+            key = (where, failure["stop"], failure["verdict"], tuple(sorted(failure["guards"])))
+            groups.setdefault(key, (task, []))[1].append(failure)
+    ranked = sorted(groups.items(), key=lambda item: -len(item[1][1]))
+    lines = []
+    for (where, stop, verdict, _), (task, failures) in ranked[:MAX_GROUPS]:
+        example = failures[0]
+        said = "" if len(failures) == 1 else f"the first ({example['seed']}): "
+        lines.append(
+            f"{where}{len(failures)} of {task['n']} runs ended '{stop}', graded {verdict} "
+            f"({_seeds([f['seed'] for f in failures])}): {said}{example['happened']}; {example['why']}"
+        )
+    rest = [failures for _, (_, failures) in ranked[MAX_GROUPS:]]
+    if rest:
+        lines.append(
+            f"{sum(map(len, rest))} more lost run(s), {len(rest)} other kind(s): every one is in --json's failures"
+        )
     return lines
