@@ -68,9 +68,9 @@ def ran(records: Sequence[RunRecord]) -> list[RunRecord]:
 
 
 def overview_rows(scenario: Scenario, records: Sequence[RunRecord], contenders: Sequence[str]) -> list[OverviewRow]:
-    """One row per chosen contender the scenario has, in `contenders` order, from its records of `scenario`."""
+    """One row per chosen contender, in `contenders` order, from its records of `scenario`."""
     rows = []
-    for contender in (c for c in contenders if c in scenario.contenders):
+    for contender in contenders:
         mine = [r for r in records if r.scenario == scenario.name and r.contender == contender]
         runs = ran(mine)
         if not runs:
@@ -357,8 +357,13 @@ def render_overview(
         for row in overview_rows(scenario, records, contenders):
             name = Text(f"  {row.contender}")
             if row.not_run is not None:
-                why = Text(f"not run: {clean_line(row.not_run)}", "dim", overflow="ellipsis", no_wrap=True)
-                grid.add_row(name, Text("0"), why)
+                # A line of its own, the reason running the width of the table (a grid cell would cut it short).
+                console.print(grid)
+                grid = _grid()
+                line = Text(f"  {row.contender:<{NAME_COLUMN - 2}} {0:>4} ") + Text(
+                    f"not run: {clean_line(row.not_run)}", "dim"
+                )
+                console.print(line, overflow="ellipsis", no_wrap=True)
                 continue
             grid.add_row(
                 name,
