@@ -19,11 +19,12 @@ from rich.text import Text
 
 from comparison import lessons
 from comparison.closing import FIRED, GUARD_LEGEND, MISSING, NOT_EXERCISED, NOT_MEASURED, NOT_RUN, RAISED
+from comparison.contenders import CONTENDERS
 from comparison.lessons import SettingsOf, answered_from_memory
 from comparison.records import RunRecord, cart_text, duration_text, first, short_outcome
 from comparison.render import STATUS_STYLE
 from comparison.sanitize import clean_line
-from comparison.scenarios import Scenario, contenders_for
+from comparison.scenarios import Scenario, contenders_for, contenders_running
 from shared_tools.results import StopReason
 
 # --- one line per contender ----------------------------------------------------------------------------------
@@ -101,7 +102,14 @@ STATUS_ORDER = (FIRED, MISSING, RAISED, NOT_EXERCISED, NOT_MEASURED)
 
 
 def _names(names: Sequence[str], of: int) -> str:
-    return f"all {of}" if len(names) == of > 1 else ", ".join(names)
+    """The contenders of a group, or "both" / "all 5" when the group is every one of `of`."""
+    if len(names) == of > 1:
+        return "both" if of == 2 else f"all {of}"
+    return ", ".join(names)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def guard_sentence(row: dict[str, Any]) -> str:
@@ -334,7 +342,8 @@ def render_overview(
     """The whole overview: what ran, one block per scenario, the guard matrix by status, what to try next."""
     shown = [s for s in scenarios if any(r.scenario == s.name for r in records)]
     console.print(Text(
-        f"{len(shown)} scenarios × {len(contenders)} contenders: {len(ran(records))} runs on {model_text(model)}",
+        f"{_count(len(shown), 'scenario')} × {_count(len(contenders), 'contender')}: "
+        f"{_count(len(ran(records)), 'run')} on {model_text(model)}",
         "bold",
     ))
     console.print(Text(f"Contenders: {', '.join(contenders)} (the same goals for each)."))
@@ -346,6 +355,10 @@ def render_overview(
     console.print(header)
     for number, scenario in enumerate(scenarios, start=1):
         if scenario not in shown:
+            if not contenders_running(scenario, contenders):
+                by = ", ".join(contenders_running(scenario, tuple(CONTENDERS))) or "no contender"
+                line = f"{number:>2}. {scenario.name}: not run; it is run by {by}"
+                console.print(Text(line, "yellow"), overflow="ellipsis", no_wrap=True)
             continue
         title = Table.grid(padding=(0, 1))
         title.add_column(width=NAME_COLUMN, no_wrap=True)
