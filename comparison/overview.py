@@ -288,11 +288,13 @@ NAME_COLUMN = 21
 an indented contender name (``  langgraph-defaults``)."""
 
 
-def _grid() -> Table:
+def _grid(width: int) -> Table:
+    """The columns of every contender line and of the header over them, for a console `width` wide: at 100 columns
+    the stop column has 24 characters, and up to 20 more on a wider terminal (the cart column has the rest)."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(width=NAME_COLUMN, no_wrap=True)
     grid.add_column(width=4, justify="right")
-    grid.add_column(width=24)
+    grid.add_column(width=24 + min(max(0, width - 100), 20))
     grid.add_column(width=5, justify="right")
     grid.add_column(width=5, justify="right")
     grid.add_column(width=7, justify="right")
@@ -350,7 +352,7 @@ def render_overview(
     console.print(
         Text("Per contender: runs (variants × goals × turns), how they ended, calls and tokens summed, cart.")
     )
-    header = _grid()
+    header = _grid(console.width)
     header.add_row(*(Text(t, "bold") for t in ("", "runs", "stopped", "model", "tools", "tokens", "final cart")))
     console.print(header)
     for number, scenario in enumerate(scenarios, start=1):
@@ -366,13 +368,13 @@ def render_overview(
         lesson = headline(scenario, records, matrix)
         title.add_row(Text(f"{number:>2}. {scenario.name}", "bold"), Text(clean_line(lesson), "italic"))
         console.print(title)
-        grid = _grid()
+        grid = _grid(console.width)
         for row in overview_rows(scenario, records, contenders):
             name = Text(f"  {row.contender}")
             if row.not_run is not None:
                 # A line of its own, the reason running the width of the table (a grid cell would cut it short).
                 console.print(grid)
-                grid = _grid()
+                grid = _grid(console.width)
                 line = Text(f"  {row.contender:<{NAME_COLUMN - 2}} {0:>4} ") + Text(
                     f"not run: {clean_line(row.not_run)}", "dim"
                 )
