@@ -121,7 +121,7 @@ def guard_sentence(row: dict[str, Any]) -> str:
         group = [c for c, cell in cells.items() if cell["status"] == status]
         if not group:
             continue
-        texts = {cells[c]["text"].removeprefix(f"{status}: ") for c in group}
+        texts = {cells[c]["text"].removeprefix(f"{status}: ").removeprefix(f"{status} ") for c in group}
         detail = f" ({texts.pop()})" if len(texts) == 1 else ""
         parts.append(f"{status} in {_names(group, len(cells))}{detail}")
     return f"{row['guard'].capitalize()}: " + "; ".join(parts) + "."
