@@ -161,7 +161,15 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     )
     parser.add_argument("--list", action="store_true", help="describe every scenario and persona, then exit")
     parser.add_argument("--graph", action="store_true", help="print the LangGraph agent's mermaid diagram, then exit")
-    parser.add_argument("--no-trace", action="store_true", help="tables and notes only, no per-step traces")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="every scenario's traces, tables and notes, the guard matrix's details and who owns what (the default "
+        "is an overview; naming a scenario shows it in full)",
+    )
+    parser.add_argument(
+        "--no-trace", action="store_true", help="each scenario's tables and notes in full, without per-step traces"
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log the agents' steps (-vv: debug)")
     parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
     parser.set_defaults(prog=prog)
@@ -259,6 +267,8 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
     except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile, TracingUnavailable) as exc:
         return fail(prog, exc)
 
+    # No scenario named, no --full, no --no-trace: the overview (comparison.overview) instead of every trace.
+    overview = not (args.scenarios or args.full or args.no_trace)
     with tempfile.TemporaryDirectory(prefix="agent-loop-compare-") as scratch:
         options = RunOptions(
             model=args.model,
@@ -272,7 +282,8 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
         parallel = is_scripted(args.model) and args.store_db is None and not args.verbose
         try:
             records, done, interrupted = run_and_render(
-                console, scenarios, options, trace=not args.no_trace, workers=parallel_workers() if parallel else 1
+                console, scenarios, options, trace=not args.no_trace, workers=parallel_workers() if parallel else 1,
+                detailed=not overview,
             )
         except (ModelUnavailable, StoreError) as exc:  # the server went away, or the store file was swapped
             return fail(prog, exc)
@@ -281,7 +292,8 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
 
     try:
         finish(
-            console, args.model, contenders, records, done, interrupted=interrupted, json=args.json, report=args.report
+            console, args.model, contenders, records, done, interrupted=interrupted, json=args.json, report=args.report,
+            overview=scenarios if overview else None, owners=args.full, prog=prog,
         )
     except KeyboardInterrupt:
         # The runs are over and shown; what was being written is written whole or not at all (files.write_output).

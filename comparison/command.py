@@ -22,6 +22,7 @@ from comparison.contenders import CONTENDERS, build_contender
 from comparison.conversations import HistoryPolicy, check_saved_conversation, check_thread_name, open_conversation
 from comparison.document import build_document, write_document
 from comparison.files import UnusableFile, check_session_db, check_store_db, write_output
+from comparison.overview import render_overview
 from comparison.records import RunRecord
 from comparison.render import render_guard_matrix, render_not_run, render_scenario, render_who_owns_what
 from comparison.report import render_report
@@ -77,12 +78,21 @@ def finish(
     interrupted: bool,
     json: str | None = None,
     report: str | None = None,
+    overview: Sequence[Scenario] | None = None,
+    owners: bool = True,
+    prog: str = "compare.py",
 ) -> None:
-    """The closing tables, then the JSON document and the HTML report when asked for."""
+    """The closing tables, then the JSON document and the HTML report when asked for.
+
+    `overview`: the scenarios asked for, to print the overview of the runs (`comparison.overview`) instead of the
+    detailed guard matrix; `owners`: print "Who owns what" too."""
     rows = guard_matrix(records, contenders)
-    if rows:
+    if overview is not None:
+        render_overview(console, prog, model, overview, contenders, records, rows)
+    elif rows:
         render_guard_matrix(console, rows, contenders)
-    render_who_owns_what(console)
+    if owners:
+        render_who_owns_what(console)
     if json or report:
         document = build_document(model, contenders, done, records, interrupted=interrupted, matrix=rows)
         if json:
@@ -93,10 +103,17 @@ def finish(
 
 
 def run_and_render(
-    console: Console, scenarios: Sequence[Scenario], options: RunOptions, *, trace: bool, workers: int = 1
+    console: Console,
+    scenarios: Sequence[Scenario],
+    options: RunOptions,
+    *,
+    trace: bool,
+    workers: int = 1,
+    detailed: bool = True,
 ) -> tuple[list[RunRecord], list[Scenario], bool]:
-    """Run the scenarios (across `workers` processes when > 1), rendering each in order as soon as its runs are in;
-    Ctrl-C stops the runs and shows every run that finished.
+    """Run the scenarios (across `workers` processes when > 1), rendering each in order as soon as its runs are in
+    (`detailed`; otherwise `finish` shows them all in the overview); Ctrl-C stops the runs and shows every run that
+    finished.
 
     Returns every record, the scenarios that produced at least one, and whether the user interrupted.
     """
@@ -107,7 +124,7 @@ def run_and_render(
         index = 0
         for number, scenario in enumerate(scenarios, start=1):
             if not contenders_running(scenario, options.contenders):
-                if not runs.interrupted:
+                if detailed and not runs.interrupted:
                     # Said, not skipped silently: the scenario was asked for (or is part of "all").
                     supported = contenders_running(scenario, tuple(CONTENDERS))
                     render_not_run(console, number, scenario, supported, options.contenders)
@@ -126,7 +143,8 @@ def run_and_render(
             if current:
                 done.append(scenario)
                 try:
-                    render_scenario(console, number, scenario, current, trace=trace)
+                    if detailed:
+                        render_scenario(console, number, scenario, current, trace=trace)
                 except KeyboardInterrupt:
                     runs.interrupt()
             if failure is not None:

@@ -333,7 +333,7 @@ def notice_bookstore(records: list[RunRecord], settings: SettingsOf) -> list[str
     return lines
 
 
-def _not_found(call: Call) -> bool:
+def not_found_result(call: Call) -> bool:
     data = call.result_json()
     return call.name == "get_order_status" and not call.is_error and isinstance(data, dict) and (
         data.get("status") == "not found"
@@ -351,7 +351,7 @@ def notice_orders(records: list[RunRecord], settings: SettingsOf) -> list[str]:
                 f"{r.user_message!r}",
             )
         ]
-    found = [r for r in records if any(_not_found(c) for c in calls(r))]
+    found = [r for r in records if any(not_found_result(c) for c in calls(r))]
     if found:
         done = [r for r in found if r.stop_reason == StopReason.DONE]
         ended = "all of them ended 'done' with an answer" if len(done) == len(found) else (

@@ -285,7 +285,7 @@ def interrupt_at(point: str, *argv: str) -> subprocess.CompletedProcess[str]:
         ("import:comparison.render", ["orders"], "interrupted while starting"),
         ("import:rich.table", ["chat"], "interrupted while starting"),
         ("call:comparison.files:check_output_file", ["orders"], "compare.py: interrupted"),
-        ("call:comparison.render:render_who_owns_what", ["orders"], "while the final tables"),
+        ("call:comparison.command:guard_matrix", ["orders"], "while the final tables"),
         ("call:comparison.files:os.replace", ["orders"], "while the final tables"),
         ("call:comparison.files:check_session_db", ["chat"], "compare.py chat: interrupted"),
     ],

@@ -792,7 +792,7 @@ def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_
     assert {resource["service.name"] for resource, _ in received} == {"bookstore-class"}
 
 
-CLOSING_TABLES = "comparison.render:render_who_owns_what"
+CLOSING_TABLES = "comparison.command:guard_matrix"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")

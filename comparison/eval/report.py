@@ -8,6 +8,7 @@ task under it. A scripted-model eval is labelled SIMULATED everywhere; the page'
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from rich import box
@@ -16,6 +17,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from comparison.eval.why import lost_runs
 from comparison.report import (
     CHART_HEIGHT,
     CHART_WIDTH,
@@ -121,6 +123,24 @@ def _row_cells(stat: dict[str, Any], ks: Sequence[int], *, style: str = "") -> l
     ]
 
 
+def render_lost(console: Console, rows: Sequence[dict[str, Any]]) -> None:
+    """Under a scenario's table, for each contender that lost runs: how they ended, what the guards that fired did
+    (or the model, when none did), and their grade (`why.lost_runs`)."""
+    lost = [row for row in rows if row["successes"] < row["n"]]
+    if not lost:
+        return
+    console.print(Text("Why runs were lost (rerun one with --runs 1 --seed SEED):", style="bold"))
+    for row in lost:
+        console.print(Text(f"{row['contender']} lost {row['n'] - row['successes']} of {row['n']}:"))
+        label = partial(task_label, row=row) if shows_tasks(row) else None
+        bullets = Table.grid(padding=(0, 1))
+        bullets.add_column(no_wrap=True)
+        bullets.add_column(ratio=1)
+        for line in lost_runs(row, label=label):
+            bullets.add_row(Text("  •"), Text(clean_line(line)))
+        console.print(bullets)
+
+
 def render_eval(console: Console, document: dict[str, Any]) -> None:
     """The eval in the terminal: a table per scenario, then every task of each contender together."""
     ks = shown_ks(document["runs"])
@@ -141,6 +161,7 @@ def render_eval(console: Console, document: dict[str, Any]) -> None:
                     label = Text(f"  └ {clean_line(task_label(task, row))}", style="dim")
                     table.add_row(label, *_row_cells(task, ks, style="dim"))
         console.print(table)
+        render_lost(console, rows)
         for gap in (g for g in document["unavailable"] if g["scenario"] == scenario["name"]):
             line = f"{gap['contender']} does not run {gap['variant']}: {gap['why']}"
             console.print(Text(clean_line(line), style="dim"))
@@ -257,6 +278,22 @@ def _unsafe_list(rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def _lost_list(rows: Sequence[dict[str, Any]]) -> str:
+    """The terminal's "why runs were lost" (`render_lost`) as a list."""
+    items = []
+    for row in (r for r in rows if r["successes"] < r["n"]):
+        label = partial(task_label, row=row) if shows_tasks(row) else None
+        lines = "".join(f"<li>{esc(line)}</li>" for line in lost_runs(row, label=label))
+        lost = row["n"] - row["successes"]
+        items.append(f"<li>{esc(row['contender'])} lost {lost} of {row['n']}<ul>{lines}</ul></li>")
+    if not items:
+        return ""
+    return (
+        "<details><summary>Why runs were lost: the guards that fired, or what the model did</summary>"
+        f"<ul>{''.join(items)}</ul></details>"
+    )
+
+
 def scenario_section(
     number: int,
     scenario: dict[str, Any],
@@ -289,6 +326,7 @@ def scenario_section(
                 for g in unavailable
             ),
             _unsafe_list(rows),
+            _lost_list(rows),
             "</section>",
         ]
     )

@@ -29,6 +29,7 @@ from comparison.command_line import UsageError, configure_logging
 from comparison.contenders import CONTENDERS, parse_contenders
 from comparison.document import document_json
 from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
+from comparison.eval.why import guards_fired, what_happened
 from comparison.files import UnusableFile, check_output_file, write_output
 from comparison.records import RunRecord
 from comparison.render import make_console
@@ -106,6 +107,10 @@ class TaskRun:
     """Tokens of the whole task (every turn of a conversation)."""
     stop: str
     """How it ended: the stop reason, "raised <Error>", or for a conversation the first turn not done."""
+    happened: str = ""
+    """What the guards did in it, or the model's calls when none fired (`why.what_happened`)."""
+    guards: dict[str, int] = field(default_factory=dict)
+    """Guard -> the trace lines it decided (`why.guards_fired`): the typed facts `happened` says in words."""
 
 
 def stop_label(records: Sequence[RunRecord]) -> str:
@@ -180,6 +185,8 @@ def run_pair(plan: EvalPlan, scenario: Scenario, contender: str, trial: int, fol
             grade=grade(task, scenario),
             tokens=sum(r.tokens for r in task),
             stop=stop_label(task),
+            happened=what_happened(task),
+            guards=guards_fired(task),
         )
         for (name, variant, who, goal), task in group_tasks(ran).items()
     ]
@@ -341,6 +348,23 @@ def _failures(task_runs: Sequence[TaskRun], verdict: str) -> list[dict[str, Any]
     ]
 
 
+def _lost(task_runs: Sequence[TaskRun]) -> list[dict[str, Any]]:
+    """Every run of a task that did not succeed: how it ended, its grade, and what the guards (or the model) did."""
+    return [
+        {
+            "trial": r.trial,
+            "seed": r.seed,
+            "verdict": r.grade.verdict,
+            "stop": r.stop,
+            "why": clean_line(r.grade.why),
+            "happened": clean_line(r.happened),
+            "guards": r.guards,
+        }
+        for r in task_runs
+        if not r.grade.success
+    ]
+
+
 def eval_document(result: EvalRun) -> dict[str, Any]:
     """Everything `--json` writes and `--report` renders, from the graded runs.
 
@@ -348,7 +372,8 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
     `successes` among them, `pass_hat_k` ("1".."runs" -> the mean over the tasks of C(c,k)/C(runs,k)), the mean
     `tokens_per_success`, `stop_reasons` (reason -> runs), `unsafe_failures` and `safe_failures`; `tasks` (how
     many) and `by_task`, the same numbers per task with each unsafe failure's seed and reason (`unsafe`: rerun it
-    with `--runs 1 --seed SEED`); `unavailable_variants`, those the contender's framework cannot run. `overall`
+    with `--runs 1 --seed SEED`) and every run that did not succeed (`failures`: its stop, grade, and the guards
+    that fired, counted and in words); `unavailable_variants`, those the contender's framework cannot run. `overall`
     has each contender's pass^k over all its tasks.
     """
     plan, trials = result.plan, result.trials
@@ -372,6 +397,7 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
                     "goal": goal,
                     **_stat(runs, trials, [(variant, goal)]),
                     "unsafe": _failures(runs, "unsafe"),
+                    "failures": _lost(runs),
                 }
             )
         rows.append(

@@ -1,0 +1,207 @@
+"""`python compare.py` with no scenario prints an overview a person reads: what ran, one line per contender per
+scenario with the numbers of its records, each scenario's lesson, the guard matrix by status, what to try next.
+A named scenario, `--full` and `--no-trace` show the runs in full."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import compare
+from comparison.closing import GUARDS
+from comparison.overview import HEADLINES, bookstore_headline, session_headline
+from comparison.records import RunRecord
+from shared_tools.results import StopReason
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_LINES = 150
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`python compare.py --json PATH` in its own process, as a newcomer runs it (stdout a pipe: 100 columns)."""
+    path = tmp_path_factory.mktemp("overview") / "runs.json"
+    done = subprocess.run(
+        [sys.executable, "compare.py", "--json", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(path.read_text("utf-8"))
+    doc["contenders"] = [c["name"] for c in doc["contenders"]]
+    return {"out": done.stdout, "lines": done.stdout.splitlines(), "doc": doc}
+
+
+def stop_name(run: dict[str, Any]) -> str:
+    if run["stop_reason"] is None:
+        return "model call failed" if run["model_failed"] else f"raised {run['error'].split(':', 1)[0]}"
+    return StopReason(run["stop_reason"]).name.lower()
+
+
+def ran_runs(doc: dict[str, Any], scenario: str, contender: str) -> list[dict[str, Any]]:
+    return [
+        r for r in doc["runs"]
+        if r["scenario"] == scenario and r["contender"] == contender and "not_available" not in r["facts"]
+    ]  # fmt: skip
+
+
+def parse_outcomes(text: str, runs: int) -> Counter[str]:
+    """``max_steps, done ×2`` -> {max_steps: 1, done: 2}; ``done`` alone: every run ended so."""
+    if ", " not in text and " ×" not in text:
+        return Counter({text: runs})
+    found: Counter[str] = Counter()
+    for part in text.split(", "):
+        name, _, count = part.partition(" ×")
+        found[name] += int(count or 1)
+    return found
+
+
+def overview_blocks(lines: list[str], doc: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per scenario, per contender: the overview line's runs, outcomes and numbers, its stop cell's wrapped
+    continuation lines joined (columns found from the header line, so a change of width does not break it)."""
+    [header] = [line for line in lines if re.search(r"\bruns\s+stopped\s+model\s+tools\s+tokens\s+final cart", line)]
+    stop_at, numbers_at, cart_at = header.index("stopped"), header.index("model"), header.index("final cart")
+    names = {s["name"] for s in doc["scenarios"]}
+    contenders = set(doc["contenders"])
+    blocks: dict[str, dict[str, dict[str, Any]]] = {}
+    scenario, row = None, None
+    for line in lines:
+        title = re.match(r"^\s*\d+\. (\S+)", line)
+        if title and title.group(1) in names:
+            scenario, row = title.group(1), None
+            blocks[scenario] = {}
+            continue
+        if line.startswith("Guard matrix"):
+            break
+        if scenario is None:
+            continue
+        head = line[:stop_at].split()
+        if len(head) == 2 and head[0] in contenders and line[stop_at:].startswith("not run: "):
+            blocks[scenario][head[0]] = {"runs": int(head[1]), "stop": "not run"}
+            row = None
+        elif len(head) == 2 and head[0] in contenders:
+            model, tools, tokens = line[numbers_at:cart_at].split()
+            row = {"runs": int(head[1]), "stop": line[stop_at:numbers_at].strip(), "model": int(model),
+                   "tools": int(tools), "tokens": int(tokens.replace(",", ""))}  # fmt: skip
+            blocks[scenario][head[0]] = row
+        elif row is not None and not line[:stop_at].strip() and line[stop_at:numbers_at].strip():
+            row["stop"] += " " + line[stop_at:numbers_at].strip()
+        else:
+            row = None
+    return blocks
+
+
+def test_the_default_run_fits_in_150_lines_and_its_first_screen_says_what_ran(default_run: dict[str, Any]) -> None:
+    lines, doc = default_run["lines"], default_run["doc"]
+    assert len(lines) <= MAX_LINES, f"{len(lines)} lines"
+    runs = [r for r in doc["runs"] if "not_available" not in r["facts"]]
+    first_screen = "\n".join(lines[:25])
+    assert f"{len(doc['scenarios'])} scenarios × {len(doc['contenders'])} contenders: {len(runs)} runs" in lines[0]
+    assert "scripted model" in lines[0]
+    assert all(c in first_screen for c in doc["contenders"])
+    assert "stopped" in first_screen and "final cart" in first_screen
+    assert "[step 1]" not in default_run["out"], "no trace in the overview"
+    assert "Who owns what" not in default_run["out"]
+
+
+def test_the_overview_has_a_line_per_contender_per_scenario_with_the_records_numbers(
+    default_run: dict[str, Any],
+) -> None:
+    doc = default_run["doc"]
+    blocks = overview_blocks(default_run["lines"], doc)
+    assert set(blocks) == {s["name"] for s in doc["scenarios"]}
+    checked = 0
+    for scenario, rows in blocks.items():
+        recorded = {r["contender"] for r in doc["runs"] if r["scenario"] == scenario}
+        assert set(rows) == recorded, scenario
+        for contender, row in rows.items():
+            mine = ran_runs(doc, scenario, contender)
+            if not mine:
+                assert (row["runs"], row["stop"]) == (0, "not run"), (scenario, contender)
+                continue
+            assert row["runs"] == len(mine), (scenario, contender)
+            ended = Counter(stop_name(r) for r in mine)
+            assert parse_outcomes(row["stop"], row["runs"]) == ended, (scenario, contender)
+            assert row["model"] == sum(r["model_calls"] for r in mine)
+            assert row["tools"] == sum(r["tool_calls"] for r in mine)
+            assert row["tokens"] == sum(r["tokens"] for r in mine)
+            checked += 1
+    assert checked >= 60
+
+
+def test_the_overview_shows_the_guard_matrix_as_recorded_and_what_to_try_next(default_run: dict[str, Any]) -> None:
+    lines, doc = default_run["lines"], default_run["doc"]
+    matrix = doc["guard_matrix"]
+    assert len(matrix) == len(GUARDS)
+    for row in matrix:
+        [line] = [line for line in lines if line.startswith(f"{row['guard']} ({row['scenario']})")]
+        statuses = [row["cells"][c]["status"] for c in doc["contenders"]]
+        pattern = r"\s+".join(re.escape(s).replace(r"\ ", r"\s+") for s in statuses)
+        assert re.fullmatch(pattern, line.split(")", 1)[1].strip()), line
+    tail = default_run["out"][default_run["out"].index("What to try next"):]
+    for command in ("python compare.py bookstore", "python compare.py chat", "python compare.py serve",
+                    "python compare.py --report", "python compare.py --model local", "python compare.py --full"):
+        assert command in tail, command
+
+
+def test_each_guard_scenarios_lesson_names_the_contenders_by_what_the_matrix_recorded(
+    default_run: dict[str, Any],
+) -> None:
+    out, doc = " ".join(default_run["out"].split()), default_run["doc"]
+    for row in doc["guard_matrix"]:
+        cells = {c: cell for c, cell in row["cells"].items() if cell["status"] != "not run"}
+        for status in dict.fromkeys(cell["status"] for cell in cells.values()):
+            group = [c for c, cell in cells.items() if cell["status"] == status]
+            names = f"all {len(cells)}" if len(group) == len(cells) else ", ".join(group)
+            assert f"{status} in {names}" in out, (row["guard"], status)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert compare.main(list(argv)) == compare.EXIT_OK
+    return capsys.readouterr().out
+
+
+def test_a_named_scenario_shows_its_full_traces_without_who_owns_what(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "bookstore")
+    assert "[step 1] model" in out and "What to notice:" in out and "What the user sees:" in out
+    assert "Who owns what" not in out and "What to try next" not in out
+
+
+def test_full_shows_every_scenario_with_traces_and_who_owns_what_once(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "orders", "looping-model", "--full")
+    assert out.count("Who owns what") == 1
+    assert "[step 1] model" in out and "Guard matrix (from the runs above)" in out
+
+
+def test_no_trace_shows_each_scenario_in_full_without_traces(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_main(capsys, "orders", "--no-trace")
+    assert "What to notice:" in out and "[step" not in out and "Who owns what" not in out
+
+
+# --- the lessons are the records' -------------------------------------------------------------------------------
+
+
+def records_of(doc: dict[str, Any], scenario: str) -> list[RunRecord]:
+    fields = set(RunRecord.__dataclass_fields__)
+    return [RunRecord(**{k: v for k, v in r.items() if k in fields}) for r in doc["runs"] if r["scenario"] == scenario]
+
+
+def test_the_lessons_change_when_the_records_do(default_run: dict[str, Any]) -> None:
+    doc = default_run["doc"]
+    assert set(HEADLINES).isdisjoint(GUARDS.values())
+    bookstore = records_of(doc, "bookstore")
+    assert "grew every step in all 5" in (bookstore_headline(bookstore, lambda r: None) or "")
+    bookstore[0].tokens_per_step = [900, 800, 1000]
+    assert "grew every step in langgraph" in (bookstore_headline(bookstore, lambda r: None) or "")
+    session = [r for r in records_of(doc, "session") if "not_available" not in r.facts]
+    second = [r for r in session if r.turn == 2]
+    said = session_headline(session, lambda r: None) or ""
+    assert f"{len(second)} of {len(second)} conversations" in said
+    second[0].tool_calls = 1
+    said = session_headline(session, lambda r: None) or ""
+    assert f"{len(second) - 1} of {len(second)} conversations" in said
