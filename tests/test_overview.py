@@ -205,3 +205,13 @@ def test_the_lessons_change_when_the_records_do(default_run: dict[str, Any]) -> 
     second[0].tool_calls = 1
     said = session_headline(session, lambda r: None) or ""
     assert f"{len(second) - 1} of {len(second)} conversations" in said
+
+
+def test_the_readmes_sample_is_the_first_lines_of_the_default_run(default_run: dict[str, Any]) -> None:
+    """The README quotes the overview's first lines; they are checked here, so they cannot drift from the program."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    block = re.search(r"<!-- sample -->\n```text\n(.*?)\n```\n<!-- /sample -->", readme, re.S)
+    assert block, "README.md has no sample block"
+    sample = [line for line in block.group(1).splitlines() if line != "..."]
+    assert len(sample) >= 10
+    assert sample == [line.rstrip() for line in default_run["lines"][: len(sample)]]
