@@ -37,7 +37,7 @@ from langgraph_version.state import AgentState, stopped, usage_of
 from shared_tools import guards, telemetry
 from shared_tools.results import AgentLimits, AgentOptions, Guard, RunStopped, StopReason, TraceEvent
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 MODEL = MODEL_NODE
 TOOLS = "tools"
@@ -202,7 +202,7 @@ class GuardedNodes:
         }
         if (reason := stop_reason_for(reply)) is not None:
             if reason is StopReason.INVALID_RESPONSE:
-                logger.warning("[step %d] invalid model response", step)
+                log.warning("[step %d] invalid model response", step)
                 reason = self.limits.unusable_reply_reason(usage_of({**state, **update}))
             update |= stopped(reason)
         return update
@@ -342,7 +342,7 @@ class GuardedNodes:
             else:  # a bare yes or no, as LangGraph's own examples resume: the answer to the question just asked
                 decisions[call["id"]] = answer is True
         approved = decisions[call["id"]]  # only an explicit yes approves
-        logger.info("approval for %s (%s): %s", call["name"], reason, "yes" if approved else "no")
+        log.info("approval for %s (%s): %s", call["name"], reason, "yes" if approved else "no")
         return None if approved else guards.approval_refusal(call["name"], reason)
 
     async def run_tool(

@@ -29,7 +29,7 @@ from shared_tools import guards
 from shared_tools.results import AgentResult, RunStopped, RunUsage, StopReason, Token, TraceEvent
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 Durability = Literal["sync", "async", "exit"]
 """LangGraph's checkpoint write policy (see `GraphSession`)."""
@@ -237,8 +237,8 @@ class RunRecorder:
 
     def record(self, event: TraceEvent) -> None:
         self.trace.append(event)
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("%s", event.line())
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s", event.line())
         if self.on_event is not None:
             self.on_event(event)  # the caller's code: its exceptions are not ours to hide
 
