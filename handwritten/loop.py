@@ -318,7 +318,7 @@ class AgentLoop:
         return None if approved else guards.approval_refusal(call["name"], reason)
 
     async def run_tool(
-        self, run: _Run, call: ToolCall, admitted: BaseTool | guards.Refusal
+        self, run: _Run, call: ToolCall, verdict: BaseTool | guards.Refusal
     ) -> tuple[ToolMessage, TraceEvent]:
         """Run one admitted call (or pass on its refusal) and build its ToolMessage and trace line.
 
@@ -326,11 +326,11 @@ class AgentLoop:
         that cut it (`within_time_budget`, or the run's span on a cancel) to end."""
         started = time.perf_counter()
         span = run.spans.tool(call, run.usage.model_calls)
-        if isinstance(admitted, guards.Refusal):
-            text, is_error, guard = admitted.text, True, admitted.guard
+        if isinstance(verdict, guards.Refusal):
+            text, is_error, guard = verdict.text, True, verdict.guard
         else:
             run.running.add(call["id"])
-            text, is_error, guard = await guards.execute(admitted, call, detailed_errors=self.options.detailed_errors)
+            text, is_error, guard = await guards.execute(verdict, call, detailed_errors=self.options.detailed_errors)
         message, event = guards.tool_answer(
             run.usage.model_calls,
             call,

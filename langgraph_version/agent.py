@@ -30,7 +30,7 @@ from shared_tools import telemetry
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, OptionKeywords, StopReason, agent_options
 from shared_tools.sync import run_blocking
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 AGENT_NAME = "langgraph"
 """The agent's name on its spans (``invoke_agent langgraph``)."""
@@ -183,7 +183,7 @@ async def record_cancellation(graph: CompiledStateGraph, config: RunnableConfig,
         update["messages"] = [calls.answer_for(call) for call in reply.tool_calls]
         update["tool_calls"] = snapshot.values["tool_calls"] + len(reply.tool_calls)
     await graph.aupdate_state(config, update, as_node=node)
-    logger.info("run cancelled in its %s node; the thread records it as cancelled", node)
+    log.info("run cancelled in its %s node; the thread records it as cancelled", node)
 
 
 def opening(instructions: str, goal: str) -> list[BaseMessage]:

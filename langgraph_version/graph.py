@@ -9,10 +9,11 @@ checkpoints and `interrupt()`; the guards are ours, with the hand-written loop's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -36,7 +37,7 @@ from langgraph_version.state import AgentState, stopped, usage_of
 from shared_tools import guards, telemetry
 from shared_tools.results import AgentLimits, AgentOptions, Guard, RunStopped, StopReason, TraceEvent
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 MODEL = MODEL_NODE
 TOOLS = "tools"
@@ -201,13 +202,13 @@ class GuardedNodes:
         }
         if (reason := stop_reason_for(reply)) is not None:
             if reason is StopReason.INVALID_RESPONSE:
-                logger.warning("[step %d] invalid model response", step)
+                log.warning("[step %d] invalid model response", step)
                 reason = self.limits.unusable_reply_reason(usage_of({**state, **update}))
             update |= stopped(reason)
         return update
 
     async def run_tools(self, state: AgentState) -> dict[str, Any]:
-        """Answer every call of the last reply with one ToolMessage, in call order.
+        """Answer every call of the last reply with one ToolMessage, in call order (`run_round`).
 
         Each answer is also kept in the run's `OpenCalls` as soon as it is known, with the calls whose tool is
         running: when the run's task is cancelled mid-round, LangGraph drops this node's update, and the agent
@@ -215,51 +216,14 @@ class GuardedNodes:
         """
         reply = state["messages"][-1]
         assert isinstance(reply, AIMessage), "the tools node runs only after a reply with tool calls"
-        calls, step, seen = reply.tool_calls, state["model_calls"], dict(state["seen_calls"])
+        calls, seen = reply.tool_calls, dict(state["seen_calls"])
         open_calls = run_context().calls or OpenCalls()
         open_calls.start_round()
-        admitted: list[ToolCall] = []  # the calls of this reply let through so far, for the approval rule
-        decisions: dict[str, bool] = {}  # the human's answers read so far in this node run, by call id
-        answers: list[tuple[ToolMessage, TraceEvent]] = []
-        started, out_of_time = time.perf_counter(), False
         try:
-            # The time budget bounds the round as it bounds a model call (see the loop's `run_tools`).
-            async with asyncio.timeout(self.limits.time_left(usage_of(state))) as deadline:
-                if self.options.parallel_tools:
-                    if not run_context().cancelled:
-                        # Every call is screened, in call order, before any runs: repeat counts never depend on
-                        # timing.
-                        verdicts = [(call, self.admit(call, seen, admitted, decisions)) for call in calls]
-                        tasks = [
-                            asyncio.ensure_future(self.run_tool(step, call, verdict, open_calls))
-                            for call, verdict in verdicts
-                        ]
-                        try:
-                            await asyncio.gather(*tasks)
-                        finally:
-                            # Also when the round is cut short: a call that finished (and may have written) keeps
-                            # its real result, on the trace too.
-                            answers = [task.result() for task in tasks if task.done() and not task.cancelled()]
-                            for _, event in answers:
-                                emit(event)
-                else:
-                    for call in calls:
-                        if run_context().cancelled:
-                            break
-                        verdict = self.admit(call, seen, admitted, decisions)
-                        answers.append(await self.run_tool(step, call, verdict, open_calls))
-                        emit(answers[-1][1])  # live: on_event may set the cancel that the next call checks
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-            out_of_time = True
-            for call in (c for c in calls if c["id"] not in open_calls.answers):
-                running, waited = call["id"] in open_calls.running, time.perf_counter() - started
-                message, event = guards.tool_cut_answer(step, call, running=running, duration_s=waited)
-                telemetry.current_run().cut(call, step, message.text, reason=StopReason.TIME_BUDGET,
-                                            guard=Guard.TOOL_TIMEOUT, duration_s=waited)  # fmt: skip
-                open_calls.answers[call["id"]] = message
-                emit(event)
+            answers = await self.run_round(state, calls, seen, open_calls)
+            reason = StopReason.CANCELLED if len(answers) < len(calls) else None
+        except RunStopped as stop:  # the time budget ran out (`within_time_budget` answered what it cut off)
+            reason = stop.reason
         # Calls a cancel stopped still get a result: a reply with unanswered calls is a broken history.
         results = [open_calls.answer_for(call) for call in calls]
         update: dict[str, Any] = {
@@ -267,13 +231,72 @@ class GuardedNodes:
             "tool_calls": state["tool_calls"] + len(calls),
             "seen_calls": seen,
         }
-        if out_of_time:
-            update |= stopped(StopReason.TIME_BUDGET)
-        elif len(answers) < len(calls):
-            update |= stopped(StopReason.CANCELLED)
+        if reason is not None:
+            update |= stopped(reason)
         elif not any(message.status == "error" for message in results):
             update["consecutive_error_rounds"] = 0
         return update
+
+    async def run_round(
+        self, state: AgentState, calls: Sequence[ToolCall], seen: dict[str, int], open_calls: OpenCalls
+    ) -> list[tuple[ToolMessage, TraceEvent]]:
+        """The answers of the calls that ran or were refused, in call order; fewer than `calls` after a cancel.
+
+        As in the loop's `run_tools`: guard decisions (`admit`) are made in call order, before a call runs, so
+        repeat counts never depend on timing, and the tools run `within_time_budget`, as the model call does.
+        """
+        step = state["model_calls"]
+        admitted: list[ToolCall] = []  # the calls of this reply let through so far, for the approval rule
+        decisions: dict[str, bool] = {}  # the human's answers read so far in this node run, by call id
+        if self.options.parallel_tools:
+            if run_context().cancelled:
+                return []
+            verdicts = [(call, self.admit(call, seen, admitted, decisions)) for call in calls]
+            async with self.within_time_budget(state, calls, open_calls):
+                tasks = [
+                    asyncio.ensure_future(self.run_tool(step, call, verdict, open_calls)) for call, verdict in verdicts
+                ]
+                try:
+                    await asyncio.gather(*tasks)
+                finally:
+                    # Also when the round is cut short: a call that finished (and may have written) keeps its real
+                    # result, on the trace too; the others are answered by `within_time_budget` or `answer_for`.
+                    answers = [task.result() for task in tasks if task.done() and not task.cancelled()]
+                    for _, event in answers:
+                        emit(event)
+            return answers
+        answers = []
+        for call in calls:
+            if run_context().cancelled:
+                break
+            verdict = self.admit(call, seen, admitted, decisions)
+            async with self.within_time_budget(state, calls, open_calls):
+                answers.append(await self.run_tool(step, call, verdict, open_calls))
+            emit(answers[-1][1])  # live: on_event may set the cancel that the next call checks
+        return answers
+
+    @contextlib.asynccontextmanager
+    async def within_time_budget(
+        self, state: AgentState, calls: Sequence[ToolCall], open_calls: OpenCalls
+    ) -> AsyncIterator[None]:
+        """Run tools bounded by what is left of the time budget. When it runs out, every call of `calls` not
+        answered in `open_calls` is answered (`guards.tool_cut_answer`: a tool cut off mid-run may have completed,
+        since its worker thread cannot be stopped) and the run stops (`RunStopped`, caught in `run_tools`)."""
+        step, started = state["model_calls"], time.perf_counter()
+        try:
+            async with asyncio.timeout(self.limits.time_left(usage_of(state))) as deadline:
+                yield
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            for call in (c for c in calls if c["id"] not in open_calls.answers):
+                running, waited = call["id"] in open_calls.running, time.perf_counter() - started
+                message, event = guards.tool_cut_answer(step, call, running=running, duration_s=waited)
+                telemetry.current_run().cut(call, step, message.text, reason=StopReason.TIME_BUDGET,
+                                            guard=Guard.TOOL_TIMEOUT, duration_s=waited)  # fmt: skip
+                open_calls.answers[call["id"]] = message
+                emit(event)
+            raise RunStopped(StopReason.TIME_BUDGET) from None
 
     def admit(
         self, call: ToolCall, seen: dict[str, int], admitted: list[ToolCall], decisions: dict[str, bool]
@@ -319,7 +342,7 @@ class GuardedNodes:
             else:  # a bare yes or no, as LangGraph's own examples resume: the answer to the question just asked
                 decisions[call["id"]] = answer is True
         approved = decisions[call["id"]]  # only an explicit yes approves
-        logger.info("approval for %s (%s): %s", call["name"], reason, "yes" if approved else "no")
+        log.info("approval for %s (%s): %s", call["name"], reason, "yes" if approved else "no")
         return None if approved else guards.approval_refusal(call["name"], reason)
 
     async def run_tool(
@@ -327,7 +350,7 @@ class GuardedNodes:
     ) -> tuple[ToolMessage, TraceEvent]:
         """Run one admitted call (or pass on its refusal): its ToolMessage and its trace line, also kept in
         `open_calls` (the call is there as running while its tool runs). A tool cut off mid-run leaves its span
-        open for the stop that cut it to end (the time budget in `run_tools`, or the run's span on a cancel)."""
+        open for the stop that cut it to end (`within_time_budget`, or the run's span on a cancel)."""
         started = time.perf_counter()
         span = telemetry.current_run().tool(call, step)
         if isinstance(verdict, guards.Refusal):

@@ -21,7 +21,7 @@ from langgraph_version.serde import CheckpointSerializer
 from shared_tools import guards
 from shared_tools.results import ConcurrentTurn
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 CONNECTION_KWARGS: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
 """How every Postgres connection of a session is opened (add ``row_factory=dict_row``, which LangGraph's saver
@@ -202,6 +202,6 @@ async def prune_postgres(saver: Any, thread_id: str, started_from: list[str]) ->
     try:
         await saver.aprune([thread_id], strategy="keep_latest")
     except (errors.SerializationFailure, errors.DeadlockDetected) as exc:
-        logger.warning("pruning thread %r gave way to another writer (%s); pruned after a later turn", thread_id, exc)
+        log.warning("pruning thread %r gave way to another writer (%s); pruned after a later turn", thread_id, exc)
 
 

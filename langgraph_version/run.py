@@ -21,16 +21,15 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMes
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.config import merge_configs
 from langgraph.config import get_stream_writer
-from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.pregel import Pregel
 from langgraph.runtime import get_runtime
 from langgraph.types import Command
 
-from shared_tools import guards, telemetry
+from shared_tools import guards
 from shared_tools.results import AgentResult, RunStopped, RunUsage, StopReason, Token, TraceEvent
 from shared_tools.steps import CallTools, FinalAnswer, InvalidResponse, classify
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 Durability = Literal["sync", "async", "exit"]
 """LangGraph's checkpoint write policy (see `GraphSession`)."""
@@ -146,16 +145,6 @@ def emit(event: TraceEvent) -> None:
     get_stream_writer()(event)
 
 
-def emit_tool_result(request: ToolCallRequest, result: ToolMessage | Command, duration_s: float) -> None:
-    """The trace line of a call that LangGraph's own `ToolNode` answered (defaults graph, `create_agent`)."""
-    text = result.text if isinstance(result, ToolMessage) else repr(result)
-    is_error = isinstance(result, ToolMessage) and result.status == "error"
-    step = calls_this_run(request.state["messages"])
-    emit(guards.tool_event(step, request.tool_call, text, duration_s, is_error=is_error))
-    # A call ToolNode answers itself (an unknown tool) runs no tool, so no tool callback gave it a span.
-    telemetry.current_run().answered_unless_ran(request.tool_call, step, text, is_error=is_error, duration_s=duration_s)
-
-
 def calls_this_run(messages: Sequence[AnyMessage]) -> int:
     """Model replies since the last user message: the step number in a history that spans several turns."""
     count = 0
@@ -248,8 +237,8 @@ class RunRecorder:
 
     def record(self, event: TraceEvent) -> None:
         self.trace.append(event)
-        if logger.isEnabledFor(logging.INFO):
-            logger.info("%s", event.line())
+        if log.isEnabledFor(logging.INFO):
+            log.info("%s", event.line())
         if self.on_event is not None:
             self.on_event(event)  # the caller's code: its exceptions are not ours to hide
 
@@ -264,11 +253,3 @@ class RunRecorder:
         answer = messages[-1].text.strip() if reason is StopReason.DONE and messages else None
         pending = self.pending if reason is StopReason.AWAITING_APPROVAL else None
         return AgentResult.of_run(reason, usage, answer=answer, trace=self.trace, messages=messages, pending=pending)
-
-
-def final_stop_reason(messages: Sequence[BaseMessage]) -> StopReason:
-    """How a run of LangGraph's prebuilt loop that reached END ended: `tools_condition` ends only after a reply
-    without tool calls."""
-    last = messages[-1]
-    assert isinstance(last, AIMessage), "tools_condition ends the graph only after a model reply"
-    return stop_reason_for(last) or StopReason.DONE

@@ -48,7 +48,7 @@ from shared_tools.history import (
 from shared_tools.results import AgentResult, CustomerMismatch, RunUsage, StopReason
 from shared_tools.sync import run_blocking
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 TURN_FROM = "turn_from"
 """`additional_kwargs` key of a question: the id of the checkpoint its turn started from (None: the first turn).

@@ -414,3 +414,38 @@ async def test_the_calls_a_cancel_cut_off_are_answered_on_both_sides(side: str) 
     answers = [value for label, phase, value in recorder.events[start:]
                if label == "run.py:OpenCalls.answer_for" and phase == "return"]  # fmt: skip
     assert [m.text for m in answers if isinstance(m, ToolMessage)] == [said]
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["sequential", "parallel"])
+@pytest.mark.parametrize("slow", [False, True], ids=["in-time", "cut"])
+async def test_both_sides_budget_a_round_of_several_calls_alike(parallel: bool, slow: bool) -> None:
+    """The runs above have one call a round; with two, `within_time_budget` bounds each call on both sides when the
+    tools run one after another, and the whole round when they run together. When the budget runs out during the
+    first call, both sides cut that call, and in turn the one that has not started (together, the other is done)."""
+    from langchain_core.tools import StructuredTool
+
+    from handwritten.loop import AgentLoop
+    from langgraph_version.agent import GraphAgent
+    from shared_tools.results import AgentLimits, AgentOptions
+    from tests.doubles import ScriptModel, ai, call
+
+    async def lookup(n: int) -> str:
+        await asyncio.sleep(5 if slow and n == 1 else 0)
+        return f"item {n}"
+
+    tool = StructuredTool.from_function(coroutine=lookup, name="lookup", description="Look an item up.")
+    options = AgentOptions(limits=AgentLimits(max_duration=0.3), parallel_tools=parallel)
+    seen: dict[str, list[str]] = {}
+    for side, name in (("loop", "AgentLoop.within_time_budget"), ("graph", "graph.py:GuardedNodes.within_time_budget")):
+        recorder = Recorder()
+        model = ScriptModel(replies=[ai("", call("lookup", "a", n=1), call("lookup", "b", n=2)), ai("Done.")])
+        with pytest.MonkeyPatch.context() as mp:
+            spy(mp, name, recorder)
+            spy_markers(mp, recorder)
+            agent: Any = (AgentLoop if side == "loop" else GraphAgent)(model, [tool], options)
+            await agent.arun(INSTRUCTIONS, "Look up items 1 and 2.")
+        seen[side] = seen_through(recorder, [name])
+    tools = ["tool"] if slow and not parallel else ["tool", "tool"]
+    cuts = ["cut"] * (0 if not slow else 1 if parallel else 2)
+    expected = ["X", *tools, *cuts, "X"] if parallel or slow else ["X", "tool", "X", "tool", "X"]
+    assert seen["loop"] == seen["graph"] == expected

@@ -34,7 +34,8 @@ from langgraph.errors import GraphBubbleUp, GraphRecursionError
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 
-from langgraph_version.run import RunContext, RunRecorder, calls_this_run, emit, emit_tool_result, final_stop_reason
+from langgraph_version.prebuilt.reporting import emit_tool_result, final_stop_reason
+from langgraph_version.run import RunContext, RunRecorder, calls_this_run, emit
 from langgraph_version.tracing import framework_run
 from shared_tools import guards, telemetry
 from shared_tools.results import (

@@ -28,13 +28,12 @@ from langgraph.types import Command
 
 from langgraph_version.agent import opening
 from langgraph_version.graph import MODEL, NO_STEP_LIMIT_RECURSION, TOOLS
+from langgraph_version.prebuilt.reporting import emit_tool_result, final_stop_reason
 from langgraph_version.run import (
     RunContext,
     RunRecorder,
     calls_this_run,
     emit,
-    emit_tool_result,
-    final_stop_reason,
     invoke_model,
     run_context,
 )

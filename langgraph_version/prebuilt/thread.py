@@ -27,7 +27,7 @@ from shared_tools.bookstore.store import is_postgres_url
 from shared_tools.results import AgentResult, CustomerMismatch, TraceEvent
 from shared_tools.sync import run_blocking
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 TOOLS = "tools"
 """The tool node's name in both framework graphs (`ToolNode` in the defaults graph and in `create_agent`)."""
@@ -218,7 +218,7 @@ async def close_cancelled_turn(graph: Any, config: Any) -> None:
         answers = [guards.tool_result(call, text, is_error=True) for call in open_calls]
         config = await graph.aupdate_state(config, {"messages": answers}, as_node=TOOLS)
         await graph.aupdate_state(config, None, as_node=END)  # writing as the tools node scheduled the model
-    logger.info("turn cancelled in its %s node; the thread records it as ended", "/".join(snapshot.next))
+    log.info("turn cancelled in its %s node; the thread records it as ended", "/".join(snapshot.next))
 
 
 def _unanswered(messages: Sequence[Any]) -> list[Any]:
