@@ -932,3 +932,51 @@ def test_unused_tabs_expire_and_stored_tabs_are_capped(data: Path) -> None:
         # Unused past the limit: gone when the server starts; reopening such a tab starts it afresh.
         assert not [p.name for p in folder.iterdir()], (kept, newest)
         assert all(p["transcript"] == [] for p in state(client, kept)["panes"])
+
+
+# --- text no encoder takes: half an emoji ------------------------------------------------------------------------
+
+
+def replies_with_half_an_emoji(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pane's model searches with half an emoji in the query, answers with a lone half and with two halves
+    that were streamed apart (as separate surrogates), then answers plainly. Text past the model's boundary, as a
+    model that escapes each half of a surrogate pair on its own leaves it when nothing there replaces it."""
+    from tests.doubles import ScriptModel, ai, call
+
+    def model(spec: str) -> ScriptModel:
+        search = ai("", call("search_books", "search-1", query="moth \ud83d"))
+        answer = ai("Half \udcda here; whole \ud83d\udcda there.")
+        return ScriptModel(replies=[search, answer, ai("Your cart is empty.")])
+
+    monkeypatch.setattr("webdemo.panes.make_model", model)
+
+
+def test_a_reply_with_half_an_emoji_leaves_the_tab_readable_and_answering(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state, the event stream (its hello and every event of the turn) and the next question all work after
+    a reply holding lone surrogates: a lone half shows as U+FFFD, two halves in a row as their emoji."""
+    from comparison.scenarios import CART_QUESTION
+
+    replies_with_half_an_emoji(monkeypatch)
+    with running_server(create_app(data)) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        tab = http.post("/api/tabs", json={}).json()["tab"]
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:
+            lines = stream.iter_lines()
+            read_events(lines, lambda e: len(e) == 1)
+            assert http.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+            events = read_events(lines, ended)
+        answers = [e["report"]["answer"] for e in events if e["type"] == "turn_end"]
+        assert answers == ["Half \ufffd here; whole \U0001f4da there."] * 2, answers
+        details = [e["event"]["detail"] for e in events if e["type"] == "trace" and e["event"]["name"] != "model"]
+        assert details and all("moth \ufffd" in d for d in details), details
+        response = http.get("/api/state", params={"tab": tab})
+        assert response.status_code == 200, response.text
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:  # a reload: the hello holds it all
+            lines = stream.iter_lines()
+            [hello] = read_events(lines, lambda e: len(e) == 1)
+            said = [m["text"] for p in hello["state"]["panes"] for m in p["transcript"] if m["role"] == "assistant"]
+            assert said == ["Half \ufffd here; whole \U0001f4da there."] * 2, said
+            assert http.post("/api/turn", json={"tab": tab, "text": CART_QUESTION}).status_code == 202
+            after = read_events(lines, ended)
+        assert [e["report"]["answer"] for e in after if e["type"] == "turn_end"] == ["Your cart is empty."] * 2
