@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -636,6 +637,78 @@ def test_content_stays_out_unless_switched_on(
     assert not set(CONTENT_ATTRIBUTES) & set().union(*(attrs(s).keys() for s in spans.finished))
 
 
+# --- content: bounded ------------------------------------------------------------------------------------------
+
+HUGE = 2_000_000
+"""Characters of an argument far past `MAX_ATTRIBUTE_CHARS` (the attack used 10 MB; the cut is the same)."""
+
+
+def echo_tools() -> list[BaseTool]:
+    @tool
+    def lookup(query: str) -> str:
+        """Look a customer up."""
+        return f"no customer {query}"
+
+    return [lookup]
+
+
+def huge_run(name: str, provider: TracerProvider) -> None:
+    """A run whose model sends a `HUGE` argument and a `HUGE` tool name and call id, with content capture on."""
+    calls = call("lookup", "c" * HUGE, query="q" * HUGE), call("n" * HUGE, "u1", query="x")
+    model = ScriptModel(replies=[ai("", *calls), ai("Done.")])
+    contender(name, model, echo_tools(), provider).run("Be brief.", "Find q.")
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+def test_a_huge_argument_is_cut_in_every_attribute_at_the_documented_size(
+    name: str, spans: Spans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
+    huge_run(name, spans.provider)
+    spans.root()
+    values = [(s.name, k, v) for s in spans.finished for k, v in attrs(s).items() if isinstance(v, str)]
+    too_long = [(n, k, len(v)) for n, k, v in values if len(v) > telemetry.MAX_ATTRIBUTE_CHARS]
+    assert too_long == []
+    assert all(len(s.name) <= len("execute_tool ") + telemetry.MAX_NAME_CHARS for s in spans.finished)
+    (ran,) = [s for s in spans.of("execute_tool") if attrs(s)[telemetry.TOOL_NAME] == "lookup"]
+    arguments = attrs(ran)[telemetry.TOOL_CALL_ARGUMENTS]
+    assert arguments.startswith('{"query":"qqq') and kept_and_cut(arguments) == len('{"query":""}') + HUGE
+    assert kept_and_cut(attrs(ran)[telemetry.TOOL_CALL_ID]) == HUGE
+    assert len(attrs(ran)[telemetry.TOOL_CALL_ID]) <= telemetry.MAX_NAME_CHARS
+    for chat in spans.of("chat"):  # the history, the reply: each one attribute, each cut
+        for key in (telemetry.INPUT_MESSAGES, telemetry.OUTPUT_MESSAGES):
+            assert len(attrs(chat)[key]) <= telemetry.MAX_ATTRIBUTE_CHARS
+
+
+def kept_and_cut(value: str) -> int:
+    """How long a `capped` value was: the characters kept plus those its marker counts as cut."""
+    match = re.fullmatch(r"(.*)\.\.\.\[cut (\d+) characters\]", value, re.DOTALL)
+    assert match, value[-60:]
+    assert value == match[1] + telemetry.cut_marker(int(match[2]))
+    return len(match[1]) + int(match[2])
+
+
+def test_capped_keeps_short_text_and_makes_half_an_emoji_encodable() -> None:
+    assert telemetry.capped("plain") == "plain"
+    assert telemetry.capped("x" * telemetry.MAX_ATTRIBUTE_CHARS) == "x" * telemetry.MAX_ATTRIBUTE_CHARS
+    for size in (51, 100, 10_000, 10_000_000):
+        cut = telemetry.capped("abcdefghij" * (size // 10) + "z" * (size % 10), 50)
+        assert len(cut) <= 50 and cut.startswith("abcdefghij") and kept_and_cut(cut) == size
+    assert telemetry.capped("a \ud83d b \ud83d\udcda") == "a \ufffd b \U0001f4da"
+
+
+def test_tracing_set_up_for_the_faces_cuts_every_attribute_unless_a_variable_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shared_tools.telemetry_setup import _span_limits
+
+    for name in ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+        monkeypatch.delenv(name, raising=False)
+    assert _span_limits().max_span_attribute_length == telemetry.MAX_ATTRIBUTE_CHARS
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "100")
+    assert _span_limits().max_span_attribute_length == 100
+
+
 # --- the property: personal data and secrets never reach a span -------------------------------------------
 
 _word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=3, max_size=8)
@@ -765,6 +838,22 @@ def test_spans_go_over_otlp_http_as_protobuf_the_collector_can_read() -> None:
     assert chat_attributes["gen_ai.response.finish_reasons"] == ["tool_calls"]
 
 
+def test_a_huge_argument_goes_over_otlp_as_a_request_of_bounded_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
+    with Receiver() as receiver:
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces")))
+        huge_run("handwritten", provider)
+        provider.shutdown()
+        received = receiver.spans()
+    assert len(received) == 5  # the run, two chats, two tools (one unknown)
+    sizes = [len(body) for _, _, body in receiver.bodies]
+    # Six spans of at most a few attributes of MAX_ATTRIBUTE_CHARS each, where one was 3 x 10 MB.
+    assert sum(sizes) < 12 * telemetry.MAX_ATTRIBUTE_CHARS, sizes
+
+
 def _compare(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(ROOT / "compare.py"), *args], capture_output=True, text=True, timeout=120,
@@ -839,9 +928,10 @@ def test_otel_without_the_extra_is_one_line_and_exit_2(monkeypatch: pytest.Monke
 
 BARE_FRAMEWORK_RUN = """
 import json
+import re
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from langchain.agents import create_agent
 from langgraph.graph import START, MessagesState, StateGraph
@@ -917,9 +1007,10 @@ def test_the_tracing_row_a_call_create_agent_answers_itself_fires_no_tool_callba
 
 MAF_AND_OURS = """
 import json
+import re
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
