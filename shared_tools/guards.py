@@ -6,12 +6,17 @@ and `tool_answer` puts it on the trace line, so what a guard decided is recorded
 
 from __future__ import annotations
 
+import bisect
+import html
 import json
 import logging
 import math
 import re
+import sys
+import unicodedata
+import urllib.parse
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,13 +222,166 @@ _STREET = re.compile(
 _URL_USERINFO = re.compile(r"(?<=://)[^/\s@]+@")
 
 
+# Other spellings of an address, as a person, a browser or a mail client reads them. An e-mail address is looked for
+# in the text as read (`_read_as`): NFKC ("＠" and "﹫" are "@", full-width letters are letters), the ideographic and
+# full-width full stops as ".", format and combining characters (zero-width space and joiners, soft hyphen, bidi
+# marks) dropped, %-escapes decoded (twice, for "%2540"), HTML character references and JSON "\u" escapes read, and
+# "[at]", "(at)", "{at}", "<at>" and their "dot" twins as "@" and ".". What it finds is masked in the text as
+# written. Not read as addresses: "alice at example dot com" and "alice @ example.com", which prose and prices
+# ("3 @ 5.00 each") spell too.
+_AT_SPELLING = re.compile(
+    r"[@\uff20\ufe6b]|%(?:25)?(?:40|ef%bc%a0|ef%b9%ab)|&(?:#0*64|#x0*40|commat);|\\u0040|[\[({<][ \t]*at[ \t]*[\])}>]",
+    re.IGNORECASE,
+)
+_BRACKETED_AT = re.compile(r"[\[({<][ \t]*at[ \t]*[\])}>]", re.IGNORECASE)
+# Where text as written may differ from text as read.
+_SPELLING = re.compile(
+    r"(?:%(?:25)?[0-9a-f]{2})+|&(?:#\d{1,7}|#x[0-9a-f]{1,6}|[a-z][a-z0-9]{1,15});|\\u[0-9a-f]{4}"
+    r"|[ \t]*[\[({<][ \t]*(?:at|dot)[ \t]*[\])}>][ \t]*|[^\x00-\x7f]+",
+    re.IGNORECASE,
+)
+_AROUND_AT = 512
+"""How many characters on each side of an "@" (as spelled) are read for an address: far more than one holds."""
+_PER_CHARACTER = 64
+"""A run of other than ASCII that reads differently is mapped back character by character up to this length (a
+longer one is masked whole where an address is read in it, so a long run costs no work per character in Python)."""
+_READ_AS: dict[int, str | None] | None = None
+
+
 def mask_pii(text: str) -> str:
-    """Mask e-mail addresses, street addresses and URL credentials before text reaches a trace, a log or a record."""
+    """Mask e-mail addresses, street addresses and URL credentials before text reaches a trace, a log or a record.
+
+    An e-mail address is masked however it is spelled (see `_AT_SPELLING`): ``alice%40example.com``,
+    ``alice＠example.com``, ``alice@example。com``, ``alice [at] example [dot] com``, with zero-width characters."""
     if "@" in text:
-        # Both patterns need an "@": without one, skipping them spares two scans of every tool result (most of
-        # the hand-written loop's own cost per seed job; benchmarks/README.md).
-        text = _EMAIL.sub("<email>", _URL_USERINFO.sub("<credentials>@", text))
+        text = _URL_USERINFO.sub("<credentials>@", text)
+    if not _may_be_spelled(text):
+        # Read as written: the plain pattern, which needs an "@" (skipping it spares a scan of every tool result,
+        # most of the hand-written loop's own cost per seed job; benchmarks/README.md).
+        if "@" in text:
+            text = _EMAIL.sub("<email>", text)
+    elif _may_spell_at(text):
+        text = _mask_emails_as_read(text)
     return _STREET.sub("<address>", text)
+
+
+def _may_be_spelled(text: str) -> bool:
+    """Whether `text` may read differently than it is written (cheap checks first: most text is plain ASCII)."""
+    if not text.isascii():
+        return True
+    return "%" in text or "&" in text or "\\" in text or _bracketed_at(text)
+
+
+def _may_spell_at(text: str) -> bool:
+    """Whether `text` may hold a spelling of "@" (`_AT_SPELLING`), by cheap checks first."""
+    return "@" in text or "%" in text or "&" in text or "\\" in text or "\uff20" in text or "\ufe6b" in text or (
+        _bracketed_at(text)
+    )
+
+
+def _bracketed_at(text: str) -> bool:
+    # Most text has no "at" right before a closing bracket: four substring tests spare it the search.
+    low = text.lower()
+    return ("at]" in low or "at)" in low or "at}" in low or "at>" in low) and bool(_BRACKETED_AT.search(text))
+
+
+def _mask_emails_as_read(text: str) -> str:
+    """`text` with every e-mail address in it as read (`_read_as`) masked where it is written."""
+    windows: list[list[int]] = []
+    for at in _AT_SPELLING.finditer(text):
+        low, high = max(at.start() - _AROUND_AT, 0), at.end() + _AROUND_AT
+        if windows and low <= windows[-1][1]:
+            windows[-1][1] = high
+        else:
+            windows.append([low, high])
+    cuts: list[tuple[int, int]] = []
+    for low, high in windows:
+        read, written = _read_as(text[low:high])
+        for match in _EMAIL.finditer(read):
+            start, _ = written(match.start())
+            _, end = written(match.end() - 1)
+            cuts.append((low + start, low + end))
+    if not cuts:
+        return text
+    parts, done = [], 0
+    for start, end in cuts:
+        parts += [text[done:start], "<email>"]
+        done = end
+    return "".join([*parts, text[done:]])
+
+
+def _read_as(text: str) -> tuple[str, Callable[[int], tuple[int, int]]]:
+    """`text` as read for an address, and where in `text` the character at an index of it was written (start, end);
+    a character not read widens the spelling before it, so a mask covers it."""
+    read: list[str] = []
+    pieces: list[tuple[int, int, int, bool]] = []  # (where read, start and end where written, read as written)
+    size = 0
+
+    def put(reads: str, start: int, end: int, same: bool) -> None:
+        nonlocal size
+        if reads:
+            read.append(reads)
+            pieces.append((size, start, end, same))
+            size += len(reads)
+        elif pieces and not pieces[-1][3]:
+            pieces[-1] = (*pieces[-1][:2], end, False)
+        elif pieces:  # the last character written as read takes it
+            at, first, last, _ = pieces[-1]
+            pieces[-1] = (at, first, last - 1, True)
+            pieces.append((size - 1, last - 1, end, False))
+
+    done = 0
+    for spelled in _SPELLING.finditer(text):
+        start, end = spelled.span()
+        put(text[done:start], done, start, True)
+        group = spelled.group()
+        if group[0] >= "\x80":
+            reads = _characters(group)
+            if reads == group:
+                put(group, start, end, True)
+            elif len(group) <= _PER_CHARACTER:
+                for offset, character in enumerate(group):
+                    put(_characters(character), start + offset, start + offset + 1, False)
+            else:
+                put(reads, start, end, False)
+        else:
+            put(_reading(group), start, end, False)
+        done = end
+    put(text[done:], done, len(text), True)
+    starts = [p[0] for p in pieces]
+
+    def written(index: int) -> tuple[int, int]:
+        at, start, end, same = pieces[bisect.bisect_right(starts, index) - 1]
+        return (start + index - at, start + index - at + 1) if same else (start, end)
+
+    return "".join(read), written
+
+
+def _reading(spelled: str) -> str:
+    """How one spelling of ASCII that `_SPELLING` found reads."""
+    first = spelled.lstrip(" \t")[:1]
+    if first == "%":
+        once = urllib.parse.unquote(spelled, errors="replace")
+        return _characters(urllib.parse.unquote(once, errors="replace") if "%" in once else once)
+    if first == "&":
+        return _characters(html.unescape(spelled))
+    if first == "\\":
+        return _characters(chr(int(spelled[2:], 16)))
+    if first in "[({<" and len(spelled) > 1:
+        return "@" if "at" in spelled.lower() else "."
+    return spelled
+
+
+def _characters(text: str) -> str:
+    """`text` as read: format and combining characters dropped, full stops as ".", then NFKC."""
+    global _READ_AS
+    if text.isascii():
+        return text
+    if _READ_AS is None:  # built once, when text other than ASCII is first read (a few tenths of a second)
+        dropped = {"Cf", "Mn", "Me"}
+        _READ_AS = {c: None for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) in dropped}
+        _READ_AS.update(dict.fromkeys(map(ord, "\u3002\uff0e\uff61"), "."))
+    return unicodedata.normalize("NFKC", text.translate(_READ_AS))
 
 
 def mask_values(value: Any) -> Any:

@@ -709,6 +709,19 @@ def test_tracing_set_up_for_the_faces_cuts_every_attribute_unless_a_variable_say
     assert _span_limits().max_span_attribute_length == 100
 
 
+@pytest.mark.parametrize("name", ["handwritten", "create-agent"])
+@pytest.mark.parametrize("spelled", ["quill%40example.com", "quill\uff20example.com", "qu\u200bill@exam\u200bple.com",
+                                     "quill [at] example [dot] com", "quill@example\u3002com"])  # fmt: skip
+def test_an_email_address_in_another_spelling_reaches_no_attribute(
+    name: str, spelled: str, spans: Spans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
+    model = ScriptModel(replies=[ai("", call("lookup", f"id-{spelled}", query=spelled)), ai(f"Mailed {spelled}.")])
+    contender(name, model, echo_tools(), spans.provider).run("Be brief.", f"I am {spelled}.")
+    text = everything_in(spans.finished)
+    assert "<email>" in text and "quill" not in text and "ill@" not in text
+
+
 # --- the property: personal data and secrets never reach a span -------------------------------------------
 
 _word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=3, max_size=8)
