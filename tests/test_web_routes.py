@@ -980,3 +980,59 @@ def test_a_reply_with_half_an_emoji_leaves_the_tab_readable_and_answering(
             assert http.post("/api/turn", json={"tab": tab, "text": CART_QUESTION}).status_code == 202
             after = read_events(lines, ended)
         assert [e["report"]["answer"] for e in after if e["type"] == "turn_end"] == ["Your cart is empty."] * 2
+
+
+# --- a huge reply -----------------------------------------------------------------------------------------------------
+
+
+def test_a_huge_reply_reaches_the_page_cut_to_a_bounded_state_and_events(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that plans, searches and answers with 1 MB each (10 MB in the attack: a 60 MB state and 80 MB of
+    events): each text the page is sent is cut, saying so, and the tab answers the next question."""
+    from comparison.scenarios import CART_QUESTION
+    from tests.doubles import ScriptModel, ai, call
+    from webdemo.panes import MAX_SHOWN_CHARS
+
+    big = 1_000_000
+
+    def model(spec: str) -> ScriptModel:
+        search = ai("p" * big, call("search_books", "search-1", query="q" * big))
+        return ScriptModel(replies=[search, ai("a" * big), ai("Your cart is empty.")])
+
+    monkeypatch.setattr("webdemo.panes.make_model", model)
+    with running_server(create_app(data)) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        tab = http.post("/api/tabs", json={}).json()["tab"]
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:
+            lines = stream.iter_lines()
+            read_events(lines, lambda e: len(e) == 1)
+            assert http.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+            events = read_events(lines, ended)
+            sizes = [len(json.dumps(e)) for e in events]
+            assert max(sizes) < MAX_SHOWN_CHARS + 1_000 and sum(sizes) < 10 * MAX_SHOWN_CHARS, sorted(sizes)[-5:]
+            answers = [e["report"]["answer"] for e in events if e["type"] == "turn_end"]
+            assert answers == ["a" * MAX_SHOWN_CHARS + f"... [{big - MAX_SHOWN_CHARS:,} more characters not shown]"] * 2
+            streamed: dict[tuple[str, int], str] = {}
+            for e in events:
+                if e["type"] == "token":
+                    streamed[e["pane"], e["step"]] = streamed.get((e["pane"], e["step"]), "") + e["text"]
+            # Each model call's text, streamed: its first MAX_SHOWN_CHARS characters, then a note.
+            assert sorted(text[0] for text in streamed.values()) == ["a", "a", "p", "p"]
+            assert all(text == text[0] * MAX_SHOWN_CHARS + "... [the rest is not shown]" for text in streamed.values())
+            response = http.get("/api/state", params={"tab": tab})
+            assert response.status_code == 200 and len(response.content) < 10 * MAX_SHOWN_CHARS
+            assert http.post("/api/turn", json={"tab": tab, "text": CART_QUESTION}).status_code == 202
+            after = read_events(lines, ended)
+        assert [e["report"]["answer"] for e in after if e["type"] == "turn_end"] == ["Your cart is empty."] * 2
+
+
+def test_arguments_too_large_or_too_deep_for_the_page_are_sent_as_a_sentence_or_cut_text() -> None:
+    from webdemo.panes import MAX_SHOWN_CHARS, shown_args
+
+    assert shown_args({"book_id": 7, "quantity": 2}) == {"book_id": 7, "quantity": 2}
+    huge = shown_args({"note": "n" * 100_000})
+    assert isinstance(huge, str) and huge.startswith('{"note": "nnn') and len(huge) < MAX_SHOWN_CHARS + 100
+    deep: Any = 1
+    for _ in range(100_000):
+        deep = [deep]
+    assert shown_args(deep) == "(arguments nested too deeply to show)"
