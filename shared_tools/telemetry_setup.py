@@ -59,9 +59,13 @@ def setup_tracing(kind: ExportKind | None) -> TracerProvider | None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
             raise TracingUnavailable(f"--otel otlp needs the OTLP/HTTP exporter: {INSTALL_HINT}") from None
-        exporter = OTLPSpanExporter()  # endpoint, headers, timeout, compression: from the OTEL_* variables
+        from shared_tools.telemetry_export import OneLineExporter
+
+        otlp = OTLPSpanExporter()  # endpoint, headers, timeout, compression: from the OTEL_* variables
         # The endpoint as the exporter resolved it from the variables (it has no public accessor).
-        _check_receiver(str(getattr(exporter, "_endpoint", "")))
+        endpoint = str(getattr(otlp, "_endpoint", ""))
+        _check_receiver(endpoint)
+        exporter = OneLineExporter(otlp, endpoint)  # a receiver that fails later: one line, and no wait on it again
     resource = Resource.create()  # what OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES say, and the SDK's own
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -924,6 +926,98 @@ def test_otel_without_a_receiver_is_one_line_and_exit_2_before_anything_runs(tmp
     done = _compare("bookstore", "--otel", "otlp", env={"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"})
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "nothing accepts OTLP/HTTP at http://127.0.0.1:9/v1/traces" in done.stderr
+
+
+class Silent:
+    """A receiver that accepts every connection and never answers (a hung collector); counts the connections."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.accepted: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.accepted.append(self.server.accept()[0])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.getsockname()[1]}"
+
+    def __enter__(self) -> Silent:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+def test_a_receiver_that_hangs_after_the_check_is_one_line_and_waited_for_once() -> None:
+    """Many batches (five spans each), a receiver that takes the connections and never answers: one line of ours,
+    no traceback, exit 0, and one export waited for (then the rest are dropped at once), not one per batch."""
+    with Silent() as receiver:
+        done = _compare(
+            "bookstore", "orders", "--contenders", "handwritten,langgraph", "--otel", "otlp",
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+                 "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "5"},
+        )  # fmt: skip
+        connections = len(receiver.accepted)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and "spans not sent: the OTLP receiver at" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert connections <= 3, f"the check and one export (a retry at most), not one per batch: {connections}"
+
+
+def test_a_failing_receiver_is_said_once_rested_from_and_tried_again(caplog: pytest.LogCaptureFixture) -> None:
+    """The real OTLP exporter against a receiver that answers 500: one error line per outage, batches dropped
+    without a request while resting, the receiver tried again after the rest, and a line when it is back."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from shared_tools.telemetry_export import OneLineExporter
+
+    answers = [500, 500, 200]
+    requests: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            requests.append(self.path)
+            self.send_response(answers[min(len(requests), len(answers)) - 1])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    recorded = Spans()
+    with telemetry.agent_run("demo", make_model("scripted"), provider=recorded.provider):
+        pass
+    [span] = recorded.finished
+    try:
+        exporter = OneLineExporter(OTLPSpanExporter(endpoint=endpoint), endpoint, quiet_s=3600)
+        with caplog.at_level(logging.WARNING):
+            assert exporter.export([span]) is SpanExportResult.FAILURE
+            assert exporter.export([span]) is SpanExportResult.FAILURE  # resting: no request
+            assert len(requests) == 1 and exporter.dropped == 2
+            exporter.quiet_s = 0.0
+            exporter._resting_until = 0.0
+            assert exporter.export([span]) is SpanExportResult.FAILURE  # tried again: still down, said once
+            assert exporter.export([span]) is SpanExportResult.SUCCESS
+        lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(requests) == 3
+        assert [line.split(":")[0] for line in lines] == ["spans not sent", "the OTLP receiver at http"], lines
+    finally:
+        exporter.shutdown()
+        server.shutdown()
+        server.server_close()
+        recorded.provider.shutdown()
 
 
 def test_otel_without_the_extra_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
