@@ -1036,3 +1036,33 @@ def test_arguments_too_large_or_too_deep_for_the_page_are_sent_as_a_sentence_or_
     for _ in range(100_000):
         deep = [deep]
     assert shown_args(deep) == "(arguments nested too deeply to show)"
+
+
+def test_half_an_emoji_in_any_field_of_any_route_is_a_4xx_and_in_a_report_is_shown(client: TestClient) -> None:
+    """A lone surrogate (sent as a JSON escape) as a tab id, a pane, an approval id, a persona, a contender or a
+    scenario name gets a 4xx with a sentence; a report holding one (a model's text) is served, the half as U+FFFD."""
+    half = "\ud83d"
+    tab = new_tab(client)
+
+    def post(path: str, body: dict[str, Any]) -> int:
+        raw = json.dumps(body)  # ASCII: the half travels as its escape, as a browser's JSON.stringify sends it
+        response = client.post(path, content=raw, headers={"Content-Type": "application/json"})
+        assert response.json()["error"], response.text
+        return response.status_code
+
+    for path in ("/api/state", "/api/events", "/api/report/scenario"):  # the half's bytes, %-escaped
+        assert client.get(f"{path}?tab={tab}%ED%A0%BD").status_code == 400
+    codes = [
+        post("/api/turn", {"tab": half, "text": SEED_GOAL}), post("/api/turn", {"tab": tab, "text": half}),
+        post("/api/settings", {"tab": tab, "persona": half}), post("/api/settings", {"tab": tab, "contenders": [half]}),
+        post("/api/approve", {"tab": tab, "pane": half, "id": half, "approved": True}),
+        post("/api/approve", {"tab": tab, "pane": "handwritten", "id": half, "approved": True}),
+        post("/api/rewind", {"tab": tab, "pane": half}), post("/api/scenario", {"tab": tab, "scenarios": [half]}),
+        post("/api/eval", {"tab": tab, "scenarios": [half]}), post("/api/stale", {"tab": half}),
+    ]  # fmt: skip
+    assert all(400 <= code < 500 for code in codes), codes
+    [opened] = client.app.state.tabs._open.values()  # type: ignore[attr-defined]
+    opened.reports["scenario"] = f"<p>half {half} here</p>"
+    report = client.get("/api/report/scenario", params={"tab": tab})
+    assert report.status_code == 200 and report.text == "<p>half \ufffd here</p>"
+    assert state(client, tab)["panes"]

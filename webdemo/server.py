@@ -424,7 +424,7 @@ def create_app(
             html = await _in_worker(lambda: shared.report(tab.key, kind))
         if html is None:
             raise BadRequest(404, f"no {kind} report in this tab yet; run one first")
-        return HTMLResponse(html, headers={**SECURITY_HEADERS, "Content-Security-Policy": REPORT_CSP})
+        return HTMLResponse(_encoded(html), headers={**SECURITY_HEADERS, "Content-Security-Policy": REPORT_CSP})
 
     async def _in_worker(call: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(executor, call)
@@ -493,10 +493,14 @@ def _sse(event: dict[str, Any]) -> bytes:
 
 
 def _utf8(data: Any) -> bytes:
-    """`data` as JSON in UTF-8, whatever text a model put in it: a surrogate left alone (half an emoji streamed
-    as two escapes, or one half only) cannot be encoded, so two halves in a row become their character again and a
-    lone half becomes U+FFFD. Never an exception: one such reply must not make a tab's state unreadable."""
-    text = json.dumps(data, ensure_ascii=False, default=str)
+    """`data` as JSON in UTF-8 (`_encoded`)."""
+    return _encoded(json.dumps(data, ensure_ascii=False, default=str))
+
+
+def _encoded(text: str) -> bytes:
+    """`text` in UTF-8, whatever a model put in it: a surrogate left alone (half an emoji streamed as two escapes,
+    or one half only) cannot be encoded, so two halves in a row become their character again and a lone half
+    becomes U+FFFD. Never an exception: one such reply must not make a tab's state or report unreadable."""
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
