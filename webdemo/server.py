@@ -393,7 +393,7 @@ def create_app(
             tab.hub.publish({"type": "job", "kind": kind, "status": "running"})
             keeper = None if shared is None else asyncio.get_running_loop().create_task(keep_claim())
             try:
-                html = await run_in_child(function, *args)
+                html = _encoded(await run_in_child(function, *args)).decode("utf-8")  # Postgres takes no half emoji
                 tab.reports[kind] = html
                 if shared is not None:
                     await _in_worker(lambda: shared.put_report(tab.key, kind, html))
