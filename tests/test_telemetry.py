@@ -869,6 +869,29 @@ def test_a_huge_argument_goes_over_otlp_as_a_request_of_bounded_size(monkeypatch
     assert sum(sizes) < 12 * telemetry.MAX_ATTRIBUTE_CHARS, sizes
 
 
+@pytest.mark.parametrize("capture", ["true", "false"])
+def test_half_an_emoji_in_a_run_goes_over_otlp_with_every_span(capture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone surrogate in a tool's name, its call id, its arguments, its result and the answer: the batch is
+    encoded and sent whole (protobuf takes no half emoji: the exporter dropped the batch), the half as U+FFFD."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, capture)
+    half = "\ud83d"
+    model = ScriptModel(replies=[ai("", call("lookup", f"id{half}", query=f"moth {half}"), call(f"x{half}", "u1")),
+                                 ai(f"Done {half}.")])  # fmt: skip
+    with Receiver() as receiver:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces")))
+        contender("handwritten", model, echo_tools(), provider).run("Be brief.", f"Find {half}.")
+        provider.shutdown()
+        received = receiver.spans()
+    assert sorted(span.name for _, span in received) == [
+        "chat", "chat", "execute_tool lookup", "execute_tool x\ufffd", "invoke_agent handwritten"
+    ]  # fmt: skip
+    ids = [_value(a.value) for _, span in received for a in span.attributes if a.key == telemetry.TOOL_CALL_ID]
+    assert "id\ufffd" in ids
+
+
 def _compare(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(ROOT / "compare.py"), *args], capture_output=True, text=True, timeout=120,
