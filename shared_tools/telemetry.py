@@ -89,6 +89,26 @@ def cut_marker(cut: int) -> str:
     return f"...[cut {cut} characters]"
 
 
+MASK_MARGIN = 1_024
+"""Characters past `MAX_ATTRIBUTE_CHARS` a long text keeps before it is masked (`_head`): an address that starts
+before the cut is masked whole; what lies further never reaches an attribute, so it is not masked at all."""
+
+
+def _head(text: str) -> str:
+    """The part of a long text an attribute can show, with what was cut counted (`cut_marker`): masking a
+    10 MB text to keep 16 KB of it would cost its whole length."""
+    keep = MAX_ATTRIBUTE_CHARS + MASK_MARGIN
+    return text if len(text) <= keep else text[:keep] + cut_marker(len(text) - keep)
+
+
+def masked_text(text: str) -> str:
+    """`text` masked and `capped`, masking only the part that is kept."""
+    if len(text) <= MAX_ATTRIBUTE_CHARS + MASK_MARGIN:
+        return capped(mask_pii(text))
+    head = mask_pii(text[: MAX_ATTRIBUTE_CHARS + MASK_MARGIN])[: MAX_ATTRIBUTE_CHARS - len(cut_marker(len(text)))]
+    return capped(head) + cut_marker(len(text) - len(head))
+
+
 def capped(text: str, limit: int = MAX_ATTRIBUTE_CHARS) -> str:
     """`text` as an attribute may hold it: at most `limit` characters (the cut ones counted in `cut_marker`), and
     encodable as UTF-8 (a lone surrogate, half an emoji, becomes U+FFFD; an exporter would fail on the whole batch)."""
@@ -274,7 +294,7 @@ class RunSpans:
         if span is None or span.span is None:
             span = self.tool(call, step, started=time.time() - duration_s)
         if self.capture and span.span is not None:
-            span.span.set_attribute(TOOL_CALL_RESULT, capped(mask_pii(text)))
+            span.span.set_attribute(TOOL_CALL_RESULT, masked_text(text))
         span.stopped(reason, guard)
 
     def answered(
@@ -401,7 +421,7 @@ class ChildSpan:
         if guard is not None:
             span.set_attribute(GUARD, code_of(guard))
         if self.run is not None and self.run.capture:
-            span.set_attribute(TOOL_CALL_RESULT, capped(mask_pii(text)))
+            span.set_attribute(TOOL_CALL_RESULT, masked_text(text))
         if is_error:
             span.set_attribute(ERROR_TYPE, code_of(guard) if guard is not None else "tool_error")
             span.set_status(Status(StatusCode.ERROR))
@@ -461,12 +481,12 @@ def _message_json(message: BaseMessage) -> dict[str, Any]:
     "tool_call_response", ...}]}``."""
     parts: list[dict[str, Any]] = []
     if isinstance(message, ToolMessage):
-        parts.append({"type": "tool_call_response", "id": message.tool_call_id, "response": message.text})
+        parts.append({"type": "tool_call_response", "id": message.tool_call_id, "response": _head(message.text)})
         return {"role": "tool", "parts": parts}
     if isinstance(message, AIMessage) and (plan := plan_of(message)):
-        parts.append({"type": "reasoning", "content": plan})
+        parts.append({"type": "reasoning", "content": _head(plan)})
     if text := message.text:
-        parts.append({"type": "text", "content": text})
+        parts.append({"type": "text", "content": _head(text)})
     if isinstance(message, AIMessage):
         parts += [
             {"type": "tool_call", "id": c.get("id"), "name": c["name"], "arguments": c["args"]}

@@ -676,6 +676,9 @@ def test_a_huge_argument_is_cut_in_every_attribute_at_the_documented_size(
     arguments = attrs(ran)[telemetry.TOOL_CALL_ARGUMENTS]
     assert arguments.startswith('{"query":"qqq') and kept_and_cut(arguments) == len('{"query":""}') + HUGE
     assert kept_and_cut(attrs(ran)[telemetry.TOOL_CALL_ID]) == HUGE
+    result = attrs(ran)[telemetry.TOOL_CALL_RESULT]
+    assert result.startswith("no customer qqq") and kept_and_cut(result) == len("no customer ") + HUGE
+    assert len(result) <= telemetry.MAX_ATTRIBUTE_CHARS
     assert len(attrs(ran)[telemetry.TOOL_CALL_ID]) <= telemetry.MAX_NAME_CHARS
     for chat in spans.of("chat"):  # the history, the reply: each one attribute, each cut
         for key in (telemetry.INPUT_MESSAGES, telemetry.OUTPUT_MESSAGES):
@@ -688,6 +691,15 @@ def kept_and_cut(value: str) -> int:
     assert match, value[-60:]
     assert value == match[1] + telemetry.cut_marker(int(match[2]))
     return len(match[1]) + int(match[2])
+
+
+def test_a_long_text_is_masked_only_as_far_as_an_attribute_shows_it() -> None:
+    """An address that starts before the cut is masked whole; the count of what was cut is the original's."""
+    email = "ann.lee@example.com"
+    text = "x" * (telemetry.MAX_ATTRIBUTE_CHARS - 40) + f" {email} " + "y" * 10_000_000
+    shown = telemetry.masked_text(text)
+    assert "ann.lee" not in shown and "<email>" in shown and kept_and_cut(shown) == len(text)
+    assert len(shown) <= telemetry.MAX_ATTRIBUTE_CHARS
 
 
 def test_capped_keeps_short_text_and_makes_half_an_emoji_encodable() -> None:
