@@ -1066,3 +1066,19 @@ def test_half_an_emoji_in_any_field_of_any_route_is_a_4xx_and_in_a_report_is_sho
     report = client.get("/api/report/scenario", params={"tab": tab})
     assert report.status_code == 200 and report.text == "<p>half \ufffd here</p>"
     assert state(client, tab)["panes"]
+
+
+def test_a_model_error_of_a_megabyte_is_one_cut_line_on_the_page(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.doubles import ScriptModel
+    from webdemo.panes import MAX_DETAIL_CHARS
+
+    def down(messages: list[Any]) -> Any:
+        raise ConnectionError("the model server said: " + "x" * 1_000_000)
+
+    monkeypatch.setattr("webdemo.panes.make_model", lambda spec: ScriptModel(replies=[down, down]))
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        done = ask(client, tab, SEED_GOAL)
+        errors = [p["last"]["error"] for p in done["panes"]]
+        assert all(e.startswith("ConnectionError: the model server said: xxx") for e in errors), errors
+        assert all(len(e) < MAX_DETAIL_CHARS + 100 and e.endswith("more characters not shown]") for e in errors)

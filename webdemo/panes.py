@@ -93,8 +93,8 @@ _SERVER_PATH = re.compile(r"(?:/[\w.+-]+)+/([\w.+-]+)")
 
 def for_page(exc: BaseException) -> str:
     """An error as the page shows it: its kind and sentence, with every file path on the server cut to its last
-    name (where the server keeps its data is not the page's business)."""
-    return _SERVER_PATH.sub(r"\1", f"{type(exc).__name__}: {exc}")
+    name (where the server keeps its data is not the page's business), at most `MAX_DETAIL_CHARS` of it."""
+    return shown(_SERVER_PATH.sub(r"\1", f"{type(exc).__name__}: {exc}"), MAX_DETAIL_CHARS)
 
 
 class CartCheck(StrEnum):
