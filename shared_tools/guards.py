@@ -228,18 +228,13 @@ _URL_USERINFO = re.compile(r"(?<=://)[^/\s@]+@")
 # "[at]", "(at)", "{at}", "<at>" and their "dot" twins as "@" and ".". What it finds is masked in the text as
 # written. Not read as addresses: "alice at example dot com" and "alice @ example.com", which prose and prices
 # ("3 @ 5.00 each") spell too.
-_AT_SPELLING = re.compile(
-    r"[@\uff20\ufe6b]|%(?:25)?(?:40|ef%bc%a0|ef%b9%ab)|&(?:#0*64|#x0*40|commat);|\\u0040|[\[({<][ \t]*at[ \t]*[\])}>]",
-    re.IGNORECASE,
-)
-_BRACKETED_AT = re.compile(r"[\[({<][ \t]*at[ \t]*[\])}>]", re.IGNORECASE)
-# Where text as written may differ from text as read.
-_SPELLING = re.compile(
+_ASCII_SPELLING = re.compile(
     r"(?:%(?:25)?[0-9a-f]{2})+|&(?:#\d{1,7}|#x[0-9a-f]{1,6}|[a-z][a-z0-9]{1,15});|\\u[0-9a-f]{4}"
-    r"|[ \t]*[\[({<][ \t]*(?:at|dot)[ \t]*[\])}>][ \t]*|[^\x00-\x7f]+",
+    r"|[ \t]*[\[({<][ \t]*(?:at|dot)[ \t]*[\])}>][ \t]*",
     re.IGNORECASE,
 )
-_ASCII_SPELLING = re.compile(_SPELLING.pattern.removesuffix(r"|[^\x00-\x7f]+"), re.IGNORECASE)
+"""The spellings in ASCII that read otherwise: %-escapes, character references, "\\u" escapes, "[at]", "[dot]"."""
+_BRACKETED_AT = re.compile(r"[\[({<][ \t]*at[ \t]*[\])}>]", re.IGNORECASE)
 _CHUNK = re.compile(r"(?:[ \t]*[\[({<][ \t]*(?:at|dot)[ \t]*[\])}>][ \t]*|\S)+", re.IGNORECASE)
 """A run of text an address cannot cross: no white space but around "[at]" and "[dot]"."""
 _READ_AS: dict[int, str | None] | None = None
@@ -248,7 +243,7 @@ _READ_AS: dict[int, str | None] | None = None
 def mask_pii(text: str) -> str:
     """Mask e-mail addresses, street addresses and URL credentials before text reaches a trace, a log or a record.
 
-    An e-mail address is masked however it is spelled (see `_AT_SPELLING`): ``alice%40example.com``,
+    An e-mail address is masked however it is spelled (see the note above `_ASCII_SPELLING`): ``alice%40example.com``,
     ``alice＠example.com``, ``alice@example。com``, ``alice [at] example [dot] com``, with zero-width characters."""
     if "@" in text:
         text = _URL_USERINFO.sub("<credentials>@", text)
@@ -270,7 +265,7 @@ def _may_be_spelled(text: str) -> bool:
 
 
 def _may_spell_at(text: str) -> bool:
-    """Whether `text` may hold a spelling of "@" (`_AT_SPELLING`), by cheap checks first."""
+    """Whether `text` may hold a spelling of "@", by cheap checks first."""
     return "@" in text or "%" in text or "&" in text or "\\" in text or "\uff20" in text or "\ufe6b" in text or (
         _bracketed_at(text)
     )
@@ -324,12 +319,12 @@ def _shared(one: str, other: str) -> int:
 
 
 def _read(word: str) -> str:
-    """`word` as read for an address (see `_AT_SPELLING`)."""
+    """`word` as read for an address (see the note above `_ASCII_SPELLING`)."""
     return _characters(_ASCII_SPELLING.sub(lambda m: _reading(m.group()), word))
 
 
 def _reading(spelled: str) -> str:
-    """How one spelling that `_SPELLING` found reads."""
+    """How one spelling that `_ASCII_SPELLING` found reads."""
     first = spelled.lstrip(" \t")[:1]
     if first == "%":
         once = urllib.parse.unquote(spelled, errors="replace")
