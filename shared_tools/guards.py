@@ -6,10 +6,14 @@ and `tool_answer` puts it on the trace line, so what a guard decided is recorded
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import math
 import re
+import sys
+import unicodedata
+import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -217,13 +221,133 @@ _STREET = re.compile(
 _URL_USERINFO = re.compile(r"(?<=://)[^/\s@]+@")
 
 
+# Other spellings of an address, as a person, a browser or a mail client reads them. An e-mail address is looked for
+# in the text as read (`_read`): NFKC ("＠" and "﹫" are "@", full-width letters are letters), the ideographic and
+# full-width full stops as ".", format and combining characters (zero-width space and joiners, soft hyphen, bidi
+# marks) dropped, %-escapes decoded (twice, for "%2540"), HTML character references and JSON "\u" escapes read, and
+# "[at]", "(at)", "{at}", "<at>" and their "dot" twins as "@" and ".". What it finds is masked in the text as
+# written. Not read as addresses: "alice at example dot com" and "alice @ example.com", which prose and prices
+# ("3 @ 5.00 each") spell too.
+_ASCII_SPELLING = re.compile(
+    r"(?:%(?:25)?[0-9a-f]{2})+|&(?:#\d{1,7}|#x[0-9a-f]{1,6}|[a-z][a-z0-9]{1,15});|\\u[0-9a-f]{4}"
+    r"|[ \t]*[\[({<][ \t]*(?:at|dot)[ \t]*[\])}>][ \t]*",
+    re.IGNORECASE,
+)
+"""The spellings in ASCII that read otherwise: %-escapes, character references, "\\u" escapes, "[at]", "[dot]"."""
+_BRACKETED_AT = re.compile(r"[\[({<][ \t]*at[ \t]*[\])}>]", re.IGNORECASE)
+_CHUNK = re.compile(r"(?:[ \t]*[\[({<][ \t]*(?:at|dot)[ \t]*[\])}>][ \t]*|\S)+", re.IGNORECASE)
+"""A run of text an address cannot cross: no white space but around "[at]" and "[dot]"."""
+_READ_AS: dict[int, str | None] | None = None
+
+
 def mask_pii(text: str) -> str:
-    """Mask e-mail addresses, street addresses and URL credentials before text reaches a trace, a log or a record."""
+    """Mask e-mail addresses, street addresses and URL credentials before text reaches a trace, a log or a record.
+
+    An e-mail address is masked however it is spelled (see the note above `_ASCII_SPELLING`): ``alice%40example.com``,
+    ``alice＠example.com``, ``alice@example。com``, ``alice [at] example [dot] com``, with zero-width characters."""
     if "@" in text:
-        # Both patterns need an "@": without one, skipping them spares two scans of every tool result (most of
-        # the hand-written loop's own cost per seed job; benchmarks/README.md).
-        text = _EMAIL.sub("<email>", _URL_USERINFO.sub("<credentials>@", text))
+        text = _URL_USERINFO.sub("<credentials>@", text)
+    if not _may_be_spelled(text):
+        # Read as written: the plain pattern, which needs an "@" (skipping it spares a scan of every tool result,
+        # most of the hand-written loop's own cost per seed job; benchmarks/README.md).
+        if "@" in text:
+            text = _EMAIL.sub("<email>", text)
+    elif _may_spell_at(text):
+        text = _mask_emails_as_read(text)
     return _STREET.sub("<address>", text)
+
+
+def _may_be_spelled(text: str) -> bool:
+    """Whether `text` may read differently than it is written (cheap checks first: most text is plain ASCII)."""
+    if not text.isascii():
+        return True
+    return "%" in text or "&" in text or "\\" in text or _bracketed_at(text)
+
+
+def _may_spell_at(text: str) -> bool:
+    """Whether `text` may hold a spelling of "@", by cheap checks first."""
+    return "@" in text or "%" in text or "&" in text or "\\" in text or "\uff20" in text or "\ufe6b" in text or (
+        _bracketed_at(text)
+    )
+
+
+def _bracketed_at(text: str) -> bool:
+    # Most text has no "at" right before a closing bracket: four substring tests spare it the search.
+    low = text.lower()
+    return ("at]" in low or "at)" in low or "at}" in low or "at>" in low) and bool(_BRACKETED_AT.search(text))
+
+
+def _mask_emails_as_read(text: str) -> str:
+    """`text` with every e-mail address in it as read (`_read`) masked where it is written.
+
+    Each run of text an address cannot cross (`_CHUNK`) is read whole; where its reading holds an address, the
+    run is masked from its first address to its last, keeping what stands before and after them unchanged as
+    written (a bracket, a quote, a "mailto:"). Reading whole runs keeps the cost per character in C."""
+    parts: list[str] = []
+    done = 0
+    for chunk in _CHUNK.finditer(text):
+        word = chunk.group()
+        if not _may_spell_at(word):
+            continue
+        read = _read(word)
+        found = [m.span() for m in _EMAIL.finditer(read)]
+        if not found:
+            continue
+        if read == word:
+            masked = _EMAIL.sub("<email>", word)
+        else:
+            # What the written run shares with its reading before the first address and after the last is kept:
+            # it reads the same, so it shows nothing of the address, whatever spelling it belongs to.
+            head = min(found[0][0], _shared(read, word))
+            tail = min(len(read) - found[-1][1], _shared(read[::-1], word[::-1]))
+            masked = word[:head] + "<email>" + word[len(word) - tail :]
+        parts += [text[done : chunk.start()], masked]
+        done = chunk.end()
+    return "".join([*parts, text[done:]]) if parts else text
+
+
+def _shared(one: str, other: str) -> int:
+    """How many characters `one` and `other` start with alike (compared in halves, so no loop per character)."""
+    low, high = 0, min(len(one), len(other))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if one[:middle] == other[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _read(word: str) -> str:
+    """`word` as read for an address (see the note above `_ASCII_SPELLING`)."""
+    return _characters(_ASCII_SPELLING.sub(lambda m: _reading(m.group()), word))
+
+
+def _reading(spelled: str) -> str:
+    """How one spelling that `_ASCII_SPELLING` found reads."""
+    first = spelled.lstrip(" \t")[:1]
+    if first == "%":
+        once = urllib.parse.unquote(spelled, errors="replace")
+        return _characters(urllib.parse.unquote(once, errors="replace") if "%" in once else once)
+    if first == "&":
+        return _characters(html.unescape(spelled))
+    if first == "\\":
+        return _characters(chr(int(spelled[2:], 16)))
+    if first in "[({<" and len(spelled) > 1:
+        return "@" if "at" in spelled.lower() else "."
+    return _characters(spelled)
+
+
+def _characters(text: str) -> str:
+    """`text` as read: format and combining characters dropped, full stops as ".", then NFKC."""
+    global _READ_AS
+    if text.isascii():
+        return text
+    if _READ_AS is None:  # built once, when text other than ASCII is first read (a few tenths of a second)
+        dropped = {"Cf", "Mn", "Me"}
+        _READ_AS = {c: None for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) in dropped}
+        _READ_AS.update(dict.fromkeys(map(ord, "\u3002\uff0e\uff61"), "."))
+    return unicodedata.normalize("NFKC", text.translate(_READ_AS))
 
 
 def mask_values(value: Any) -> Any:

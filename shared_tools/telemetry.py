@@ -70,11 +70,56 @@ CAPTURE_CONTENT_ON = frozenset({"true", "span_only", "span_and_event"})
 """The values that switch content on: ``true``, and the two of opentelemetry-util-genai that put it on spans."""
 SCOPE = "agent-loop-compare"
 """The instrumentation scope every span of ours is written under."""
+MAX_ATTRIBUTE_CHARS = 16 * 1024
+"""The most characters one text attribute of ours holds (a message list, a tool's arguments or result): a longer one
+is cut to this size, ending in `cut_marker` (so a cut JSON attribute no longer parses). One 10 MB argument would
+otherwise be three 10 MB attributes and a 30 MB export; `telemetry_setup` sets the SDK's own limit to the same size
+for spans other code writes."""
+MAX_NAME_CHARS = 256
+"""The most characters of a name or id a model or a user wrote (a tool name, a call id, a thread id), cut alike."""
 
 
 def capture_content() -> bool:
     """Whether messages, tool arguments and results go into spans (read once per run, so a test can flip it)."""
     return os.environ.get(CAPTURE_CONTENT_ENV, "").strip().lower() in CAPTURE_CONTENT_ON
+
+
+def cut_marker(cut: int) -> str:
+    """What ends an attribute `capped` cut: how many characters were cut off."""
+    return f"...[cut {cut} characters]"
+
+
+MASK_MARGIN = 1_024
+"""Characters past `MAX_ATTRIBUTE_CHARS` a long text keeps before it is masked (`_head`): an address that starts
+before the cut is masked whole; what lies further never reaches an attribute, so it is not masked at all."""
+
+
+def _head(text: str) -> str:
+    """The part of a long text an attribute can show, with what was cut counted (`cut_marker`): masking a
+    10 MB text to keep 16 KB of it would cost its whole length."""
+    keep = MAX_ATTRIBUTE_CHARS + MASK_MARGIN
+    return text if len(text) <= keep else text[:keep] + cut_marker(len(text) - keep)
+
+
+def masked_text(text: str) -> str:
+    """`text` masked and `capped`, masking only the part that is kept."""
+    if len(text) <= MAX_ATTRIBUTE_CHARS + MASK_MARGIN:
+        return capped(mask_pii(text))
+    head = mask_pii(text[: MAX_ATTRIBUTE_CHARS + MASK_MARGIN])[: MAX_ATTRIBUTE_CHARS - len(cut_marker(len(text)))]
+    return capped(head) + cut_marker(len(text) - len(head))
+
+
+def capped(text: str, limit: int = MAX_ATTRIBUTE_CHARS) -> str:
+    """`text` as an attribute may hold it: at most `limit` characters (the cut ones counted in `cut_marker`), and
+    encodable as UTF-8 (a lone surrogate, half an emoji, becomes U+FFFD; an exporter would fail on the whole batch)."""
+    if len(text) > limit:
+        keep = max(limit - len(cut_marker(len(text))), 0)
+        text = text[:keep] + cut_marker(len(text) - keep)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
 
 
 def code_of(value: StopReason | Guard) -> str:
@@ -156,7 +201,7 @@ def agent_run(
     if info.name:
         attributes[REQUEST_MODEL] = info.name
     if conversation_id:
-        attributes[CONVERSATION_ID] = mask_pii(conversation_id)
+        attributes[CONVERSATION_ID] = capped(mask_pii(conversation_id), MAX_NAME_CHARS)
     span = tracer.start_span(
         f"{INVOKE_AGENT} {agent}", kind=SpanKind.INTERNAL, attributes=attributes, record_exception=False,
         set_status_on_exception=False,
@@ -219,12 +264,13 @@ class RunSpans:
         `time.time()`): end it with `ChildSpan.answered`, or use it as a context manager."""
         if not self.on:
             return OFF_CHILD
-        name = mask_pii(str(call.get("name") or ""))  # the model's text: an e-mail sent as a tool name stays out
+        # The model's text: an e-mail sent as a tool name stays out.
+        name = capped(mask_pii(str(call.get("name") or "")), MAX_NAME_CHARS)
         attributes: dict[str, Any] = {OPERATION: EXECUTE_TOOL, TOOL_NAME: name, TOOL_TYPE: "function"}
         call_id = call.get("id")
         if call_id:
             self._tools_seen.add(call_id)
-            attributes[TOOL_CALL_ID] = mask_pii(str(call_id))
+            attributes[TOOL_CALL_ID] = capped(mask_pii(str(call_id)), MAX_NAME_CHARS)
         if step is not None:
             attributes[STEP] = step
         if self.capture:
@@ -248,7 +294,7 @@ class RunSpans:
         if span is None or span.span is None:
             span = self.tool(call, step, started=time.time() - duration_s)
         if self.capture and span.span is not None:
-            span.span.set_attribute(TOOL_CALL_RESULT, mask_pii(text))
+            span.span.set_attribute(TOOL_CALL_RESULT, masked_text(text))
         span.stopped(reason, guard)
 
     def answered(
@@ -361,7 +407,7 @@ class ChildSpan:
             span.set_attribute(FINISH_REASONS, [finish_reason(reply)])
             metadata = reply.response_metadata or {}
             if model := metadata.get("model_name") or metadata.get("model"):
-                span.set_attribute(RESPONSE_MODEL, str(model))
+                span.set_attribute(RESPONSE_MODEL, capped(str(model), MAX_NAME_CHARS))
             if self.run.capture:
                 message = {**_message_json(reply), "finish_reason": "tool_call" if reply.tool_calls else "stop"}
                 span.set_attribute(OUTPUT_MESSAGES, _json(mask_values([message])))
@@ -375,7 +421,7 @@ class ChildSpan:
         if guard is not None:
             span.set_attribute(GUARD, code_of(guard))
         if self.run is not None and self.run.capture:
-            span.set_attribute(TOOL_CALL_RESULT, mask_pii(text))
+            span.set_attribute(TOOL_CALL_RESULT, masked_text(text))
         if is_error:
             span.set_attribute(ERROR_TYPE, code_of(guard) if guard is not None else "tool_error")
             span.set_status(Status(StatusCode.ERROR))
@@ -435,12 +481,12 @@ def _message_json(message: BaseMessage) -> dict[str, Any]:
     "tool_call_response", ...}]}``."""
     parts: list[dict[str, Any]] = []
     if isinstance(message, ToolMessage):
-        parts.append({"type": "tool_call_response", "id": message.tool_call_id, "response": message.text})
+        parts.append({"type": "tool_call_response", "id": message.tool_call_id, "response": _head(message.text)})
         return {"role": "tool", "parts": parts}
     if isinstance(message, AIMessage) and (plan := plan_of(message)):
-        parts.append({"type": "reasoning", "content": plan})
+        parts.append({"type": "reasoning", "content": _head(plan)})
     if text := message.text:
-        parts.append({"type": "text", "content": text})
+        parts.append({"type": "text", "content": _head(text)})
     if isinstance(message, AIMessage):
         parts += [
             {"type": "tool_call", "id": c.get("id"), "name": c["name"], "arguments": c["args"]}
@@ -450,4 +496,5 @@ def _message_json(message: BaseMessage) -> dict[str, Any]:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    """A content attribute: `value` as compact JSON, `capped`."""
+    return capped(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 
 ExportKind = Literal["console", "otlp"]
 EXPORT_KINDS: tuple[ExportKind, ...] = ("console", "otlp")
@@ -59,18 +59,39 @@ def setup_tracing(kind: ExportKind | None) -> TracerProvider | None:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         except ImportError:
             raise TracingUnavailable(f"--otel otlp needs the OTLP/HTTP exporter: {INSTALL_HINT}") from None
-        exporter = OTLPSpanExporter()  # endpoint, headers, timeout, compression: from the OTEL_* variables
+        from shared_tools.telemetry_export import OneLineExporter
+
+        otlp = OTLPSpanExporter()  # endpoint, headers, timeout, compression: from the OTEL_* variables
         # The endpoint as the exporter resolved it from the variables (it has no public accessor).
-        _check_receiver(str(getattr(exporter, "_endpoint", "")))
+        endpoint = str(getattr(otlp, "_endpoint", ""))
+        _check_receiver(endpoint)
+        exporter = OneLineExporter(otlp, endpoint)  # a receiver that fails later: one line, and no wait on it again
     resource = Resource.create()  # what OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES say, and the SDK's own
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
-    provider = TracerProvider(resource=resource)  # shuts down (flushing every span) at interpreter exit
+    # Shuts down (flushing every span) at interpreter exit.
+    provider = TracerProvider(resource=resource, span_limits=_span_limits())
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     _flush_when_a_worker_ends(provider)
     multiprocessing_util.register_after_fork(provider, _flush_when_a_worker_ends)
     return provider
+
+
+def _span_limits() -> SpanLimits:
+    """The SDK's limits, as the OTEL_* variables say; unless one sets the length of an attribute's value, it is cut
+    at `telemetry.MAX_ATTRIBUTE_CHARS`: ours are cut there already, this cuts what other code puts on spans (MAF
+    writes its own), which the SDK leaves unbounded by default."""
+    import os
+
+    from opentelemetry.sdk.trace import SpanLimits
+
+    from shared_tools.telemetry import MAX_ATTRIBUTE_CHARS
+
+    variables = ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+    if any(os.environ.get(name, "").strip() for name in variables):
+        return SpanLimits()
+    return SpanLimits(max_span_attribute_length=MAX_ATTRIBUTE_CHARS)
 
 
 def _check_receiver(endpoint: str) -> None:

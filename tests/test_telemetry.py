@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,7 +30,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -636,6 +639,103 @@ def test_content_stays_out_unless_switched_on(
     assert not set(CONTENT_ATTRIBUTES) & set().union(*(attrs(s).keys() for s in spans.finished))
 
 
+# --- content: bounded ------------------------------------------------------------------------------------------
+
+HUGE = 2_000_000
+"""Characters of an argument far past `MAX_ATTRIBUTE_CHARS` (the attack used 10 MB; the cut is the same)."""
+
+
+def echo_tools() -> list[BaseTool]:
+    @tool
+    def lookup(query: str) -> str:
+        """Look a customer up."""
+        return f"no customer {query}"
+
+    return [lookup]
+
+
+def huge_run(name: str, provider: TracerProvider) -> None:
+    """A run whose model sends a `HUGE` argument and a `HUGE` tool name and call id, with content capture on."""
+    calls = call("lookup", "c" * HUGE, query="q" * HUGE), call("n" * HUGE, "u1", query="x")
+    model = ScriptModel(replies=[ai("", *calls), ai("Done.")])
+    contender(name, model, echo_tools(), provider).run("Be brief.", "Find q.")
+
+
+@pytest.mark.parametrize("name", SPAN_CONTENDERS)
+def test_a_huge_argument_is_cut_in_every_attribute_at_the_documented_size(
+    name: str, spans: Spans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
+    huge_run(name, spans.provider)
+    spans.root()
+    values = [(s.name, k, v) for s in spans.finished for k, v in attrs(s).items() if isinstance(v, str)]
+    too_long = [(n, k, len(v)) for n, k, v in values if len(v) > telemetry.MAX_ATTRIBUTE_CHARS]
+    assert too_long == []
+    assert all(len(s.name) <= len("execute_tool ") + telemetry.MAX_NAME_CHARS for s in spans.finished)
+    (ran,) = [s for s in spans.of("execute_tool") if attrs(s)[telemetry.TOOL_NAME] == "lookup"]
+    arguments = attrs(ran)[telemetry.TOOL_CALL_ARGUMENTS]
+    assert arguments.startswith('{"query":"qqq') and kept_and_cut(arguments) == len('{"query":""}') + HUGE
+    assert kept_and_cut(attrs(ran)[telemetry.TOOL_CALL_ID]) == HUGE
+    result = attrs(ran)[telemetry.TOOL_CALL_RESULT]
+    assert result.startswith("no customer qqq") and kept_and_cut(result) == len("no customer ") + HUGE
+    assert len(result) <= telemetry.MAX_ATTRIBUTE_CHARS
+    assert len(attrs(ran)[telemetry.TOOL_CALL_ID]) <= telemetry.MAX_NAME_CHARS
+    for chat in spans.of("chat"):  # the history, the reply: each one attribute, each cut
+        for key in (telemetry.INPUT_MESSAGES, telemetry.OUTPUT_MESSAGES):
+            assert len(attrs(chat)[key]) <= telemetry.MAX_ATTRIBUTE_CHARS
+
+
+def kept_and_cut(value: str) -> int:
+    """How long a `capped` value was: the characters kept plus those its marker counts as cut."""
+    match = re.fullmatch(r"(.*)\.\.\.\[cut (\d+) characters\]", value, re.DOTALL)
+    assert match, value[-60:]
+    assert value == match[1] + telemetry.cut_marker(int(match[2]))
+    return len(match[1]) + int(match[2])
+
+
+def test_a_long_text_is_masked_only_as_far_as_an_attribute_shows_it() -> None:
+    """An address that starts before the cut is masked whole; the count of what was cut is the original's."""
+    email = "ann.lee@example.com"
+    text = "x" * (telemetry.MAX_ATTRIBUTE_CHARS - 40) + f" {email} " + "y" * 10_000_000
+    shown = telemetry.masked_text(text)
+    assert "ann.lee" not in shown and "<email>" in shown and kept_and_cut(shown) == len(text)
+    assert len(shown) <= telemetry.MAX_ATTRIBUTE_CHARS
+
+
+def test_capped_keeps_short_text_and_makes_half_an_emoji_encodable() -> None:
+    assert telemetry.capped("plain") == "plain"
+    assert telemetry.capped("x" * telemetry.MAX_ATTRIBUTE_CHARS) == "x" * telemetry.MAX_ATTRIBUTE_CHARS
+    for size in (51, 100, 10_000, 10_000_000):
+        cut = telemetry.capped("abcdefghij" * (size // 10) + "z" * (size % 10), 50)
+        assert len(cut) <= 50 and cut.startswith("abcdefghij") and kept_and_cut(cut) == size
+    assert telemetry.capped("a \ud83d b \ud83d\udcda") == "a \ufffd b \U0001f4da"
+
+
+def test_tracing_set_up_for_the_faces_cuts_every_attribute_unless_a_variable_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shared_tools.telemetry_setup import _span_limits
+
+    for name in ("OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+        monkeypatch.delenv(name, raising=False)
+    assert _span_limits().max_span_attribute_length == telemetry.MAX_ATTRIBUTE_CHARS
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "100")
+    assert _span_limits().max_span_attribute_length == 100
+
+
+@pytest.mark.parametrize("name", ["handwritten", "create-agent"])
+@pytest.mark.parametrize("spelled", ["quill%40example.com", "quill\uff20example.com", "qu\u200bill@exam\u200bple.com",
+                                     "quill [at] example [dot] com", "quill@example\u3002com"])  # fmt: skip
+def test_an_email_address_in_another_spelling_reaches_no_attribute(
+    name: str, spelled: str, spans: Spans, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
+    model = ScriptModel(replies=[ai("", call("lookup", f"id-{spelled}", query=spelled)), ai(f"Mailed {spelled}.")])
+    contender(name, model, echo_tools(), spans.provider).run("Be brief.", f"I am {spelled}.")
+    text = everything_in(spans.finished)
+    assert "<email>" in text and "quill" not in text and "ill@" not in text
+
+
 # --- the property: personal data and secrets never reach a span -------------------------------------------
 
 _word = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=3, max_size=8)
@@ -765,6 +865,45 @@ def test_spans_go_over_otlp_http_as_protobuf_the_collector_can_read() -> None:
     assert chat_attributes["gen_ai.response.finish_reasons"] == ["tool_calls"]
 
 
+def test_a_huge_argument_goes_over_otlp_as_a_request_of_bounded_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, "true")
+    with Receiver() as receiver:
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces")))
+        huge_run("handwritten", provider)
+        provider.shutdown()
+        received = receiver.spans()
+    assert len(received) == 5  # the run, two chats, two tools (one unknown)
+    sizes = [len(body) for _, _, body in receiver.bodies]
+    # Six spans of at most a few attributes of MAX_ATTRIBUTE_CHARS each, where one was 3 x 10 MB.
+    assert sum(sizes) < 12 * telemetry.MAX_ATTRIBUTE_CHARS, sizes
+
+
+@pytest.mark.parametrize("capture", ["true", "false"])
+def test_half_an_emoji_in_a_run_goes_over_otlp_with_every_span(capture: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone surrogate in a tool's name, its call id, its arguments, its result and the answer: the batch is
+    encoded and sent whole (protobuf takes no half emoji: the exporter dropped the batch), the half as U+FFFD."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, capture)
+    half = "\ud83d"
+    model = ScriptModel(replies=[ai("", call("lookup", f"id{half}", query=f"moth {half}"), call(f"x{half}", "u1")),
+                                 ai(f"Done {half}.")])  # fmt: skip
+    with Receiver() as receiver:
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces")))
+        contender("handwritten", model, echo_tools(), provider).run("Be brief.", f"Find {half}.")
+        provider.shutdown()
+        received = receiver.spans()
+    assert sorted(span.name for _, span in received) == [
+        "chat", "chat", "execute_tool lookup", "execute_tool x\ufffd", "invoke_agent handwritten"
+    ]  # fmt: skip
+    ids = [_value(a.value) for _, span in received for a in span.attributes if a.key == telemetry.TOOL_CALL_ID]
+    assert "id\ufffd" in ids
+
+
 def _compare(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(ROOT / "compare.py"), *args], capture_output=True, text=True, timeout=120,
@@ -824,6 +963,98 @@ def test_otel_without_a_receiver_is_one_line_and_exit_2_before_anything_runs(tmp
     assert done.stderr.count("\n") == 1 and "nothing accepts OTLP/HTTP at http://127.0.0.1:9/v1/traces" in done.stderr
 
 
+class Silent:
+    """A receiver that accepts every connection and never answers (a hung collector); counts the connections."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.accepted: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.accepted.append(self.server.accept()[0])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.getsockname()[1]}"
+
+    def __enter__(self) -> Silent:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+def test_a_receiver_that_hangs_after_the_check_is_one_line_and_waited_for_once() -> None:
+    """Many batches (five spans each), a receiver that takes the connections and never answers: one line of ours,
+    no traceback, exit 0, and one export waited for (then the rest are dropped at once), not one per batch."""
+    with Silent() as receiver:
+        done = _compare(
+            "bookstore", "orders", "--contenders", "handwritten,langgraph", "--otel", "otlp",
+            env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+                 "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "5"},
+        )  # fmt: skip
+        connections = len(receiver.accepted)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and "spans not sent: the OTLP receiver at" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert connections <= 3, f"the check and one export (a retry at most), not one per batch: {connections}"
+
+
+def test_a_failing_receiver_is_said_once_rested_from_and_tried_again(caplog: pytest.LogCaptureFixture) -> None:
+    """The real OTLP exporter against a receiver that answers 500: one error line per outage, batches dropped
+    without a request while resting, the receiver tried again after the rest, and a line when it is back."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    from shared_tools.telemetry_export import OneLineExporter
+
+    answers = [500, 500, 200]
+    requests: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            requests.append(self.path)
+            self.send_response(answers[min(len(requests), len(answers)) - 1])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    recorded = Spans()
+    with telemetry.agent_run("demo", make_model("scripted"), provider=recorded.provider):
+        pass
+    [span] = recorded.finished
+    try:
+        exporter = OneLineExporter(OTLPSpanExporter(endpoint=endpoint), endpoint, quiet_s=3600)
+        with caplog.at_level(logging.WARNING):
+            assert exporter.export([span]) is SpanExportResult.FAILURE
+            assert exporter.export([span]) is SpanExportResult.FAILURE  # resting: no request
+            assert len(requests) == 1 and exporter.dropped == 2
+            exporter.quiet_s = 0.0
+            exporter._resting_until = 0.0
+            assert exporter.export([span]) is SpanExportResult.FAILURE  # tried again: still down, said once
+            assert exporter.export([span]) is SpanExportResult.SUCCESS
+        lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(requests) == 3
+        assert [line.split(":")[0] for line in lines] == ["spans not sent", "the OTLP receiver at http"], lines
+    finally:
+        exporter.shutdown()
+        server.shutdown()
+        server.server_close()
+        recorded.provider.shutdown()
+
+
 def test_otel_without_the_extra_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     import compare
 
@@ -839,9 +1070,10 @@ def test_otel_without_the_extra_is_one_line_and_exit_2(monkeypatch: pytest.Monke
 
 BARE_FRAMEWORK_RUN = """
 import json
+import re
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from langchain.agents import create_agent
 from langgraph.graph import START, MessagesState, StateGraph
@@ -917,9 +1149,10 @@ def test_the_tracing_row_a_call_create_agent_answers_itself_fires_no_tool_callba
 
 MAF_AND_OURS = """
 import json
+import re
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 exporter = InMemorySpanExporter()
 provider = TracerProvider()

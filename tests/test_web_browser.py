@@ -358,3 +358,42 @@ def test_a_turn_stopped_mid_write_is_ended_and_the_next_question_is_a_new_turn(
         wait.until(lambda _: tab.store.cart(tab.panes[contender].customer).quantity_of(7) == 1)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / f"stopped-{contender}.png"))
+
+
+def test_a_reply_with_half_an_emoji_keeps_the_tab_live_and_answering(
+    browser: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both panes' model answers with lone surrogates (half an emoji): the page shows the answer, a reload shows it
+    again, and the next question is answered in both panes."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from comparison.scenarios import CART_QUESTION
+    from tests.test_web_routes import replies_with_half_an_emoji
+
+    replies_with_half_an_emoji(monkeypatch)
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = WebDriverWait(driver, WAIT_S)
+    names = ("handwritten", "langgraph")
+
+    def said(name: str) -> list[str]:
+        return [e.text for e in driver.find_elements(By.CSS_SELECTOR, f'.pane[data-pane="{name}"] .msg.assistant')]
+
+    first = "Half \ufffd here; whole \U0001f4da there."
+    with running_server(create_app(tmp_path / "web")) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        type_and_send(driver, SEED_GOAL)
+        for name in names:
+            wait.until(lambda _, n=name: said(n) == [first])
+        driver.refresh()
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        for name in names:
+            wait.until(lambda _, n=name: said(n) == [first])
+        type_and_send(driver, CART_QUESTION)
+        for name in names:
+            wait.until(lambda _, n=name: said(n) == [first, "Your cart is empty."])
+        assert driver.find_element(By.ID, "conn").text == "live"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "half-an-emoji.png"))

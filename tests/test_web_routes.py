@@ -932,3 +932,153 @@ def test_unused_tabs_expire_and_stored_tabs_are_capped(data: Path) -> None:
         # Unused past the limit: gone when the server starts; reopening such a tab starts it afresh.
         assert not [p.name for p in folder.iterdir()], (kept, newest)
         assert all(p["transcript"] == [] for p in state(client, kept)["panes"])
+
+
+# --- text no encoder takes: half an emoji ------------------------------------------------------------------------
+
+
+def replies_with_half_an_emoji(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every pane's model searches with half an emoji in the query, answers with a lone half and with two halves
+    that were streamed apart (as separate surrogates), then answers plainly. Text past the model's boundary, as a
+    model that escapes each half of a surrogate pair on its own leaves it when nothing there replaces it."""
+    from tests.doubles import ScriptModel, ai, call
+
+    def model(spec: str) -> ScriptModel:
+        search = ai("", call("search_books", "search-1", query="moth \ud83d"))
+        answer = ai("Half \udcda here; whole \ud83d\udcda there.")
+        return ScriptModel(replies=[search, answer, ai("Your cart is empty.")])
+
+    monkeypatch.setattr("webdemo.panes.make_model", model)
+
+
+def test_a_reply_with_half_an_emoji_leaves_the_tab_readable_and_answering(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state, the event stream (its hello and every event of the turn) and the next question all work after
+    a reply holding lone surrogates: a lone half shows as U+FFFD, two halves in a row as their emoji."""
+    from comparison.scenarios import CART_QUESTION
+
+    replies_with_half_an_emoji(monkeypatch)
+    with running_server(create_app(data)) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        tab = http.post("/api/tabs", json={}).json()["tab"]
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:
+            lines = stream.iter_lines()
+            read_events(lines, lambda e: len(e) == 1)
+            assert http.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+            events = read_events(lines, ended)
+        answers = [e["report"]["answer"] for e in events if e["type"] == "turn_end"]
+        assert answers == ["Half \ufffd here; whole \U0001f4da there."] * 2, answers
+        details = [e["event"]["detail"] for e in events if e["type"] == "trace" and e["event"]["name"] != "model"]
+        assert details and all("moth \ufffd" in d for d in details), details
+        response = http.get("/api/state", params={"tab": tab})
+        assert response.status_code == 200, response.text
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:  # a reload: the hello holds it all
+            lines = stream.iter_lines()
+            [hello] = read_events(lines, lambda e: len(e) == 1)
+            said = [m["text"] for p in hello["state"]["panes"] for m in p["transcript"] if m["role"] == "assistant"]
+            assert said == ["Half \ufffd here; whole \U0001f4da there."] * 2, said
+            assert http.post("/api/turn", json={"tab": tab, "text": CART_QUESTION}).status_code == 202
+            after = read_events(lines, ended)
+        assert [e["report"]["answer"] for e in after if e["type"] == "turn_end"] == ["Your cart is empty."] * 2
+
+
+# --- a huge reply -----------------------------------------------------------------------------------------------------
+
+
+def test_a_huge_reply_reaches_the_page_cut_to_a_bounded_state_and_events(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that plans, searches and answers with 1 MB each (10 MB in the attack: a 60 MB state and 80 MB of
+    events): each text the page is sent is cut, saying so, and the tab answers the next question."""
+    from comparison.scenarios import CART_QUESTION
+    from tests.doubles import ScriptModel, ai, call
+    from webdemo.panes import MAX_SHOWN_CHARS
+
+    big = 1_000_000
+
+    def model(spec: str) -> ScriptModel:
+        search = ai("p" * big, call("search_books", "search-1", query="q" * big))
+        return ScriptModel(replies=[search, ai("a" * big), ai("Your cart is empty.")])
+
+    monkeypatch.setattr("webdemo.panes.make_model", model)
+    with running_server(create_app(data)) as url, httpx.Client(base_url=url, timeout=WAIT_S) as http:
+        tab = http.post("/api/tabs", json={}).json()["tab"]
+        with http.stream("GET", "/api/events", params={"tab": tab}) as stream:
+            lines = stream.iter_lines()
+            read_events(lines, lambda e: len(e) == 1)
+            assert http.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+            events = read_events(lines, ended)
+            sizes = [len(json.dumps(e)) for e in events]
+            assert max(sizes) < MAX_SHOWN_CHARS + 1_000 and sum(sizes) < 10 * MAX_SHOWN_CHARS, sorted(sizes)[-5:]
+            answers = [e["report"]["answer"] for e in events if e["type"] == "turn_end"]
+            assert answers == ["a" * MAX_SHOWN_CHARS + f"... [{big - MAX_SHOWN_CHARS:,} more characters not shown]"] * 2
+            streamed: dict[tuple[str, int], str] = {}
+            for e in events:
+                if e["type"] == "token":
+                    streamed[e["pane"], e["step"]] = streamed.get((e["pane"], e["step"]), "") + e["text"]
+            # Each model call's text, streamed: its first MAX_SHOWN_CHARS characters, then a note.
+            assert sorted(text[0] for text in streamed.values()) == ["a", "a", "p", "p"]
+            assert all(text == text[0] * MAX_SHOWN_CHARS + "... [the rest is not shown]" for text in streamed.values())
+            response = http.get("/api/state", params={"tab": tab})
+            assert response.status_code == 200 and len(response.content) < 10 * MAX_SHOWN_CHARS
+            assert http.post("/api/turn", json={"tab": tab, "text": CART_QUESTION}).status_code == 202
+            after = read_events(lines, ended)
+        assert [e["report"]["answer"] for e in after if e["type"] == "turn_end"] == ["Your cart is empty."] * 2
+
+
+def test_arguments_too_large_or_too_deep_for_the_page_are_sent_as_a_sentence_or_cut_text() -> None:
+    from webdemo.panes import MAX_SHOWN_CHARS, shown_args
+
+    assert shown_args({"book_id": 7, "quantity": 2}) == {"book_id": 7, "quantity": 2}
+    huge = shown_args({"note": "n" * 100_000})
+    assert isinstance(huge, str) and huge.startswith('{"note": "nnn') and len(huge) < MAX_SHOWN_CHARS + 100
+    deep: Any = 1
+    for _ in range(100_000):
+        deep = [deep]
+    assert shown_args(deep) == "(arguments nested too deeply to show)"
+
+
+def test_half_an_emoji_in_any_field_of_any_route_is_a_4xx_and_in_a_report_is_shown(client: TestClient) -> None:
+    """A lone surrogate (sent as a JSON escape) as a tab id, a pane, an approval id, a persona, a contender or a
+    scenario name gets a 4xx with a sentence; a report holding one (a model's text) is served, the half as U+FFFD."""
+    half = "\ud83d"
+    tab = new_tab(client)
+
+    def post(path: str, body: dict[str, Any]) -> int:
+        raw = json.dumps(body)  # ASCII: the half travels as its escape, as a browser's JSON.stringify sends it
+        response = client.post(path, content=raw, headers={"Content-Type": "application/json"})
+        assert response.json()["error"], response.text
+        return response.status_code
+
+    for path in ("/api/state", "/api/events", "/api/report/scenario"):  # the half's bytes, %-escaped
+        assert client.get(f"{path}?tab={tab}%ED%A0%BD").status_code == 400
+    codes = [
+        post("/api/turn", {"tab": half, "text": SEED_GOAL}), post("/api/turn", {"tab": tab, "text": half}),
+        post("/api/settings", {"tab": tab, "persona": half}), post("/api/settings", {"tab": tab, "contenders": [half]}),
+        post("/api/approve", {"tab": tab, "pane": half, "id": half, "approved": True}),
+        post("/api/approve", {"tab": tab, "pane": "handwritten", "id": half, "approved": True}),
+        post("/api/rewind", {"tab": tab, "pane": half}), post("/api/scenario", {"tab": tab, "scenarios": [half]}),
+        post("/api/eval", {"tab": tab, "scenarios": [half]}), post("/api/stale", {"tab": half}),
+    ]  # fmt: skip
+    assert all(400 <= code < 500 for code in codes), codes
+    [opened] = client.app.state.tabs._open.values()  # type: ignore[attr-defined]
+    opened.reports["scenario"] = f"<p>half {half} here</p>"
+    report = client.get("/api/report/scenario", params={"tab": tab})
+    assert report.status_code == 200 and report.text == "<p>half \ufffd here</p>"
+    assert state(client, tab)["panes"]
+
+
+def test_a_model_error_of_a_megabyte_is_one_cut_line_on_the_page(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.doubles import ScriptModel
+    from webdemo.panes import MAX_DETAIL_CHARS
+
+    def down(messages: list[Any]) -> Any:
+        raise ConnectionError("the model server said: " + "x" * 1_000_000)
+
+    monkeypatch.setattr("webdemo.panes.make_model", lambda spec: ScriptModel(replies=[down, down]))
+    with TestClient(create_app(data), base_url=BASE) as client:
+        tab = new_tab(client)
+        done = ask(client, tab, SEED_GOAL)
+        errors = [p["last"]["error"] for p in done["panes"]]
+        assert all(e.startswith("ConnectionError: the model server said: xxx") for e in errors), errors
+        assert all(len(e) < MAX_DETAIL_CHARS + 100 and e.endswith("more characters not shown]") for e in errors)

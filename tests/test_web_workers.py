@@ -625,3 +625,23 @@ def test_a_worker_killed_mid_turn_after_its_adds_leaves_one_copy_and_usable_pane
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
+
+
+def report_with_half_an_emoji(names: list[str], model: str, folder: Path | None) -> str:
+    """A scenario report whose model wrote half an emoji (run in the job's spawned child, so at module level)."""
+    return "<p>the model said \ud83d</p>"
+
+
+def test_a_report_with_half_an_emoji_is_kept_for_every_worker(
+    two_workers: tuple[TestClient, TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("webdemo.server._scenario_report", report_with_half_an_emoji)
+    a, b = two_workers
+    tab = new_tab(a)
+    assert a.post("/api/scenario", json={"tab": tab, "scenarios": ["bookstore"]}).status_code == 202
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and (state(a, tab)["jobs"] or not state(a, tab)["reports"]):
+        time.sleep(0.05)
+    report = b.get("/api/report/scenario", params={"tab": tab})  # the other worker reads it from Postgres
+    assert report.status_code == 200, report.text
+    assert report.text == "<p>the model said \ufffd</p>"

@@ -63,6 +63,14 @@ MAX_TRANSCRIPT = 200
 """Messages of a pane's transcript kept for the page (the session itself keeps everything)."""
 MAX_TRACE = 400
 """Trace lines of a pane's current turn kept for a reload."""
+MAX_SHOWN_CHARS = 16_000
+"""The most characters of one text the page is sent (a message, a trace line's detail, a request's arguments, what
+one model call streams); the rest is cut, saying how much. A 10 MB reply was a 60 MB state and 80 MB of events; the
+session keeps the whole text."""
+MAX_NAME_CHARS = 200
+"""The most characters of a tool's name the page is sent (the model writes it)."""
+MAX_DETAIL_CHARS = 2_000
+"""The most characters of a trace line's detail the page is sent (one line of the trace)."""
 MAX_STREAMS_PER_TAB = 4
 """Event streams one tab may hold open; one more ends the tab's oldest (a page needs one; a few for reloads)."""
 SUBSCRIBER_QUEUE = 2_000
@@ -85,8 +93,8 @@ _SERVER_PATH = re.compile(r"(?:/[\w.+-]+)+/([\w.+-]+)")
 
 def for_page(exc: BaseException) -> str:
     """An error as the page shows it: its kind and sentence, with every file path on the server cut to its last
-    name (where the server keeps its data is not the page's business)."""
-    return _SERVER_PATH.sub(r"\1", f"{type(exc).__name__}: {exc}")
+    name (where the server keeps its data is not the page's business), at most `MAX_DETAIL_CHARS` of it."""
+    return shown(_SERVER_PATH.sub(r"\1", f"{type(exc).__name__}: {exc}"), MAX_DETAIL_CHARS)
 
 
 class CartCheck(StrEnum):
@@ -268,14 +276,31 @@ class Hub:
                 self._stop(queue)
 
 
+def shown(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
+    """`text` as the page is sent it: at most `limit` characters and a note of how many more there were."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... [{len(text) - limit:,} more characters not shown]"
+
+
+def shown_args(args: Any) -> Any:
+    """A tool call's arguments as the page is sent them: as they are, or (past `MAX_SHOWN_CHARS` as JSON) as the
+    cut JSON text."""
+    try:
+        text = json.dumps(args, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError):
+        return "(arguments nested too deeply to show)"
+    return args if len(text) <= MAX_SHOWN_CHARS else shown(text)
+
+
 def trace_json(event: TraceEvent) -> dict[str, Any]:
     """A trace line as the page shows it: typed fields, never parsed from the text line."""
     return {
         "step": event.step,
-        "name": event.name,
+        "name": shown(event.name, MAX_NAME_CHARS),
         "ms": round(event.duration_s * 1000, 1),
         "end_ms": round(event.ended_at * 1000, 3),  # the wall clock at the call's end: the waterfall's axis
-        "detail": event.detail,
+        "detail": shown(event.detail, MAX_DETAIL_CHARS),
         "tokens": event.tokens,
         "is_model": event.is_model,
         "is_error": event.is_error,
@@ -370,7 +395,9 @@ class ApprovalBridge:
 
 
 def question_json(request_id: str, call: ToolCall | dict[str, Any], reason: str) -> dict[str, Any]:
-    return {"id": request_id, "tool": call.get("name"), "args": call.get("args"), "reason": reason}
+    name = call.get("name")
+    tool = shown(name, MAX_NAME_CHARS) if isinstance(name, str) else name
+    return {"id": request_id, "tool": tool, "args": shown_args(call.get("args")), "reason": shown(reason)}
 
 
 class PaneHuman:
@@ -443,13 +470,13 @@ def transcript_of(messages: list[BaseMessage]) -> list[dict[str, str]]:
     """What the customer saw of a conversation: their questions and the final answers (no tool traffic)."""
     from shared_tools.history import is_user_turn
 
-    shown: list[dict[str, str]] = []
+    said: list[dict[str, str]] = []
     for message in messages:
         if isinstance(message, HumanMessage) and is_user_turn(message):
-            shown.append({"role": "user", "text": message.text})
+            said.append({"role": "user", "text": shown(message.text)})
         elif isinstance(message, AIMessage) and not message.tool_calls and message.text.strip():
-            shown.append({"role": "assistant", "text": message.text})
-    return shown[-MAX_TRANSCRIPT:]
+            said.append({"role": "assistant", "text": shown(message.text)})
+    return said[-MAX_TRANSCRIPT:]
 
 
 class Pane:
@@ -467,6 +494,8 @@ class Pane:
         self.runner: TurnRunner | None = None
         self.task: asyncio.Task[None] | None = None
         self.transcript: list[dict[str, str]] = []
+        self._streamed: dict[tuple[int, str], int] = {}
+        """Characters of each (step, kind) of the turn's reply sent to the page token by token."""
         self.trace: list[dict[str, Any]] = []
         self.tokens = 0
         self.last: dict[str, Any] | None = None
@@ -593,8 +622,14 @@ class Pane:
 
     def _on_token(self, token: Any) -> None:
         text, kind, step = _token_parts(token)
-        if text:
-            self.tab.hub.publish({"type": "token", "pane": self.contender, "text": text, "kind": kind, "step": step})
+        sent = self._streamed.get((step, kind), 0)
+        if not text or sent > MAX_SHOWN_CHARS:
+            return
+        if sent + len(text) > MAX_SHOWN_CHARS:  # the rest of this reply is not streamed; its end says so
+            text = text[: MAX_SHOWN_CHARS - sent] + "... [the rest is not shown]"
+            sent = MAX_SHOWN_CHARS
+        self._streamed[(step, kind)] = sent + len(text)
+        self.tab.hub.publish({"type": "token", "pane": self.contender, "text": text, "kind": kind, "step": step})
 
     # --- turns -----------------------------------------------------------------------------------------------
 
@@ -604,6 +639,7 @@ class Pane:
         self.runner = runner
         self.trace = []
         self.tokens = 0
+        self._streamed.clear()
         self.phase = Phase.RUNNING
         if question is not None:
             self.transcript.append({"role": "user", "text": question})
@@ -653,7 +689,8 @@ class Pane:
         if report.get("answer"):
             self.transcript.append({"role": "assistant", "text": report["answer"]})
             del self.transcript[:-MAX_TRANSCRIPT]
-        self.graph_pending = report.get("graph_pending") or []
+        # The page is sent the requests (`state`'s pending, an approval event), never the paused calls themselves.
+        self.graph_pending = report.pop("graph_pending", None) or []
         self.graph_answers = {}
         self.phase = Phase.AWAITING_APPROVAL if self.graph_pending else Phase.IDLE
         tabs = self.tab.tabs
@@ -676,7 +713,8 @@ class Pane:
         """A finished turn for the page: typed facts only (the cart check is computed here, not in the page)."""
         cart = self.tab.store.cart(self.customer)
         total = money(cart.total)
-        answer = result.user_message() if result.stop_reason is not StopReason.AWAITING_APPROVAL else None
+        said = result.user_message() if result.stop_reason is not StopReason.AWAITING_APPROVAL else None
+        answer = None if said is None else shown(said)
         return {
             "stop_reason": str(result.stop_reason),
             "done": result.ok,
@@ -706,6 +744,7 @@ class Pane:
         finished = await self._graph_call("acontinue_unfinished", None, cancel)
         if finished is not None:
             said = finished.user_message() if finished.stop_reason is not StopReason.AWAITING_APPROVAL else None
+            said = None if said is None else shown(said)
             if said:
                 self.transcript.insert(len(self.transcript) - 1, {"role": "assistant", "text": said})
             self.tab.hub.publish({"type": "finished_earlier", "pane": self.contender,

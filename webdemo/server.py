@@ -182,15 +182,15 @@ def create_app(
             tab.gone_timer.cancel()
             tab.gone_timer = None
 
-        async def stream() -> AsyncIterator[str]:
+        async def stream() -> AsyncIterator[bytes]:
             try:
-                yield "retry: 1000\n\n"
+                yield b"retry: 1000\n\n"
                 yield _sse({"type": "hello", "state": tab.state()})
                 while True:
                     try:
                         event = await asyncio.wait_for(queue.get(), HEARTBEAT_S)
                     except TimeoutError:
-                        yield ": ping\n\n"
+                        yield b": ping\n\n"
                         continue
                     if event is None:  # dropped for reading too slowly: the page reconnects and reloads
                         return
@@ -393,7 +393,7 @@ def create_app(
             tab.hub.publish({"type": "job", "kind": kind, "status": "running"})
             keeper = None if shared is None else asyncio.get_running_loop().create_task(keep_claim())
             try:
-                html = await run_in_child(function, *args)
+                html = _encoded(await run_in_child(function, *args)).decode("utf-8")  # Postgres takes no half emoji
                 tab.reports[kind] = html
                 if shared is not None:
                     await _in_worker(lambda: shared.put_report(tab.key, kind, html))
@@ -424,7 +424,7 @@ def create_app(
             html = await _in_worker(lambda: shared.report(tab.key, kind))
         if html is None:
             raise BadRequest(404, f"no {kind} report in this tab yet; run one first")
-        return HTMLResponse(html, headers={**SECURITY_HEADERS, "Content-Security-Policy": REPORT_CSP})
+        return HTMLResponse(_encoded(html), headers={**SECURITY_HEADERS, "Content-Security-Policy": REPORT_CSP})
 
     async def _in_worker(call: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(executor, call)
@@ -484,13 +484,27 @@ def _resuming(pane: Pane, answers: list[bool]) -> Callable[[TurnRunner], Awaitab
 
 
 def _json(data: Any, status: int = 200) -> Response:
-    body = json.dumps(data, ensure_ascii=False, default=str)
-    return Response(body, status, media_type="application/json", headers=SECURITY_HEADERS)
+    return Response(_utf8(data), status, media_type="application/json", headers=SECURITY_HEADERS)
 
 
-def _sse(event: dict[str, Any]) -> str:
+def _sse(event: dict[str, Any]) -> bytes:
     # json.dumps never emits a raw newline, so one event is one `data:` line.
-    return f"data: {json.dumps(event, ensure_ascii=False, default=str)}\n\n"
+    return b"data: " + _utf8(event) + b"\n\n"
+
+
+def _utf8(data: Any) -> bytes:
+    """`data` as JSON in UTF-8 (`_encoded`)."""
+    return _encoded(json.dumps(data, ensure_ascii=False, default=str))
+
+
+def _encoded(text: str) -> bytes:
+    """`text` in UTF-8, whatever a model put in it: a surrogate left alone (half an emoji streamed as two escapes,
+    or one half only) cannot be encoded, so two halves in a row become their character again and a lone half
+    becomes U+FFFD. Never an exception: one such reply must not make a tab's state or report unreadable."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode("utf-8")
 
 
 def _json_only(request: Request) -> None:
