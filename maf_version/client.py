@@ -42,6 +42,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared_tools import guards
 from shared_tools.history import among_other_conversations
+from shared_tools.replies import checked_reply
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +270,7 @@ def reply_message(reply: BaseMessage, history: Sequence[BaseMessage]) -> Message
     """
     if not isinstance(reply, AIMessage):
         raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
-    reply = guards.with_call_ids(reply, history)
+    reply = guards.with_call_ids(checked_reply(reply), history)
     contents: list[Content] = []
     plan = reply.additional_kwargs.get("reasoning_content")
     if isinstance(plan, str) and plan:

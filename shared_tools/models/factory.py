@@ -135,7 +135,7 @@ def apply_base_url(spec: str, base_url: str | None) -> None:
 def _openai_model(
     model: str, base_url: str, *, max_tokens: int, timeout_s: float | None, seed: int | None
 ) -> BaseChatModel:
-    from shared_tools.models.openai_compat import NO_KEY, CompatChatOpenAI, async_http_client
+    from shared_tools.models.openai_compat import NO_KEY, CompatChatOpenAI, async_http_client, sync_http_client
 
     return CompatChatOpenAI(
         model=model,
@@ -146,6 +146,7 @@ def _openai_model(
         max_tokens=max_tokens,
         timeout=timeout_s,
         stream_chunk_timeout=timeout_s,
+        http_client=sync_http_client(timeout_s),
         http_async_client=async_http_client(timeout_s),
         # A retry would hide a failure behind minutes of waiting; the agents report it, once.
         max_retries=0,
