@@ -42,7 +42,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared_tools import guards
 from shared_tools.history import among_other_conversations
-from shared_tools.replies import checked_reply
+from shared_tools.replies import JoinedPieces, checked_reply
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +91,22 @@ class LangChainChatClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTele
         """The reply as MAF updates: the plan and text pieces as they arrive; the tool calls, merged from their
         chunks, and the usage in one last update (nothing can run on half a call's arguments)."""
         chunks: list[BaseMessage] = []
+        # MAF joins the pieces into the answer itself: an emoji split across two chunks is joined here first.
+        plans, texts = JoinedPieces(), JoinedPieces()
         async for chunk in bound.astream(history):
             chunks.append(chunk)
             contents = []
             plan = chunk.additional_kwargs.get("reasoning_content")
-            if isinstance(plan, str) and plan:
+            if isinstance(plan, str) and (plan := plans.piece(plan)):
                 contents.append(Content.from_text_reasoning(text=plan))
-            if text := str(chunk.text):
+            if text := texts.piece(str(chunk.text)):
                 contents.append(Content.from_text(text))
             if contents:
                 yield ChatResponseUpdate(role="assistant", contents=contents)
+        rest = [Content.from_text_reasoning(text=plan)] if (plan := plans.rest()) else []
+        rest += [Content.from_text(text)] if (text := texts.rest()) else []
+        if rest:
+            yield ChatResponseUpdate(role="assistant", contents=rest)
         reply = merge_chunks(chunks)
         calls = [c for c in reply_message(reply, history).contents if c.type == "function_call"]
         usage = usage_of(reply)

@@ -31,6 +31,24 @@ def whole_text(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
+class JoinedPieces:
+    """The pieces of one streamed text, each made whole: a piece ending in the first half of a surrogate pair
+    holds it back until the next piece brings the second half (an emoji split across two chunks)."""
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def piece(self, text: str) -> str:
+        text = self._held + text
+        self._held = text[-1] if text and "\ud800" <= text[-1] <= "\udbff" else ""
+        return whole_text(text[:-1] if self._held else text)
+
+    def rest(self) -> str:
+        """What is still held back when the stream ends: a lone half, as U+FFFD."""
+        held, self._held = self._held, ""
+        return whole_text(held)
+
+
 def depth_of(value: Any, limit: int = MAX_ARGS_DEPTH) -> int:
     """How deeply `value` nests dicts, lists and tuples (a scalar is 0), counted without recursion; stops
     counting once past `limit` (returns limit + 1)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -103,9 +103,11 @@ class Answer:
 @dataclass
 class HostileServer:
     """Serve `script` on 127.0.0.1 (a free port) until the `with` block ends; a script that runs out answers a
-    plain "Done." (so a contender that asks once more still ends), counted in `unscripted`."""
+    plain "Done." (so a contender that asks once more still ends), counted in `unscripted`. With `rule`, each
+    request is answered by `rule(body)` instead (a body whose last message is the user's is a new run)."""
 
     script: Sequence[Answer] = ()
+    rule: Callable[[dict[str, Any]], Answer] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     unscripted: int = 0
     _left: list[Answer] = field(default_factory=list)
@@ -140,6 +142,8 @@ class HostileServer:
     def _next(self, body: dict[str, Any]) -> Answer:
         with self._lock:
             self.requests.append(body)
+            if self.rule is not None:
+                return self.rule(body)
             if self._left:
                 return self._left.pop(0)
             self.unscripted += 1
@@ -199,3 +203,9 @@ def _handler_for(server: HostileServer) -> type[BaseHTTPRequestHandler]:
                     return
 
     return Handler
+
+
+def asked_by_the_user(body: dict[str, Any]) -> bool:
+    """Whether a request is a run's first model call: its last message is the user's question."""
+    messages = body.get("messages") or [{}]
+    return messages[-1].get("role") == "user"

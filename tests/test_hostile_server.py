@@ -1,0 +1,237 @@
+"""A hostile OpenAI-compatible server on loopback, against every contender, `chat` and `compare.py`.
+
+The real client (`make_model("openai:...")`) against tests/openai_hostile.py: arguments nested 600 levels deep or
+that are no JSON object, a reply with no choice, usage that is no number, a split emoji and a lone surrogate, an
+HTTP 400, a server that trickles. Each one is an invalid reply the run stops on, a one-line failed call, or text
+made whole (`shared_tools.replies.checked_reply`): never a traceback, and nothing it sends poisons what is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from comparison.contenders import CONTENDERS, build_contender
+from comparison.records import masked_trace
+from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
+from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.tools import make_tools
+from shared_tools.models import ModelCallFailed, make_model
+from shared_tools.results import AgentOptions, AgentResult, StopReason, Token
+from tests.openai_hostile import USAGE, Answer, HostileServer, asked_by_the_user, call_json
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL = list(CONTENDERS)
+OUR_LOOPS = [c for c in ALL if c != "maf"]
+"""The contenders whose loop is ours or LangGraph's: an unparsable call ends the run. MAF answers such a call
+itself (an error result for the model) and goes on, as it does with any call whose arguments do not parse."""
+
+NESTED = '{"book_id": 7, "quantity": ' + "[" * 600 + "]" * 600 + "}"
+"""1.2 KB of valid JSON, 600 levels deep: past the recursion limit of a walker that recurses once per level."""
+NO_CHOICES = '{"id": "x", "object": "chat.completion", "created": 1, "model": "hostile", "choices": [], "usage": ' + USAGE + "}"  # noqa: E501
+SPLIT_EMOJI = Answer(content_pieces=['"I like \\ud83d"', '"\\udcda books"'])
+"""📚 streamed as its two UTF-16 halves, each escaped in an event of its own."""
+
+
+def run_contender(name: str, answers: list[Answer], *, stream: bool = False) -> tuple[AgentResult, HostileServer,
+                                                                                   list[Token], BookStore]:  # fmt: skip
+    tokens: list[Token] = []
+    store = BookStore()
+    with HostileServer(answers) as server:
+        model = make_model("openai:hostile", base_url=server.base_url, timeout_s=20)
+        options = AgentOptions(on_token=tokens.append if stream else None)
+        result = build_contender(name, model, make_tools(store), options).run(INSTRUCTIONS, SEED_GOAL)
+    return result, server, tokens, store
+
+
+def assert_keepable(result: AgentResult) -> None:
+    """What a record, a session file and the next request are made of encodes: no lone surrogate, no depth that
+    a walker (the trace's masking, a JSON encoder) cannot take."""
+    trace = masked_trace(result.trace)
+    json.dumps(trace, ensure_ascii=False).encode("utf-8")
+    for message in result.messages:
+        message.model_dump_json().encode("utf-8")
+
+
+@pytest.mark.parametrize("contender", ALL)
+def test_arguments_nested_600_deep_stop_the_run_as_an_invalid_reply(contender: str) -> None:
+    result, server, _, store = run_contender(contender, [Answer.calls(call_json("add_to_cart", NESTED))])
+    assert_keepable(result)
+    assert store.cart("c1").lines == ()
+    if contender in OUR_LOOPS:
+        assert result.stop_reason is StopReason.INVALID_RESPONSE
+        assert len(server.requests) == 1
+        reply = next(m for m in result.messages if m.type == "ai")
+        assert not reply.tool_calls and "deeper than 32 levels" in reply.invalid_tool_calls[0]["error"]
+
+
+@pytest.mark.parametrize("contender", ALL)
+@pytest.mark.parametrize("arguments", ["[7, 10]", "7", '"book 7"', "null"])
+def test_arguments_that_are_no_object_stop_the_run_as_an_invalid_reply(contender: str, arguments: str) -> None:
+    """The plain (non-streamed) path: langchain-openai would build a message with list arguments and raise."""
+    result, server, _, store = run_contender(contender, [Answer.calls(call_json("add_to_cart", arguments))])
+    assert_keepable(result)
+    assert store.cart("c1").lines == ()
+    if contender in OUR_LOOPS:
+        assert result.stop_reason is StopReason.INVALID_RESPONSE
+        assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("contender", ALL)
+def test_a_reply_with_no_choices_is_an_invalid_reply(contender: str) -> None:
+    result, server, _, store = run_contender(contender, [Answer(body=NO_CHOICES)])
+    assert result.stop_reason is StopReason.INVALID_RESPONSE
+    assert len(server.requests) == 1 and store.cart("c1").lines == ()
+
+
+@pytest.mark.parametrize("contender", ALL)
+def test_usage_that_is_no_number_counts_as_none(contender: str) -> None:
+    usage = '{"prompt_tokens": "lots", "completion_tokens": [1], "total_tokens": -5}'
+    result, _, _, _ = run_contender(contender, [Answer(content='"All done."', usage=usage)])
+    assert (result.stop_reason, result.answer, result.tokens) == (StopReason.DONE, "All done.", 0)
+
+
+@pytest.mark.parametrize("contender", ALL)
+def test_a_split_emoji_is_joined_and_every_streamed_piece_can_be_shown(contender: str) -> None:
+    result, _, tokens, _ = run_contender(contender, [SPLIT_EMOJI], stream=True)
+    assert result.stop_reason is StopReason.DONE
+    assert result.answer == "I like \U0001f4da books"
+    assert tokens, "the reply was streamed"
+    for token in tokens:
+        token.text.encode("utf-8")  # each half alone is U+FFFD on the screen; the kept reply has the emoji
+    assert_keepable(result)
+
+
+@pytest.mark.parametrize("contender", ALL)
+def test_a_lone_surrogate_in_arguments_is_replaced_and_the_run_goes_on(contender: str) -> None:
+    """The next request carries the call back to the server: it must be encodable, or every later call fails."""
+    answers = [Answer.calls(call_json("search_books", '{"query": "orchard \\ud83d"}'))]
+    result, server, _, _ = run_contender(contender, answers)
+    assert result.stop_reason is StopReason.DONE and result.answer == "Done."
+    assert len(server.requests) == 2, "the request after the tool round was sent"
+    sent_back = json.dumps(server.requests[1]["messages"], ensure_ascii=False)
+    assert "orchard \ufffd" in sent_back
+    assert_keepable(result)
+
+
+@pytest.mark.parametrize("contender", ALL)
+def test_a_lone_surrogate_in_a_whole_reply_is_replaced(contender: str) -> None:
+    result, _, _, _ = run_contender(contender, [Answer.text("Here \ud83d you go")])
+    assert result.answer == "Here \ufffd you go"
+    assert_keepable(result)
+
+
+# --- the request timeout ---------------------------------------------------------------------------------------
+
+
+TRICKLE = replace(Answer.text("slow " * 200), trickle_s=0.2)
+"""A byte every 0.2 s: never silent for a whole read timeout, and the reply takes minutes."""
+
+
+async def _astream(model: Any) -> list[Any]:
+    return [chunk async for chunk in model.astream("hi")]
+
+
+@pytest.mark.parametrize("call", ["invoke", "ainvoke", "stream", "astream"])
+def test_a_trickling_server_is_stopped_at_the_request_timeout(call: str) -> None:
+    calls = {
+        "invoke": lambda m: m.invoke("hi"),
+        "ainvoke": lambda m: asyncio.run(m.ainvoke("hi")),
+        "stream": lambda m: list(m.stream("hi")),
+        "astream": lambda m: asyncio.run(_astream(m)),
+    }
+    with HostileServer([TRICKLE]) as server:
+        model = make_model("openai:hostile", base_url=server.base_url, timeout_s=1.0)
+        started = time.monotonic()
+        with pytest.raises(ModelCallFailed, match=r"sent no whole reply within 1\.0 s \(the request timeout\)"):
+            calls[call](model)
+        assert time.monotonic() - started < 3.0
+
+
+def test_a_trickling_server_is_one_failed_call_for_an_agent() -> None:
+    store = BookStore()
+    with HostileServer([TRICKLE]) as server:
+        model = make_model("openai:hostile", base_url=server.base_url, timeout_s=1.0)
+        agent = build_contender("handwritten", model, make_tools(store), AgentOptions())
+        started = time.monotonic()
+        with pytest.raises(ModelCallFailed, match="sent no whole reply within"):
+            agent.run(INSTRUCTIONS, SEED_GOAL)
+        assert time.monotonic() - started < 3.0
+
+
+# --- through the commands ----------------------------------------------------------------------------------------
+
+
+def compare_py(*args: str, typed: str = "", timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "compare.py"), *args], input=typed, capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)  # fmt: skip
+
+
+def test_compare_shows_every_contender_after_a_reply_nested_600_deep() -> None:
+    """The first reply of every run is the nested one: each run stops on it, and every run is shown and written."""
+
+    def rule(body: dict[str, Any]) -> Answer:
+        return Answer.calls(call_json("add_to_cart", NESTED)) if asked_by_the_user(body) else Answer.text("Done.")
+
+    with HostileServer(rule=rule) as server:
+        done = compare_py("--model", "openai:hostile", "--base-url", server.base_url, "bookstore", "--json", "-")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    runs = json.loads(done.stdout)["runs"]
+    assert [r["contender"] for r in runs] == ALL
+    assert {r["contender"]: r["stop_reason"] for r in runs if r["contender"] in OUR_LOOPS} == dict.fromkeys(
+        OUR_LOOPS, "invalid model response"
+    )
+    assert all(r["cart"] == [] for r in runs)
+
+
+HOSTILE_TURNS = {
+    "http-400": (Answer(status=400), "answered HTTP 400"),
+    "no-choices": (Answer(body=NO_CHOICES), "(stop reason: invalid model response)"),
+    "usage-no-number": (Answer(content='"All done."', usage='{"prompt_tokens": "lots"}'), "assistant> All done."),
+    "nested-arguments": (Answer.calls(call_json("add_to_cart", NESTED)), "(stop reason: invalid model response)"),
+    "list-arguments": (Answer.calls(call_json("add_to_cart", "[7, 10]")), "(stop reason: invalid model response)"),
+}
+
+
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph"])
+@pytest.mark.parametrize("hostile", list(HOSTILE_TURNS))
+def test_chat_says_a_hostile_reply_in_one_line_and_goes_on(tmp_path: Path, contender: str, hostile: str) -> None:
+    answer, said = HOSTILE_TURNS[hostile]
+    with HostileServer([answer, Answer.text("Second answer.")]) as server:
+        done = compare_py("chat", "--contender", contender, "--model", "openai:hostile", "--base-url",
+                          server.base_url, "--session-db", str(tmp_path / "s.db"),
+                          typed="first question\nsecond question\n")  # fmt: skip
+        asked = len(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
+    assert said in " ".join(done.stdout.split())
+    assert "Second answer." in done.stdout, "the chat went on to the next question"
+    # A failed call leaves its turn cut short, finished before the next question is asked: one request more.
+    assert asked == (3 if hostile == "http-400" else 2)
+
+
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph"])
+def test_a_split_emoji_in_chat_is_kept_whole_and_the_thread_reopens(tmp_path: Path, contender: str) -> None:
+    db = str(tmp_path / "s.db")
+    with HostileServer([SPLIT_EMOJI, Answer.text("Still here.")]) as server:
+        argv = ["chat", "--contender", contender, "--model", "openai:hostile", "--base-url", server.base_url,
+                "--session-db", db]  # fmt: skip
+        first = compare_py(*argv, typed="recommend a book\n")
+        reopened = compare_py(*argv, typed="and another?\n")
+        requests = list(server.requests)
+    for done in (first, reopened):
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
+    assert "1 turn(s) so far" in reopened.stdout and "Still here." in reopened.stdout
+    assert len(requests) == 2
+    history = json.dumps(requests[1]["messages"], ensure_ascii=False)
+    assert "I like \U0001f4da books" in history, "the reopened thread sends the emoji whole"
