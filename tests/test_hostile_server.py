@@ -235,3 +235,24 @@ def test_a_split_emoji_in_chat_is_kept_whole_and_the_thread_reopens(tmp_path: Pa
     assert len(requests) == 2
     history = json.dumps(requests[1]["messages"], ensure_ascii=False)
     assert "I like \U0001f4da books" in history, "the reopened thread sends the emoji whole"
+
+
+def test_eval_exits_3_when_every_model_call_failed() -> None:
+    """As compare.py does: the runs are shown and written, and the exit code says nothing was evaluated."""
+    with HostileServer(rule=lambda body: Answer(status=500)) as server:
+        done = compare_py("eval", "bookstore", "--runs", "1", "--contenders", "handwritten,langgraph", "--model",
+                          "openai:hostile", "--base-url", server.base_url, "--json", "-")  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert "every model call failed, so nothing was evaluated" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert json.loads(done.stdout)["runs"] == 1
+
+
+def test_eval_with_one_answering_model_call_exits_0() -> None:
+    """The control: the first run's call fails, the second contender's model answers, so something was evaluated."""
+    answers = iter([Answer(status=500)])
+    with HostileServer(rule=lambda body: next(answers, Answer.text("No."))) as server:
+        done = compare_py("eval", "bookstore", "--runs", "1", "--contenders", "handwritten,langgraph", "--model",
+                          "openai:hostile", "--base-url", server.base_url, "--json", "-")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "raised ModelCallFailed" in done.stderr
