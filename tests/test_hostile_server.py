@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -256,3 +258,41 @@ def test_eval_with_one_answering_model_call_exits_0() -> None:
                           "openai:hostile", "--base-url", server.base_url, "--json", "-")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "raised ModelCallFailed" in done.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph"])
+def test_ctrl_c_after_an_add_landed_keeps_the_turn(tmp_path: Path, contender: str) -> None:
+    """The second model call of the turn is made only after the add's result is in, and it never ends (a byte
+    every 10 s): Ctrl-C there, then the reopened chat lists the turn, as the cart holds the book."""
+    from comparison.chat import chat_customer
+
+    def rule(body: dict[str, Any]) -> Answer:
+        if asked_by_the_user(body):
+            return Answer.calls(call_json("add_to_cart", '{"book_id": 7, "quantity": 1}'))
+        return replace(Answer.text("Added it."), trickle_s=10)
+
+    db = tmp_path / "s.db"
+    with HostileServer(rule=rule) as server:
+        argv = [sys.executable, str(ROOT / "compare.py"), "chat", "--contender", contender, "--model",
+                "openai:hostile", "--base-url", server.base_url, "--session-db", str(db)]  # fmt: skip
+        process = subprocess.Popen(argv, cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        assert process.stdin is not None
+        process.stdin.write("add The Quiet Orchard\n")
+        process.stdin.flush()
+        deadline = time.monotonic() + 60
+        while len(server.requests) < 2 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        assert len(server.requests) == 2, "the second model call of the turn was made"
+        time.sleep(0.3)  # in the middle of its reply
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+        assert "Traceback" not in err, err
+        assert "Interrupted; the conversation is kept in" in out
+        reopened = compare_py(*argv[2:], typed="/history\n")
+    assert reopened.returncode == 0, reopened.stderr
+    text = " ".join(reopened.stdout.split())
+    assert "1 turn(s) so far" in text and "1. add The Quiet Orchard" in text
+    with BookStore(db.with_name(f"{db.stem}.store.db")) as store:
+        assert store.cart(chat_customer(contender, "default")).quantity_of(7) == 1
