@@ -296,3 +296,81 @@ def test_ctrl_c_after_an_add_landed_keeps_the_turn(tmp_path: Path, contender: st
     assert "1 turn(s) so far" in text and "1. add The Quiet Orchard" in text
     with BookStore(db.with_name(f"{db.stem}.store.db")) as store:
         assert store.cart(chat_customer(contender, "default")).quantity_of(7) == 1
+
+
+# --- a hostile Ollama reply ----------------------------------------------------------------------------------------
+
+
+def _ollama_line(message: str, *, done: bool = False, extra: str = "") -> str:
+    return (f'{{"model": "qwen3:4b", "created_at": "2026-01-01T00:00:00Z", "message": {message}, '
+            f'"done": {"true" if done else "false"}{extra}}}')  # fmt: skip
+
+
+OLLAMA_END = _ollama_line('{"role": "assistant", "content": ""}', done=True,
+                          extra=', "done_reason": "stop", "prompt_eval_count": 120, "eval_count": 30')  # fmt: skip
+
+
+def _ollama_call(arguments: str) -> str:
+    call = f'{{"function": {{"name": "add_to_cart", "arguments": {arguments}}}}}'
+    return _ollama_line(f'{{"role": "assistant", "content": "", "tool_calls": [{call}]}}')
+
+
+GARBLED_OLLAMA = {
+    "arguments-a-list": [_ollama_call("[7, 10]"), OLLAMA_END],
+    "arguments-a-string": [_ollama_call('"7"'), OLLAMA_END],
+    "arguments-100000-deep": [_ollama_call('{"book_id": ' + "[" * 100_000 + "]" * 100_000 + "}"), OLLAMA_END],
+    "a-value-2000-deep-as-text": [_ollama_call('{"book_id": 7, "quantity": "' + "[" * 2000 + "]" * 2000 + '"}'),
+                                  OLLAMA_END],  # fmt: skip
+    "a-call-without-function": [_ollama_line('{"role": "assistant", "tool_calls": [{"x": 1}]}'), OLLAMA_END],
+    "usage-no-number": [_ollama_line('{"role": "assistant", "content": "hi"}'),
+                        _ollama_line('{"role": "assistant", "content": ""}', done=True,
+                                     extra=', "prompt_eval_count": "lots", "eval_count": 30')],  # fmt: skip
+    "no-message": ['{"model": "qwen3:4b", "done": false}', OLLAMA_END],
+    "content-a-number": [_ollama_line('{"role": "assistant", "content": 5}'), OLLAMA_END],
+    "a-line-that-is-a-list": ["[1, 2, 3]", OLLAMA_END],
+}
+
+
+def run_on_ollama(
+    contender: str, lines: list[str], monkeypatch: pytest.MonkeyPatch, store: BookStore | None = None
+) -> tuple[AgentResult, BookStore]:
+    from tests.ollama_replay import OllamaReplayServer, ReplayReply
+
+    store = store or BookStore()
+    with OllamaReplayServer([ReplayReply(raw_lines=lines), ReplayReply(text="Done.")]) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        model = make_model("ollama:qwen3:4b", timeout_s=20)
+        result = build_contender(contender, model, make_tools(store), AgentOptions()).run(INSTRUCTIONS, SEED_GOAL)
+    return result, store
+
+
+@pytest.mark.parametrize("contender", ALL)
+@pytest.mark.parametrize("garbled", list(GARBLED_OLLAMA))
+def test_an_ollama_reply_that_is_no_chat_reply_is_one_failed_call(
+    contender: str, garbled: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ollama client and ChatOllama raise ValidationError, RecursionError, AttributeError on these: now the
+    one-line `ModelCallFailed` a comparison shows as that contender's failed run, the others going on."""
+    store = BookStore()
+    with pytest.raises(ModelCallFailed, match=r"Ollama at http://127\.0\.0\.1:\d+ sent a reply that is not a chat "):
+        run_on_ollama(contender, GARBLED_OLLAMA[garbled], monkeypatch, store)
+    assert store.cart("c1").lines == ()
+
+
+@pytest.mark.parametrize("contender", ALL)
+def test_an_emoji_ollama_split_across_two_lines_is_joined(contender: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = [_ollama_line('{"role": "assistant", "content": "I like \\ud83d"}'),
+             _ollama_line('{"role": "assistant", "content": "\\udcda books \\udcda"}'), OLLAMA_END]  # fmt: skip
+    result, _ = run_on_ollama(contender, lines, monkeypatch)
+    assert result.stop_reason is StopReason.DONE
+    assert result.answer == "I like \U0001f4da books \ufffd"
+    assert_keepable(result)
+
+
+@pytest.mark.parametrize("contender", ALL)
+def test_ollama_arguments_nested_600_deep_stop_the_run(contender: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = [_ollama_call('{"book_id": 7, "quantity": ' + "[" * 600 + "]" * 600 + "}"), OLLAMA_END]
+    result, store = run_on_ollama(contender, lines, monkeypatch)
+    assert result.stop_reason is StopReason.INVALID_RESPONSE
+    assert store.cart("c1").lines == ()
+    assert_keepable(result)
