@@ -76,7 +76,7 @@ def test_arguments_nested_600_deep_stop_the_run_as_an_invalid_reply(contender: s
 
 
 @pytest.mark.parametrize("contender", ALL)
-@pytest.mark.parametrize("arguments", ["[7, 10]", "7", '"book 7"', "null"])
+@pytest.mark.parametrize("arguments", ["[7, 10]", "7", '"book 7"', "true"])
 def test_arguments_that_are_no_object_stop_the_run_as_an_invalid_reply(contender: str, arguments: str) -> None:
     """The plain (non-streamed) path: langchain-openai would build a message with list arguments and raise."""
     result, server, _, store = run_contender(contender, [Answer.calls(call_json("add_to_cart", arguments))])
@@ -95,9 +95,10 @@ def test_a_reply_with_no_choices_is_an_invalid_reply(contender: str) -> None:
 
 
 @pytest.mark.parametrize("contender", ALL)
-def test_usage_that_is_no_number_counts_as_none(contender: str) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_that_is_no_number_counts_as_none(contender: str, stream: bool) -> None:
     usage = '{"prompt_tokens": "lots", "completion_tokens": [1], "total_tokens": -5}'
-    result, _, _, _ = run_contender(contender, [Answer(content='"All done."', usage=usage)])
+    result, _, _, _ = run_contender(contender, [Answer(content='"All done."', usage=usage)], stream=stream)
     assert (result.stop_reason, result.answer, result.tokens) == (StopReason.DONE, "All done.", 0)
 
 
@@ -223,20 +224,23 @@ def test_chat_says_a_hostile_reply_in_one_line_and_goes_on(tmp_path: Path, conte
 
 @pytest.mark.parametrize("contender", ["handwritten", "langgraph"])
 def test_a_split_emoji_in_chat_is_kept_whole_and_the_thread_reopens(tmp_path: Path, contender: str) -> None:
+    """The next question of the same chat, and the first of a reopened one, send the thread back: encodable."""
     db = str(tmp_path / "s.db")
-    with HostileServer([SPLIT_EMOJI, Answer.text("Still here.")]) as server:
+    with HostileServer([SPLIT_EMOJI, Answer.text("Still here."), Answer.text("Here too.")]) as server:
         argv = ["chat", "--contender", contender, "--model", "openai:hostile", "--base-url", server.base_url,
                 "--session-db", db]  # fmt: skip
-        first = compare_py(*argv, typed="recommend a book\n")
-        reopened = compare_py(*argv, typed="and another?\n")
+        first = compare_py(*argv, typed="recommend a book\nand another?\n")
+        reopened = compare_py(*argv, typed="one more?\n")
         requests = list(server.requests)
     for done in (first, reopened):
         assert done.returncode == 0, done.stderr
         assert "Traceback" not in done.stderr
-    assert "1 turn(s) so far" in reopened.stdout and "Still here." in reopened.stdout
-    assert len(requests) == 2
-    history = json.dumps(requests[1]["messages"], ensure_ascii=False)
-    assert "I like \U0001f4da books" in history, "the reopened thread sends the emoji whole"
+    assert "Still here." in first.stdout
+    assert "2 turn(s) so far" in reopened.stdout and "Here too." in reopened.stdout
+    assert len(requests) == 3
+    for request in requests[1:]:
+        history = json.dumps(request["messages"], ensure_ascii=False)
+        assert "I like \U0001f4da books" in history, "the thread sends the emoji whole"
 
 
 def test_eval_exits_3_when_every_model_call_failed() -> None:
@@ -320,11 +324,11 @@ GARBLED_OLLAMA = {
     "arguments-a-string": [_ollama_call('"7"'), OLLAMA_END],
     "arguments-100000-deep": [_ollama_call('{"book_id": ' + "[" * 100_000 + "]" * 100_000 + "}"), OLLAMA_END],
     "a-value-2000-deep-as-text": [_ollama_call('{"book_id": 7, "quantity": "' + "[" * 2000 + "]" * 2000 + '"}'),
-                                  OLLAMA_END],  # fmt: skip
+                                  OLLAMA_END],
     "a-call-without-function": [_ollama_line('{"role": "assistant", "tool_calls": [{"x": 1}]}'), OLLAMA_END],
     "usage-no-number": [_ollama_line('{"role": "assistant", "content": "hi"}'),
                         _ollama_line('{"role": "assistant", "content": ""}', done=True,
-                                     extra=', "prompt_eval_count": "lots", "eval_count": 30')],  # fmt: skip
+                                     extra=', "prompt_eval_count": "lots", "eval_count": 30')],
     "no-message": ['{"model": "qwen3:4b", "done": false}', OLLAMA_END],
     "content-a-number": [_ollama_line('{"role": "assistant", "content": 5}'), OLLAMA_END],
     "a-line-that-is-a-list": ["[1, 2, 3]", OLLAMA_END],

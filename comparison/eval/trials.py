@@ -538,7 +538,8 @@ def _say(prog: str, text: str) -> None:
 
 def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     """`compare.py eval ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable or every model call
-    failed, 4 unusable file, 130 interrupted). `prog` is the name help and error lines use (compare.py may pass its own + " eval")."""
+    failed, 4 unusable file, 130 interrupted). `prog` is the name help and error lines use (compare.py may pass
+    its own + " eval")."""
     from comparison.eval.report import render_eval, render_eval_report
 
     parser = build_eval_parser(prog)

@@ -268,7 +268,7 @@ def checked_message(message: Any) -> tuple[dict[str, Any], list[InvalidToolCall]
         except (ValueError, RecursionError):
             kept.append(raw)  # not JSON: langchain-openai keeps it as an unparsable call, with its parse error
             continue
-        if why := unusable_args(args):
+        if args is not None and (why := unusable_args(args)):  # null: no arguments, as langchain-openai reads it
             invalid.append(invalid_call(function["name"], raw.get("id"), args, why))
         else:
             kept.append(raw)
