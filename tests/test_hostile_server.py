@@ -378,3 +378,54 @@ def test_ollama_arguments_nested_600_deep_stop_the_run(contender: str, monkeypat
     assert result.stop_reason is StopReason.INVALID_RESPONSE
     assert store.cart("c1").lines == ()
     assert_keepable(result)
+
+
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph"])
+def test_a_question_the_terminal_could_not_decode_is_asked_with_u_fffd(tmp_path: Path, contender: str) -> None:
+    """Bytes that are no UTF-8 reach `input()` as lone surrogates (surrogateescape), which no request encodes."""
+    with HostileServer([Answer.text("Hello."), Answer.text("Again.")]) as server:
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "compare.py"), "chat", "--contender", contender, "--model", "openai:hostile",
+             "--base-url", server.base_url, "--session-db", str(tmp_path / "s.db")],
+            input=b"hello \xed\xa0\xbd \xff\nagain\n", capture_output=True, timeout=120, cwd=ROOT,
+            env={**os.environ, "PYTHONIOENCODING": "utf-8:surrogateescape"},
+        )  # fmt: skip
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    assert b"Again." in done.stdout
+    asked = [m["content"] for m in requests[0]["messages"] if m["role"] == "user"]
+    assert asked == ["hello \ufffd\ufffd\ufffd \ufffd"]
+
+
+# --- the boundary itself, for any chat model -------------------------------------------------------------------------
+
+
+def _nested(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_masking_a_value_nested_5000_deep_stops_at_its_bound() -> None:
+    from shared_tools.guards import TOO_DEEP, mask_values
+
+    masked = mask_values({"note": "mail alice@example.com", "deep": _nested(5000)})
+    assert masked["note"] == "mail <email>"
+    assert TOO_DEEP in json.dumps(masked)
+
+
+@pytest.mark.parametrize("contender", ALL)
+def test_a_reply_from_any_chat_model_is_checked_where_it_enters(contender: str) -> None:
+    """Not only the project's clients: a chat model of the caller's own (a double here) gets the same boundary
+    in every contender's model step, so arguments past the bound never reach a walker (100 levels: the double
+    deep-copies each reply, which a deeper one would not survive)."""
+    from tests.doubles import ScriptModel, ai, call
+
+    model = ScriptModel(replies=[ai("", call("add_to_cart", "c1", book_id=7, quantity=_nested(100))), ai("Done.")])
+    store = BookStore()
+    result = build_contender(contender, model, make_tools(store), AgentOptions()).run(INSTRUCTIONS, SEED_GOAL)
+    assert_keepable(result)
+    assert store.cart("c1").lines == ()
+    if contender in OUR_LOOPS:
+        assert result.stop_reason is StopReason.INVALID_RESPONSE
