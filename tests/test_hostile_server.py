@@ -429,3 +429,16 @@ def test_a_reply_from_any_chat_model_is_checked_where_it_enters(contender: str) 
     assert store.cart("c1").lines == ()
     if contender in OUR_LOOPS:
         assert result.stop_reason is StopReason.INVALID_RESPONSE
+
+
+@pytest.mark.parametrize("call", ["stream", "astream"])
+def test_the_client_streams_a_split_emoji_joined(call: str) -> None:
+    """The half held back until the other half arrives: no chunk carries half a character, and the merged
+    reply (what a callback's on_llm_end or a span sees) has the emoji."""
+    with HostileServer([SPLIT_EMOJI]) as server:
+        model = make_model("openai:hostile", base_url=server.base_url, timeout_s=10)
+        chunks = list(model.stream("hi")) if call == "stream" else asyncio.run(_astream(model))
+    pieces = [chunk.content for chunk in chunks if chunk.content]
+    assert "".join(pieces) == "I like \U0001f4da books"
+    for piece in pieces:
+        piece.encode("utf-8")

@@ -32,7 +32,7 @@ from langchain_openai.chat_models._client_utils import StreamChunkTimeoutError
 from pydantic import PrivateAttr
 
 from shared_tools.models.errors import ModelCallFailed, ModelRequestRefused, ModelUnavailable
-from shared_tools.replies import checked_reply, invalid_call, unusable_args
+from shared_tools.replies import JoinedPieces, checked_reply, invalid_call, unusable_args
 from shared_tools.results import STREAM_FALLBACK
 
 log = logging.getLogger(__name__)
@@ -276,6 +276,19 @@ def checked_message(message: Any) -> tuple[dict[str, Any], list[InvalidToolCall]
     return message, invalid
 
 
+def _whole_piece(chunk: ChatGenerationChunk, text: JoinedPieces) -> ChatGenerationChunk:
+    """A streamed chunk with its text whole (`JoinedPieces`: an emoji split across two chunks arrives joined in
+    the second), so whoever merges or shows the chunks never holds half a character."""
+    content = chunk.message.content
+    if not isinstance(content, str):
+        return chunk
+    whole = text.piece(content)
+    if whole == content:
+        return chunk
+    return ChatGenerationChunk(message=chunk.message.model_copy(update={"content": whole}),
+                               generation_info=chunk.generation_info)  # fmt: skip
+
+
 class CompatChatOpenAI(ChatOpenAI):
     """ChatOpenAI that sends what OpenAI-compatible servers take, serves a refused stream as one plain call,
     and fails with `ModelCallFailed`. A per-call cap is ``max_tokens=N`` (sent as ``max_tokens``)."""
@@ -426,12 +439,15 @@ class CompatChatOpenAI(ChatOpenAI):
             yield self._whole(self._generate(messages, stop, None, **plain), None)
             return
         started = False
+        text = JoinedPieces()
         try:
             for chunk in super()._stream(messages, stop, run_manager, **kwargs):
                 started = True
-                yield chunk
+                yield _whole_piece(chunk, text)
         except WIRE_ERRORS as exc:
             raise self._failed(exc) from exc
+        if rest := text.rest():
+            yield ChatGenerationChunk(message=AIMessageChunk(content=rest))
         if not started:
             why = self._refused(kwargs)
             yield self._whole(self._generate(messages, stop, None, **plain), why)
@@ -448,12 +464,15 @@ class CompatChatOpenAI(ChatOpenAI):
             yield self._whole(await self._agenerate(messages, stop, None, **plain), None)
             return
         started = False
+        text = JoinedPieces()
         try:
             async for chunk in super()._astream(messages, stop, run_manager, **kwargs):
                 started = True
-                yield chunk
+                yield _whole_piece(chunk, text)
         except WIRE_ERRORS as exc:
             raise self._failed(exc) from exc
+        if rest := text.rest():
+            yield ChatGenerationChunk(message=AIMessageChunk(content=rest))
         if not started:
             why = self._refused(kwargs)
             yield self._whole(await self._agenerate(messages, stop, None, **plain), why)
