@@ -26,7 +26,7 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 def whole_text(text: str) -> str:
     """`text` with each surrogate pair joined into the character it stands for, a lone surrogate as U+FFFD."""
-    if _SURROGATE.search(text) is None:
+    if text.isascii() or _SURROGATE.search(text) is None:
         return text
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
@@ -49,28 +49,46 @@ class JoinedPieces:
         return whole_text(held)
 
 
-def depth_of(value: Any, limit: int = MAX_ARGS_DEPTH) -> int:
-    """How deeply `value` nests dicts, lists and tuples (a scalar is 0), counted without recursion; stops
-    counting once past `limit` (returns limit + 1)."""
-    deepest = 0
-    stack = [(value, 1)]
+def _has_surrogate(text: str) -> bool:
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+_FLAT = (str, int, float, bool, type(None))
+
+
+def scan(value: Any, limit: int = MAX_ARGS_DEPTH) -> tuple[int, bool]:
+    """How deeply `value` nests dicts, lists and tuples (a scalar is 0; past `limit` counting stops at limit + 1),
+    and whether a string in it (a key too) holds a surrogate; without recursion, and without copying anything."""
+    if isinstance(value, dict) and all(isinstance(v, _FLAT) for v in value.values()):  # most arguments: one level
+        texts = [t for t in (*value.keys(), *value.values()) if isinstance(t, str)]
+        return (1 if limit >= 1 else limit + 1), any(_has_surrogate(t) for t in texts)
+    deepest, surrogate = 0, False
+    stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, str):
+            surrogate = surrogate or _has_surrogate(item)
+            continue
         if isinstance(item, dict):
-            children = item.values()
+            children: Any = (*item.keys(), *item.values())
         elif isinstance(item, list | tuple):
             children = item
         else:
             continue
-        deepest = max(deepest, depth)
+        deepest = max(deepest, depth + 1)
         if deepest > limit:
-            return limit + 1
+            return limit + 1, surrogate
         stack.extend((child, depth + 1) for child in children)
-    return deepest
+    return deepest, surrogate
+
+
+def depth_of(value: Any, limit: int = MAX_ARGS_DEPTH) -> int:
+    """How deeply `value` nests dicts, lists and tuples (`scan`)."""
+    return scan(value, limit)[0]
 
 
 def whole_value(value: Any) -> Any:
-    """`whole_text` on every string inside a JSON-like value, keys too. Only for values `depth_of` has bounded."""
+    """`whole_text` on every string inside a JSON-like value, keys too. Only for values `scan` has bounded."""
     if isinstance(value, str):
         return whole_text(value)
     if isinstance(value, dict):
@@ -81,15 +99,20 @@ def whole_value(value: Any) -> Any:
 
 
 def bounded_value(value: Any, fallback: Any) -> Any:
-    """`whole_value(value)` when it nests no deeper than `MAX_ARGS_DEPTH`, else `fallback`."""
-    return whole_value(value) if depth_of(value) <= MAX_ARGS_DEPTH else fallback
+    """`value` with its strings whole (the same object when none needed it) when it nests no deeper than
+    `MAX_ARGS_DEPTH`, else `fallback`."""
+    depth, surrogate = scan(value)
+    if depth > MAX_ARGS_DEPTH:
+        return fallback
+    return whole_value(value) if surrogate else value
 
 
-def unusable_args(args: Any) -> str | None:
-    """Why a tool call's parsed arguments cannot be run, or None: they must be a JSON object of bounded depth."""
+def unusable_args(args: Any, depth: int | None = None) -> str | None:
+    """Why a tool call's parsed arguments cannot be run, or None: they must be a JSON object of bounded depth
+    (`depth`, when the caller has `scan`ned them already)."""
     if not isinstance(args, dict):
         return f"the arguments are a JSON {type(args).__name__}, not an object"
-    if depth_of(args) > MAX_ARGS_DEPTH:
+    if (depth_of(args) if depth is None else depth) > MAX_ARGS_DEPTH:
         return f"the arguments nest deeper than {MAX_ARGS_DEPTH} levels"
     return None
 
@@ -110,33 +133,37 @@ def invalid_call(name: Any, call_id: Any, args: Any, why: str) -> InvalidToolCal
 def checked_reply(reply: AIMessage) -> AIMessage:
     """The reply as it may enter a conversation: every string whole (`whole_text`), every tool call's arguments
     a bounded JSON object, else the call is an unparsable one (`invalid_call`). The same message when nothing
-    needed changing, so a clean reply costs one scan."""
+    needed changing: a clean reply costs one scan, no copy."""
     update: dict[str, Any] = {}
     content = reply.content
-    if isinstance(content, str):
-        if (whole := whole_text(content)) != content:
-            update["content"] = whole
-    else:
-        whole_content = bounded_value(content, "")
-        if whole_content != content:
-            update["content"] = whole_content
+    checked_content = whole_text(content) if isinstance(content, str) else bounded_value(content, "")
+    if checked_content is not content and checked_content != content:
+        update["content"] = checked_content
     calls: list[ToolCall] = []
-    invalid = [
-        InvalidToolCall(**{**bad, **{k: whole_text(bad[k]) for k in ("name", "args", "id", "error")
-                                     if isinstance(bad.get(k), str)}})  # type: ignore[typeddict-item]
-        for bad in reply.invalid_tool_calls
-    ]  # fmt: skip
+    invalid: list[InvalidToolCall] = []
+    changed = False
+    for bad in reply.invalid_tool_calls:
+        if any(isinstance(bad.get(k), str) and _has_surrogate(bad[k]) for k in ("name", "args", "id", "error")):
+            bad = InvalidToolCall(**{**bad, **{k: whole_text(bad[k]) for k in ("name", "args", "id", "error")  # type: ignore[typeddict-item]
+                                               if isinstance(bad.get(k), str)}})  # fmt: skip
+            changed = True
+        invalid.append(bad)
     for call in reply.tool_calls:
-        if why := unusable_args(call["args"]):
+        depth, surrogate = scan(call["args"])
+        if why := unusable_args(call["args"], depth):
             log.warning("tool call %s is not run: %s", whole_text(str(call["name"]))[:80], why)
             invalid.append(invalid_call(call["name"], call["id"], call["args"], why))
-        else:
+            changed = True
+        elif surrogate or any(isinstance(call.get(k), str) and _has_surrogate(call[k]) for k in ("name", "id")):
             calls.append(whole_value(call))
-    if calls != reply.tool_calls or invalid != reply.invalid_tool_calls:
+            changed = True
+        else:
+            calls.append(call)
+    if changed:
         update |= {"tool_calls": calls, "invalid_tool_calls": invalid}
     for field in ("additional_kwargs", "response_metadata"):
         original = getattr(reply, field)
         checked = bounded_value(original, {})
-        if checked != original:
+        if checked is not original:
             update[field] = checked
     return reply.model_copy(update=update) if update else reply
