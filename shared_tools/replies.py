@@ -130,6 +130,18 @@ def invalid_call(name: Any, call_id: Any, args: Any, why: str) -> InvalidToolCal
     )
 
 
+def _too_deep_text(text: str) -> bool:
+    """Whether JSON text nests deeper than `MAX_ARGS_DEPTH` (text that is no JSON at all is not)."""
+    if len(text) <= 2 * MAX_ARGS_DEPTH:
+        return False  # too short to open and close that many levels
+    try:
+        return depth_of(json.loads(text)) > MAX_ARGS_DEPTH
+    except RecursionError:
+        return True
+    except ValueError:
+        return False
+
+
 def checked_reply(reply: AIMessage) -> AIMessage:
     """The reply as it may enter a conversation: every string whole (`whole_text`), every tool call's arguments
     a bounded JSON object, else the call is an unparsable one (`invalid_call`). The same message when nothing
@@ -143,6 +155,11 @@ def checked_reply(reply: AIMessage) -> AIMessage:
     invalid: list[InvalidToolCall] = []
     changed = False
     for bad in reply.invalid_tool_calls:
+        if isinstance(bad.get("args"), str) and _too_deep_text(bad["args"]):
+            # Kept, the text would be parsed again by whoever answers the call (MAF does), past its recursion limit.
+            bad = InvalidToolCall(**{**bad, "args": "", "error": f"the arguments nest deeper than {MAX_ARGS_DEPTH} "
+                                                                 "levels"})  # fmt: skip
+            changed = True
         if any(isinstance(bad.get(k), str) and _has_surrogate(bad[k]) for k in ("name", "args", "id", "error")):
             bad = InvalidToolCall(**{**bad, **{k: whole_text(bad[k]) for k in ("name", "args", "id", "error")  # type: ignore[typeddict-item]
                                                if isinstance(bad.get(k), str)}})  # fmt: skip

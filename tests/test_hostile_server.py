@@ -442,3 +442,16 @@ def test_the_client_streams_a_split_emoji_joined(call: str) -> None:
     assert "".join(pieces) == "I like \U0001f4da books"
     for piece in pieces:
         piece.encode("utf-8")
+
+
+@pytest.mark.parametrize("contender", ALL)
+@pytest.mark.parametrize("stream", [False, True])
+def test_arguments_100000_deep_are_not_parsed_again_by_anyone(contender: str, stream: bool) -> None:
+    """Past the JSON decoder's own limit the call cannot even be parsed: an unparsable call whose text is not
+    kept, since MAF parses an unparsable call's text again to answer it."""
+    deep = '{"book_id": 7, "quantity": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    result, _, _, store = run_contender(contender, [Answer.calls(call_json("add_to_cart", deep))], stream=stream)
+    assert_keepable(result)
+    assert store.cart("c1").lines == ()
+    if contender in OUR_LOOPS:
+        assert result.stop_reason is StopReason.INVALID_RESPONSE
