@@ -114,10 +114,11 @@ def test_a_split_emoji_is_joined_and_every_streamed_piece_can_be_shown(contender
 
 
 @pytest.mark.parametrize("contender", ALL)
-def test_a_lone_surrogate_in_arguments_is_replaced_and_the_run_goes_on(contender: str) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_lone_surrogate_in_arguments_is_replaced_and_the_run_goes_on(contender: str, stream: bool) -> None:
     """The next request carries the call back to the server: it must be encodable, or every later call fails."""
     answers = [Answer.calls(call_json("search_books", '{"query": "orchard \\ud83d"}'))]
-    result, server, _, _ = run_contender(contender, answers)
+    result, server, _, _ = run_contender(contender, answers, stream=stream)
     assert result.stop_reason is StopReason.DONE and result.answer == "Done."
     assert len(server.requests) == 2, "the request after the tool round was sent"
     sent_back = json.dumps(server.requests[1]["messages"], ensure_ascii=False)
@@ -455,3 +456,19 @@ def test_arguments_100000_deep_are_not_parsed_again_by_anyone(contender: str, st
     assert store.cart("c1").lines == ()
     if contender in OUR_LOOPS:
         assert result.stop_reason is StopReason.INVALID_RESPONSE
+
+
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+def test_an_ollama_server_that_sends_a_line_now_and_then_is_stopped_at_the_request_timeout(
+    call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each line 0.2 s after the last: the httpx client's timeout (per read) never fires; the request's does."""
+    from tests.ollama_replay import OllamaReplayServer, ReplayReply
+
+    with OllamaReplayServer([ReplayReply(text="slow " * 200, chunk_delay_s=0.2)]) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        model = make_model("ollama:qwen3:4b", timeout_s=1.0)
+        started = time.monotonic()
+        with pytest.raises(ModelCallFailed, match=r"sent no whole reply within 1\.0 s \(the request timeout\)"):
+            model.invoke("hi") if call == "invoke" else asyncio.run(model.ainvoke("hi"))
+        assert time.monotonic() - started < 3.0

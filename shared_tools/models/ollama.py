@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
@@ -120,12 +121,24 @@ class CheckedChatOllama(ChatOllama):
         return ModelCallFailed(f"Ollama at {self.base_url} sent a reply that is not a chat reply it can be read as "
                                f"({type(exc).__name__}: {detail})")  # fmt: skip
 
+    def _past_deadline(self) -> ModelCallFailed:
+        return ModelCallFailed(f"Ollama at {self.base_url} sent no whole reply within {self.request_timeout_s} s "
+                               "(the request timeout)")  # fmt: skip
+
+    # The request timeout is the httpx client's, which is per read: a server that sends a line now and then is
+    # never silent that long. So the whole reply must also be in by then; the wait for the first line is the
+    # client's own timeout ("sent nothing"), as before.
+
     def _create_chat_stream(
         self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any
     ) -> Iterator[Mapping[str, Any] | str]:
         whole = _WholeText()
+        timeout = self.request_timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             for part in super()._create_chat_stream(messages, stop, **kwargs):
+                if deadline is not None and time.monotonic() > deadline:
+                    raise self._past_deadline()
                 yield whole.part(part)
         except WIRE_ERRORS as exc:
             raise self._failed(exc) from exc
@@ -137,13 +150,27 @@ class CheckedChatOllama(ChatOllama):
     ) -> AsyncIterator[Mapping[str, Any] | str]:
         self._async_client_of_this_loop()
         whole = _WholeText()
+        timeout = self.request_timeout_s
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        parts = super()._acreate_chat_stream(messages, stop, **kwargs).__aiter__()
+        first = True
         try:
-            async for part in super()._acreate_chat_stream(messages, stop, **kwargs):
+            while True:
+                try:
+                    async with asyncio.timeout_at(None if first else deadline):
+                        part = await anext(parts)
+                except StopAsyncIteration:
+                    return
+                except TimeoutError:
+                    raise self._past_deadline() from None
+                first = False
                 yield whole.part(part)
         except WIRE_ERRORS as exc:
             raise self._failed(exc) from exc
         except GARBLED as exc:
             raise self._garbled(exc) from exc
+        finally:
+            await parts.aclose()  # type: ignore[attr-defined]
 
     def _iterate_over_stream(
         self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any

@@ -151,7 +151,8 @@ class PerLoopTransport(sdk_httpx.AsyncBaseTransport):
             async with asyncio.timeout_at(deadline):
                 response = await pool.handle_async_request(request)
         except TimeoutError:
-            raise _past_deadline(request, self._timeout_s) from None
+            # No response yet, as when the client's own read timeout fires: said the same way ("sent nothing").
+            raise sdk_httpx.ReadTimeout("timed out", request=request) from None
         stream = _AsyncDeadlineStream(response.stream, request, deadline, self._timeout_s)
         return sdk_httpx.Response(response.status_code, headers=response.headers, stream=stream,
                                   extensions=response.extensions)  # fmt: skip
