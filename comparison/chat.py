@@ -19,6 +19,7 @@ from comparison.render import Progress, print_trace, render_turn
 from comparison.sanitize import clean_line, clean_text
 from shared_tools.models.errors import ModelCallFailed
 from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
+from shared_tools.replies import whole_text
 from shared_tools.results import AgentResult, StopReason, Token, TokenKind, TraceEvent
 
 COMMANDS = "/rewind [N] takes back the last N turns (default 1); /history lists the turns"
@@ -229,7 +230,9 @@ def converse(
     cut_short = not finish_cut_short()
     while True:
         try:
-            question = input("you> ").strip()
+            # Bytes the terminal's encoding could not decode arrive as lone surrogates, which no request can
+            # encode: each becomes U+FFFD before the question enters the conversation.
+            question = whole_text(input("you> ")).strip()
         except EOFError:
             return
         if question.lower() in ("", "quit", "exit"):

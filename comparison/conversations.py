@@ -214,6 +214,9 @@ class HandwrittenConversation:
             return run_blocking(lambda: self.aask(question), instead="HandwrittenConversation.aask(...)")
         try:
             result = self.session.ask(question)
+        except KeyboardInterrupt:
+            self._save_cancelled()
+            raise
         except Exception:
             self._save_cut_short()
             raise
@@ -284,6 +287,15 @@ class HandwrittenConversation:
         elif self.path is not None:
             self.session.save(self.path)
 
+    def _save_cancelled(self) -> None:
+        """After a Ctrl-C: save the turn as far as it got. The session kept it (its open calls answered, one cut
+        off mid-run as "may have completed"), so an add that landed is in the history the next process reads; a
+        save that fails here does not hide the interrupt."""
+        try:
+            self.save()
+        except Exception:
+            log.exception("the turn a Ctrl-C cut off could not be saved")
+
     def _save_cut_short(self) -> None:
         """After an outage: save the turn as far as it got (`Session.unfinished`), so the next process finishes
         it instead of asking again; a save that fails here does not hide the outage."""
@@ -299,6 +311,9 @@ class HandwrittenConversation:
             return run_blocking(self.afinish_unfinished, instead="HandwrittenConversation.afinish_unfinished()")
         try:
             result = self.session.continue_unfinished()
+        except KeyboardInterrupt:
+            self._save_cancelled()
+            raise
         except Exception:
             self._save_cut_short()
             raise

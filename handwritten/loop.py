@@ -31,6 +31,7 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 
 from shared_tools import guards, telemetry
+from shared_tools.replies import checked_reply
 from shared_tools.results import (
     AgentLimits,
     AgentOptions,
@@ -197,7 +198,7 @@ class AgentLoop:
             raise
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
-        reply = guards.with_call_ids(guards.without_cut_calls(reply), [*run.unsent, *run.history])
+        reply = guards.with_call_ids(guards.without_cut_calls(checked_reply(reply)), [*run.unsent, *run.history])
         run.usage.model_calls += 1
         event = guards.model_event(
             run.usage.model_calls, reply, time.perf_counter() - started, budget_capped=budget_capped

@@ -35,6 +35,7 @@ from langgraph_version.run import (
 )
 from langgraph_version.state import AgentState, stopped, usage_of
 from shared_tools import guards, telemetry
+from shared_tools.replies import checked_reply
 from shared_tools.results import AgentLimits, AgentOptions, Guard, RunStopped, StopReason, TraceEvent
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,7 @@ class GuardedNodes:
             return {"model_calls": step, **stopped(stop.reason)}
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
-        reply = guards.with_call_ids(guards.without_cut_calls(reply), state["messages"])
+        reply = guards.with_call_ids(guards.without_cut_calls(checked_reply(reply)), state["messages"])
         event = guards.model_event(step, reply, time.perf_counter() - started, budget_capped=budget_capped)
         chat.replied(reply, event.guard)
         emit(event)

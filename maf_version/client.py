@@ -42,6 +42,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared_tools import guards
 from shared_tools.history import among_other_conversations
+from shared_tools.replies import JoinedPieces, checked_reply
 from shared_tools.steps import was_cut
 
 log = logging.getLogger(__name__)
@@ -91,16 +92,22 @@ class LangChainChatClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTele
         """The reply as MAF updates: the plan and text pieces as they arrive; the tool calls, merged from their
         chunks, and the usage in one last update (nothing can run on half a call's arguments)."""
         chunks: list[BaseMessage] = []
+        # MAF joins the pieces into the answer itself: an emoji split across two chunks is joined here first.
+        plans, texts = JoinedPieces(), JoinedPieces()
         async for chunk in bound.astream(history):
             chunks.append(chunk)
             contents = []
             plan = chunk.additional_kwargs.get("reasoning_content")
-            if isinstance(plan, str) and plan:
+            if isinstance(plan, str) and (plan := plans.piece(plan)):
                 contents.append(Content.from_text_reasoning(text=plan))
-            if text := str(chunk.text):
+            if text := texts.piece(str(chunk.text)):
                 contents.append(Content.from_text(text))
             if contents:
                 yield ChatResponseUpdate(role="assistant", contents=contents)
+        rest = [Content.from_text_reasoning(text=plan)] if (plan := plans.rest()) else []
+        rest += [Content.from_text(text)] if (text := texts.rest()) else []
+        if rest:
+            yield ChatResponseUpdate(role="assistant", contents=rest)
         reply = merge_chunks(chunks)
         calls = [c for c in reply_message(reply, history).contents if c.type == "function_call"]
         usage = usage_of(reply)
@@ -281,7 +288,7 @@ def reply_message(reply: BaseMessage, history: Sequence[BaseMessage]) -> Message
     """
     if not isinstance(reply, AIMessage):
         raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
-    reply = guards.with_call_ids(reply, history)
+    reply = guards.with_call_ids(checked_reply(reply), history)
     cut = was_cut(reply)
     contents: list[Content] = []
     plan = reply.additional_kwargs.get("reasoning_content")

@@ -24,6 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall, Too
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ValidationError
 
+from shared_tools.replies import MAX_ARGS_DEPTH
 from shared_tools.results import STREAM_FALLBACK, AgentLimits, Guard, RunUsage, TraceEvent
 from shared_tools.steps import was_cut
 
@@ -350,14 +351,21 @@ def _characters(text: str) -> str:
     return unicodedata.normalize("NFKC", text.translate(_READ_AS))
 
 
-def mask_values(value: Any) -> Any:
-    """`mask_pii` on every string inside a JSON-like value (keys too), before it is encoded."""
+TOO_DEEP = "<nested too deeply>"
+"""What `mask_values` writes for a value nested deeper than `replies.MAX_ARGS_DEPTH` (none of a checked reply's)."""
+
+
+def mask_values(value: Any, depth: int = 0) -> Any:
+    """`mask_pii` on every string inside a JSON-like value (keys too), before it is encoded. Bounded: past
+    `MAX_ARGS_DEPTH` levels the rest is `TOO_DEEP`, so no value reaches the recursion limit here."""
     if isinstance(value, str):
         return mask_pii(value)
+    if depth >= MAX_ARGS_DEPTH and isinstance(value, Mapping | list | tuple):
+        return TOO_DEEP
     if isinstance(value, Mapping):
-        return {mask_pii(str(k)): mask_values(v) for k, v in value.items()}
+        return {mask_pii(str(k)): mask_values(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [mask_values(v) for v in value]
+        return [mask_values(v, depth + 1) for v in value]
     return value
 
 

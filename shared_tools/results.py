@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from langchain_core.messages import BaseMessage, ToolCall
 
+from shared_tools.replies import whole_text
+
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
@@ -276,6 +278,11 @@ class Token:
     kind: TokenKind = TokenKind.ANSWER
     step: int = 1
     """The model call it belongs to, numbered as on the trace (`TraceEvent.step`), so replies can be told apart."""
+
+    def __post_init__(self) -> None:
+        # A piece is shown as it arrives, before the reply is whole: half of a split emoji cannot be joined to
+        # its other half here (the kept reply has it whole, `replies.checked_reply`), and would fail to encode.
+        object.__setattr__(self, "text", whole_text(self.text))
 
     @staticmethod
     def of_chunk(chunk: BaseMessage, step: int) -> list[Token]:

@@ -41,6 +41,8 @@ class ReplayReply:
     """Send a line that is not JSON in the middle of the stream."""
     chunk_delay_s: float = 0.0
     """Sleep this long between two streamed lines (a model generating token by token), for mid-stream stops."""
+    raw_lines: Sequence[str] = ()
+    """Stream these lines as they are instead (raw JSON text: a lone surrogate escape, a list for arguments)."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,11 @@ def _handler_for(server: OllamaReplayServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             try:
+                if reply.raw_lines:
+                    for line in reply.raw_lines:
+                        self._write_chunk(line.encode() + b"\n")
+                    self._write_chunk(b"")
+                    return
                 for index, part in enumerate(server._chunks(reply, model)):
                     if index and reply.chunk_delay_s and server._stopping.wait(reply.chunk_delay_s):
                         return

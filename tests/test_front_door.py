@@ -578,7 +578,9 @@ def test_hostile_text_reaches_json_on_stdout_masked_and_escaped(
         searches = [e["detail"] for e in run["trace"] if e["name"] == "search_books"]
         assert any("<address>" in d for d in searches), run["contender"]
     answer = next(r for r in runs if r["contender"] == "handwritten")["answer"]
-    assert answer == f"Here you are {HOSTILE} \ud83d", "JSON escapes are lossless: the reader gets the text back"
+    # The half emoji is U+FFFD from where the reply entered (`replies.checked_reply`); the rest of the hostile text
+    # is kept, escaped losslessly.
+    assert answer == f"Here you are {HOSTILE} \ufffd", "JSON escapes are lossless: the reader gets the text back"
 
 
 def test_a_chat_answer_with_escapes_and_half_an_emoji_prints(

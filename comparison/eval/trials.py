@@ -111,6 +111,9 @@ class TaskRun:
     """What the guards did in it, or the model's calls when none fired (`why.what_happened`)."""
     guards: dict[str, int] = field(default_factory=dict)
     """Guard -> the trace lines it decided (`why.guards_fired`): the typed facts `happened` says in words."""
+    model_failed: bool = False
+    """Every run of the task ended in a failed model call (`RunRecord.model_failed`): nothing of it was graded
+    on what a model did."""
 
 
 def stop_label(records: Sequence[RunRecord]) -> str:
@@ -187,6 +190,7 @@ def run_pair(plan: EvalPlan, scenario: Scenario, contender: str, trial: int, fol
             stop=stop_label(task),
             happened=what_happened(task),
             guards=guards_fired(task),
+            model_failed=all(r.model_failed for r in task),
         )
         for (name, variant, who, goal), task in group_tasks(ran).items()
     ]
@@ -559,8 +563,9 @@ def _say(prog: str, text: str) -> None:
 
 
 def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
-    """`compare.py eval ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable, 4 unusable file,
-    130 interrupted). `prog` is the name help and error lines use (compare.py may pass its own + " eval")."""
+    """`compare.py eval ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable or every model call
+    failed, 4 unusable file, 130 interrupted). `prog` is the name help and error lines use (compare.py may pass
+    its own + " eval")."""
     from comparison.eval.report import render_eval, render_eval_report
 
     parser = build_eval_parser(prog)
@@ -628,6 +633,9 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     if result.interrupted:
         _say(prog, f"interrupted: the results cover the {result.trials} trial(s) that finished, of {plan.runs}")
         return EXIT_INTERRUPTED
+    if result.task_runs and all(r.model_failed for r in result.task_runs):  # shown and written, nothing graded
+        _say(prog, "every model call failed, so nothing was evaluated")
+        return EXIT_UNAVAILABLE
     return EXIT_OK
 
 

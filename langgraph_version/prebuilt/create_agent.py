@@ -38,6 +38,7 @@ from langgraph_version.prebuilt.reporting import emit_tool_result, final_stop_re
 from langgraph_version.run import RunContext, RunRecorder, calls_this_run, emit
 from langgraph_version.tracing import framework_run
 from shared_tools import guards, telemetry
+from shared_tools.replies import checked_reply
 from shared_tools.results import (
     AgentLimits,
     AgentOptions,
@@ -75,7 +76,8 @@ class TraceMiddleware(AgentMiddleware):
     It sits inside `ToolErrorMiddleware` (see `_middleware`), so it sees a tool's exception before that is
     turned into a result: its line then carries the text the model will read and the guard that hid the
     details (`guards.tool_failure`, the same rule as `on_error`), and the exception goes on to the error
-    middleware unchanged.
+    middleware unchanged. The one thing it changes is the reply, made safe to keep as every contender's is
+    (`replies.checked_reply`: no lone surrogate, no call with arguments too deep or not an object).
     """
 
     def __init__(self, detailed_errors: bool = False) -> None:
@@ -87,6 +89,8 @@ class TraceMiddleware(AgentMiddleware):
     ) -> ModelResponse:
         started = time.perf_counter()
         response = await handler(request)
+        # The reply enters the conversation here, so here it is made safe to keep (`checked_reply`).
+        response.result = [checked_reply(m) if isinstance(m, AIMessage) else m for m in response.result]
         reply = next((m for m in response.result if isinstance(m, AIMessage)), None)
         if reply is not None:
             step = calls_this_run(request.messages) + 1

@@ -39,6 +39,7 @@ from langgraph_version.run import (
 )
 from langgraph_version.tracing import framework_run
 from shared_tools import guards
+from shared_tools.replies import checked_reply
 from shared_tools.results import (
     AgentLimits,
     AgentOptions,
@@ -85,6 +86,7 @@ def build_defaults_graph(model: BaseChatModel, tools: Sequence[BaseTool]) -> Sta
             raise
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
+        reply = checked_reply(reply)
         emit(guards.model_event(step, reply, time.perf_counter() - started))
         return {"messages": [reply]}
 

@@ -2,8 +2,8 @@
 
 `ModelSpecError` is a spec string `make_model` does not understand; `ModelUnavailable` is a real model that
 cannot be used right now (its message is the one line a user needs: what to start or pull); `ModelCallFailed`
-is a real model call that broke mid-run; `ModelRequestRefused` is one request the server refused (a prompt
-over the context window). Kept apart so that the model wrappers and the factory can raise them.
+is a real model call that broke mid-run; `ModelRequestRefused`, one kind of it, is one request the server refused
+(a prompt over the context window). Kept apart so that the model wrappers and the factory can raise them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ class ModelCallFailed(ModelUnavailable):
     """A real model call failed mid-run (refused, cut off, garbled or timed out); see `ollama_model`."""
 
 
-class ModelRequestRefused(RuntimeError):
+class ModelRequestRefused(ModelCallFailed):
     """The server answered, and refused this one request (HTTP 400 or 422: the history no longer fits the model's
-    context, say): a failure of this run, which the run's record shows, not a server that cannot be used."""
+    context, say): a failed call of this run, which the run's record shows, and every caller that goes on after a
+    failed call (the comparison, `chat`) goes on after it too."""

@@ -135,7 +135,7 @@ def apply_base_url(spec: str, base_url: str | None) -> None:
 def _openai_model(
     model: str, base_url: str, *, max_tokens: int, timeout_s: float | None, seed: int | None
 ) -> BaseChatModel:
-    from shared_tools.models.openai_compat import NO_KEY, CompatChatOpenAI, async_http_client
+    from shared_tools.models.openai_compat import NO_KEY, CompatChatOpenAI, async_http_client, sync_http_client
 
     return CompatChatOpenAI(
         model=model,
@@ -145,7 +145,10 @@ def _openai_model(
         seed=DEFAULT_SEED if seed is None else seed,
         max_tokens=max_tokens,
         timeout=timeout_s,
-        stream_chunk_timeout=timeout_s,
+        # The clients' transports bound the whole request by timeout_s, a stream's every chunk included
+        # (`openai_compat.PerLoopTransport`); a second, per-chunk timer of the same length would only race it.
+        stream_chunk_timeout=None,
+        http_client=sync_http_client(timeout_s),
         http_async_client=async_http_client(timeout_s),
         # A retry would hide a failure behind minutes of waiting; the agents report it, once.
         max_retries=0,
