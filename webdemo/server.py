@@ -34,19 +34,12 @@ from comparison.chat import scripted_knows
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.models.personas import KNOWN_GOALS, PERSONAS
 from shared_tools.telemetry_setup import setup_tracing
+from webdemo.approvals import graph_request_ids
+from webdemo.events import BadRequest, for_page
 from webdemo.jobs import JobSlots, run_in_child
-from webdemo.panes import (
-    MAX_MESSAGE_CHARS,
-    BadRequest,
-    Pane,
-    Phase,
-    Tab,
-    Tabs,
-    TurnRunner,
-    for_page,
-    graph_request_ids,
-)
+from webdemo.panes import MAX_MESSAGE_CHARS, Pane, Phase, TurnRunner
 from webdemo.shared import LEASE_S, EventBus, SharedState, TabGone
+from webdemo.tabs import Tab, Tabs
 
 ENV_CONFIG = "WEBDEMO_CONFIG"
 """The environment variable `app_from_env` reads: the JSON of `create_app`'s arguments (set by `compare.py serve`)."""
@@ -265,7 +258,7 @@ def create_app(
         body = await _body(request)
         tab = await tabs.get(body.get("tab"))
         _not_applying(tab)
-        from webdemo.panes import PageSettings
+        from webdemo.settings import PageSettings
 
         new = PageSettings.from_json(body, tab.settings)
         if tab.busy or any(p.phase is Phase.AWAITING_APPROVAL for p in tab.panes.values()):
