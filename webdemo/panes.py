@@ -27,7 +27,7 @@ from comparison.contenders import (
     NO_APPROVAL_GATE,
     build_contender,
 )
-from comparison.conversations import open_conversation
+from comparison.conversations import open_conversation, takes_cancel_event
 from comparison.eval.grading import amounts, states_total
 from comparison.runner import model_spec_for
 from comparison.scenarios import INSTRUCTIONS
@@ -465,10 +465,8 @@ class Pane:
         # GraphSession takes the cooperative cancel event; the frameworks' CheckpointThread only a task cancel.
         # `argument` None: the method takes none (acontinue_unfinished).
         call = getattr(self.session, method)
-        from langgraph_version import GraphSession
-
         given = () if argument is None else (argument,)
-        if isinstance(self.session, GraphSession):
+        if takes_cancel_event(self.session):
             return call(*given, cancel=cancel)
         return call(*given)
 

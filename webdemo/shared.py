@@ -107,14 +107,14 @@ class SharedState:
         a blocked ``pg_advisory_lock`` call included: two workers running them at once deadlock. So the workers
         queue by polling a lock of ours (each poll a short statement the index build can wait out); the one that
         holds it runs the migrations, and later setups find nothing to do."""
-        from langgraph_version.postgres import PostgresCheckpoints
+        from comparison.conversations import setup_postgres_checkpoints
 
         failed: list[BaseException] = []
 
         def setup() -> None:
             # A thread of its own: uvicorn builds each worker's app inside its event loop, where no loop may run.
             try:
-                asyncio.run(PostgresCheckpoints(self.url).setup())
+                asyncio.run(setup_postgres_checkpoints(self.url))
             except BaseException as exc:
                 failed.append(exc)
 
