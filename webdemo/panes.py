@@ -46,12 +46,14 @@ if TYPE_CHECKING:
     from webdemo.events import Hub
     from webdemo.settings import PageSettings
     from webdemo.shared import SharedState
+    from webdemo.tabstore import TabStore
 
 
 class TabsOfPane(Protocol):
     """What a pane reads of the server's tabs (`webdemo.tabs.Tabs`)."""
 
     shared: SharedState | None
+    store: TabStore
     owner: str
     model_spec: str
     executor: Executor
@@ -266,11 +268,8 @@ class Pane:
 
     def save_snapshot(self) -> None:
         """Write the snapshot (blocking: from a worker thread). A failed write is logged: the turn goes on."""
-        shared = self.tab.tabs.shared
-        if shared is None:
-            return
         try:
-            shared.put_pane(self.tab.key, self.contender, self.snapshot())
+            self.tab.tabs.store.put_pane(self.tab.key, self.contender, self.snapshot())
         except Exception as exc:
             log.warning("%s: could not write the pane's snapshot: %s", self.contender, exc)
 

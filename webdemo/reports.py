@@ -62,8 +62,7 @@ async def _run_job(page: Page, tab: Tab, kind: str, function: Callable[..., str]
     try:
         html = encoded(await run_in_child(function, *args)).decode("utf-8")  # Postgres takes no half emoji
         tab.reports[kind] = html
-        if shared is not None:
-            await page.in_worker(lambda: shared.put_report(tab.key, kind, html))
+        await page.in_worker(lambda: page.tabs.store.put_report(tab.key, kind, html))
     except Exception as exc:  # the model went away mid-run: said on the page
         log.warning("%s run failed: %s: %s", kind, type(exc).__name__, exc)
         tab.hub.publish({"type": "job", "kind": kind, "status": "failed", "error": for_page(exc)})

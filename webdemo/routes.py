@@ -286,14 +286,13 @@ async def evaluation(request: Request) -> Response:
 
 async def report(request: Request) -> Response:
     page = page_of(request)
-    shared = page.shared
     tab = await page.tabs.get(request.query_params.get("tab"))
     kind = request.path_params["kind"]
     if kind not in ("scenario", "eval"):
         raise BadRequest(404, "there are scenario and eval reports only")
     html = tab.reports.get(kind)
-    if html is None and shared is not None:
-        html = await page.in_worker(lambda: shared.report(tab.key, kind))
+    if html is None:
+        html = await page.in_worker(lambda: page.tabs.store.report(tab.key, kind))
     if html is None:
         raise BadRequest(404, f"no {kind} report in this tab yet; run one first")
     return HTMLResponse(encoded(html), headers={**SECURITY_HEADERS, "Content-Security-Policy": REPORT_CSP})

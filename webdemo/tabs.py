@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import hashlib
 import hmac
-import json
 import logging
 import os
 import re
@@ -30,6 +29,7 @@ from shared_tools.bookstore.store import BookStore, load_catalog, money
 from webdemo.events import BadRequest, Hub, for_page
 from webdemo.panes import Pane, TurnRunner, thread_name
 from webdemo.settings import PageSettings
+from webdemo.tabstore import FolderStore, TabStore
 
 if TYPE_CHECKING:
     from webdemo.shared import SharedState
@@ -78,29 +78,15 @@ class Tab:
         """Shared mode: the kinds of report kept in Postgres, as of the last `refresh`."""
 
     def _read_settings(self) -> PageSettings:
-        shared = self.tabs.shared
         try:
-            if shared is not None:
-                self.revision, saved = shared.settings(self.key)
-                return PageSettings() if saved is None else PageSettings.from_json(saved)
-            assert self.folder is not None
-            path = self.folder / "settings.json"
-            return PageSettings.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            return PageSettings()
+            self.revision, saved = self.tabs.store.settings(self.key)
+            return PageSettings() if saved is None else PageSettings.from_json(saved)
         except (ValueError, BadRequest) as exc:  # a damaged file: start from the defaults, say so in the log
             log.warning("tab %s: settings file unusable (%s); using the defaults", self.key[:8], exc)
             return PageSettings()
 
     def save_settings(self) -> None:
-        if self.tabs.shared is not None:
-            self.revision = self.tabs.shared.save_settings(self.key, self.settings.as_json())
-            return
-        assert self.folder is not None
-        path = self.folder / "settings.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.settings.as_json()), encoding="utf-8")
-        os.replace(tmp, path)
+        self.revision = self.tabs.store.save_settings(self.key, self.settings.as_json())
 
     @property
     def busy(self) -> bool:
@@ -263,6 +249,8 @@ class Tabs:
         self.keep_tabs_s = keep_tabs_s
         self.max_stored_tabs = max_stored_tabs
         self.shared = shared
+        self.store: TabStore = FolderStore(data_dir) if shared is None else shared
+        """Where a tab keeps what other workers read: settings, pane snapshots, reports."""
         self.owner = uuid.uuid4().hex
         """Shared mode: this worker's name on the claims it takes."""
         if shared is None:
