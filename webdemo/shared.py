@@ -18,6 +18,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from webdemo.tabstore import TabPlace
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "webdemo"
@@ -151,6 +153,11 @@ class SharedState:
             db.execute("INSERT INTO webdemo_tabs (key) VALUES (%s) ON CONFLICT (key) DO UPDATE SET used = now()",
                        (key,))  # fmt: skip
             db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema_of(key)}"')
+
+    def place(self, key: str) -> TabPlace:
+        """`open_tab`, then where the tab's things are: its threads in the shared tables, its store in its schema."""
+        self.open_tab(key)
+        return TabPlace(None, self.url, self.tab_url(key), self.last_seq(key))
 
     # --- forgetting unused tabs ----------------------------------------------------------------------------------
 

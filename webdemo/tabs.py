@@ -48,21 +48,13 @@ class Tab:
     def __init__(self, tabs: Tabs, key: str, loop: asyncio.AbstractEventLoop) -> None:
         self.tabs = tabs
         self.key = key
-        shared = tabs.shared
         self.revision = 0
         """Shared mode: the settings revision the panes here were opened with."""
-        if shared is None:
-            self.folder: Path | None = tabs.data_dir / "tabs" / key
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self.session_target: Path | str = self.folder / "sessions.db"
-            self.hub = Hub(loop)
-            self.store = BookStore(self.folder / "store.db")
-        else:
-            shared.open_tab(key)
-            self.folder = None
-            self.session_target = shared.url
-            self.hub = Hub(loop, shared, key, shared.last_seq(key))
-            self.store = BookStore(shared.tab_url(key))
+        place = tabs.store.place(key)
+        self.folder = place.folder
+        self.session_target = place.sessions
+        self.hub = Hub(loop, tabs.shared, key, place.seq)
+        self.store = BookStore(place.bookstore)
         self.settings = self._read_settings()
         self.panes: dict[str, Pane] = {}
         self.jobs: dict[str, asyncio.Task[None]] = {}

@@ -1,4 +1,4 @@
-"""Where a tab keeps what another worker must read: settings, pane snapshots, reports (`TabStore`).
+"""Where a tab lives and keeps what another worker must read: settings, snapshots, reports (`TabStore`).
 
 `FolderStore` is the one-worker kind (a data folder: the settings in a file; this worker's memory holds the rest);
 `webdemo.shared.SharedState` is the Postgres kind, which several workers share. A tab uses either, unbranched.
@@ -8,12 +8,29 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 
+@dataclass(frozen=True)
+class TabPlace:
+    """Where an opened tab keeps its things: its folder (None in Postgres), its sessions, its bookstore."""
+
+    folder: Path | None
+    sessions: Path | str
+    """A SQLite file, or the Postgres URL every tab's threads share."""
+    bookstore: Path | str
+    seq: int
+    """The tab's last event so far (Postgres), where its event stream starts."""
+
+
 class TabStore(Protocol):
     """What a tab keeps beyond this worker's memory (blocking calls: from a worker thread)."""
+
+    def place(self, key: str) -> TabPlace:
+        """Open the tab's place (made when missing) and say where its things are."""
+        ...
 
     def settings(self, key: str) -> tuple[int, dict[str, Any] | None]:
         """(revision, settings JSON or None when never saved); a damaged copy raises ValueError."""
@@ -40,6 +57,11 @@ class FolderStore:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
+
+    def place(self, key: str) -> TabPlace:
+        folder = self.data_dir / "tabs" / key
+        folder.mkdir(parents=True, exist_ok=True)
+        return TabPlace(folder, folder / "sessions.db", folder / "store.db", 0)
 
     def _settings_path(self, key: str) -> Path:
         return self.data_dir / "tabs" / key / "settings.json"
