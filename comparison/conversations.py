@@ -733,3 +733,18 @@ def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoH
     result, pauses = resume_until_answered(session, session.ask(goal), human.approve)
     human.pauses += pauses
     return result
+
+
+def takes_cancel_event(session: Any) -> bool:
+    """Whether `session`'s calls take the cooperative cancel event: our graph's `GraphSession` does; the
+    frameworks' `CheckpointThread` takes only a task cancel (for the page, which holds sessions, not agents)."""
+    from langgraph_version import GraphSession
+
+    return isinstance(session, GraphSession)
+
+
+async def setup_postgres_checkpoints(url: str) -> None:
+    """Make LangGraph's checkpoint tables at `url` (its migrations; nothing to do once they are made)."""
+    from langgraph_version.postgres import PostgresCheckpoints
+
+    await PostgresCheckpoints(url).setup()

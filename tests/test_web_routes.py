@@ -889,7 +889,7 @@ def test_one_tab_cannot_hold_the_streams_and_watched_tabs_never_lock_a_newcomer_
     reopens from disk with its conversation when its page asks again."""
     import asyncio
 
-    from webdemo.panes import MAX_STREAMS_PER_TAB
+    from webdemo.events import MAX_STREAMS_PER_TAB
 
     app = create_app(data, max_tabs=3)
     with TestClient(app, base_url=BASE) as client:
@@ -992,7 +992,7 @@ def test_a_huge_reply_reaches_the_page_cut_to_a_bounded_state_and_events(
     events): each text the page is sent is cut, saying so, and the tab answers the next question."""
     from comparison.scenarios import CART_QUESTION
     from tests.doubles import ScriptModel, ai, call
-    from webdemo.panes import MAX_SHOWN_CHARS
+    from webdemo.events import MAX_SHOWN_CHARS
 
     big = 1_000_000
 
@@ -1027,7 +1027,7 @@ def test_a_huge_reply_reaches_the_page_cut_to_a_bounded_state_and_events(
 
 
 def test_arguments_too_large_or_too_deep_for_the_page_are_sent_as_a_sentence_or_cut_text() -> None:
-    from webdemo.panes import MAX_SHOWN_CHARS, shown_args
+    from webdemo.events import MAX_SHOWN_CHARS, shown_args
 
     assert shown_args({"book_id": 7, "quantity": 2}) == {"book_id": 7, "quantity": 2}
     huge = shown_args({"note": "n" * 100_000})
@@ -1070,7 +1070,7 @@ def test_half_an_emoji_in_any_field_of_any_route_is_a_4xx_and_in_a_report_is_sho
 
 def test_a_model_error_of_a_megabyte_is_one_cut_line_on_the_page(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.doubles import ScriptModel
-    from webdemo.panes import MAX_DETAIL_CHARS
+    from webdemo.events import MAX_DETAIL_CHARS
 
     def down(messages: list[Any]) -> Any:
         raise ConnectionError("the model server said: " + "x" * 1_000_000)

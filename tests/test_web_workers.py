@@ -635,7 +635,7 @@ def report_with_half_an_emoji(names: list[str], model: str, folder: Path | None)
 def test_a_report_with_half_an_emoji_is_kept_for_every_worker(
     two_workers: tuple[TestClient, TestClient], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("webdemo.server._scenario_report", report_with_half_an_emoji)
+    monkeypatch.setattr("webdemo.reports.scenario_report", report_with_half_an_emoji)
     a, b = two_workers
     tab = new_tab(a)
     assert a.post("/api/scenario", json={"tab": tab, "scenarios": ["bookstore"]}).status_code == 202

@@ -22,7 +22,7 @@ from typing import Any
 from comparison.command_line import UsageError, UsageParser, configure_logging
 from shared_tools.models.factory import BASE_URL_HELP
 from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
-from webdemo.panes import default_data_dir
+from webdemo.tabs import default_data_dir
 
 EXIT_OK, EXIT_USAGE, EXIT_UNAVAILABLE, EXIT_FILE, EXIT_INTERRUPTED = 0, 2, 3, 4, 130
 DEFAULT_PORT = 8765

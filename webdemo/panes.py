@@ -1,35 +1,24 @@
-"""The live page's state: one `Tab` per browser tab, one `Pane` per contender in it, and how a turn runs.
+"""One `Pane` per contender in a tab: its real session, and how a turn runs in it.
 
-A tab is one customer with a folder of its own (store, threads, session file, settings), named by an HMAC-signed
-id; each pane is one contender's real session with a customer of its own. A pane takes one turn at a time, in a
-worker thread (`TurnRunner`), so the loop's sync `approve` can wait for the page; the graphs pause and resume.
-With Postgres (`webdemo.shared`) several workers serve the same tabs.
+Each pane is one contender's session with a customer of its own. It takes one turn at a time, in a worker thread
+(`TurnRunner`), so the loop's sync `approve` can wait for the page; the graphs pause and resume. With Postgres
+(`webdemo.shared`) a pane's snapshot shows other workers the turn running here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
-import json
 import logging
-import os
-import re
-import secrets
-import shutil
 import threading
-import time
-import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, fields
 from decimal import Decimal
 from enum import StrEnum
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from comparison.contenders import (
     APPROVAL_CONTENDERS,
@@ -38,20 +27,53 @@ from comparison.contenders import (
     NO_APPROVAL_GATE,
     build_contender,
 )
-from comparison.conversations import open_conversation
+from comparison.conversations import open_conversation, takes_cancel_event
 from comparison.eval.grading import amounts, states_total
 from comparison.runner import model_spec_for
-from comparison.scenarios import INJECTED_BOOK, INJECTION, INSTRUCTIONS
-from shared_tools.bookstore.approval import RiskyWritePolicy
-from shared_tools.bookstore.store import BookStore, load_catalog, money
+from comparison.scenarios import INSTRUCTIONS
+from shared_tools.bookstore.store import money
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
-from shared_tools.models.personas import PERSONAS
-from shared_tools.results import AgentLimits, AgentOptions, AgentResult, StopReason, TraceEvent
+from shared_tools.results import AgentOptions, AgentResult, StopReason, TraceEvent
 from shared_tools.sync import run_blocking
+from webdemo.approvals import ApprovalBridge, PaneHuman, graph_request, graph_request_ids
+from webdemo.events import MAX_SHOWN_CHARS, BadRequest, for_page, shown, token_parts, trace_json
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from shared_tools.bookstore.store import BookStore
+    from webdemo.events import Hub
+    from webdemo.settings import PageSettings
     from webdemo.shared import SharedState
+    from webdemo.tabstore import TabStore
+
+
+class TabsOfPane(Protocol):
+    """What a pane reads of the server's tabs (`webdemo.tabs.Tabs`)."""
+
+    shared: SharedState | None
+    store: TabStore
+    owner: str
+    model_spec: str
+    executor: Executor
+    approval_timeout: float
+    gone_after: float
+
+
+class TabOfPane(Protocol):
+    """What a pane reads of its tab (`webdemo.tabs.Tab`, which holds the panes: so it is named here, not imported)."""
+
+    key: str
+    hub: Hub
+    settings: PageSettings
+    store: BookStore
+    session_target: Path | str
+
+    @property
+    def tabs(self) -> TabsOfPane: ...
+
+    def cancel_all(self) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -63,38 +85,8 @@ MAX_TRANSCRIPT = 200
 """Messages of a pane's transcript kept for the page (the session itself keeps everything)."""
 MAX_TRACE = 400
 """Trace lines of a pane's current turn kept for a reload."""
-MAX_SHOWN_CHARS = 16_000
-"""The most characters of one text the page is sent (a message, a trace line's detail, a request's arguments, what
-one model call streams); the rest is cut, saying how much. A 10 MB reply was a 60 MB state and 80 MB of events; the
-session keeps the whole text."""
-MAX_NAME_CHARS = 200
-"""The most characters of a tool's name the page is sent (the model writes it)."""
-MAX_DETAIL_CHARS = 2_000
-"""The most characters of a trace line's detail the page is sent (one line of the trace)."""
-MAX_STREAMS_PER_TAB = 4
-"""Event streams one tab may hold open; one more ends the tab's oldest (a page needs one; a few for reloads)."""
-SUBSCRIBER_QUEUE = 2_000
-"""Events buffered per event stream; a reader that falls this far behind is dropped (it reconnects)."""
 HEARTBEAT_S = 1.0
 """Shared mode: how often a worker running a turn extends its claim and writes the pane's snapshot."""
-
-
-class BadRequest(Exception):
-    """What the page asked for cannot be done: a clear sentence for the page and a 4xx status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-_SERVER_PATH = re.compile(r"(?:/[\w.+-]+)+/([\w.+-]+)")
-
-
-def for_page(exc: BaseException) -> str:
-    """An error as the page shows it: its kind and sentence, with every file path on the server cut to its last
-    name (where the server keeps its data is not the page's business), at most `MAX_DETAIL_CHARS` of it."""
-    return shown(_SERVER_PATH.sub(r"\1", f"{type(exc).__name__}: {exc}"), MAX_DETAIL_CHARS)
 
 
 class CartCheck(StrEnum):
@@ -114,301 +106,6 @@ class Phase(StrEnum):
     IDLE = "idle"
     RUNNING = "running"
     AWAITING_APPROVAL = "awaiting approval"
-
-
-def default_data_dir() -> Path:
-    """Where the page keeps its tabs unless told (`--data`): the per-user data folder, XDG style."""
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "agent-loop-compare" / "web"
-
-
-# --- settings ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PageSettings:
-    """What the presenter chooses on the page: the panes, the scripted persona, the limits, the gate."""
-
-    contenders: tuple[str, ...] = ("handwritten", "langgraph")
-    persona: str = "shopper"
-    max_steps: int = 6
-    max_tokens: int | None = 20_000
-    max_duration: float | None = None
-    approval_gate: bool = True
-
-    def limits(self) -> AgentLimits:
-        return AgentLimits(max_steps=self.max_steps, max_tokens=self.max_tokens, max_duration=self.max_duration)
-
-    def as_json(self) -> dict[str, Any]:
-        return {**asdict(self), "contenders": list(self.contenders)}
-
-    @classmethod
-    def from_json(cls, data: Any, base: PageSettings | None = None) -> PageSettings:
-        """Settings from the page's JSON (missing keys keep `base`'s); anything else is a `BadRequest`."""
-        base = base or cls()
-        if not isinstance(data, dict):
-            raise BadRequest(400, "settings must be a JSON object")
-        unknown = set(data) - {f.name for f in fields(cls)} - {"tab"}
-        if unknown:
-            raise BadRequest(400, f"unknown setting {sorted(unknown)[0]!r}")
-        changes: dict[str, Any] = {}
-        if "contenders" in data:
-            chosen = data["contenders"]
-            if not isinstance(chosen, list) or not chosen or not all(isinstance(c, str) for c in chosen):
-                raise BadRequest(400, "contenders must be a non-empty list of contender names")
-            bad = [c for c in chosen if c not in CONTENDERS]
-            if bad:
-                raise BadRequest(400, f"unknown contender {bad[0][:40]!r}; choose from {', '.join(CONTENDERS)}")
-            changes["contenders"] = tuple(c for c in CONTENDERS if c in chosen)  # table order, no repeats
-        if "persona" in data:
-            if not isinstance(data["persona"], str) or data["persona"] not in PERSONAS:
-                raise BadRequest(400, f"unknown persona; choose from {', '.join(PERSONAS)}")
-            changes["persona"] = data["persona"]
-        if "max_steps" in data:
-            changes["max_steps"] = _number(data["max_steps"], "max_steps", int, 1, 50, optional=False)
-        if "max_tokens" in data:
-            changes["max_tokens"] = _number(data["max_tokens"], "max_tokens", int, 100, 1_000_000)
-        if "max_duration" in data:
-            changes["max_duration"] = _number(data["max_duration"], "max_duration", float, 0.01, 600.0)
-        if "approval_gate" in data:
-            if not isinstance(data["approval_gate"], bool):
-                raise BadRequest(400, "approval_gate must be true or false")
-            changes["approval_gate"] = data["approval_gate"]
-        return replace(base, **changes)
-
-
-def _number(value: Any, name: str, kind: type, low: float, high: float, *, optional: bool = True) -> Any:
-    if value is None and optional:
-        return None
-    # bool is an int to Python, but `true` is no step limit.
-    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if isinstance(value, bool) or not isinstance(value, int | float) or (kind is int and not whole):
-        what = f"a{' whole' if kind is int else ''} number{' or null' if optional else ''}"
-        raise BadRequest(400, f"{name} must be {what}")
-    # Compared before any float(): an int of 400 digits is a number, just not one that fits a float.
-    if not low <= value <= high:
-        raise BadRequest(400, f"{name} must be between {low:g} and {high:g}")
-    return kind(value)
-
-
-# --- events ------------------------------------------------------------------------------------------------
-
-
-class Hub:
-    """One tab's event fan-out: `publish` from any thread, each event stream reads its own queue."""
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, shared: SharedState | None = None, key: str = "", seq: int = 0
-    ) -> None:
-        self.loop = loop
-        self.shared = shared
-        self.key = key
-        self.seq = seq
-        """Shared mode: the last event of this tab delivered here."""
-        self.pulling = False
-        self.pull_again = False
-        self._queues: dict[asyncio.Queue[dict[str, Any] | None], None] = {}
-        """The open streams' queues, oldest first."""
-        self.last_seen = time.monotonic()
-        """When an event stream was last open or closed (for `Tabs.sweep`)."""
-
-    @property
-    def listeners(self) -> int:
-        return len(self._queues)
-
-    def subscribe(self) -> asyncio.Queue[dict[str, Any] | None]:
-        """A queue for one more event stream; past `MAX_STREAMS_PER_TAB` the oldest stream is ended (its page,
-        if it is still there, reconnects), so one tab cannot hold the server's streams."""
-        while len(self._queues) >= MAX_STREAMS_PER_TAB:
-            self._stop(next(iter(self._queues)))
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
-        self._queues[queue] = None
-        self.last_seen = time.monotonic()
-        return queue
-
-    def unsubscribe(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
-        self._queues.pop(queue, None)
-        self.last_seen = time.monotonic()
-
-    def publish(self, event: dict[str, Any]) -> None:
-        """Send `event` to every open stream; safe from a worker thread (it hops onto the server's loop). Shared
-        mode: to every stream of the tab in every worker, through Postgres (this worker's too, in order)."""
-        if self.shared is not None:
-            self.shared.publish(self.key, event)
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self.loop:
-            self._deliver(event)
-            return
-        with contextlib.suppress(RuntimeError):  # the server is shutting down: nobody is listening
-            self.loop.call_soon_threadsafe(self._deliver, event)
-
-    def end_streams(self) -> None:
-        """End every open event stream (the server is stopping); safe from any thread."""
-        with contextlib.suppress(RuntimeError):
-            self.loop.call_soon_threadsafe(self._end)
-
-    def _end(self) -> None:
-        for queue in list(self._queues):
-            self._stop(queue)
-
-    def _stop(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
-        """End one stream: it reads None next, and gets no more events."""
-        self._queues.pop(queue, None)
-        if queue.full():
-            queue.get_nowait()  # the stream ends anyway; its last unread event is not needed
-        queue.put_nowait(None)
-
-    def deliver(self, event: dict[str, Any]) -> None:
-        """Shared mode: an event read from Postgres, for this worker's streams (on the server's loop)."""
-        self._deliver(event)
-
-    def _deliver(self, event: dict[str, Any]) -> None:
-        for queue in list(self._queues):
-            try:
-                queue.put_nowait(event)
-            except asyncio.QueueFull:
-                # A reader this far behind is dropped rather than letting the server's memory grow; the page
-                # reconnects and reloads the state.
-                self._stop(queue)
-
-
-def shown(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
-    """`text` as the page is sent it: at most `limit` characters and a note of how many more there were."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... [{len(text) - limit:,} more characters not shown]"
-
-
-def shown_args(args: Any) -> Any:
-    """A tool call's arguments as the page is sent them: as they are, or (past `MAX_SHOWN_CHARS` as JSON) as the
-    cut JSON text."""
-    try:
-        text = json.dumps(args, ensure_ascii=False, default=str)
-    except (RecursionError, ValueError):
-        return "(arguments nested too deeply to show)"
-    return args if len(text) <= MAX_SHOWN_CHARS else shown(text)
-
-
-def trace_json(event: TraceEvent) -> dict[str, Any]:
-    """A trace line as the page shows it: typed fields, never parsed from the text line."""
-    return {
-        "step": event.step,
-        "name": shown(event.name, MAX_NAME_CHARS),
-        "ms": round(event.duration_s * 1000, 1),
-        "end_ms": round(event.ended_at * 1000, 3),  # the wall clock at the call's end: the waterfall's axis
-        "detail": shown(event.detail, MAX_DETAIL_CHARS),
-        "tokens": event.tokens,
-        "is_model": event.is_model,
-        "is_error": event.is_error,
-        "guard": None if event.guard is None else str(event.guard),
-    }
-
-
-def _token_parts(token: Any) -> tuple[str, str, int]:
-    """(text, kind, step) of what `on_token` was given: a `shared_tools.results.Token`, or a plain string (answer
-    text) from a build whose contract had no typed token yet."""
-    if isinstance(token, str):
-        return token, "answer", 0
-    return str(getattr(token, "text", "")), str(getattr(token, "kind", "answer")), int(getattr(token, "step", 0))
-
-
-# --- approvals ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Question:
-    id: str
-    call: ToolCall
-    reason: str
-    done: threading.Event = field(default_factory=threading.Event)
-    answer: bool = False
-
-
-class ApprovalBridge:
-    """Carries the hand-written loop's synchronous `approve(call, reason)` to the page and its answer back.
-
-    `ask` runs in the turn's worker thread and blocks until `answer` (from the server's loop), `deny_all` (the
-    tab went away, the turn was cancelled) or `timeout` seconds: silence is a no, as at chat's prompt.
-    """
-
-    def __init__(
-        self,
-        publish: Callable[[dict[str, Any]], None],
-        pane: str,
-        timeout: float,
-        on_change: Callable[[], None] | None = None,
-    ) -> None:
-        self.publish = publish
-        self.pane = pane
-        self.timeout = timeout
-        self.on_change = on_change
-        """Called (in the asking thread) when a question opens or closes: shared mode writes the pane's snapshot,
-        so a worker that gets the page's answer knows the question is waiting here."""
-        self._open: dict[str, _Question] = {}
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def ask(self, call: ToolCall, reason: str) -> bool:
-        question = _Question(secrets.token_hex(8), call, reason)
-        with self._lock:
-            if self._closed:
-                return False
-            self._open[question.id] = question
-        if self.on_change is not None:
-            self.on_change()
-        self.publish({"type": "approval", "pane": self.pane, "request": question_json(question.id, call, reason)})
-        answered = question.done.wait(self.timeout)
-        with self._lock:
-            self._open.pop(question.id, None)
-        if self.on_change is not None:
-            self.on_change()
-        approved = answered and question.answer
-        how = "yes" if approved else "no" if answered else f"no answer within {self.timeout:g} s: no"
-        self.publish({"type": "approval_done", "pane": self.pane, "id": question.id, "approved": approved, "how": how})
-        return approved
-
-    def answer(self, request_id: str, approved: bool) -> bool:
-        """True when `request_id` was waiting and now has its answer."""
-        with self._lock:
-            question = self._open.get(request_id)
-        if question is None or question.done.is_set():
-            return False
-        question.answer = approved
-        question.done.set()
-        return True
-
-    def pending(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [question_json(q.id, q.call, q.reason) for q in self._open.values()]
-
-    def deny_all(self, *, close: bool = False) -> None:
-        with self._lock:
-            self._closed = self._closed or close
-            waiting = list(self._open.values())
-        for question in waiting:
-            question.answer = False
-            question.done.set()
-
-
-def question_json(request_id: str, call: ToolCall | dict[str, Any], reason: str) -> dict[str, Any]:
-    name = call.get("name")
-    tool = shown(name, MAX_NAME_CHARS) if isinstance(name, str) else name
-    return {"id": request_id, "tool": tool, "args": shown_args(call.get("args")), "reason": shown(reason)}
-
-
-class PaneHuman:
-    """The human behind a pane's approval gate (`approvals.Human`): the bookstore's rule, the page's answer."""
-
-    def __init__(self, store: BookStore, customer_id: str, bridge: ApprovalBridge) -> None:
-        self.policy = RiskyWritePolicy(store, customer_id)
-        self.bridge = bridge
-
-    def approve(self, call: ToolCall, reason: str) -> bool:
-        return self.bridge.ask(call, reason)
 
 
 # --- running a turn ----------------------------------------------------------------------------------------
@@ -482,7 +179,7 @@ def transcript_of(messages: list[BaseMessage]) -> list[dict[str, str]]:
 class Pane:
     """One contender's session in one tab: its agent, its conversation, the turn in progress."""
 
-    def __init__(self, tab: Tab, contender: str) -> None:
+    def __init__(self, tab: TabOfPane, contender: str) -> None:
         self.tab = tab
         self.contender = contender
         self.customer = pane_customer(tab.key, contender)
@@ -571,11 +268,8 @@ class Pane:
 
     def save_snapshot(self) -> None:
         """Write the snapshot (blocking: from a worker thread). A failed write is logged: the turn goes on."""
-        shared = self.tab.tabs.shared
-        if shared is None:
-            return
         try:
-            shared.put_pane(self.tab.key, self.contender, self.snapshot())
+            self.tab.tabs.store.put_pane(self.tab.key, self.contender, self.snapshot())
         except Exception as exc:
             log.warning("%s: could not write the pane's snapshot: %s", self.contender, exc)
 
@@ -621,7 +315,7 @@ class Pane:
         self.tab.hub.publish({"type": "trace", "pane": self.contender, "event": line, "tokens": self.tokens})
 
     def _on_token(self, token: Any) -> None:
-        text, kind, step = _token_parts(token)
+        text, kind, step = token_parts(token)
         sent = self._streamed.get((step, kind), 0)
         if not text or sent > MAX_SHOWN_CHARS:
             return
@@ -770,10 +464,8 @@ class Pane:
         # GraphSession takes the cooperative cancel event; the frameworks' CheckpointThread only a task cancel.
         # `argument` None: the method takes none (acontinue_unfinished).
         call = getattr(self.session, method)
-        from langgraph_version import GraphSession
-
         given = () if argument is None else (argument,)
-        if isinstance(self.session, GraphSession):
+        if takes_cancel_event(self.session):
             return call(*given, cancel=cancel)
         return call(*given)
 
@@ -826,20 +518,6 @@ class Pane:
         }
 
 
-def graph_request(request: dict[str, Any], request_id: str) -> dict[str, Any]:
-    """A graph's approval request for the page, under its id from `graph_request_ids`."""
-    call = request.get("tool_call") or {}
-    return question_json(request_id, call, str(request.get("reason", "")))
-
-
-def graph_request_ids(pending: list[dict[str, Any]]) -> list[str]:
-    """The page's id for each request of a graph's pause: the paused call's id when every request has one of its
-    own; otherwise (a call without an id, a model that gave two calls one id) its place in the pause, "#0",
-    "#1", ..., so no answer can be taken for another request's."""
-    ids = [str((r.get("tool_call") or {}).get("id") or "") for r in pending]
-    if all(ids) and len(set(ids)) == len(ids):
-        return ids
-    return [f"#{n}" for n in range(len(ids))]
 
 
 async def _cancelled_or(call: Awaitable[AgentResult]) -> AgentResult:
@@ -856,439 +534,3 @@ def cart_check(result: AgentResult, store_total: Decimal) -> CartCheck:
         return CartCheck.NO_FIGURE
     return CartCheck.AGREES if states_total(result.answer, money(store_total)) else CartCheck.STALE
 
-
-# --- tabs --------------------------------------------------------------------------------------------------
-
-
-class Tab:
-    """One browser tab: a customer with a store, a folder of sessions, settings and one pane per contender."""
-
-    def __init__(self, tabs: Tabs, key: str, loop: asyncio.AbstractEventLoop) -> None:
-        self.tabs = tabs
-        self.key = key
-        shared = tabs.shared
-        self.revision = 0
-        """Shared mode: the settings revision the panes here were opened with."""
-        if shared is None:
-            self.folder: Path | None = tabs.data_dir / "tabs" / key
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self.session_target: Path | str = self.folder / "sessions.db"
-            self.hub = Hub(loop)
-            self.store = BookStore(self.folder / "store.db")
-        else:
-            shared.open_tab(key)
-            self.folder = None
-            self.session_target = shared.url
-            self.hub = Hub(loop, shared, key, shared.last_seq(key))
-            self.store = BookStore(shared.tab_url(key))
-        self.settings = self._read_settings()
-        self.panes: dict[str, Pane] = {}
-        self.jobs: dict[str, asyncio.Task[None]] = {}
-        """Scenario and eval runs under way, by kind."""
-        self.reports: dict[str, str] = {}
-        """The last scenario / eval report of this tab, as HTML, by kind."""
-        self.gone_timer: asyncio.TimerHandle | None = None
-        self.applying = False
-        """The settings are being applied: the panes are closed and rebuilt, so nothing may start on them."""
-        self.claimed: set[str] = set()
-        """Shared mode: panes and jobs some worker holds, as of the last `refresh`."""
-        self.reports_here: list[str] = []
-        """Shared mode: the kinds of report kept in Postgres, as of the last `refresh`."""
-
-    def _read_settings(self) -> PageSettings:
-        shared = self.tabs.shared
-        try:
-            if shared is not None:
-                self.revision, saved = shared.settings(self.key)
-                return PageSettings() if saved is None else PageSettings.from_json(saved)
-            assert self.folder is not None
-            path = self.folder / "settings.json"
-            return PageSettings.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            return PageSettings()
-        except (ValueError, BadRequest) as exc:  # a damaged file: start from the defaults, say so in the log
-            log.warning("tab %s: settings file unusable (%s); using the defaults", self.key[:8], exc)
-            return PageSettings()
-
-    def save_settings(self) -> None:
-        if self.tabs.shared is not None:
-            self.revision = self.tabs.shared.save_settings(self.key, self.settings.as_json())
-            return
-        assert self.folder is not None
-        path = self.folder / "settings.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.settings.as_json()), encoding="utf-8")
-        os.replace(tmp, path)
-
-    @property
-    def busy(self) -> bool:
-        return (
-            any(p.busy for p in self.panes.values())
-            or any(not j.done() for j in self.jobs.values())
-            or any(name.startswith("job:") for name in self.claimed)
-        )
-
-    async def open_panes(self) -> None:
-        """Build a pane per chosen contender and read its conversation back (blocking parts in a worker)."""
-        panes = {c: Pane(self, c) for c in self.settings.contenders}
-        for pane in panes.values():
-            runner = TurnRunner(self.tabs.executor)
-            try:
-                await asyncio.get_running_loop().run_in_executor(self.tabs.executor, pane.open)
-                await pane.load(runner)
-            except Exception as exc:  # a damaged session file, another customer's thread: the pane says so
-                log.warning("tab %s: %s pane cannot open: %s", self.key[:8], pane.contender, exc)
-                pane.error = f"cannot open this conversation: {for_page(exc)}"
-        self.panes = panes
-
-    async def refresh(self) -> bool:
-        """Shared mode: take what other workers did to this tab (settings, turns, pauses) before answering. False
-        when another worker forgot the tab meanwhile (unused too long): this copy of it is stale."""
-        shared = self.tabs.shared
-        if shared is None:
-            return True
-        loop = asyncio.get_running_loop()
-        snapshots, claimed, revision = await loop.run_in_executor(self.tabs.executor, shared.panes, self.key)
-        if revision is None:
-            return False
-        if revision != self.revision and not any(p.running_here for p in self.panes.values()):
-            for pane in self.panes.values():
-                pane.bridge.deny_all(close=True)
-                if pane.conversation is not None:
-                    pane.conversation.close()
-            self.settings = await loop.run_in_executor(self.tabs.executor, self._read_settings)
-            await self.open_panes()
-        for name, pane in self.panes.items():
-            if not pane.running_here:
-                pane.apply_snapshot(snapshots.get(name), name in claimed)
-        self.claimed = claimed
-        self.reports_here = await loop.run_in_executor(self.tabs.executor, shared.reports, self.key)
-        return True
-
-    @property
-    def injected(self) -> bool:
-        return INJECTION in self.store.get_book(INJECTED_BOOK).description
-
-    def set_injection(self, on: bool) -> None:
-        """Put the prompt-injection scenario's note into this tab's catalog, or take it out again."""
-        original = next(b["description"] for b in load_catalog()["books"] if b["id"] == INJECTED_BOOK)
-        self.store.set_description(INJECTED_BOOK, f"{original} {INJECTION}" if on else original)
-
-    def change_carts(self) -> list[dict[str, Any]]:
-        """The stale-read demo: through the store's second channel, take each pane's first cart line away."""
-        changed = []
-        for pane in self.panes.values():
-            cart = self.store.cart(pane.customer)
-            if not cart.lines:
-                continue
-            line = cart.lines[0]
-            removed = self.store.remove_from_cart(pane.customer, line.book.id)
-            changed.append({
-                "pane": pane.contender, "title": line.book.title, "removed": removed,
-                "cart_total": money(self.store.cart(pane.customer).total),
-            })  # fmt: skip
-        return changed
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "settings": self.settings.as_json(),
-            "model": self.tabs.model_spec,
-            "scripted": self.tabs.model_spec.startswith("scripted"),
-            "injected": self.injected,
-            "panes": [p.state() for p in self.panes.values()],
-            "reports": sorted({*self.reports, *self.reports_here}),
-            "jobs": sorted(
-                {k for k, j in self.jobs.items() if not j.done()}
-                | {n.removeprefix("job:") for n in self.claimed if n.startswith("job:")}
-            ),
-        }
-
-    def cancel_all(self) -> None:
-        for pane in self.panes.values():
-            pane.cancel()
-        for job in self.jobs.values():
-            job.cancel()
-
-    def close(self) -> None:
-        for pane in self.panes.values():
-            pane.bridge.deny_all(close=True)
-            if pane.conversation is not None:
-                pane.conversation.close()
-        self.store.close()
-
-
-class TabIds:
-    """Unguessable tab ids a restarted server still recognises: 32 random hex digits, a dot, and their HMAC
-    (SHA-256, first 32 hex digits) under a secret kept in the data folder (created once, readable by its owner),
-    or, shared mode, in Postgres, so every worker accepts the ids any worker gave out."""
-
-    PATTERN = re.compile(r"([0-9a-f]{32})\.([0-9a-f]{32})")
-
-    def __init__(self, data_dir: Path, shared: SharedState | None = None) -> None:
-        if shared is not None:
-            self._secret = shared.secret(lambda: secrets.token_bytes(32))
-            return
-        path = data_dir / "secret.key"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            self._secret = path.read_bytes()
-        else:
-            self._secret = secrets.token_bytes(32)
-            with os.fdopen(fd, "wb") as file:
-                file.write(self._secret)
-        if len(self._secret) < 16:
-            raise ValueError(f"{path} is not a usable secret; delete it and a new one is made")
-
-    def _mac(self, key: str) -> str:
-        return hmac.new(self._secret, key.encode("ascii"), hashlib.sha256).hexdigest()[:32]
-
-    def new(self) -> tuple[str, str]:
-        """(tab id, its key): the id goes to the page, the key names the tab's folder and customers."""
-        key = secrets.token_hex(16)
-        return f"{key}.{self._mac(key)}", key
-
-    def key_of(self, tab_id: Any) -> str:
-        """The key of a genuine tab id; a malformed or forged one is a `BadRequest`."""
-        match = self.PATTERN.fullmatch(tab_id) if isinstance(tab_id, str) else None
-        if match is None:
-            raise BadRequest(400, "missing or malformed tab id; reload the page")
-        key, mac = match.groups()
-        if not hmac.compare_digest(mac, self._mac(key)):
-            raise BadRequest(403, "unknown tab id; reload the page to get a new one")
-        return key
-
-
-class Tabs:
-    """Every tab the server knows, opened from disk on first use, with the shared worker pool and settings."""
-
-    def __init__(
-        self,
-        data_dir: Path,
-        *,
-        model_spec: str = "scripted",
-        executor: Executor,
-        approval_timeout: float = 120.0,
-        gone_after: float = 10.0,
-        max_tabs: int = 64,
-        shared: SharedState | None = None,
-        keep_tabs_s: float = 7 * 24 * 3600.0,
-        max_stored_tabs: int = 1_000,
-    ) -> None:
-        """`keep_tabs_s` and `max_stored_tabs` (a data folder): a tab unused that long is deleted, and past that
-        many stored tabs the longest unused are (`forget_old_tabs`)."""
-        self.data_dir = data_dir
-        self.keep_tabs_s = keep_tabs_s
-        self.max_stored_tabs = max_stored_tabs
-        self.shared = shared
-        self.owner = uuid.uuid4().hex
-        """Shared mode: this worker's name on the claims it takes."""
-        if shared is None:
-            data_dir.mkdir(parents=True, exist_ok=True)
-        self.ids = TabIds(data_dir, shared)
-        self.model_spec = model_spec
-        self.executor = executor
-        self.approval_timeout = approval_timeout
-        self.gone_after = gone_after
-        self.max_tabs = max_tabs
-        self._open: dict[str, Tab] = {}
-        self._opening: dict[str, asyncio.Task[Tab]] = {}
-        self.forget_old_tabs()
-
-    def forget_old_tabs(self) -> list[str]:
-        """Delete the folders of stored tabs unused for `keep_tabs_s`, then of the longest unused beyond
-        `max_stored_tabs` (a folder's time is its tab's last request); a tab watched or at work is kept. The keys
-        deleted. On Postgres, `forget_stored_tabs` does the same to the tabs' rows, threads and schemas."""
-        folder = self.data_dir / "tabs"
-        if self.shared is not None:
-            doomed = self.forget_stored_tabs(self._spared())
-            self._close_forgotten(doomed)
-            return doomed
-        if not folder.is_dir():
-            return []
-        stored = sorted(((p.stat().st_mtime, p) for p in folder.iterdir() if p.is_dir()), reverse=True)
-        now = time.time()
-        old = [p for n, (used, p) in enumerate(stored) if now - used > self.keep_tabs_s or n >= self.max_stored_tabs]
-        doomed_paths = [p for p in old if self._may_forget(p.name)]
-        for path in doomed_paths:
-            self._close_forgotten([path.name])
-            shutil.rmtree(path, ignore_errors=True)
-        if doomed_paths:
-            log.info("forgot %d stored tab(s) unused for long or beyond %d", len(doomed_paths), self.max_stored_tabs)
-        return [p.name for p in doomed_paths]
-
-    def forget_stored_tabs(self, spared: set[str]) -> list[str]:
-        """Postgres (blocking, any thread): forget the tabs `SharedState.old_tabs` names but `spared` (open here and
-        watched or at work); each is kept if any worker claimed or watched it meanwhile (`SharedState.forget_tab`).
-        The keys forgotten."""
-        assert self.shared is not None
-        doomed = []
-        for key in self.shared.old_tabs(self.keep_tabs_s, self.max_stored_tabs):
-            threads = [thread_name(c, key) for c in CONTENDERS]
-            if key not in spared and self.shared.forget_tab(key, self.keep_tabs_s, self.max_stored_tabs, threads):
-                doomed.append(key)
-        if doomed:
-            log.info("forgot %d stored tab(s) unused for long or beyond %d", len(doomed), self.max_stored_tabs)
-        return doomed
-
-    def _spared(self) -> set[str]:
-        return {key for key in [*self._open, *self._opening] if not self._may_forget(key)}
-
-    def _close_forgotten(self, keys: list[str]) -> None:
-        for key in keys:
-            tab = self._open.pop(key, None)
-            if tab is not None:
-                tab.hub.end_streams()
-                tab.close()
-
-    def _may_forget(self, key: str) -> bool:
-        """Not being opened, and if open, nobody watching and nothing under way."""
-        tab = self._open.get(key)
-        if key in self._opening:
-            return False
-        return tab is None or not (tab.hub.listeners or tab.busy or tab.applying)
-
-    async def new(self) -> tuple[str, Tab]:
-        tab_id, key = self.ids.new()
-        tab = await self._get(key)
-        # After: the new tab is open, so it is kept.
-        if self.shared is None:
-            self.forget_old_tabs()
-        else:
-            loop = asyncio.get_running_loop()
-            self._close_forgotten(await loop.run_in_executor(self.executor, self.forget_stored_tabs, self._spared()))
-        return tab_id, tab
-
-    async def get(self, tab_id: Any) -> Tab:
-        key = self.ids.key_of(tab_id)
-        tab = await self._get(key)
-        if tab.folder is not None:
-            with contextlib.suppress(OSError):
-                os.utime(tab.folder)  # its last use, for `forget_old_tabs`
-        if not await tab.refresh():  # another worker forgot it: it starts afresh, as a forgotten folder does
-            self._close_forgotten([key])
-            tab = await self._get(key)
-            await tab.refresh()
-        return tab
-
-    async def _get(self, key: str) -> Tab:
-        tab = self._open.get(key)
-        if tab is not None:
-            return tab
-        # Two requests for a tab not open yet (the page's state and its event stream) open it once.
-        opening = self._opening.get(key)
-        if opening is None:
-            opening = self._opening[key] = asyncio.get_running_loop().create_task(self._load(key))
-            opening.add_done_callback(lambda _: self._opening.pop(key, None))
-        return await asyncio.shield(opening)
-
-    async def _load(self, key: str) -> Tab:
-        self._make_room()
-        loop = asyncio.get_running_loop()
-        tab = await loop.run_in_executor(self.executor, Tab, self, key, loop)
-        await tab.open_panes()
-        self._open[key] = tab
-        return tab
-
-    def _make_room(self) -> None:
-        """Close tabs beyond `max_tabs`, nobody watching first, then the longest-watched (their streams end; the
-        page reconnects and the tab reopens from disk), so tabs that only hold a stream never lock a newcomer
-        out. A tab with a turn or a job under way is never closed."""
-        idle = sorted((t for t in self._open.values() if not t.busy and not t.applying),
-                      key=lambda t: (t.hub.listeners > 0, t.hub.last_seen))  # fmt: skip
-        while len(self._open) >= self.max_tabs and idle:
-            tab = idle.pop(0)
-            del self._open[tab.key]
-            tab.hub.end_streams()
-            tab.close()
-        if len(self._open) >= self.max_tabs:
-            raise BadRequest(503, "the server has as many tabs open as it takes; close one and reload")
-
-    # --- shared mode: events from Postgres ------------------------------------------------------------------------
-
-    def active(self) -> list[str]:
-        """Tabs whose events this worker needs: a stream open here, or a turn running here (commands)."""
-        return [k for k, t in self._open.items() if t.hub.listeners or any(p.running_here for p in t.panes.values())]
-
-    def watched(self) -> list[str]:
-        return [k for k, t in self._open.items() if t.hub.listeners]
-
-    def on_tab(self, key: str) -> None:
-        """Tab `key` has new events (a NOTIFY, or the poll): read them, once at a time per tab (server's loop)."""
-        tab = self._open.get(key)
-        if tab is None or self.shared is None:
-            return
-        if tab.hub.pulling:
-            tab.hub.pull_again = True
-            return
-        tab.hub.pulling = True
-        asyncio.get_running_loop().create_task(self._pull(tab))
-
-    async def _pull(self, tab: Tab) -> None:
-        assert self.shared is not None
-        hub, loop = tab.hub, asyncio.get_running_loop()
-        try:
-            while True:
-                hub.pull_again = False
-                events = await loop.run_in_executor(self.executor, self.shared.events_after, tab.key, hub.seq)
-                for seq, event in events:
-                    hub.seq = seq
-                    kind = str(event.get("type", ""))
-                    if kind.startswith("_"):
-                        self._command(tab, event)
-                    else:
-                        hub.deliver(event)
-                if not events and not hub.pull_again:
-                    return
-        except Exception as exc:  # the database is away: the poll tries again
-            log.warning("tab %s: could not read its events: %s", tab.key[:8], exc)
-        finally:
-            hub.pulling = False
-
-    @staticmethod
-    def _command(tab: Tab, event: dict[str, Any]) -> None:
-        """A command from another worker: acted on here only if the turn it is about runs here."""
-        if event["type"] == "_cancel":
-            for pane in tab.panes.values():
-                if pane.running_here:
-                    pane.cancel()
-        elif event["type"] == "_answer":
-            pane = tab.panes.get(str(event.get("pane")))
-            if pane is not None:
-                pane.bridge.answer(str(event.get("id")), event.get("approved") is True)
-
-    def stream_closed(self, tab: Tab) -> None:
-        """An event stream of `tab` ended: if none is back within `gone_after` seconds, the tab went away.
-        (Shared mode: the worker running the turn decides, from when any worker last had a stream open.)"""
-        if tab.hub.listeners or self.shared is not None:
-            return
-        if tab.gone_timer is not None:
-            tab.gone_timer.cancel()
-        tab.gone_timer = asyncio.get_running_loop().call_later(self.gone_after, self._maybe_gone, tab)
-
-    def _maybe_gone(self, tab: Tab) -> None:
-        tab.gone_timer = None
-        if tab.hub.listeners:
-            return
-        if tab.busy:
-            log.info("tab %s went away: cancelling its runs", tab.key[:8])
-        tab.cancel_all()
-
-    def end_streams(self) -> None:
-        """End every tab's event streams, so a stopping server is not held open by its pages (any thread)."""
-        for tab in list(self._open.values()):
-            tab.hub.end_streams()
-
-    async def aclose(self, wait: float = 5.0) -> None:
-        """Cancel every run, give them `wait` seconds to record it, then close every tab's files."""
-        for tab in self._open.values():
-            tab.cancel_all()
-        running: list[asyncio.Task[Any]] = [
-            p.task for t in self._open.values() for p in t.panes.values() if p.task and not p.task.done()
-        ]
-        running += [j for t in self._open.values() for j in t.jobs.values() if not j.done()]  # their processes end
-        if running:
-            await asyncio.wait(running, timeout=wait)
-        for tab in self._open.values():
-            tab.close()
-        self._open.clear()

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
+from webdemo.tabstore import TabPlace
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "webdemo"
@@ -107,14 +109,14 @@ class SharedState:
         a blocked ``pg_advisory_lock`` call included: two workers running them at once deadlock. So the workers
         queue by polling a lock of ours (each poll a short statement the index build can wait out); the one that
         holds it runs the migrations, and later setups find nothing to do."""
-        from langgraph_version.postgres import PostgresCheckpoints
+        from comparison.conversations import setup_postgres_checkpoints
 
         failed: list[BaseException] = []
 
         def setup() -> None:
             # A thread of its own: uvicorn builds each worker's app inside its event loop, where no loop may run.
             try:
-                asyncio.run(PostgresCheckpoints(self.url).setup())
+                asyncio.run(setup_postgres_checkpoints(self.url))
             except BaseException as exc:
                 failed.append(exc)
 
@@ -151,6 +153,11 @@ class SharedState:
             db.execute("INSERT INTO webdemo_tabs (key) VALUES (%s) ON CONFLICT (key) DO UPDATE SET used = now()",
                        (key,))  # fmt: skip
             db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema_of(key)}"')
+
+    def place(self, key: str) -> TabPlace:
+        """`open_tab`, then where the tab's things are: its threads in the shared tables, its store in its schema."""
+        self.open_tab(key)
+        return TabPlace(None, self.url, self.tab_url(key), self.last_seq(key))
 
     # --- forgetting unused tabs ----------------------------------------------------------------------------------
 
