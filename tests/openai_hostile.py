@@ -1,11 +1,9 @@
 """A loopback OpenAI-compatible server that answers as told, hostile answers included, for the real client.
 
-It runs no model: `/v1/models` lists one, each `POST /v1/chat/completions` gets the next scripted `Answer`,
-as one JSON body or (for ``"stream": true``) as server-sent events. An answer is written as raw JSON text, so
-what a parser would never produce can be sent: a lone surrogate escape, arguments nested 600 deep, a list
-where an object belongs, an empty `choices`, usage that is no number, a byte every second (`trickle_s`).
-    with HostileServer([Answer.text("Hi")]) as server: make_model("openai:m", base_url=server.base_url)
-"""
+It runs no model: each `POST /v1/chat/completions` gets the next scripted `Answer`, as one JSON body or as
+server-sent events, written as raw JSON text so that what a parser would never produce can be sent: a lone
+surrogate escape, arguments nested 600 deep, a list for an object, an empty `choices`, usage that is no number,
+a byte every second (`trickle_s`). Use: ``with HostileServer([Answer.text("Hi")]) as server: ...``."""
 
 from __future__ import annotations
 
