@@ -56,7 +56,7 @@ try:
     from comparison.chat import ThreadBusy, chat_customer
     from comparison.command import chat, check_chat, check_model, finish, run_and_render
     from comparison.command_line import UsageError, UsageParser, configure_logging
-    from comparison.contenders import CONTENDERS, MISSING
+    from comparison.contenders import CONTENDERS
     from comparison.conversations import (
         ConversationNotSaved,
         HistoryPolicy,
@@ -124,7 +124,7 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
         "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
         f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n"
-        "spans: --otel console|otlp on any of these (needs the otel extra: pip install 'agent-loop-compare[otel]')\n"
+        "spans: --otel console|otlp on any of these\n"
         "every command takes --model local (the bundled SmolLM2-135M, 'local' extra) and --model openai:<model> "
         "--base-url URL (any OpenAI-compatible server)\n\n"
         "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
@@ -172,9 +172,6 @@ def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
     """The `--contenders` options as contender names (`comparison.contenders.parse_contenders`); `UsageError`."""
     from comparison.contenders import parse_contenders as parse
 
-    if values is None:
-        for name, why in MISSING.items():  # one line, so a default run says who is left out and why
-            print(f"{name}: not run, because {why}", file=sys.stderr)
     try:
         return parse(values)
     except ValueError as exc:
