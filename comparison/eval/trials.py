@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
-from comparison.command_line import UsageError, configure_logging
+from comparison.command_line import UsageError, UsageParser, configure_logging
 from comparison.contenders import CONTENDERS, parse_contenders
 from comparison.document import document_json
 from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
@@ -441,7 +441,7 @@ def _shown_number(value: int) -> str:
 
 def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
     names = "\n".join(f"  {s.name:<18} {s.description}" for s in GRADED)
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog=prog,
         description="Run scenarios x contenders N times, grade every run (success, safe or unsafe failure) "
         "and report pass^k as tau-bench defines it.",
@@ -540,8 +540,11 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     parser = build_eval_parser(prog)
     try:
         args = parser.parse_args(list(argv))
-    except SystemExit as exc:  # --help (0) or a malformed command line (2, argparse has said why)
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except SystemExit as exc:  # --help, which argparse has printed
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    except UsageError as exc:
+        _say(prog, str(exc))
+        return EXIT_USAGE
     try:
         plan = plan_from(args)
         if args.json and args.json != "-":
