@@ -23,6 +23,8 @@ EXIT_FILE = 4
 """A file cannot be used as asked: an output path, a store or session database, a saved conversation."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, what a shell reports for a process a Ctrl-C ended)."""
+# A reader that closes the pipe early (`compare.py | head -1`) ends the command quietly with EXIT_OK: the rest of
+# the output goes to /dev/null, nothing is said (see `main`).
 
 MAX_TURNS = 10_000
 """The most turns --turns accepts: a typo of a few digits more must not start a run of hours."""
@@ -210,16 +212,26 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     saved_base_url = os.environ.get(BASE_URL_ENV)
     try:
         if command == "chat":
-            return chat_main(argv[1:], prog=f"{prog} chat")
-        if command == "serve":
+            code = chat_main(argv[1:], prog=f"{prog} chat")
+        elif command == "serve":
             from webdemo.cli import serve_main  # the web stack is imported only when the page is served
 
-            return serve_main(argv[1:], prog=f"{prog} serve")
-        if command == "eval":
+            code = serve_main(argv[1:], prog=f"{prog} serve")
+        elif command == "eval":
             from comparison.eval.trials import eval_main
 
-            return eval_main(argv[1:], prog=f"{prog} eval")
-        return compare_main(argv, prog=prog)
+            code = eval_main(argv[1:], prog=f"{prog} eval")
+        else:
+            code = compare_main(argv, prog=prog)
+        sys.stdout.flush()  # now, so that a reader who closed the pipe is met here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # The reader closed the pipe (`| head`): what it did not read is not wanted. The rest goes to /dev/null,
+        # so the interpreter's last flush cannot fail too (the standard way, Python's `signal` documentation).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_OK
     except KeyboardInterrupt:
         # Ctrl-C anywhere the stages below do not handle it themselves: parsing, the checks, opening the files.
         say(f"{prog} {command}" if command else prog, "interrupted")
@@ -284,6 +296,8 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
         # The runs are over and shown; what was being written is written whole or not at all (files.write_output).
         say(prog, "interrupted while the final tables and files were written; no file is half-written")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: `main` ends quietly
     except OSError as exc:  # the disk filled up, or the folder went away, during the run
         return fail(prog, UnusableFile(f"could not write the results: {exc}"))
     if interrupted:

@@ -308,6 +308,40 @@ def test_ctrl_c_at_any_moment_is_exit_130_without_a_traceback(
     assert files_in(tmp_path) == set(), "no JSON, no half-written JSON, no temporary file, no store"
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--max-steps", "abc"], ["--turns", "x"], ["--bogus"], ["--otel", "nope"], ["--contenders", "nope"],
+        ["nosuch"], ["chat", "--keep-turns", "x"], ["chat", "--contender", "nope"], ["chat", "--bogus"],
+        ["eval", "--runs", "abc"], ["eval", "--seed", "x"], ["eval", "--jobs", "y"], ["eval", "--bogus"],
+        ["eval", "--otel", "nope"], ["eval", "--runs", "0"], ["serve", "--port", "abc"], ["serve", "--workers", "x"],
+        ["serve", "--bogus"], ["serve", "--approval-timeout", "x"], ["serve", "--max-jobs", "0"],
+    ],
+    ids=" ".join,
+)
+def test_every_usage_error_of_every_command_is_one_line_and_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert compare.main(argv) == compare.EXIT_USAGE
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    one_line_error(captured, f"compare.py{' ' + argv[0] if argv[0] in ('chat', 'eval', 'serve') else ''}: ")
+
+
+@pytest.mark.parametrize("argv", [[], ["--list"], ["eval", "bookstore", "--runs", "2"]])
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly_with_exit_0(argv: list[str]) -> None:
+    """`compare.py | head -1`: the rest is not wanted, which is no failure (rich alone would exit 1)."""
+    process = subprocess.Popen(
+        [sys.executable, "compare.py", *argv], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.readline()
+    process.stdout.close()
+    err = process.stderr.read()
+    assert process.wait(timeout=120) == compare.EXIT_OK, err
+    assert [line for line in err.splitlines() if not line.startswith("eval: trial")] == []
+
+
 RANDOM_CTRL_C_RUNS = 20
 
 

@@ -599,6 +599,8 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     except KeyboardInterrupt:
         _say(prog, "interrupted while the results were written; no file is half-written")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: compare.main ends quietly
     except OSError as exc:
         _say(prog, f"could not write the results: {exc}")
         return EXIT_FILE
