@@ -87,9 +87,11 @@ def finish(
         document = build_document(model, contenders, done, records, interrupted=interrupted, matrix=rows)
         if json:
             write_document(document, json)
+            if json != "-":
+                console.print(Text(f"JSON written to {clean_line(json)}"), soft_wrap=True)
         if report:
             write_output(report, render_report(document))
-            console.print(Text(f"Report written to {clean_line(report)}"))
+            console.print(Text(f"Report written to {clean_line(report)}"), soft_wrap=True)
 
 
 def run_and_render(

@@ -82,6 +82,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
         ("--json", "a-directory", "is a directory"),
         ("--json", "/proc/x", "cannot be written"),
         ("--json", "missing/runs.json", "does not exist"),
+        ("--json", "notes.txt/runs.json", "notes.txt is a file, not a folder"),
         ("--report", "a-directory", "is a directory"),
         ("--report", "/proc/x", "cannot be written"),
         ("--report", "missing/report.html", "does not exist"),
@@ -340,6 +341,17 @@ def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly_with_exit_
     err = process.stderr.read()
     assert process.wait(timeout=120) == compare.EXIT_OK, err
     assert [line for line in err.splitlines() if not line.startswith("eval: trial")] == []
+
+
+@pytest.mark.parametrize("command", [["orders", "--no-trace"], ["eval", "orders", "--runs", "1"]], ids=" ".join)
+def test_every_file_written_is_named_on_the_last_lines(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs, report = tmp_path / "runs.json", tmp_path / "report.html"
+    assert compare.main([*command, "--json", str(runs), "--report", str(report)]) == compare.EXIT_OK
+    out = capsys.readouterr().out
+    assert out.splitlines()[-2:] == [f"JSON written to {runs}", f"Report written to {report}"]
+    assert json.loads(runs.read_text(encoding="utf-8")) and report.stat().st_size > 0
 
 
 RANDOM_CTRL_C_RUNS = 20

@@ -593,9 +593,10 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
                 sys.stdout.write(text)
             else:
                 write_output(Path(args.json), text)
+                console.print(Text(f"JSON written to {clean_line(args.json)}"), soft_wrap=True)
         if args.report:
             write_output(Path(args.report), render_eval_report(document))
-            console.print(Text(f"Report written to {clean_line(args.report)}"))
+            console.print(Text(f"Report written to {clean_line(args.report)}"), soft_wrap=True)
     except KeyboardInterrupt:
         _say(prog, "interrupted while the results were written; no file is half-written")
         return EXIT_INTERRUPTED
