@@ -120,7 +120,8 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     scenario_lines = "\n".join(f"  {s.name:<18} {s.description}" for s in SCENARIOS)
     parser = UsageParser(
         prog=prog,
-        description="Run the same bookstore goals through a hand-written agent loop and LangGraph, side by side.",
+        description=f"Run the same bookstore goals through {len(CONTENDERS)} agent loops, side by side:\n"
+        f"  {', '.join(CONTENDERS)}.",
         epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
         f"chat: {prog} chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
         "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"

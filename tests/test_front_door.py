@@ -354,6 +354,23 @@ def test_every_file_written_is_named_on_the_last_lines(
     assert json.loads(runs.read_text(encoding="utf-8")) and report.stat().st_size > 0
 
 
+def test_the_help_the_live_page_and_the_report_name_all_five_contenders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from comparison.contenders import CONTENDERS
+
+    assert len(CONTENDERS) == 5
+    description = compare.build_parser().format_help().split("\n\n")[1]
+    page = (ROOT / "webdemo" / "static" / "index.html").read_text(encoding="utf-8")
+    assert compare.main(["orders", "--no-trace", "--report", str(tmp_path / "r.html")]) == compare.EXIT_OK
+    capsys.readouterr()
+    report = (tmp_path / "r.html").read_text(encoding="utf-8")
+    titles = [description] + [re.findall(f"<{tag}>(.*?)</{tag}>", html)[0] for html in (page, report)
+                              for tag in ("title", "h1")]  # fmt: skip
+    for title in titles:
+        assert all(name in title for name in CONTENDERS), title
+
+
 RANDOM_CTRL_C_RUNS = 20
 
 
