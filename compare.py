@@ -14,6 +14,8 @@ import os
 import sys
 
 EXIT_OK = 0
+"""Done; also when the reader of stdout closed the pipe early (`compare.py | head -1`): the rest of the output is
+not wanted, so it goes to /dev/null and nothing is said (see `main`)."""
 EXIT_USAGE = 2
 """A bad command line or setting: unknown scenario or contender, bad model spec, bad --thread, bad OLLAMA_HOST."""
 EXIT_UNAVAILABLE = 3
@@ -23,8 +25,6 @@ EXIT_FILE = 4
 """A file cannot be used as asked: an output path, a store or session database, a saved conversation."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C (128 + SIGINT, what a shell reports for a process a Ctrl-C ended)."""
-# A reader that closes the pipe early (`compare.py | head -1`) ends the command quietly with EXIT_OK: the rest of
-# the output goes to /dev/null, nothing is said (see `main`).
 
 MAX_TURNS = 10_000
 """The most turns --turns accepts: a typo of a few digits more must not start a run of hours."""
