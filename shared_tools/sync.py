@@ -34,8 +34,10 @@ def run_blocking(make: Callable[[], Coroutine[Any, Any, T]], *, instead: str) ->
                 box.append(await make())
 
         outer, _running.run = _running.run, run
+        runner: asyncio.Runner | None = None
         try:
-            loop = run.loop = _new_event_loop()
+            loop: _EventLoop | None = _new_event_loop()
+            run.loop = loop
             try:
                 with asyncio.Runner(loop_factory=lambda: loop) as runner:  # the Runner closes the loop
                     runner.run(main())
@@ -43,7 +45,9 @@ def run_blocking(make: Callable[[], Coroutine[Any, Any, T]], *, instead: str) ->
                 if not run.interrupted:
                     raise
             finally:
-                loop.shutdown_daemon_threads()
+                loop.shutdown_daemon_threads()  # type: ignore[union-attr]
+                # The loop is freed here, while a Ctrl-C still finds this run: its __del__ is no place for one.
+                run.loop = run.task = loop = runner = None
         finally:
             _running.run = outer
         if run.interrupted:
