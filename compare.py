@@ -14,6 +14,8 @@ import os
 import sys
 
 EXIT_OK = 0
+"""Done; also when the reader of stdout closed the pipe early (`compare.py | head -1`): the rest of the output is
+not wanted, so it goes to /dev/null and nothing is said (see `main`)."""
 EXIT_USAGE = 2
 """A bad command line or setting: unknown scenario or contender, bad model spec, bad --thread, bad OLLAMA_HOST."""
 EXIT_UNAVAILABLE = 3
@@ -56,7 +58,7 @@ try:
     from comparison.chat import ThreadBusy, chat_customer
     from comparison.command import chat, check_chat, check_model, finish, run_and_render
     from comparison.command_line import UsageError, UsageParser, configure_logging
-    from comparison.contenders import CONTENDERS, MISSING
+    from comparison.contenders import CONTENDERS
     from comparison.conversations import (
         ConversationNotSaved,
         HistoryPolicy,
@@ -118,13 +120,14 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     scenario_lines = "\n".join(f"  {s.name:<18} {s.description}" for s in SCENARIOS)
     parser = UsageParser(
         prog=prog,
-        description="Run the same bookstore goals through a hand-written agent loop and LangGraph, side by side.",
+        description=f"Run the same bookstore goals through {len(CONTENDERS)} agent loops, side by side:\n"
+        f"  {', '.join(CONTENDERS)}.",
         epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
         f"chat: {prog} chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
         "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
         f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n"
-        "spans: --otel console|otlp on any of these (needs the otel extra: pip install 'agent-loop-compare[otel]')\n"
+        "spans: --otel console|otlp on any of these\n"
         "every command takes --model local (the bundled SmolLM2-135M, 'local' extra) and --model openai:<model> "
         "--base-url URL (any OpenAI-compatible server)\n\n"
         "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
@@ -180,9 +183,6 @@ def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
     """The `--contenders` options as contender names (`comparison.contenders.parse_contenders`); `UsageError`."""
     from comparison.contenders import parse_contenders as parse
 
-    if values is None:
-        for name, why in MISSING.items():  # one line, so a default run says who is left out and why
-            print(f"{name}: not run, because {why}", file=sys.stderr)
     try:
         return parse(values)
     except ValueError as exc:
@@ -221,16 +221,26 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     saved_base_url = os.environ.get(BASE_URL_ENV)
     try:
         if command == "chat":
-            return chat_main(argv[1:], prog=f"{prog} chat")
-        if command == "serve":
+            code = chat_main(argv[1:], prog=f"{prog} chat")
+        elif command == "serve":
             from webdemo.cli import serve_main  # the web stack is imported only when the page is served
 
-            return serve_main(argv[1:], prog=f"{prog} serve")
-        if command == "eval":
+            code = serve_main(argv[1:], prog=f"{prog} serve")
+        elif command == "eval":
             from comparison.eval.trials import eval_main
 
-            return eval_main(argv[1:], prog=f"{prog} eval")
-        return compare_main(argv, prog=prog)
+            code = eval_main(argv[1:], prog=f"{prog} eval")
+        else:
+            code = compare_main(argv, prog=prog)
+        sys.stdout.flush()  # now, so that a reader who closed the pipe is met here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # The reader closed the pipe (`| head`): what it did not read is not wanted. The rest goes to /dev/null,
+        # so the interpreter's last flush cannot fail too (the standard way, Python's `signal` documentation).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_OK
     except KeyboardInterrupt:
         # Ctrl-C anywhere the stages below do not handle it themselves: parsing, the checks, opening the files.
         say(f"{prog} {command}" if command else prog, "interrupted")
@@ -299,6 +309,8 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
         # The runs are over and shown; what was being written is written whole or not at all (files.write_output).
         say(prog, "interrupted while the final tables and files were written; no file is half-written")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: `main` ends quietly
     except OSError as exc:  # the disk filled up, or the folder went away, during the run
         return fail(prog, UnusableFile(f"could not write the results: {exc}"))
     if interrupted:

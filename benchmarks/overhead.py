@@ -9,7 +9,6 @@ the graphs, sessions in memory and SQLite, spans on) is a ratio to a bare langch
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 import tempfile
 import uuid
@@ -195,8 +194,7 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
         GUARDED_GRAPH: graph(GraphAgent),
         CREATE_AGENT: create_agent,
     }
-    if importlib.util.find_spec("agent_framework") is not None:  # the maf extra
-        result[MAF] = maf
+    result[MAF] = maf
     for kind in TRACED:
         result[kind + SPANS] = traced(kind, content=False)
         result[kind + CONTENT] = traced(kind, content=True)

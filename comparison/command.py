@@ -19,7 +19,13 @@ from comparison.chat import COMMANDS, LiveTurn, approval_prompt, converse
 from comparison.closing import guard_matrix
 from comparison.command_line import UsageError
 from comparison.contenders import CONTENDERS, build_contender
-from comparison.conversations import HistoryPolicy, check_saved_conversation, check_thread_name, open_conversation
+from comparison.conversations import (
+    HistoryPolicy,
+    check_saved_conversation,
+    check_thread_name,
+    open_conversation,
+    shown_target,
+)
 from comparison.document import build_document, write_document
 from comparison.files import UnusableFile, check_session_db, check_store_db, write_output
 from comparison.overview import render_overview
@@ -97,9 +103,11 @@ def finish(
         document = build_document(model, contenders, done, records, interrupted=interrupted, matrix=rows)
         if json:
             write_document(document, json)
+            if json != "-":
+                console.print(Text(f"JSON written to {clean_line(json)}"), soft_wrap=True)
         if report:
             write_output(report, render_report(document))
-            console.print(Text(f"Report written to {clean_line(report)}"))
+            console.print(Text(f"Report written to {clean_line(report)}"), soft_wrap=True)
 
 
 def run_and_render(
@@ -197,6 +205,11 @@ def chat(
         + Text(f" · thread {thread} · kept in {kept_in} · {facts['turns']} turn(s) so far · the model sees ")
         + Text(f"{window}. Empty line or 'quit' ends; {COMMANDS}.")
     )
+    if facts["kept_in"] != shown_target(session_db):  # a file of its own beside --session-db: say which
+        cart_in = clean_line(shown_target(store.url or store.path))
+        beside = clean_line(shown_target(session_db))
+        saved = f"{contender} saves this conversation in {kept_in}, a file beside --session-db {beside}"
+        console.print(Text(f"{saved}; the cart is in {cart_in}."), soft_wrap=True)
     if scripted:
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
 

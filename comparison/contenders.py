@@ -1,14 +1,12 @@
 """The contenders: which agents compete, and how each is built from one `AgentOptions`.
 
 `CONTENDERS` names the five (the hand-written loop, our guarded graph, LangGraph's defaults, `create_agent`, and
-Microsoft Agent Framework's `Agent` when the `maf` extra is installed; `MISSING` says why one is absent) in the
-order every table shows them; `build_contender` builds one from the same options. The agent packages are imported
-on first use, so `python compare.py --list` and `--help` never pay for importing LangGraph.
+Microsoft Agent Framework's `Agent`) in the order every table shows them; `build_contender` builds one from the
+same options. The agent packages are imported on first use, so `--list` and `--help` never pay for LangGraph.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
@@ -30,23 +28,12 @@ CONTENDERS: dict[str, str] = {
 }
 """Contender name -> one line saying what it is, in the order the tables show them."""
 
-MAF_EXTRA_MISSING = "the maf extra is not installed (pip install -e '.[maf]' adds agent-framework-core)"
-
-MISSING: dict[str, str] = {}
-"""Contenders left out of `CONTENDERS` because their optional extra is not installed, and why, in words."""
-
-if importlib.util.find_spec("agent_framework") is None:  # pragma: no cover - the maf extra is installed in CI
-    MISSING["maf"] = MAF_EXTRA_MISSING
-    del CONTENDERS["maf"]
-
 SESSION_CONTENDERS: tuple[str, ...] = tuple(CONTENDERS)
 """The contenders with a multi-turn conversation: `Session`, `GraphSession`, a checkpointer thread of
 LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`conversations.CheckpointThread`), and
 MAF's `AgentSession` (`maf_version.MafSession`, kept in a JSON file through `to_dict`/`from_dict`)."""
 
-APPROVAL_CONTENDERS: tuple[str, ...] = tuple(
-    c for c in ("handwritten", "langgraph", "create-agent", "maf") if c in CONTENDERS
-)
+APPROVAL_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph", "create-agent", "maf")
 """The contenders with an approval gate: an `approve` callback; `interrupt()` and `GraphSession.resume`;
 `HumanInTheLoopMiddleware` and `Command(resume={"decisions": [...]})`; MAF's `approval_mode="always_require"`,
 whose request the human answers with `to_function_approval_response` (asked during the run, as the hand-written
@@ -71,9 +58,6 @@ def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
                 f"--contenders {value!r} names an empty contender; give NAME[,NAME] from: {', '.join(CONTENDERS)}"
             )
         names += items
-    missing = [c for c in names if c in MISSING]
-    if missing:
-        raise ValueError(f"contender {missing[0]!r} cannot run: {MISSING[missing[0]]}")
     bad = [c for c in names if c not in CONTENDERS]
     if bad:
         raise ValueError(f"unknown contender {bad[0]!r}; choose from: {', '.join(CONTENDERS)}")
@@ -110,8 +94,6 @@ def build_contender(
     and `create_agent` (through `HumanInTheLoopMiddleware`, asking only where `human.policy` says so) pause
     instead (run them with `run_gated_graph`). LangGraph's defaults have no gate: `NO_APPROVAL_GATE`.
     """
-    if name in MISSING:
-        raise ValueError(f"{name}: {MISSING[name]}")
     if human is not None and name not in APPROVAL_CONTENDERS:
         raise ValueError(f"{name}: {NO_APPROVAL_GATE}" if name in CONTENDERS else f"unknown contender {name!r}")
     if human is not None:

@@ -131,6 +131,8 @@ def check_session_db(path: str | Path, option: str = "--session-db") -> None:
 
 
 def _check_folder(path: Path, option: str) -> None:
+    if path.parent.exists() and not path.parent.is_dir():
+        raise UnusableFile(f"{option}: {path} cannot be created: {path.parent} is a file, not a folder")
     if not path.parent.is_dir():
         raise UnusableFile(f"{option}: {path} cannot be created: the folder {path.parent} does not exist")
 

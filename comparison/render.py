@@ -49,11 +49,18 @@ STATUS_STYLE = {
 """A guard-matrix cell's colour by its status; a status not listed here is printed plain."""
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """A reader that closed the pipe (`compare.py | head`) is no failure: the BrokenPipeError goes up to the
+        command, which ends quietly with exit 0 (`compare.main`), where rich itself would exit 1."""
+        raise BrokenPipeError
+
+
 def make_console(file: TextIO) -> Console:
     """Rich output; on a pipe or file: 100 columns and no colour."""
-    console = Console(file=file, highlight=False)
+    console = _Console(file=file, highlight=False)
     if not console.is_terminal:
-        console = Console(file=file, highlight=False, width=WIDTH, no_color=True, color_system=None)
+        console = _Console(file=file, highlight=False, width=WIDTH, no_color=True, color_system=None)
     return console
 
 

@@ -665,16 +665,17 @@ def render_report(document: dict[str, Any]) -> str:
     contender_list = "".join(
         f"<li><b>{esc(c['name'])}</b>: {esc(c['description'])}</li>" for c in document["contenders"]
     )
+    names = ", ".join(c["name"] for c in document["contenders"])
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>agent-loop-compare: hand-written loop vs LangGraph</title>
+<title>agent-loop-compare: {esc(names)}</title>
 <style>{CSS}</style>
 </head>
 <body>
-<h1>Hand-written agent loop vs LangGraph</h1>
+<h1>One bookstore agent, {len(document["contenders"])} ways: {esc(names)}</h1>
 <p><small>Model: {esc(document["model"])} · {len(runs)} runs · a self-contained page: inline CSS and SVG, no
 JavaScript, nothing loaded from the network.</small></p>
 {interrupted}

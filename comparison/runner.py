@@ -41,6 +41,7 @@ from comparison.scenarios import Scenario, Variant, contenders_for
 from shared_tools.bookstore.store import BookStore
 from shared_tools.models import make_model
 from shared_tools.results import TraceEvent
+from shared_tools.sync import interrupt_run
 
 # Named after the command, not this module, so `-v` output and log filters stay what they were.
 log = logging.getLogger("compare")
@@ -294,6 +295,23 @@ def _portable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc} (raised in a compare.py worker process)\n{where}")
 
 
+class WorkerInterrupt:
+    """A worker's SIGINT handler. The first Ctrl-C stops what runs: a run going on stops at its next await and
+    then raises KeyboardInterrupt (`shared_tools.sync.interrupt_run`), never from inside asyncio or langchain-core;
+    between runs it raises KeyboardInterrupt at once. Later ones are ignored (the terminal's Ctrl-C reaches the
+    worker, and the parent passes one on too)."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.interrupted:
+            return
+        self.interrupted = True
+        if not interrupt_run():
+            raise KeyboardInterrupt
+
+
 def _work(conn: Connection, scenarios: Sequence[Scenario], options: RunOptions) -> None:
     """A worker process: run the units the parent sends, one at a time, sending each record as soon as it exists.
 
@@ -301,15 +319,7 @@ def _work(conn: Connection, scenarios: Sequence[Scenario], options: RunOptions) 
     where it is, as it stops `run_scenario` in a single process; a second one is ignored, so the worker always
     gets to say what it ran. Anything a unit raises is sent to the parent, which raises it in its turn.
     """
-    interrupted = False
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        nonlocal interrupted
-        if not interrupted:
-            interrupted = True
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGINT, WorkerInterrupt())
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # forked while the parent held it back
         while (unit := conn.recv()) is not None:

@@ -16,7 +16,6 @@ from comparison import lessons
 from comparison.contenders import (
     APPROVAL_CONTENDERS,
     CONTENDERS,
-    MISSING,
     NO_APPROVAL_GATE,
     NO_SEQUENTIAL_TOOLS,
     SESSION_CONTENDERS,
@@ -652,8 +651,6 @@ def not_available(contender: str, scenario: Scenario, variant: Variant) -> str |
     with running them at once (its variants differ in `parallel_tools`). A scenario or variant that lists
     its contenders (`contenders=`) excludes the others, also said in words.
     """
-    if contender in MISSING:
-        return MISSING[contender]
     if contender not in CONTENDERS:
         raise ValueError(f"unknown contender {contender!r}")
     given_why = dict(scenario.why_not).get(contender)

@@ -3,7 +3,7 @@
 `MafAgent` runs MAF's `Agent` (its tool loop, `FunctionInvocationLayer`) behind the same `AgentOptions` and
 `AgentResult` as the other agents; `MafSession` is a conversation on MAF's `AgentSession`, kept in a file, with a
 history window (`WindowedHistory`) and rewind;
-`LangChainChatClient` lets MAF call any langchain-core chat model. Needs the `maf` extra.
+`LangChainChatClient` lets MAF call any langchain-core chat model.
 """
 
 from maf_version.agent import NOT_AVAILABLE, MafAgent, MafCancelled, MafSettings, WindowedHistory

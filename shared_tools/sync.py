@@ -24,21 +24,71 @@ def run_blocking(make: Callable[[], Coroutine[Any, Any, T]], *, instead: str) ->
         asyncio.get_running_loop()
     except RuntimeError:
         box: list[T] = []
+        run = _Run()
 
         async def main() -> None:
             # The main task's own result stays None on purpose: asyncio.run reprs the finished task while it
             # restores the SIGINT handler, and the repr of a whole result with its messages is not free.
-            box.append(await make())
+            run.task = asyncio.current_task()
+            if not run.interrupted:
+                box.append(await make())
 
-        loop = _new_event_loop()
+        outer, _running.run = _running.run, run
+        runner: asyncio.Runner | None = None
         try:
-            with asyncio.Runner(loop_factory=lambda: loop) as runner:  # the Runner closes the loop
-                runner.run(main())
+            loop: _EventLoop | None = _new_event_loop()
+            run.loop = loop
+            try:
+                with asyncio.Runner(loop_factory=lambda: loop) as runner:  # the Runner closes the loop
+                    runner.run(main())
+            except asyncio.CancelledError:
+                if not run.interrupted:
+                    raise
+            finally:
+                loop.shutdown_daemon_threads()  # type: ignore[union-attr]
+                # The loop is freed here, while a Ctrl-C still finds this run: its __del__ is no place for one.
+                run.loop = run.task = loop = runner = None
         finally:
-            loop.shutdown_daemon_threads()
+            _running.run = outer
+        if run.interrupted:
+            raise KeyboardInterrupt from None  # the Ctrl-C, not the cancellation it was carried by
         return box[0]
     # asyncio.run would fail here anyway, with a message that doesn't say what to do.
     raise RuntimeError(f"called from inside a running event loop; use `await {instead}` instead")
+
+
+class _Run:
+    """A `run_blocking` call going on in the main thread: its loop, its main task once started, and whether
+    `interrupt_run` stopped it."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+    task: asyncio.Task[Any] | None = None
+    interrupted = False
+
+
+class _Running(threading.local):
+    run: _Run | None = None
+
+
+_running = _Running()
+
+
+def interrupt_run() -> bool:
+    """Stop the `run_blocking` call going on in this thread, for a SIGINT handler of one's own: its main task is
+    cancelled, so the Ctrl-C lands at an await, as `asyncio.run` makes it land when the handler is Python's own,
+    and the call raises KeyboardInterrupt once its loop is closed. False (nothing done) when none is going on.
+
+    A KeyboardInterrupt raised from a handler at any bytecode can land inside asyncio or langchain-core: a
+    coroutine made but never awaited (a RuntimeWarning at exit), a loop left half-closed, a task that never ends.
+    """
+    run = _running.run
+    if run is None:
+        return False
+    run.interrupted = True
+    if run.loop is not None and run.task is not None and not run.task.done():
+        run.task.cancel()
+        run.loop.call_soon_threadsafe(lambda: None)  # wake the loop if it waits in select()
+    return True
 
 
 def _new_event_loop() -> _EventLoop:

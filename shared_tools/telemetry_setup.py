@@ -1,7 +1,7 @@
 """Where the spans go for the command line and the page: `setup_tracing("console" | "otlp" | None)`.
 
-It needs the `otel` extra (the SDK and the OTLP/HTTP exporter); without it, or with nothing listening at the
-OTLP endpoint, `TracingUnavailable` says in one line what to do. What the standard variables say is left to the
+The SDK and the OTLP/HTTP exporter are core dependencies; with nothing listening at the OTLP endpoint,
+`TracingUnavailable` says in one line what to do. What the standard variables say is left to the
 SDK: OTEL_EXPORTER_OTLP_ENDPOINT and its friends, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_*,
 OTEL_SDK_DISABLED. Spans are flushed at interpreter exit (Ctrl-C included) and when a multiprocessing worker ends.
 """
@@ -22,16 +22,15 @@ EXPORT_KINDS: tuple[ExportKind, ...] = ("console", "otlp")
 SERVICE_NAME = "agent-loop-compare"
 """The service name when neither OTEL_SERVICE_NAME nor OTEL_RESOURCE_ATTRIBUTES gives one."""
 RECEIVER_CHECK_TIMEOUT_S = 2.0
-INSTALL_HINT = "pip install 'agent-loop-compare[otel]'"
 OTEL_HELP = (
     "send OpenTelemetry GenAI spans of every run to stderr (console) or over OTLP/HTTP to "
-    "$OTEL_EXPORTER_OTLP_ENDPOINT (otlp; default http://localhost:4318); needs the otel extra"
+    "$OTEL_EXPORTER_OTLP_ENDPOINT (otlp; default http://localhost:4318)"
 )
 """The help of every face's ``--otel`` option."""
 
 
 class TracingUnavailable(RuntimeError):
-    """`--otel` was asked for, but the `otel` extra (the OpenTelemetry SDK and exporter) is not installed."""
+    """`--otel otlp` was asked for, but nothing accepts OTLP/HTTP at the endpoint."""
 
 
 def setup_tracing(kind: ExportKind | None) -> TracerProvider | None:
@@ -44,21 +43,18 @@ def setup_tracing(kind: ExportKind | None) -> TracerProvider | None:
         return None
     if kind not in EXPORT_KINDS:
         raise ValueError(f"unknown span exporter {kind!r}; choose one of {', '.join(EXPORT_KINDS)}")
-    try:
-        from opentelemetry import trace
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-    except ImportError:
-        raise TracingUnavailable(f"--otel needs the OpenTelemetry SDK: {INSTALL_HINT}") from None
+    # Imported here: the SDK costs a fraction of a second that a run without --otel need not pay.
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
     exporter: SpanExporter
     if kind == "console":
         exporter = ConsoleSpanExporter(out=sys.stderr)
     else:
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError:
-            raise TracingUnavailable(f"--otel otlp needs the OTLP/HTTP exporter: {INSTALL_HINT}") from None
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
         from shared_tools.telemetry_export import OneLineExporter
 
         otlp = OTLPSpanExporter()  # endpoint, headers, timeout, compression: from the OTEL_* variables
@@ -120,11 +116,11 @@ def _flush_when_a_worker_ends(provider: TracerProvider) -> None:
 
 def flush_tracing() -> None:
     """Send every span still buffered now (the faces call it before they print their last line)."""
-    try:
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace import TracerProvider
-    except ImportError:
-        return
+    if "opentelemetry.sdk.trace" not in sys.modules:
+        return  # no SDK provider was set up, so nothing is buffered (and the SDK's import is not paid for)
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
     provider = trace.get_tracer_provider()
     if isinstance(provider, TracerProvider):
         provider.force_flush()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import shutil
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -242,6 +243,16 @@ def database_url(server_url: str, name: str) -> str:
 
     parts = urlsplit(server_url)
     return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="needs chromium and chromedriver on the PATH (Debian: apt-get install chromium chromium-driver; "
+    ".ci/run installs them)",
+)
+"""The headless-browser tests: skipped, saying why, where Chromium or its driver is not on the PATH."""
 
 
 def local_extra_missing() -> str | None:

@@ -6,7 +6,6 @@ did the job, token counts are deterministic, the soak run counts every example).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -45,8 +44,7 @@ def test_overhead_times_every_variant(tmp_path: Path) -> None:
     for traced in ("DefaultsGraphAgent (bare graph)", "create_agent contender"):
         assert {traced + " + spans", traced + " + spans + content"} <= set(variants)
         assert f"{traced}: spans on / off (the API's no-op)" in document["ratios"]
-    if importlib.util.find_spec("agent_framework") is not None:  # the maf extra: MAF's loop, side by side
-        assert "MafAgent (Microsoft Agent Framework)" in variants and "MafAgent / handwritten" in document["ratios"]
+    assert "MafAgent (Microsoft Agent Framework)" in variants and "MafAgent / handwritten" in document["ratios"]
     assert document["machine"]["cpu_count"] >= 1
 
 
@@ -54,7 +52,7 @@ def test_tokens_counts_are_deterministic_and_the_cut_keeps_the_outcome(tmp_path:
     document = run_benchmark(tmp_path, "tokens", "bookstore", "big-results", "--runs", "2")
     assert document["deterministic"] is True
     seed = [r for r in document["runs"] if r["scenario"] == "bookstore"]
-    assert {r["contender"] for r in seed} == set(CONTENDERS)  # every contender, maf where its extra is in
+    assert {r["contender"] for r in seed} == set(CONTENDERS)  # every contender
     for run in seed:
         assert run["model_calls"] == 5 and run["tool_calls"] == 4
         assert run["tokens_per_step"] == sorted(run["tokens_per_step"])  # every step re-sends more history

@@ -610,6 +610,23 @@ def test_chat_keeps_the_conversation_and_resumes_it(
     capsys.readouterr()
 
 
+@pytest.mark.parametrize("contender", ["handwritten", "langgraph"])
+def test_chat_says_which_files_beside_the_session_db_it_writes(
+    contender: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "s.db"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{SEED_GOAL}\n"))
+    assert compare.main(["chat", "--contender", contender, "--session-db", str(db)]) == compare.EXIT_OK
+    said = [line for line in capsys.readouterr().out.splitlines() if "a file beside --session-db" in line]
+    written = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm")))
+    if contender == "handwritten":  # the conversation is a JSON file of its own: said, with the store beside it
+        assert written == ["s.default.json", "s.store.db"]
+        assert said == [f"handwritten saves this conversation in {tmp_path / 's.default.json'}, a file beside "
+                        f"--session-db {db}; the cart is in {tmp_path / 's.store.db'}."]  # fmt: skip
+    else:  # the graph's thread is in the session database itself, as the first line says
+        assert written == ["s.db", "s.store.db"] and said == []
+
+
 def test_chat_store_db_puts_the_cart_where_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

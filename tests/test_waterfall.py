@@ -22,12 +22,8 @@ import compare
 from comparison.report import WATERFALL_LABEL, WATERFALL_WIDTH, waterfall_svg
 from comparison.scenarios import SEED_GOAL
 from shared_tools.results import TraceEvent
-from tests.test_web_browser import ARTIFACTS, CHROMEDRIVER, CHROMIUM, WAIT_S, browser  # noqa: F401 - the fixture
-
-needs_chromium = pytest.mark.skipif(
-    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-    reason=f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER}); .ci/run installs them",
-)
+from tests.conftest import needs_chromium
+from tests.test_web_browser import ARTIFACTS, WAIT_S, browser  # noqa: F401 - the fixture
 
 
 def test_a_trace_line_knows_when_its_call_began_and_ended() -> None:

@@ -16,19 +16,15 @@ from typing import Any
 import pytest
 
 from comparison.scenarios import SEED_GOAL
+from tests.conftest import CHROMEDRIVER, CHROMIUM, needs_chromium
 from webdemo.server import create_app, running_server
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts" / "web"
 README_SHOT = ROOT / "docs" / "live-demo.png"
 WAIT_S = 20
 
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-    reason=f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER}); .ci/run installs them",
-)
+pytestmark = needs_chromium
 
 
 @pytest.fixture

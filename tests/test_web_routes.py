@@ -482,7 +482,13 @@ def test_serve_refuses_a_data_folder_it_cannot_use_with_exit_code_4(
     a_file = tmp_path / "file"
     a_file.write_text("not a folder")
     assert serve_main(["--data", str(a_file), "--port", "0"]) == 4
-    assert "data folder" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"compare.py serve: --data: {a_file} is a file, not a folder; give a folder (it is made if missing)\n"
+    )
+    assert serve_main(["--data", str(a_file / "tabs"), "--port", "0"]) == 4
+    assert capsys.readouterr().err == (
+        f"compare.py serve: --data: the folder {a_file / 'tabs'} cannot be made: {a_file} is a file, not a folder\n"
+    )
 
 
 def test_serve_says_what_exposing_the_page_means() -> None:

@@ -158,13 +158,19 @@ def local_postgres(folder: Path) -> Iterator[str]:
 
 
 def _check_data(folder: Path) -> None:
+    """Raise OSError, one line naming the folder and what is wrong with it, unless tabs can be kept in it."""
+    if folder.exists() and not folder.is_dir():
+        raise OSError(f"--data: {folder} is a file, not a folder; give a folder (it is made if missing)")
+    blocking = next((p for p in folder.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise OSError(f"--data: the folder {folder} cannot be made: {blocking} is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / ".write-test"
         probe.write_text("", encoding="utf-8")
         probe.unlink()
     except OSError as exc:
-        raise OSError(f"the data folder {folder} cannot be used: {exc.strerror or exc}") from None
+        raise OSError(f"--data: the folder {folder} cannot be used: {exc.strerror or exc}") from None
 
 
 def serve_main(argv: Sequence[str], *, prog: str = "compare.py serve") -> int:

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from rich.text import Text
 
-from comparison.command_line import UsageError, configure_logging
+from comparison.command_line import UsageError, UsageParser, configure_logging
 from comparison.contenders import CONTENDERS, parse_contenders
 from comparison.document import document_json
 from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
@@ -471,7 +471,7 @@ def _shown_number(value: int) -> str:
 
 def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
     names = "\n".join(f"  {s.name:<18} {s.description}" for s in GRADED)
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog=prog,
         description="Run scenarios x contenders N times, grade every run (success, safe or unsafe failure) "
         "and report pass^k as tau-bench defines it.",
@@ -571,8 +571,11 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     parser = build_eval_parser(prog)
     try:
         args = parser.parse_args(list(argv))
-    except SystemExit as exc:  # --help (0) or a malformed command line (2, argparse has said why)
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except SystemExit as exc:  # --help, which argparse has printed
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    except UsageError as exc:
+        _say(prog, str(exc))
+        return EXIT_USAGE
     try:
         plan = plan_from(args)
         if args.json and args.json != "-":
@@ -621,12 +624,15 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
                 sys.stdout.write(text)
             else:
                 write_output(Path(args.json), text)
+                console.print(Text(f"JSON written to {clean_line(args.json)}"), soft_wrap=True)
         if args.report:
             write_output(Path(args.report), render_eval_report(document))
-            console.print(Text(f"Report written to {clean_line(args.report)}"))
+            console.print(Text(f"Report written to {clean_line(args.report)}"), soft_wrap=True)
     except KeyboardInterrupt:
         _say(prog, "interrupted while the results were written; no file is half-written")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: compare.main ends quietly
     except OSError as exc:
         _say(prog, f"could not write the results: {exc}")
         return EXIT_FILE
