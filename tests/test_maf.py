@@ -33,6 +33,7 @@ from shared_tools.bookstore.faults import FAKE_SECRET
 from shared_tools.guards import TOOL_CUT_RUNNING_TEXT
 from shared_tools.models import ModelCallFailed
 from shared_tools.models.scripted import ScriptedChatModel
+from shared_tools.replies import invalid_call
 from shared_tools.results import (
     AgentLimits,
     AgentOptions,
@@ -628,9 +629,9 @@ def test_no_call_of_a_cut_reply_runs_in_mafs_loop(store: BookStore, streamed: bo
 
 def unparsable(text: str = "", *calls: dict[str, Any]) -> AIMessage:
     """A reply with `calls` and an `add_to_cart` whose arguments are a JSON list, which nothing may run."""
-    bad = {"name": "add_to_cart", "args": "[7, 10]", "id": "bad_1", "error": "not an object", "type": "invalid_tool_call"}
-    return AIMessage(text, tool_calls=list(calls), invalid_tool_calls=[bad],
-                     usage_metadata={"input_tokens": 50, "output_tokens": 10, "total_tokens": 60})  # fmt: skip
+    bad = invalid_call("add_to_cart", "bad_1", [7, 10], "not an object")
+    usage = {"input_tokens": 50, "output_tokens": 10, "total_tokens": 60}
+    return AIMessage(text, tool_calls=list(calls), invalid_tool_calls=[bad], usage_metadata=usage)
 
 
 def both_loops(replies: list[AIMessage], options: AgentOptions) -> list[tuple[Any, ...]]:
