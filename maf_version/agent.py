@@ -38,7 +38,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolC
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from maf_version.client import LangChainChatClient, maf_tool, result_text, to_langchain
+from maf_version.client import LangChainChatClient, kept_reply, maf_tool, result_text, to_langchain
 from shared_tools import guards
 from shared_tools.results import (
     AgentOptions,
@@ -53,6 +53,7 @@ from shared_tools.results import (
     TokenKind,
     TraceEvent,
 )
+from shared_tools.steps import InvalidResponse, classify, was_cut
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
@@ -429,7 +430,7 @@ class MafAgent:
             text = str(response.text).strip()
             if reason is StopReason.DONE:
                 answer = text
-            elif run.forced_by is not None and not run.cut:
+            elif run.forced_by is not None and run.unusable is None:
                 forced = text
         messages = history_of(instructions, session)
         usage = run.usage
@@ -645,8 +646,9 @@ class _Run:
     deadline_hit: bool = False
     pending: list[dict[str, Any]] = field(default_factory=list)
     paused: dict[str, Any] | None = None
-    cut: bool = False
-    """The last reply was cut off at its length limit: none of its calls ran, and the run stops on it."""
+    unusable: str | None = None
+    """Why the last reply is unusable (`steps.InvalidResponse`: cut off, only unparsable calls, empty), or None:
+    none of its calls reached MAF (`client.reply_message`), and the run stops on it."""
 
     def first_new(self, messages: Sequence[Message]) -> int:
         """Where this run's own messages begin in what its first model call is sent: after the history, or, in a
@@ -678,9 +680,13 @@ class _Run:
         message = next((m for m in getattr(response, "messages", []) if str(m.role) == "assistant"), None)
         converted = to_langchain([message]) if message is not None else []
         reply = converted[0] if converted and isinstance(converted[0], AIMessage) else AIMessage("")
-        self.cut = str(getattr(response, "finish_reason", None) or "") == "length"
-        if self.cut:  # its calls never reached MAF (`client.reply_message`); the trace line says why
-            reply.response_metadata["finish_reason"] = "length"
+        kept = kept_reply(response) if response is not None else None
+        step = classify(kept if kept is not None else reply)
+        self.unusable = step.reason if isinstance(step, InvalidResponse) else None
+        if kept is not None:  # what MAF was not given of the reply, for its trace line to say
+            if was_cut(kept):
+                reply.response_metadata["finish_reason"] = "length"
+            reply.invalid_tool_calls = list(kept.invalid_tool_calls)
         usage = getattr(response, "usage_details", None) or {}
         reply.usage_metadata = {
             "input_tokens": usage.get("input_token_count") or 0,
@@ -690,6 +696,8 @@ class _Run:
         if message is not None:
             self.transcript.append(message)
         self.model_called(reply, time.perf_counter() - started)
+        if self.unusable is not None:
+            log.warning("[step %d] invalid model response: %s", self.usage.model_calls, self.unusable)
 
     def model_called(self, reply: AIMessage, duration: float) -> None:
         self.usage.model_calls += 1
@@ -809,7 +817,8 @@ class _Run:
             return self.forced_by
         if self.check_cancel() and self.usage.model_calls and _ends_with_tool_results(response):
             return StopReason.CANCELLED
-        if self.cut or not str(response.text).strip():  # a cut reply's text is half an answer
+        # An unusable reply's text is no answer: half of one (cut off), or a preamble to calls that did not parse.
+        if self.unusable is not None or not str(response.text).strip():
             return StopReason.INVALID_RESPONSE
         return StopReason.DONE
 

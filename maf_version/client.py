@@ -43,7 +43,7 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from shared_tools import guards
 from shared_tools.history import among_other_conversations
 from shared_tools.replies import JoinedPieces, checked_reply
-from shared_tools.steps import was_cut
+from shared_tools.steps import CallTools, classify, was_cut
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,11 @@ class LangChainChatClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTele
         usage = usage_of(reply)
         last = [*calls, *([Content.from_usage(usage)] if usage else [])]
         yield ChatResponseUpdate(
-            role="assistant", contents=last, model=_model_name(reply), finish_reason=finish_reason(reply)
+            role="assistant",
+            contents=last,
+            model=_model_name(reply),
+            finish_reason=finish_reason(reply),
+            raw_representation=reply,  # the whole reply, for `kept_reply`
         )
 
 
@@ -280,32 +284,30 @@ def reply_message(reply: BaseMessage, history: Sequence[BaseMessage]) -> Message
     """A langchain-core reply as one MAF assistant message: plan, text, then each tool call with its id.
 
     A call with no id, or an id an earlier call of the conversation had, gets a fresh one
-    (`guards.with_call_ids`): the store takes a call id as an add's request key. Calls whose arguments did not
-    parse go to MAF as their raw text, for MAF to answer. A reply cut off at its length limit (`steps.was_cut`)
-    goes to MAF without its calls: its last one may be half a call that still parses, and MAF runs every call it
-    is given, so nothing of a cut reply may reach it (the run then stops: `_Run.stop_reason`). The reply itself
-    is kept as the message's `raw_representation` (which MAF never serializes).
+    (`guards.with_call_ids`): the store takes a call id as an add's request key. MAF runs every call it is
+    given, so it is given only the calls `steps.classify` would run, as the other contenders run only those: none
+    of an unusable reply (cut off at its length limit, whose last call may be half a call that still parses, or
+    with only unparsable calls; the run then stops: `_Run.stop_reason`), and never an unparsable call (which MAF
+    would answer and go on). The reply itself is kept as the message's `raw_representation` (which MAF never
+    serializes).
     """
     if not isinstance(reply, AIMessage):
         raise TypeError(f"the model returned {type(reply).__name__}, expected AIMessage")
     reply = guards.with_call_ids(checked_reply(reply), history)
-    cut = was_cut(reply)
+    step = classify(reply)
     contents: list[Content] = []
     plan = reply.additional_kwargs.get("reasoning_content")
     if isinstance(plan, str) and plan:
         contents.append(Content.from_text_reasoning(text=plan))
     if text := str(reply.text):
         contents.append(Content.from_text(text))
-    for call in [] if cut else reply.tool_calls:
+    for call in step.calls if isinstance(step, CallTools) else ():
         contents.append(Content.from_function_call(call["id"] or "", call["name"], arguments=dict(call["args"])))
-    for bad in [] if cut else reply.invalid_tool_calls:
-        call_id = bad.get("id") or f"invalid_{len(contents)}"
-        contents.append(Content.from_function_call(call_id, bad.get("name") or "", arguments=bad.get("args") or ""))
     return Message("assistant", contents, raw_representation=reply)
 
 
 def finish_reason(reply: AIMessage) -> str | None:
-    """MAF's finish reason of a reply: "length" for one cut off at its length limit, which `_Run` stops on."""
+    """MAF's finish reason of a reply, for its telemetry: "length" for one cut off at its length limit."""
     return "length" if was_cut(reply) else None
 
 
@@ -325,8 +327,22 @@ def reply_response(reply: BaseMessage, history: Sequence[BaseMessage]) -> ChatRe
     message = reply_message(reply, history)
     kept: AIMessage = message.raw_representation
     return ChatResponse(
-        messages=[message], usage_details=usage_of(kept), model=_model_name(kept), finish_reason=finish_reason(kept)
+        messages=[message],
+        usage_details=usage_of(kept),
+        model=_model_name(kept),
+        finish_reason=finish_reason(kept),
+        raw_representation=kept,  # the whole reply, for `kept_reply`
     )
+
+
+def kept_reply(response: ChatResponse) -> AIMessage | None:
+    """The whole checked reply behind a response of this client (a streamed one: its last update's), with what
+    MAF was not given of it: its unparsable calls, whether it was cut."""
+    raw = response.raw_representation
+    for item in reversed(raw if isinstance(raw, list) else [raw]):
+        if isinstance(item, AIMessage):
+            return item
+    return None
 
 
 def _model_name(reply: AIMessage) -> str | None:

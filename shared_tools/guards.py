@@ -472,10 +472,12 @@ def plan_of(message: AIMessage) -> str | None:
 
 
 def model_detail(message: AIMessage) -> str:
-    """A model trace line's detail: how many tool calls, and the plan when the model gave one."""
+    """A model trace line's detail: how many tool calls (and unparsable ones), and the plan when the model gave one."""
     detail = f"{len(message.tool_calls)} tool call(s)"
     if was_cut(message):
         detail += ", reply cut off at its length limit"
+    elif message.invalid_tool_calls:  # never run (`steps.classify`); a cut reply's are its cut calls
+        detail += f", {len(message.invalid_tool_calls)} unparsable call(s) not run"
     plan = plan_of(message)
     return f"{detail}; plan: {mask_pii(plan)}" if plan else detail
 

@@ -32,9 +32,9 @@ from tests.openai_hostile import USAGE, Answer, HostileServer, asked_by_the_user
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL = list(CONTENDERS)
-OUR_LOOPS = [c for c in ALL if c != "maf"]
-"""The contenders whose loop is ours or LangGraph's: an unparsable call ends the run. MAF answers such a call
-itself (an error result for the model) and goes on, as it does with any call whose arguments do not parse."""
+KEEPS_UNPARSABLE = [c for c in ALL if c != "maf"]
+"""The contenders whose history keeps a reply's unparsable calls: MAF is never given them, so its history holds
+only what it was given (the reply's text and runnable calls)."""
 
 NESTED = '{"book_id": 7, "quantity": ' + "[" * 600 + "]" * 600 + "}"
 """1.2 KB of valid JSON, 600 levels deep: past the recursion limit of a walker that recurses once per level."""
@@ -68,9 +68,9 @@ def test_arguments_nested_600_deep_stop_the_run_as_an_invalid_reply(contender: s
     result, server, _, store = run_contender(contender, [Answer.calls(call_json("add_to_cart", NESTED))])
     assert_keepable(result)
     assert store.cart("c1").lines == ()
-    if contender in OUR_LOOPS:
-        assert result.stop_reason is StopReason.INVALID_RESPONSE
-        assert len(server.requests) == 1
+    assert result.stop_reason is StopReason.INVALID_RESPONSE
+    assert len(server.requests) == 1 and result.tool_calls == 0
+    if contender in KEEPS_UNPARSABLE:
         reply = next(m for m in result.messages if m.type == "ai")
         assert not reply.tool_calls and "deeper than 32 levels" in reply.invalid_tool_calls[0]["error"]
 
@@ -82,9 +82,8 @@ def test_arguments_that_are_no_object_stop_the_run_as_an_invalid_reply(contender
     result, server, _, store = run_contender(contender, [Answer.calls(call_json("add_to_cart", arguments))])
     assert_keepable(result)
     assert store.cart("c1").lines == ()
-    if contender in OUR_LOOPS:
-        assert result.stop_reason is StopReason.INVALID_RESPONSE
-        assert len(server.requests) == 1
+    assert result.stop_reason is StopReason.INVALID_RESPONSE
+    assert len(server.requests) == 1 and result.tool_calls == 0
 
 
 @pytest.mark.parametrize("contender", ALL)
@@ -191,9 +190,7 @@ def test_compare_shows_every_contender_after_a_reply_nested_600_deep() -> None:
     assert "Traceback" not in done.stderr
     runs = json.loads(done.stdout)["runs"]
     assert [r["contender"] for r in runs] == ALL
-    assert {r["contender"]: r["stop_reason"] for r in runs if r["contender"] in OUR_LOOPS} == dict.fromkeys(
-        OUR_LOOPS, "invalid model response"
-    )
+    assert {r["contender"]: r["stop_reason"] for r in runs} == dict.fromkeys(ALL, "invalid model response")
     assert all(r["cart"] == [] for r in runs)
 
 
@@ -428,8 +425,7 @@ def test_a_reply_from_any_chat_model_is_checked_where_it_enters(contender: str) 
     result = build_contender(contender, model, make_tools(store), AgentOptions()).run(INSTRUCTIONS, SEED_GOAL)
     assert_keepable(result)
     assert store.cart("c1").lines == ()
-    if contender in OUR_LOOPS:
-        assert result.stop_reason is StopReason.INVALID_RESPONSE
+    assert result.stop_reason is StopReason.INVALID_RESPONSE and result.tool_calls == 0
 
 
 @pytest.mark.parametrize("call", ["stream", "astream"])
@@ -449,13 +445,12 @@ def test_the_client_streams_a_split_emoji_joined(call: str) -> None:
 @pytest.mark.parametrize("stream", [False, True])
 def test_arguments_100000_deep_are_not_parsed_again_by_anyone(contender: str, stream: bool) -> None:
     """Past the JSON decoder's own limit the call cannot even be parsed: an unparsable call whose text is not
-    kept, since MAF parses an unparsable call's text again to answer it."""
+    kept, and no contender is given it to parse again."""
     deep = '{"book_id": 7, "quantity": ' + "[" * 100_000 + "]" * 100_000 + "}"
     result, _, _, store = run_contender(contender, [Answer.calls(call_json("add_to_cart", deep))], stream=stream)
     assert_keepable(result)
     assert store.cart("c1").lines == ()
-    if contender in OUR_LOOPS:
-        assert result.stop_reason is StopReason.INVALID_RESPONSE
+    assert result.stop_reason is StopReason.INVALID_RESPONSE and result.tool_calls == 0
 
 
 @pytest.mark.parametrize("call", ["invoke", "ainvoke"])

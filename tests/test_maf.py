@@ -30,6 +30,7 @@ from shared_tools.bookstore.faults import FAKE_SECRET
 from shared_tools.guards import TOOL_CUT_RUNNING_TEXT
 from shared_tools.models import ModelCallFailed
 from shared_tools.models.scripted import ScriptedChatModel
+from shared_tools.replies import invalid_call
 from shared_tools.results import (
     AgentLimits,
     AgentOptions,
@@ -618,6 +619,51 @@ def test_no_call_of_a_cut_reply_runs_in_mafs_loop(store: BookStore, streamed: bo
     [line] = result.trace
     assert line.detail.startswith("0 tool call(s), reply cut off at its length limit"), line.detail
     assert_valid_history(result.messages)
+
+
+# --- a reply with calls that did not parse ---------------------------------------------------------------------------
+
+
+def unparsable(text: str = "", *calls: dict[str, Any]) -> AIMessage:
+    """A reply with `calls` and an `add_to_cart` whose arguments are a JSON list, which nothing may run."""
+    bad = invalid_call("add_to_cart", "bad_1", [7, 10], "not an object")
+    usage = {"input_tokens": 50, "output_tokens": 10, "total_tokens": 60}
+    return AIMessage(text, tool_calls=list(calls), invalid_tool_calls=[bad], usage_metadata=usage)
+
+
+def both_loops(replies: list[AIMessage], options: AgentOptions) -> list[tuple[Any, ...]]:
+    """What the hand-written loop and MAF did with `replies`: stop, answer, tool calls, cart, trace, tool results."""
+    outcomes = []
+    for agent in (AgentLoop, MafAgent):
+        store, model = BookStore(), ScriptModel(replies=replies)
+        result = agent(model, make_tools(store), options).run(INSTRUCTIONS, SEED_GOAL)
+        assert_valid_history(result.messages)
+        results = [tool_results(prompt) for prompt in model.prompts]
+        trace = [(e.step, e.name, e.detail, e.is_error) for e in result.trace]
+        outcomes.append((result.stop_reason, result.answer, result.tool_calls, cart(store), trace, results))
+    return outcomes
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_a_reply_of_only_unparsable_calls_stops_mafs_run_as_the_loops_stop(streamed: bool) -> None:
+    """MAF would answer such a call itself ("Argument parsing failed") and go on; it is never given one."""
+    options = AgentOptions(on_token=lambda token: None) if streamed else AgentOptions()
+    handwritten, maf = both_loops([unparsable("Let me add it."), ai("Done.")], options)
+    assert maf == handwritten
+    stop, answer, tool_calls, in_cart, trace, results = maf
+    assert (stop, answer, tool_calls, in_cart, results) == (StopReason.INVALID_RESPONSE, None, 0, [], [[]])
+    assert trace == [(1, "model", "0 tool call(s), 1 unparsable call(s) not run", False)]
+
+
+def test_a_reply_with_a_runnable_and_an_unparsable_call_runs_only_the_runnable_one_in_every_loop() -> None:
+    """As the hand-written loop does: the runnable call runs and is answered; the unparsable one is not run nor
+    answered (no "Argument parsing failed" from MAF), and the run goes on."""
+    mixed = unparsable("", call("add_to_cart", "add_1", book_id=7, quantity=1))
+    handwritten, maf = both_loops([mixed, ai("Done.")], AgentOptions())
+    assert maf[:4] == handwritten[:4] == (StopReason.DONE, "Done.", 1, [(7, 1)])
+    assert maf[4][0] == handwritten[4][0] == (1, "model", "1 tool call(s), 1 unparsable call(s) not run", False)
+    assert [len(r) for r in maf[5]] == [len(r) for r in handwritten[5]] == [0, 1]
+    assert MAF_BAD_ARGUMENTS not in str(maf[5])
 
 
 class OpenAIStandIn:
