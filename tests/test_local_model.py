@@ -135,6 +135,67 @@ def test_ours_renders_the_prompt_as_the_text_sent() -> None:
     assert "&#34;" not in prompt and "\\u0027" not in prompt
 
 
+def test_the_stock_handler_drops_the_tools_descriptions() -> None:
+    from llama_cpp.llama_chat_format import chatml_function_calling
+
+    from shared_tools.models.llama_server import patched_chatml_function_calling
+
+    assert "// Search." in prompt_of(patched_chatml_function_calling)
+    assert "Search." not in prompt_of(chatml_function_calling)
+
+
+class Recording:
+    """A real `Llama` that keeps every prompt it is asked to complete: what the model evaluates, word for word."""
+
+    def __init__(self, llama: Any) -> None:
+        self._llama = llama
+        self.prompts: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llama, name)
+
+    def create_completion(self, *, prompt: str, **kwargs: Any) -> Any:
+        self.prompts.append(prompt)
+        return self._llama.create_completion(prompt=prompt, **kwargs)
+
+
+def test_the_model_sees_every_description_its_calls_their_results_and_its_answers() -> None:
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from llama_cpp import Llama
+
+    from shared_tools.bookstore.store import BookStore
+    from shared_tools.bookstore.tools import make_tools
+    from shared_tools.models.llama_server import patched_chatml_function_calling
+    from shared_tools.models.local import check_engine, find_weights
+
+    weights = find_weights()
+    check_engine(weights)  # a build that would crash this process says so instead
+    tools = [convert_to_openai_tool(t) for t in make_tools(BookStore())]
+    call = {"id": "c1", "type": "function", "function": {"name": "check_stock", "arguments": '{"book_id": 7}'}}
+    result = '{"id": 7, "title": "The Quiet Orchard", "inStock": 15}'
+    answer = "Yes: 15 copies of The Quiet Orchard are in stock."
+    history = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Is The Quiet Orchard in stock?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "Then add one to my cart."},
+    ]
+    llama = Recording(Llama(model_path=str(weights), n_ctx=4096, n_threads=1, verbose=False))
+    patched_chatml_function_calling(llama=llama, messages=history, tools=tools, tool_choice="auto", max_tokens=8,
+                                    temperature=0)  # fmt: skip
+    prompt = llama.prompts[0]
+    assert all(later.startswith(prompt) for later in llama.prompts)  # every completion evaluates this history
+    for spec in tools:
+        assert f"// {spec['function']['description']}\nfunctions.{spec['function']['name']}:" in prompt
+    assert 'functions.check_stock:\n{"book_id": 7}' in prompt  # its own call
+    assert f"Result of check_stock: {result}" in prompt  # the call's result
+    assert f"message:\n{answer}<|im_end|>" in prompt  # its own earlier answer
+    assert prompt.index("Is The Quiet Orchard") < prompt.index(result) < prompt.index(answer) < prompt.index(
+        "Then add one")
+
+
 def test_the_stock_handler_html_escapes_the_prompt() -> None:
     from llama_cpp.llama_chat_format import chatml_function_calling
 

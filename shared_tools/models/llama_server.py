@@ -19,7 +19,7 @@ from typing import Any
 
 STOCK_FORMAT = "chatml-function-calling"
 PATCHED_FORMAT = "chatml-function-calling-patched"
-"""The stock tool-calling format with five fixes (`patched_chatml_function_calling`); `--chat_format` takes it."""
+"""The stock tool-calling format with six fixes (`patched_chatml_function_calling`); `--chat_format` takes it."""
 
 EXIT_WITH_PARENT = "--exit-with-parent"
 """Our one option, given first with the starting process's pid: end the server when that process is gone."""
@@ -55,16 +55,28 @@ def render_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rendered
 
 
+_STOCK_TOOL_LINE = "\nfunctions.{{ tool.function.name }}:\n{{ tool.function.parameters | tojson }}"
+"""How the stock template lists a tool in the system turn: its name and its parameter schema, nothing more."""
+_TOOL_LINE = (
+    "\n{% if tool.function.description is defined and tool.function.description %}"
+    "// {{ tool.function.description | replace('\\n', '\\n// ') }}\n{% endif %}"
+    "functions.{{ tool.function.name }}:\n{{ tool.function.parameters | tojson }}"
+)
+"""Ours: the tool's description first, as a comment line, then what the stock template lists. The description is
+where a tool says what it is for and what it refuses ("Use it to find a book id", "a book with inStock 0 cannot be
+added"); without it the model sees a name and a schema."""
+
+
 @cache
 def plain_text_environment() -> type:
-    """The stock handler's jinja environment, rendering text as text: no HTML autoescape, JSON without HTML-safe
-    escapes (imported late: jinja2 comes with the `local` extra).
+    """The stock handler's jinja environment, rendering text as text (no HTML autoescape, JSON without HTML-safe
+    escapes) and every tool's description in the system turn (imported late: jinja2 comes with the `local` extra).
 
     The stock handler builds its template with ``autoescape=select_autoescape(["html", "xml"])``, which escapes
     every string rendered from a template given as a string: a call's arguments ``{"book_id": 12}`` reach the
     prompt as ``{&#34;book_id&#34;: 12}``, and the model copies the entities into its next call's arguments. Its
     ``tojson`` filter (jinja's, HTML-safe) writes a tool description's ``it's`` as ``it\\u0027s``. A prompt is
-    not HTML: both render the text as sent.
+    not HTML: both render the text as sent. Its tool list drops the descriptions (`_TOOL_LINE`).
     """
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -73,6 +85,14 @@ def plain_text_environment() -> type:
             kwargs["autoescape"] = False
             super().__init__(*args, **kwargs)
             self.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
+
+        def from_string(self, source: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(source, str):
+                if _STOCK_TOOL_LINE not in source:  # another llama-cpp-python than the one pinned
+                    raise RuntimeError("llama-cpp-python's chatml-function-calling template changed: its tool list "
+                                       "is not where the tool descriptions go")  # fmt: skip
+                source = source.replace(_STOCK_TOOL_LINE, _TOOL_LINE)
+            return super().from_string(source, *args, **kwargs)
 
     return PlainTextEnvironment
 
@@ -147,8 +167,8 @@ class _CappedLlama:
 
 
 def patched_chatml_function_calling(llama: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-    """The stock `chatml-function-calling` handler with the prompt rendered as text (not HTML-escaped), tool
-    results shown, every completion capped at `max_tokens`, the text answer freed of the wrong grammar, a capped
+    """The stock `chatml-function-calling` handler with the prompt rendered as text (not HTML-escaped), the tools'
+    descriptions and results shown, every completion capped at `max_tokens`, the text answer freed of the wrong grammar, a capped
     call's finish_reason "length", and the usage of a streamed answer sent."""
     from llama_cpp.llama_chat_format import chatml_function_calling
 
