@@ -18,6 +18,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from comparison.answers import contradictions
 from comparison.closing import (
     FIRED,
     GUARD_LEGEND,
@@ -236,6 +237,8 @@ def answer_grid(records: list[RunRecord], *, show_turn: bool = False, show_goal:
         who = run_label(r, turn=show_turn, goal=show_goal) + ":"
         message = clean_text(clip(r.user_message))
         grid.add_row(Text(who, style="bold"), Text(message, style="" if r.error is None else "yellow"))
+        if false := contradictions(r):
+            grid.add_row(Text(""), Text(f"FALSE: the records contradict this answer: {'; '.join(false)}", style="red"))
         forced = r.facts.get("forced_answer")
         if forced is not None:
             text = clean_text(clip(str(forced))) or "(no text)"

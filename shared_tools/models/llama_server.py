@@ -168,8 +168,8 @@ class _CappedLlama:
 
 def patched_chatml_function_calling(llama: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
     """The stock `chatml-function-calling` handler with the prompt rendered as text (not HTML-escaped), the tools'
-    descriptions and results shown, every completion capped at `max_tokens`, the text answer freed of the wrong grammar, a capped
-    call's finish_reason "length", and the usage of a streamed answer sent."""
+    descriptions and results shown, every completion capped at `max_tokens`, the text answer freed of the wrong
+    grammar, a capped call's finish_reason "length", and the usage of a streamed answer sent."""
     from llama_cpp.llama_chat_format import chatml_function_calling
 
     capped = _CappedLlama(llama, kwargs.get("max_tokens"))
