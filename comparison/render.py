@@ -85,7 +85,8 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
     """A trace (`RunRecord.trace`) in the seed's format, one line per model or tool call, long results shortened.
 
     ``[step 1] model               2 ms  1 tool call(s), 779 tokens`` and, below it, the model's plan (the Plan
-    part of the loop, where a reasoning model puts it); ``[step 1] search_books     0.31 ms  {"query":...} -> [...]``.
+    part of the loop, where a reasoning model puts it); ``[step 1] search_books     0.31 ms  {"query":...} -> [...]``,
+    the result on a line of its own (``-> [...]``) when the call does not fit on one.
     The step, name and time columns line up over the whole trace, past step 9 and for long tool names too.
     """
     if not trace:
@@ -104,8 +105,15 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
             if plan:
                 lines.append(Text(_shorten(f"{'':{step_width + 1}}plan: {plan}", width), style="dim"))
         else:
-            body = _shorten(detail, width - len(prefix))
-            lines.append(Text(prefix + body, style="red" if event["is_error"] else ""))
+            style = "red" if event["is_error"] else ""
+            args, arrow, result = detail.partition(" -> ")
+            if len(prefix + detail) <= width or not arrow:
+                lines.append(Text(prefix + _shorten(detail, width - len(prefix)), style=style))
+                continue
+            # Too long for one line: the result gets a line of its own, so its start (a stock of 0, an error)
+            # is shown instead of being cut off after the arguments.
+            lines.append(Text(prefix + _shorten(args, width - len(prefix)), style=style))
+            lines.append(Text(_shorten(f"{'':{step_width + 1}}-> {result}", width), style=style))
     return lines
 
 
