@@ -136,3 +136,15 @@ def test_local_is_the_small_model_where_no_qwen_part_is_installed(tmp_path: Path
     lines = local_in(tmp_path, list(QWEN_PARTS), "qwen2.5-1.5b")
     assert lines[0] == "smollm2-135m"
     assert lines[1].startswith("ModelUnavailable") and QWEN_INSTALL_LINE in lines[1]
+
+
+@pytest.mark.parametrize("given", ["two", "0", "-1"])
+def test_a_threads_override_that_is_no_count_is_one_line_and_starts_nothing(
+    given: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shared_tools.models import local
+
+    monkeypatch.setenv(local.THREADS_ENV, given)
+    monkeypatch.setattr(local.subprocess, "Popen", None)  # a server started would be a TypeError, not this line
+    with pytest.raises(ModelUnavailable, match=local.THREADS_ENV):
+        local.start_server(tmp_path / "weights.gguf", model=local.QWEN)

@@ -53,6 +53,8 @@ work, 2 threads took 13-21 s for a 12-token call and 18-45 s for 24 free tokens 
 0.7-1.3 s, and 163 s against 83 s for a 2,670-token prompt. A 135M model does not need the second core."""
 LARGE_THREADS = 2
 """The 1.5B model's: eleven times the 135M's work per token, which one core turns into minutes per prompt."""
+THREADS_ENV = "AGENT_LOOP_COMPARE_THREADS"
+"""Overrides a bundled model's server threads (e.g. 1 on cores busy with other work, more on a quiet machine)."""
 STOP_GRACE_S = 3.0
 """SIGTERM first, SIGKILL after this long: a server busy generating does not stop on SIGTERM."""
 
@@ -284,7 +286,9 @@ def _free_port() -> int:
 def start_server(weights: Path, *, model: str = SMOLLM2, chat_format: str = PATCHED_FORMAT) -> LocalServer:
     """A new server of `weights` (the bundled `model`) in `chat_format`, not shared: the caller stops it
     (`local_server` shares one)."""
-    threads = str(BUNDLED[model].threads)
+    threads = os.environ.get(THREADS_ENV, "").strip() or str(BUNDLED[model].threads)
+    if not threads.isdigit() or int(threads) < 1:
+        raise ModelUnavailable(f"{THREADS_ENV}={threads!r} is not a number of threads (1 or more)")
     for _attempt in range(3):  # another program may take the free port before the server binds it
         port = _free_port()
         handle, name = tempfile.mkstemp(prefix="agent-loop-compare-llama-", suffix=".log")
