@@ -140,7 +140,8 @@ def test_the_stock_handler_drops_the_tools_descriptions() -> None:
 
     from shared_tools.models.llama_server import patched_chatml_function_calling
 
-    assert "// Search." in prompt_of(patched_chatml_function_calling)
+    assert 'functions.search_books:\n{"description": "Search.", "type": "object"' in prompt_of(
+        patched_chatml_function_calling)
     assert "Search." not in prompt_of(chatml_function_calling)
 
 
@@ -187,8 +188,9 @@ def test_the_model_sees_every_description_its_calls_their_results_and_its_answer
                                     temperature=0)  # fmt: skip
     prompt = llama.prompts[0]
     assert all(later.startswith(prompt) for later in llama.prompts)  # every completion evaluates this history
-    for spec in tools:
-        assert f"// {spec['function']['description']}\nfunctions.{spec['function']['name']}:" in prompt
+    for spec in tools:  # each description opens its tool's schema
+        function = spec["function"]
+        assert f'functions.{function["name"]}:\n{{"description": {json.dumps(function["description"])}, ' in prompt
     assert 'functions.check_stock:\n{"book_id": 7}' in prompt  # its own call
     assert f"Result of check_stock: {result}" in prompt  # the call's result
     assert f"message:\n{answer}<|im_end|>" in prompt  # its own earlier answer

@@ -55,28 +55,39 @@ def render_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rendered
 
 
-_STOCK_TOOL_LINE = "\nfunctions.{{ tool.function.name }}:\n{{ tool.function.parameters | tojson }}"
-"""How the stock template lists a tool in the system turn: its name and its parameter schema, nothing more."""
-_TOOL_LINE = (
-    "\n{% if tool.function.description is defined and tool.function.description %}"
-    "// {{ tool.function.description | replace('\\n', '\\n// ') }}\n{% endif %}"
-    "functions.{{ tool.function.name }}:\n{{ tool.function.parameters | tojson }}"
-)
-"""Ours: the tool's description first, as a comment line, then what the stock template lists. The description is
-where a tool says what it is for and what it refuses ("Use it to find a book id", "a book with inStock 0 cannot be
-added"); without it the model sees a name and a schema."""
+def describe_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Each tool with its description put first in its parameter schema, where the stock template shows it.
+
+    The stock template lists a tool as ``functions.<name>:`` and its parameter schema: the description, where a
+    tool says what it is for and what it refuses ("Use it to find a book id", "a book with inStock 0 cannot be
+    added"), never reaches the model. Inside the schema it does, as JSON Schema's own "description" keyword, which
+    the grammar built from the schema for the call's arguments ignores. Measured on Qwen2.5-Coder-1.5B at
+    temperature 0: the same descriptions as "// ..." lines above each tool made its first call an invented
+    ``add_to_cart(12345)``; inside the schema, and without them, it searched first.
+    """
+    if not tools:
+        return tools
+    described = []
+    for tool in tools:
+        function = tool.get("function") or {}
+        text = function.get("description")
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        if text and "description" not in parameters:
+            function = {**function, "parameters": {"description": text, **parameters}}
+        described.append({**tool, "function": function})
+    return described
 
 
 @cache
 def plain_text_environment() -> type:
-    """The stock handler's jinja environment, rendering text as text (no HTML autoescape, JSON without HTML-safe
-    escapes) and every tool's description in the system turn (imported late: jinja2 comes with the `local` extra).
+    """The stock handler's jinja environment, rendering text as text: no HTML autoescape, JSON without HTML-safe
+    escapes (imported late: jinja2 comes with the `local` extra).
 
     The stock handler builds its template with ``autoescape=select_autoescape(["html", "xml"])``, which escapes
     every string rendered from a template given as a string: a call's arguments ``{"book_id": 12}`` reach the
     prompt as ``{&#34;book_id&#34;: 12}``, and the model copies the entities into its next call's arguments. Its
     ``tojson`` filter (jinja's, HTML-safe) writes a tool description's ``it's`` as ``it\\u0027s``. A prompt is
-    not HTML: both render the text as sent. Its tool list drops the descriptions (`_TOOL_LINE`).
+    not HTML: both render the text as sent.
     """
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -85,14 +96,6 @@ def plain_text_environment() -> type:
             kwargs["autoescape"] = False
             super().__init__(*args, **kwargs)
             self.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent, ensure_ascii=False)
-
-        def from_string(self, source: Any, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(source, str):
-                if _STOCK_TOOL_LINE not in source:  # another llama-cpp-python than the one pinned
-                    raise RuntimeError("llama-cpp-python's chatml-function-calling template changed: its tool list "
-                                       "is not where the tool descriptions go")  # fmt: skip
-                source = source.replace(_STOCK_TOOL_LINE, _TOOL_LINE)
-            return super().from_string(source, *args, **kwargs)
 
     return PlainTextEnvironment
 
@@ -174,6 +177,8 @@ def patched_chatml_function_calling(llama: Any, messages: list[dict[str, Any]], 
 
     capped = _CappedLlama(llama, kwargs.get("max_tokens"))
     with _plain_text_templates():
+        if "tools" in kwargs:
+            kwargs["tools"] = describe_tools(kwargs["tools"])
         reply = chatml_function_calling(llama=capped, messages=render_tool_results(messages), **kwargs)
     if isinstance(reply, dict):
         choice = reply["choices"][0]

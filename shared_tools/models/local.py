@@ -51,8 +51,10 @@ SMALL_THREADS = 1
 every layer, and a thread the OS has taken off its core holds the others spinning: on 2 cores shared with other
 work, 2 threads took 13-21 s for a 12-token call and 18-45 s for 24 free tokens where 1 thread took 4-6 s and
 0.7-1.3 s, and 163 s against 83 s for a 2,670-token prompt. A 135M model does not need the second core."""
-LARGE_THREADS = 2
-"""The 1.5B model's: eleven times the 135M's work per token, which one core turns into minutes per prompt."""
+LARGE_THREADS = 1
+"""The 1.5B model's, for the same reason: measured with llama-cpp-python on 2 cores at a load of 7-8, a 389-token
+prompt took 27 s with 1 thread against 38 s with 2, 20 more prompt tokens 2.0 s against 5.8 s, and 24 generated
+tokens 4.9 s against 55 s. On a quiet machine 2 threads are faster: set `THREADS_ENV`."""
 THREADS_ENV = "AGENT_LOOP_COMPARE_THREADS"
 """Overrides a bundled model's server threads (e.g. 1 on cores busy with other work, more on a quiet machine)."""
 STOP_GRACE_S = 3.0
