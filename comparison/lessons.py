@@ -1141,13 +1141,18 @@ def answer_points(records: list[RunRecord]) -> list[str]:
     """Points any scenario makes about a run that ended "done" with an answer its records contradict (a book the
     cart holds called out of stock, a total other than the cart's): "done" says the model stopped calling tools,
     not that what it said is true. A conversation's later turns are left to their scenario's own points."""
-    points = []
+    groups: dict[str, list[str]] = {}
     for r in records:
         if r.turn != 1 or not (found := contradictions(r)):
             continue
         where = f"[{r.variant_label}] " if r.variant_label else ""
-        points.append(
-            f"{where}{r.contender}: ended done, but its answer contradicts the records: {'; '.join(found)}. "
-            f"The answer, {_quote(r.answer or '')}, is false: done is not correct."
+        text = (
+            f"ended done, but its answer contradicts the records: {'; '.join(found)}. The answer, "
+            f"{_quote(r.answer or '')}, is false: done is not correct."
         )
-    return list(dict.fromkeys(points))
+        groups.setdefault(f"{where}\0{text}", []).append(r.contender)
+    points = []
+    for key, names in groups.items():
+        where, text = key.split("\0")
+        points.append(f"{where}{', '.join(dict.fromkeys(names))}: {text}")
+    return points

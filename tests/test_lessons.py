@@ -1074,20 +1074,22 @@ def _not_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
         assert r.facts.get("not_available") == m["reason"] and not r.trace and r.model_calls == 0
 
 
-@claim(ANY_SCENARIO, MAYBE_LABEL + ONE + r": ended done, but its answer contradicts the records: (?P<what>.+)\. The "
+@claim(ANY_SCENARIO, MAYBE_LABEL + NAMES + r": ended done, but its answer contradicts the records: (?P<what>.+)\. The "
        r"answer, (?P<said>'.*'|\".*\"), is false: done is not correct\.")
 def _contradicted(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
-    runs = [r for r in records if r.contender == m["names"] and r.variant_label == (m["label"] or "")]
+    names = m["names"].split(", ")
+    runs = [r for r in records if r.contender in names and r.variant_label == (m["label"] or "")]
     said = quoted(m["said"])
     runs = [r for r in runs if r.turn == 1 and r.stop_reason == StopReason.DONE and same_text(said, r.answer or "")]
-    assert runs, m.group()
+    assert {r.contender for r in runs} == set(names), m.group()
     for part in m["what"].split("; "):
         if said := re.fullmatch(r"it says (?P<title>.+) is out of stock, and the cart holds (?P<n>\d+) of it", part):
-            held = {line["title"]: line["quantity"] for r in runs for line in r.cart}
-            assert held.get(said["title"]) == int(said["n"])
-            assert any(said["title"].casefold() in (r.answer or "").casefold() for r in runs)
-            assert any(re.search(r"out of stock|sold out|unavailable|not available|no copies|0 cop", r.answer or "",
-                                 re.IGNORECASE) for r in runs)  # fmt: skip
+            for r in runs:
+                held = {line["title"]: line["quantity"] for line in r.cart}
+                assert held.get(said["title"]) == int(said["n"])
+                assert said["title"].casefold() in (r.answer or "").casefold()
+                assert re.search(r"out of stock|sold out|unavailable|not available|no copies|0 cop", r.answer or "",
+                                 re.IGNORECASE)  # fmt: skip
         else:
             total = re.fullmatch(r"it gives the total as (?P<said>[\d., ]+) where the cart's is (?P<true>[\d.]+)", part)
             assert total, part
@@ -1444,6 +1446,8 @@ def test_an_answer_the_records_contradict_is_named_and_shown_false(tmp_path: Pat
     assert "it says The Quiet Orchard is out of stock, and the cart holds 1 of it" in false[0]
     assert "it gives the total as 18.90 where the cart's is 16.50" in false[0]
     assert not [p for p in check_points(scenario, ran) if "contradicts" in p]  # the true answers: nothing said
+    both = [replace(r, answer=FALSE_ANSWER, user_message=FALSE_ANSWER) for r in ran]
+    assert next(p for p in check_points(scenario, both) if "contradicts" in p).startswith("handwritten, langgraph: ")
 
     from io import StringIO
 
