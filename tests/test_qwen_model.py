@@ -74,10 +74,13 @@ def test_what_the_seed_run_prints_and_grades_is_true_of_its_records(seed_runs: l
 
 
 def test_the_step_limit_stops_a_real_run() -> None:
+    """One step: the first call's prompt (instructions and tools) is the one every run here starts with, which the
+    server still holds, so the guard costs a few seconds."""
     store = BookStore()
-    agent = build_agent("langgraph", qwen(), make_tools(store), limits=AgentLimits(max_steps=2))
+    agent = build_agent("langgraph", qwen(), make_tools(store), limits=AgentLimits(max_steps=1))
     result = agent.run(INSTRUCTIONS, SEED_GOAL)
-    assert result.model_calls <= 2
-    assert result.stop_reason in (StopReason.MAX_STEPS, StopReason.DONE)  # done: it answered within two calls
+    assert result.model_calls == 1
+    if result.stop_reason is not StopReason.DONE:  # done: it answered without a tool
+        assert result.stop_reason is StopReason.MAX_STEPS and result.tool_calls >= 1
     assert_valid_history(result.messages)
     assert store.check_invariants() == []
