@@ -61,6 +61,11 @@ def scenario(name: str) -> Scenario:
     return replace(chosen, variants=tuple(v for v in chosen.variants if v.name in keep))
 
 
+RECORDED = tuple(c for c in APPROVAL_CONTENDERS if c != "maf")
+"""The approval gate's contenders but maf: on this model maf does not stop at max_steps=3 (measured: 146 model
+calls of add_to_cart until the context was full and the server answered HTTP 400, 391 s), which would be most of
+CI's real-model time. The scripted models show maf's limits; tests/test_maf.py drives it on this model once."""
+
 SESSION_STEPS = 2
 """A conversation's step limit per turn: what is tested is that every turn is kept, whatever each turn did."""
 
@@ -73,9 +78,9 @@ def local_model() -> Any:
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[RunRecord]]:
-    """Each scenario of `SCENARIOS`, every variant and contender, through the public runner on the real model."""
+    """Each scenario of `SCENARIOS`, every variant, by the contenders of `RECORDED`, through the public runner."""
     folder = tmp_path_factory.mktemp("real")
-    options = RunOptions(model="local:smollm2-135m", session_db=folder / "sessions.db")
+    options = RunOptions(model="local:smollm2-135m", contenders=RECORDED, session_db=folder / "sessions.db")
     runs: dict[str, list[RunRecord]] = {}
     for name in SCENARIOS:
         runs[name] = []
@@ -113,7 +118,7 @@ def test_the_guard_matrix_is_true_of_the_real_records(records: dict[str, list[Ru
 
 def test_no_write_passes_the_approval_limits_without_a_yes(records: dict[str, list[RunRecord]]) -> None:
     gated = [r for r in ran(records["prompt-injection"]) if r.variant == "gate" and r.error is None]
-    assert {r.contender for r in gated} == set(APPROVAL_CONTENDERS)  # maf among them, where its extra is in
+    assert {r.contender for r in gated} == set(RECORDED)
     policy = RiskyWritePolicy(BookStore(), "c1")
     for r in gated:
         assert r.facts["approval_answer"] == "no"  # the demo's human refuses every write put to them
