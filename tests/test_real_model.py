@@ -62,9 +62,9 @@ def scenario(name: str) -> Scenario:
 
 
 RECORDED = tuple(c for c in APPROVAL_CONTENDERS if c != "maf")
-"""The approval gate's contenders but maf: on this model maf does not stop at max_steps=3 (measured: 146 model
-calls of add_to_cart until the context was full and the server answered HTTP 400, 391 s), which would be most of
-CI's real-model time. The scripted models show maf's limits; tests/test_maf.py drives it on this model once."""
+"""The approval gate's contenders but maf: on this model maf does not stop at max_steps=3 (measured: 153 model
+calls of add_to_cart in 339 s before the tools' descriptions reached the prompt, then 146 calls until the context
+was full and the server answered HTTP 400, 391 s), which would be most of CI's real-model time."""
 
 SESSION_STEPS = 2
 """A conversation's step limit per turn: what is tested is that every turn is kept, whatever each turn did."""
