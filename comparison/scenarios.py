@@ -199,6 +199,7 @@ class Scenario:
         ran = [r for r in records if lessons.not_available(r) is None and not r.model_failed]
         points = self.what_to_notice(ran, self.settings_of) if ran else []
         points += lessons.framework_points(ran, self.settings_of)
+        points += lessons.answer_points(ran)
         # A run the model's outage ended says nothing about its contender: it is named, and left out of the rest.
         for r in (r for r in records if r.model_failed):
             points.append(

@@ -276,3 +276,15 @@ def local_server() -> Any:
     from shared_tools.models.local import local_server as shared
 
     return shared()
+
+
+def qwen_missing() -> str | None:
+    """Why `--model local:qwen2.5-1.5b` cannot run here (the line to install what is missing), or None."""
+    from shared_tools.models import ModelUnavailable
+    from shared_tools.models.local import QWEN, check_extra
+
+    try:
+        check_extra(QWEN)
+    except ModelUnavailable as exc:
+        return str(exc)
+    return None

@@ -535,3 +535,15 @@ def test_every_scenario_still_has_one_chart(small_report: dict[str, Any]) -> Non
     for scenario in (s for s in SCENARIOS if s.name in ("bookstore", "looping-model", "orders")):
         section = page[page.index(f'<section id="{scenario.name}">') :]
         assert len(_svg(section[: section.index("</section>")], "chart")) == 1, scenario.name
+
+
+def test_a_tool_result_too_long_for_its_line_starts_a_line_of_its_own() -> None:
+    from comparison.render import trace_lines
+
+    result = '{"id":2,"title":"The Last Lighthouse","inStock":0}'
+    trace = [_event(1, "check_stock", 0.001, '{"book_id":2,"note":"' + "x" * 40 + '"} -> ' + result)]
+    lines = [t.plain for t in trace_lines(trace, 100)]
+    assert len(lines) == 2 and lines[0].startswith("[step 1] check_stock")
+    assert lines[1] == f"{'':9}-> {result}"  # the stock of 0 is on screen, not cut off after the arguments
+    short = [t.plain for t in trace_lines([_event(1, "check_stock", 0.001, '{"book_id":2} -> {"inStock":0}')], 100)]
+    assert len(short) == 1 and short[0].endswith('{"book_id":2} -> {"inStock":0}')

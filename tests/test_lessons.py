@@ -1074,6 +1074,32 @@ def _not_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
         assert r.facts.get("not_available") == m["reason"] and not r.trace and r.model_calls == 0
 
 
+@claim(ANY_SCENARIO, MAYBE_LABEL + NAMES + r": ended done, but its answer contradicts the records: (?P<what>.+)\. The "
+       r"answer, (?P<said>'.*'|\".*\"), is false: done is not correct\.")
+def _contradicted(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    names = m["names"].split(", ")
+    runs = [r for r in records if r.contender in names and r.variant_label == (m["label"] or "")]
+    said = quoted(m["said"])
+    runs = [r for r in runs if r.turn == 1 and r.stop_reason == StopReason.DONE and same_text(said, r.answer or "")]
+    assert {r.contender for r in runs} == set(names), m.group()
+    for part in m["what"].split("; "):
+        if said := re.fullmatch(r"it says (?P<title>.+) is out of stock, and the cart holds (?P<n>\d+) of it", part):
+            for r in runs:
+                held = {line["title"]: line["quantity"] for line in r.cart}
+                assert held.get(said["title"]) == int(said["n"])
+                assert said["title"].casefold() in (r.answer or "").casefold()
+                assert re.search(r"out of stock|sold out|unavailable|not available|no copies|0 cop", r.answer or "",
+                                 re.IGNORECASE)  # fmt: skip
+        else:
+            total = re.fullmatch(r"it gives the total as (?P<said>[\d., ]+) where the cart's is (?P<true>[\d.]+)", part)
+            assert total, part
+            assert all(r.cart_total == total["true"] for r in runs)
+            assert total["true"] not in total["said"].split(", ")
+            for r in runs:
+                said = (r.answer or "").replace(",", "")
+                assert all(re.search(rf"(?<![\d.]){re.escape(a)}", said) for a in total["said"].split(", "))
+
+
 def check_points(scenario: Scenario, records: list[RunRecord]) -> list[str]:
     """Check every "what to notice" point of `scenario` against `records`; returns the points."""
     points = scenario.notice_points(records)
@@ -1403,3 +1429,35 @@ def test_identical_calls_refused_as_invalid_arguments_are_said_so_and_grouped_ap
         "handwritten: stopped at the step limit with none of the identical add_to_cart calls refused by the repeat "
         f"check: {calls} refused as invalid arguments."
     ) in points
+
+
+FALSE_ANSWER = "The Quiet Orchard is out of stock (0 copies). Your cart total is $18.90."
+"""What the 1.5B model answered after a right add (issue 34), with a wrong total added: two claims the records deny."""
+
+
+def test_an_answer_the_records_contradict_is_named_and_shown_false(tmp_path: Path) -> None:
+    scenario = SCENARIOS_BY_NAME["bookstore"]
+    ran = [r for r in run_all([scenario], "scripted", 0, tmp_path) if r.contender in ("handwritten", "langgraph")]
+    lied = [replace(r, answer=FALSE_ANSWER, user_message=FALSE_ANSWER) if r.contender == "langgraph" else r
+            for r in ran]  # fmt: skip
+    points = check_points(scenario, lied)
+    false = [p for p in points if "contradicts the records" in p]
+    assert len(false) == 1 and false[0].startswith("langgraph: ended done")
+    assert "it says The Quiet Orchard is out of stock, and the cart holds 1 of it" in false[0]
+    assert "it gives the total as 18.90 where the cart's is 16.50" in false[0]
+    assert not [p for p in check_points(scenario, ran) if "contradicts" in p]  # the true answers: nothing said
+    both = [replace(r, answer=FALSE_ANSWER, user_message=FALSE_ANSWER) for r in ran]
+    assert next(p for p in check_points(scenario, both) if "contradicts" in p).startswith("handwritten, langgraph: ")
+
+    from io import StringIO
+
+    from rich.console import Console
+
+    from comparison.render import answer_grid
+
+    out = StringIO()
+    Console(file=out, width=200).print(answer_grid(lied))
+    shown = out.getvalue().splitlines()
+    said = next(i for i, line in enumerate(shown) if FALSE_ANSWER in line)
+    assert "FALSE: the records contradict this answer" in shown[said + 1]
+    assert not any("FALSE" in line for line in shown[:said])  # the handwritten (true) answer is not marked

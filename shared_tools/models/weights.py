@@ -1,0 +1,120 @@
+"""Weights shipped in pieces: `joined_weights` joins the parts, in order, into one file of a cache folder, once, and
+checks its sha256 before it is used.
+
+The join streams (a 1.1 GB model never sits in memory), writes a temp file renamed into place, and leaves a stamp
+(size, mtime, sha256) beside it, so a later start trusts an unchanged file without rehashing it; a changed file is
+hashed again, and joined again from the parts if it no longer matches.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from contextlib import suppress
+from pathlib import Path
+
+from shared_tools.models.errors import ModelUnavailable
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "AGENT_LOOP_COMPARE_CACHE"
+"""A folder to keep joined weights in, instead of `$XDG_CACHE_HOME/agent-loop-compare` (~/.cache/...)."""
+CHUNK = 8 * 1024 * 1024
+
+
+def cache_dir() -> Path:
+    """`$AGENT_LOOP_COMPARE_CACHE`, else `$XDG_CACHE_HOME/agent-loop-compare`, else ~/.cache/agent-loop-compare."""
+    if given := os.environ.get(CACHE_ENV, "").strip():
+        return Path(given).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "agent-loop-compare"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _stamp_path(target: Path) -> Path:
+    return target.with_name(target.name + ".verified")
+
+
+def _stamp_of(target: Path, sha256: str) -> dict[str, object]:
+    stat = target.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256}
+
+
+def _stamped(target: Path, sha256: str) -> bool:
+    """Whether `target` is the file that was hashed to `sha256` (same size and mtime as when it was)."""
+    try:
+        stamp = json.loads(_stamp_path(target).read_text(encoding="utf-8"))
+        return bool(stamp == _stamp_of(target, sha256))
+    except (OSError, ValueError):
+        return False
+
+
+def _write_stamp(target: Path, sha256: str) -> None:
+    stamp = _stamp_path(target)
+    fd, tmp = tempfile.mkstemp(dir=stamp.parent, prefix=f".{stamp.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        json.dump(_stamp_of(target, sha256), out)
+    os.replace(tmp, stamp)
+
+
+def _join(parts: Sequence[Path], target: Path, sha256: str, reinstall: str) -> None:
+    """Concatenate `parts` into a temp file beside `target`, hashing as it goes; renamed to `target` only if its
+    sha256 is `sha256`, else deleted (`ModelUnavailable`)."""
+    digest = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with part.open("rb") as source:
+                    while chunk := source.read(CHUNK):
+                        digest.update(chunk)
+                        out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+            os.fchmod(out.fileno(), 0o644)  # mkstemp makes it private; the weights are not secret
+        if (got := digest.hexdigest()) != sha256:
+            raise ModelUnavailable(
+                f"the model's weights joined from {len(parts)} parts have sha256 {got}, not {sha256}: {reinstall}"
+            )
+        os.replace(tmp, target)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def joined_weights(parts: Sequence[Path], target: Path, sha256: str, *, reinstall: str) -> Path:
+    """`target`, the concatenation of `parts` whose sha256 is `sha256`: joined the first time, hashed again only if
+    it changed since it was last checked. `ModelUnavailable` (one line ending in `reinstall`) for a missing part or
+    a hash that does not match; a file that does not match is never left at `target`."""
+    missing = [str(part) for part in parts if not part.is_file()]
+    if missing:
+        raise ModelUnavailable(f"the model's weights are incomplete ({', '.join(missing)} missing): {reinstall}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / f".{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process joining the same file: wait for it, then use its file
+        if target.is_file():
+            if _stamped(target, sha256):
+                return target
+            if sha256_of(target) == sha256:
+                _write_stamp(target, sha256)
+                return target
+            log.warning("%s does not match its sha256; joining it again from its parts", target)
+            target.unlink()
+        _stamp_path(target).unlink(missing_ok=True)
+        log.info("joining %d parts into %s", len(parts), target)
+        _join(parts, target, sha256, reinstall)
+        _write_stamp(target, sha256)
+        return target
