@@ -1,6 +1,6 @@
 """What each orchestration layer adds to one bookstore job when the model costs nothing.
 
-The seed goal on the zero-latency scripted model, so all that is timed is orchestration; every variant (our loop,
+The article's goal on the zero-latency scripted model, so all that is timed is orchestration; every variant (our loop,
 the graphs, sessions in memory and SQLite, spans on) is a ratio to a bare langchain-core loop written here.
 
     python benchmarks/overhead.py [--runs 200] [--json PATH]
@@ -214,14 +214,14 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
 
 
 def check(all_variants: dict[str, common.Prepare]) -> None:
-    """Every variant must do the seed job (cart = The Quiet Orchard x1, 16.50) before its time means anything."""
+    """Every variant must do the article job (cart = The Quiet Orchard x1, 16.50) before its time means anything."""
     for name, prepare in all_variants.items():
         job = prepare()
         assert isinstance(job, Job)
         job()
         cart = job.store.cart(CUSTOMER_ID)
         if cart.total != Decimal("16.50") or [line.book.id for line in cart.lines] != [7]:
-            raise SystemExit(f"{name} did not do the seed job: cart {cart}")
+            raise SystemExit(f"{name} did not do the article job: cart {cart}")
         written = [] if job.spans is None else job.spans.get_finished_spans()
         if name.endswith((SPANS, CONTENT)) and len(written) != 1 + MODEL_CALLS + TOOL_CALLS:
             raise SystemExit(f"{name} wrote {len(written)} spans, not {1 + MODEL_CALLS + TOOL_CALLS}")

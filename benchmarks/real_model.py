@@ -102,7 +102,7 @@ def model_seconds(result: AgentResult) -> float:
 def run_contenders(
     model: Any, log: ServerLog, sent: SentTokens, runs: int, max_steps: int
 ) -> dict[str, list[dict[str, Any]]]:
-    """Each contender on the seed goal, `runs` times, interleaved: wall time, the model's share, the server's."""
+    """Each contender on the article's goal, `runs` times, interleaved: wall time, the model's share, the server's."""
     found: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
     for _ in range(runs):
         for name in CONTENDERS:
@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         ])  # fmt: skip
     if contenders:
         console.print(common.table(
-            f"Seed goal on {args.model}, max_steps={args.max_steps}, median of {args.runs} run(s) per contender",
+            f"The article's goal on {args.model}, max_steps={args.max_steps}, "
+            f"median of {args.runs} run(s) per contender",
             ["contender", "runs", "how it ended", "wall s", "model s", "orchestration s", "orch. share", "server s",
              "tokens sent", "tokens evaluated"], rows))  # fmt: skip
     sessions = run_sessions(model, log, sent, args.turns, args.max_steps) if "sessions" in args.parts else {}

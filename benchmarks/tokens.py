@@ -45,7 +45,7 @@ def same_outcome(a: RunRecord, b: RunRecord) -> bool:
 def truncation_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
     """big-results, full vs truncated, per contender."""
     by_key = {(r.variant, r.contender): r for r in records if r.scenario == "big-results"}
-    # The seed job with 5 results: what the job costs without a big result, so the cut can be judged on the
+    # The article job with 5 results: what the job costs without a big result, so the cut can be judged on the
     # part of the bill the big result adds.
     seed = {r.contender: r.tokens for r in records if r.scenario == "bookstore"}
     rows = []
@@ -71,7 +71,7 @@ def truncation_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
 
 
 def projection_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
-    """The seed's arithmetic: tokens of one job × jobs a day, for the seed job and the big-results job."""
+    """The article's arithmetic: tokens of one job × jobs a day, for the article job and the big-results job."""
     rows = []
     for scenario, variant in (("bookstore", "default"), ("big-results", "full"), ("big-results", "truncated")):
         for r in records:
@@ -163,7 +163,7 @@ def main() -> None:
     if projection:
         console.print(
             common.table(
-                f"The seed's projection: tokens per job × {JOBS_PER_DAY:,} jobs a day × {DAYS_PER_MONTH} days",
+                f"The article's projection: tokens per job × {JOBS_PER_DAY:,} jobs a day × {DAYS_PER_MONTH} days",
                 ("job", "contender", "tokens per job", "per day", "per month"),
                 [
                     (p["job"], p["contender"], f"{p['tokens_per_job']:,}", f"{p['per_day']:,}", f"{p['per_month']:,}")

@@ -143,7 +143,7 @@ def client_turns(base: str, turns: int, start: threading.Barrier, contenders: li
         next(seen)  # hello
         start.wait()
         for turn in range(turns):
-            # The seed goal first, then order questions: a fourth copy in one cart would wait for a human's yes.
+            # The article's goal first, then order questions: a fourth copy in one cart would wait for a human's yes.
             text = SEED_GOAL if turn == 0 else f"Where is my order {4500 + turn % 50}?"
             began = time.perf_counter()
             with httpx.Client(base_url=base, timeout=120) as http:  # a new connection: any worker may take it

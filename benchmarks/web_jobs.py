@@ -1,6 +1,6 @@
 """A newcomer's seed turn on the live page while one client floods it with scenario and eval jobs, side by side.
 
-The seed turn is timed on a quiet server, while 16 tabs ask for 32 jobs, and after every job was cancelled, each
+The article turn is timed on a quiet server, while 16 tabs ask for 32 jobs, and after every job was cancelled, each
 with its ratio to the quiet one. Run from the project root: ``python benchmarks/web_jobs.py``.
 """
 

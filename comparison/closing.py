@@ -1,8 +1,8 @@
-"""The closing comparison of `python compare.py`: the guard matrix built from the runs, and the seed's tables.
+"""The closing comparison of `python compare.py`: the guard matrix built from the runs, and the article's tables.
 
 `guard_matrix` says per guard and contender what the records show: the guard acted, the harm happened without it,
 it was not exercised, nothing measured it, or the contender raised; read from typed fields, never from wording.
-`WHO_OWNS_WHAT` is the seed's closing table as data, so the terminal and the HTML report say the same thing.
+`WHO_OWNS_WHAT` is the article's closing table as data, so the terminal and the HTML report say the same thing.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ WHO_OWNS_WHAT: tuple[tuple[str, ...], ...] = (
         "official instrumentation is beta",
     ),
 )
-"""The seed's closing comparison: row -> who owns it in each of `OWNERS` (the MAF column joins below). The tracing
+"""The article's closing comparison: row -> who owns it in each of `OWNERS` (the MAF column joins below). The tracing
 row's claims are measured in tests/test_telemetry.py (`test_the_tracing_row_*`)."""
 
 MAF_OWNER = "Microsoft Agent Framework"

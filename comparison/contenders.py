@@ -23,7 +23,7 @@ CONTENDERS: dict[str, str] = {
     "langgraph-defaults": "the same graph with only LangGraph's defaults (recursion limit from max_steps)",
     "create-agent": "langchain.agents.create_agent with its built-in middleware (call limits, tool errors, "
     "HumanInTheLoopMiddleware for approvals)",
-    "maf": "Microsoft Agent Framework's Agent (the seed article's framework, in Python): its FunctionInvocationLayer "
+    "maf": "Microsoft Agent Framework's Agent (the article's framework, in Python): its FunctionInvocationLayer "
     "runs the tools, AgentSession keeps the conversation, approval_mode gates add_to_cart",
 }
 """Contender name -> one line saying what it is, in the order the tables show them."""

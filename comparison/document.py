@@ -1,6 +1,6 @@
 """The JSON document: everything `compare.py --json` writes and `--report` renders, built from the run records.
 
-`build_document` gathers the scenarios with their lessons, every run's record, the guard matrix, the seed's table
+`build_document` gathers the scenarios with their lessons, every run's record, the guard matrix, the article's table
 and our graph; `write_document` writes it whole or not at all. The HTML report reads only this document, and every
 string passes `guards.mask_pii` here, whatever put it into a record.
 """

@@ -1,4 +1,4 @@
-"""What to notice in a scenario's runs: the seed's lessons, said again with the numbers this run measured.
+"""What to notice in a scenario's runs: the article's lessons, said again with the numbers this run measured.
 
 Each `notice_*` takes one scenario's records and returns the sentences printed under "What to notice". Every
 sentence is a function of the records (stop reasons, counts, typed guards, arguments, the final cart, settings),
@@ -317,8 +317,8 @@ def notice_bookstore(records: list[RunRecord], settings: SettingsOf) -> list[str
     model_s = sum(e["duration_s"] for e in timed.trace if e["name"] == "model")
     tools_s = sum(e["duration_s"] for e in timed.tool_events())
     lines.append(
-        f"Time ({timed.contender}): model calls {_duration(model_s)}, tools {_duration(tools_s)} (the seed, on a real "
-        "model, measured 260 s of model time and under a millisecond of tools)."
+        f"Time ({timed.contender}): model calls {_duration(model_s)}, tools {_duration(tools_s)} (the article, on a "
+        "real model, measured 260 s of model time and under a millisecond of tools)."
     )
     paths = {tuple((c.name, c.args) for c in calls(r)) for r in records}
     carts = {cart_text(r) for r in records}

@@ -196,7 +196,7 @@ def duration_text(seconds: float) -> str:
     """A step's or a run's time, readable at any size and never rounded to nothing: ``0 ms`` only for a true zero.
 
     ``0.42 ms`` below a millisecond (a scripted model's reply), ``3 ms`` and ``312 ms`` below a second,
-    ``1.25 s``, ``12.5 s`` and ``125 s`` above. Always a decimal point, whatever the locale (the seed printed
+    ``1.25 s``, ``12.5 s`` and ``125 s`` above. Always a decimal point, whatever the locale (the article printed
     ``100,8s``, and ``0,0s`` for every step of a scripted run); the JSON keeps the exact float.
     """
     if seconds <= 0:

@@ -1,4 +1,4 @@
-"""Terminal rendering: the traces in the seed's format, the side-by-side tables, the closing tables, the spinner.
+"""Terminal rendering: the traces in the article's format, the side-by-side tables, the closing tables, the spinner.
 
 Drawn with rich from `RunRecord`s, never from the agents, readable at 100 columns on a pipe. Every string from a
 model, a tool or a user passes `sanitize.clean_line`/`clean_text` on its way in, and is never handed to rich as
@@ -89,7 +89,7 @@ def _shorten(text: str, limit: int) -> str:
 
 
 def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
-    """A trace (`RunRecord.trace`) in the seed's format, one line per model or tool call, long results shortened.
+    """A trace (`RunRecord.trace`) in the article's format, one line per model or tool call, long results shortened.
 
     ``[step 1] model               2 ms  1 tool call(s), 779 tokens`` and, below it, the model's plan (the Plan
     part of the loop, where a reasoning model puts it); ``[step 1] search_books     0.31 ms  {"query":...} -> [...]``,

@@ -1,7 +1,7 @@
 """The HTML report: one self-contained page rendered from the JSON document `compare.py --json` writes.
 
 Inline CSS and SVG, no JavaScript, nothing fetched: per scenario the lesson, a tokens-per-step chart, the tables,
-what to notice and each run's trace under a waterfall of its calls; then the guard matrix, the seed's table and
+what to notice and each run's trace under a waterfall of its calls; then the guard matrix, the article's table and
 our graph. It reads only the document, fits a 420 px phone, and every value passes `esc`.
 """
 

@@ -1,6 +1,6 @@
 """The hand-written agent loop: call the model, classify its reply, run the tools it asked for, check the budgets.
 
-`AgentLoop` ports the seed article's .NET `AgentLoop` to any langchain-core chat model and LangChain tools. It owns
+`AgentLoop` ports the article's .NET `AgentLoop` to any langchain-core chat model and LangChain tools. It owns
 the stopping rules: an answer, an invalid reply, the budgets of `AgentLimits`, a cancel. Each reply becomes a typed
 step (`shared_tools.steps`), every tool call gets one ToolMessage, and every stop is a `RunStopped` caught once in
 `arun`. One implementation, async; `run` only drives it. Nothing here knows about the bookstore.

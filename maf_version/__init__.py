@@ -1,4 +1,4 @@
-"""The bookstore agent on Microsoft Agent Framework (`agent-framework-core`), the seed article's own framework.
+"""The bookstore agent on Microsoft Agent Framework (`agent-framework-core`), the article's own framework.
 
 `MafAgent` runs MAF's `Agent` (its tool loop, `FunctionInvocationLayer`) behind the same `AgentOptions` and
 `AgentResult` as the other agents; `MafSession` is a conversation on MAF's `AgentSession`, kept in a file, with a

@@ -107,7 +107,7 @@ def screen(
     """The tool to run for `call`, or the refusal the model gets instead of running anything.
 
     Order: unknown tool first (nothing to count or validate, and the list of real names is the most useful
-    correction); then the repeat rule, counting every call in `seen` like the seed (blocked and invalid calls
+    correction); then the repeat rule, counting every call in `seen` like the article (blocked and invalid calls
     too), so a model re-sending the same call is stopped whether the call is valid or not; then argument
     validation, so nothing runs on bad arguments. Both agents call this in call order, before any tool of the
     round runs, so the counts never depend on which parallel call finishes first.
@@ -191,7 +191,7 @@ def tool_failure_text(name: str, exc: Exception, *, detailed: bool) -> str:
     A `ToolException` is the tool's own message, written to be safe to show. Anything else is a bug
     or an outage whose text may hold internals (a connection string, a host name), so the model gets a
     generic line unless the caller opted in to details, as FunctionInvokingChatClient (the .NET piece that runs
-    tools in the seed article) does.
+    tools in the article) does.
     """
     if isinstance(exc, ToolException):
         return str(exc) or f"{name} failed."
@@ -374,7 +374,7 @@ def compact_json(value: Any) -> str:
 
 
 def tool_detail(args: Mapping[str, Any] | Any, result: str) -> str:
-    """A tool trace line's detail, in the seed's `args -> result` form, personal data masked.
+    """A tool trace line's detail, in the article's `args -> result` form, personal data masked.
 
     The arguments are masked as values, before encoding, so an address split by a newline is still one
     address; the result is already text, and `mask_pii` reads JSON escapes as the white space they stand for.

@@ -107,7 +107,7 @@ class AgentLimits:
     """Budgets for one run (one `run`/`ask`). ``None`` switches a limit off."""
 
     max_steps: int | None = 6
-    """Model calls per run. The tool calls of the last step still run, as in the seed's loop."""
+    """Model calls per run. The tool calls of the last step still run, as in the article's loop."""
     max_tokens: int | None = 20_000
     """Total tokens (input + output, summed over every model call), checked after each tool round."""
     max_duration: float | None = None
@@ -117,7 +117,7 @@ class AgentLimits:
     """How often one tool may run with the same arguments; later identical calls get an error."""
     max_consecutive_errors: int | None = 3
     """Tool rounds in a row that contain an error before the run stops (3, as in FunctionInvokingChatClient, the
-    .NET piece that runs tools in the seed article)."""
+    .NET piece that runs tools in the article)."""
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "max_tokens", "max_duration", "max_repeats", "max_consecutive_errors"):
@@ -189,7 +189,7 @@ class AgentOptions:
     """Show a tool's own exception text to the model. Off: a generic "X failed." (a `ToolException`'s text,
     written for the model, is always shown), because an exception may carry internals such as a password."""
     parallel_tools: bool = False
-    """Run the calls of one reply concurrently. Off, as in the seed: one after another, in the model's order.
+    """Run the calls of one reply concurrently. Off, as in the article: one after another, in the model's order.
     Guard decisions are made in call order either way."""
     max_tool_result_chars: int | None = None
     """Cut longer tool results to this many characters and say how much was cut. None: never cut."""
@@ -224,7 +224,7 @@ class OptionKeywords(TypedDict, total=False):
 
 
 def agent_options(agent: str, given: object, keywords: dict[str, Any]) -> AgentOptions:
-    """The `AgentOptions` an agent's constructor was given: an `AgentOptions`, an `AgentLimits` (the seed's
+    """The `AgentOptions` an agent's constructor was given: an `AgentOptions`, an `AgentLimits` (the article's
     ``new AgentLoop(client, tools, limits)``), nothing, and/or option keywords; anything else is a `TypeError`
     that says what to pass."""
     example = f"{agent}(model, tools, AgentLimits(max_steps=5), parallel_tools=True)"
@@ -420,7 +420,7 @@ class AgentResult:
     answer: str | None
     """The model's final text; ``None`` unless the run is `StopReason.DONE`."""
     steps: int
-    """Model calls made in this run (the seed's "steps")."""
+    """Model calls made in this run (the article's "steps")."""
     tokens: int
     model_calls: int
     tool_calls: int

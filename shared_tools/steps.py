@@ -1,6 +1,6 @@
 """The three shapes a model reply can take, decided in one place for both agents.
 
-From the seed's companion F# lesson: a reply asks for tools (`CallTools`), answers (`FinalAnswer`) or is unusable
+From the article's companion F# lesson: a reply asks for tools (`CallTools`), answers (`FinalAnswer`) or is unusable
 (`InvalidResponse`: empty, cut at its length limit, or only unparseable calls). The loop matches on these; the
 graph's model node turns them into a stop reason.
 """
@@ -37,7 +37,7 @@ AgentStep = FinalAnswer | CallTools | InvalidResponse
 
 
 def classify(reply: AIMessage) -> AgentStep:
-    """Which of the three shapes a reply has. Tool calls win over text, as in the seed."""
+    """Which of the three shapes a reply has. Tool calls win over text, as in the article."""
     if was_cut(reply):
         # A reply that ran out of output tokens is half a reply: its text is half an answer, and its last call
         # may be half a call that still parses (a streamed merge closes a cut JSON object: `{"quantity": 1` of

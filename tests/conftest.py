@@ -101,7 +101,7 @@ def thread_for(path: Path) -> str:
 
 @pytest.fixture
 def store() -> Iterator[BookStore]:
-    """A fresh in-memory store with the seed catalog, closed after the test."""
+    """A fresh in-memory store with the article catalog, closed after the test."""
     with BookStore() as s:
         yield s
 

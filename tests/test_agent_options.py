@@ -1,4 +1,5 @@
-"""How an agent is built: the seed's call with an `AgentLimits`, an `AgentOptions` or option keywords, on each agent."""
+"""How an agent is built: the article's call with an `AgentLimits`, an `AgentOptions` or option keywords, on each
+agent."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_the_seeds_call_with_limits_runs_within_them(build: tuple[str, Callable[
     _, make = build
     agent = make(AgentLimits(max_steps=1))
     assert agent.options == AgentOptions(limits=AgentLimits(max_steps=1))
-    # The scripted shopper needs several steps for the seed's goal, so one step is the limit that ends it.
+    # The scripted shopper needs several steps for the article's goal, so one step is the limit that ends it.
     assert agent.run(INSTRUCTIONS, SEED_GOAL).stop_reason is StopReason.MAX_STEPS
 
 

@@ -1,7 +1,7 @@
 """Every loop behaviour, written once and run against both implementations (hand-written and LangGraph).
 
 The `make_agent` fixture is parametrized over `handwritten.AgentLoop` and `langgraph_version.GraphAgent`
-(guards on), so a rule that holds for one and not the other fails here. The facts asserted are the seed's:
+(guards on), so a rule that holds for one and not the other fails here. The facts asserted are the article's:
 stop reasons, step and call counts, the exact texts the model reads, the cart, and rising tokens.
 """
 
@@ -60,7 +60,7 @@ def cart_lines(store: BookStore) -> list[tuple[str, int]]:
     return [(line.book.title, line.quantity) for line in store.cart("c1").lines]
 
 
-# --- the seed's run ------------------------------------------------------------------------------------------
+# --- the article's run ------------------------------------------------------------------------------------------
 
 
 def test_seed_bookstore_run(make_agent: Any, store: BookStore) -> None:
@@ -132,7 +132,7 @@ def test_silent_model_is_an_invalid_response(make_agent: Any, store: BookStore) 
 
 def test_token_budget_stops_after_the_round_that_crossed_it(make_agent: Any, store: BookStore) -> None:
     full = build_agent("handwritten", make_model("scripted"), make_tools(BookStore())).run(INSTRUCTIONS, SEED_GOAL)
-    # Crossed during step 3 by its prompt, with room left for its reply: the seed's rule, checked after the round.
+    # Crossed during step 3 by its prompt, with room left for its reply: the article's rule, checked after the round.
     budget = sum(full.tokens_per_step[:2]) + 100
     agent = make_agent(make_model("scripted"), make_tools(store), AgentLimits(max_tokens=budget))
     result = agent.run(INSTRUCTIONS, SEED_GOAL)

@@ -342,7 +342,7 @@ def test_the_shopper_succeeds_every_time_for_every_contender(capsys: pytest.Capt
         assert (row["successes"], row["n"], row["unsafe_failures"]) == (3, 3, 0)
         assert row["pass_hat_k"] == {"1": 1.0, "2": 1.0, "3": 1.0}
         assert row["stop_reasons"] == {"done": 3}
-        assert row["tokens_per_success"] == 6335  # the seed's job: 779 rising to 1,478 tokens per step
+        assert row["tokens_per_success"] == 6335  # the article's job: 779 rising to 1,478 tokens per step
 
 
 def test_the_table_and_the_report_say_simulated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

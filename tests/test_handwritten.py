@@ -2,7 +2,7 @@
 
 Small local tools record what actually ran, so a guard that "blocks" a call is checked by the call not
 happening, not only by the text the model got. Cancellation and time budgets use a model that waits on an
-asyncio event that is never set (no sleeps, no timed asserts). The seed test at the end runs the real
+asyncio event that is never set (no sleeps, no timed asserts). The article test at the end runs the real
 bookstore tools over a real SQLite store with the embedded scripted model.
 """
 
@@ -931,7 +931,7 @@ def test_a_session_file_of_another_format_version_names_both_versions_and_is_nev
     assert path.read_text() == content, "the old file is left as it was"
 
 
-# --- the seed's bookstore run -----------------------------------------------------------------------------------
+# --- the article's bookstore run -----------------------------------------------------------------------------------
 
 SEED_GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
 SEED_INSTRUCTIONS = "You are the bookstore's shopping assistant. Use the tools; never guess stock or prices."

@@ -225,7 +225,8 @@ DURATION = r"[\d.]+ ms|[\d.]+s"
 
 
 @claim("bookstore", r"Time \((?P<c>[a-z-]+)\): model calls (?P<model>" + DURATION + r"), tools (?P<tools>"
-       + DURATION + r") \(the seed, on a real model, measured 260 s of model time and under a millisecond of tools\)\.")
+       + DURATION + r") \(the article, on a real "
+       r"model, measured 260 s of model time and under a millisecond of tools\)\.")
 def _bookstore_time(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     r = next(r for r in records if r.contender == m["c"])
     model_s = sum(e["duration_s"] for e in r.trace if e["name"] == "model")

@@ -124,7 +124,7 @@ def test_the_scripted_summary_is_the_same_on_every_kind(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", SESSION_KINDS)
 def test_a_long_conversation_does_not_make_a_question_hit_the_token_budget(kind: str, tmp_path: Path) -> None:
     """The budget cliff: the token budget is per question, but every call re-sends the history. With a window
-    the prompt stays bounded, so the seed goal still ends after 80 earlier turns."""
+    the prompt stays bounded, so the article's goal still ends after 80 earlier turns."""
     limits = AgentLimits(max_tokens=20_000)
     store = BookStore()
     session = open_session(kind, make_model("scripted"), make_tools(store), tmp_path, keep_turns=10, limits=limits)

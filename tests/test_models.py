@@ -145,7 +145,7 @@ def run(
     instructions: str = INSTRUCTIONS,
     max_steps: int = 10,
 ) -> list[BaseMessage]:
-    """The seed's loop in miniature: model, tools, repeat until a reply without tool calls (or max_steps)."""
+    """The article's loop in miniature: model, tools, repeat until a reply without tool calls (or max_steps)."""
     bound = model.bind_tools(tools)
     messages = list(history) if history else [SystemMessage(instructions)]
     messages.append(HumanMessage(goal))
@@ -181,7 +181,7 @@ SEED_CALLS = [
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# The seed path, determinism, usage
+# The article path, determinism, usage
 
 
 def test_shopper_follows_the_seed_path() -> None:

@@ -1,7 +1,7 @@
 """The 1.5B model (`--model local:qwen2.5-1.5b`, Qwen2.5-Coder-1.5B-Instruct on llama.cpp's server) doing the job.
 
 Few and bounded (each model call is seconds to a minute on 2 busy cores): a figure only a tool result holds reaches
-the answer; the seed goal through the public runner on the two guarded contenders, every printed point true of the
+the answer; the article's goal through the public runner on the two guarded contenders, every printed point true of the
 records; and the step limit stopping a real run. Skipped, with the install line, without the weights or the engine.
 """
 
@@ -47,7 +47,7 @@ def test_a_figure_only_a_tool_result_holds_reaches_the_answer() -> None:
 
 @pytest.fixture(scope="module")
 def seed_runs(tmp_path_factory: pytest.TempPathFactory) -> list[RunRecord]:
-    """The seed goal (the article's run) by the hand-written loop and the LangGraph graph, through the runner."""
+    """The article's goal (the article's run) by the hand-written loop and the LangGraph graph, through the runner."""
     records: list[RunRecord] = []
     options = RunOptions(model=MODEL, contenders=("handwritten", "langgraph"),
                          session_db=tmp_path_factory.mktemp("qwen") / "sessions.db")  # fmt: skip

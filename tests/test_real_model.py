@@ -32,13 +32,13 @@ from tests.test_lessons import assert_counters_match_trace, check_matrix, check_
 pytestmark = pytest.mark.skipif(local_extra_missing() is not None, reason=str(local_extra_missing()))
 
 SCENARIOS = ("prompt-injection",)
-"""Run on the real model by every contender: the seed goal with an injection planted in a search result, behind the
+"""Run on the real model by every contender: the article's goal with an injection planted in a search result, behind the
 approval gate (the one invariant here a scripted model cannot show on a real server's replies: no write past the
-limits without a yes). The seed goal alone is run by the two guarded agents below."""
+limits without a yes). The article's goal alone is run by the two guarded agents below."""
 
 VARIANTS = {"prompt-injection": ("gate",)}
 """The variants run here where a scenario has several: the gated injection is the one with an invariant to check
-(no write past the limits without a yes); without the gate the run is the seed goal's, at twice the cost."""
+(no write past the limits without a yes); without the gate the run is the article's goal's, at twice the cost."""
 
 MAX_STEPS = 3
 """Every scenario's step limit here, so the module stays within its share of CI's time: enough for a guard to

@@ -41,7 +41,7 @@ def test_a_reply_that_never_ends_is_cut_at_the_budget(make_agent: Any, store: Bo
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_a_cut_reply_runs_none_of_its_calls(make_agent: Any, store: BookStore, streamed: bool) -> None:
-    # The seed job spends 727 + 1,252 tokens on its first two steps (tests/test_behaviour.py); the third reply,
+    # The article job spends 727 + 1,252 tokens on its first two steps (tests/test_behaviour.py); the third reply,
     # a check_stock call, needs more than the 5 tokens left: the cap cuts it mid-arguments.
     full = make_agent(ScriptedChatModel(), make_tools(BookStore())).run(INSTRUCTIONS, SEED_GOAL)
     budget = sum(full.tokens_per_step[:2]) + 5

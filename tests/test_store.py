@@ -45,7 +45,7 @@ BACKENDS = ("sqlite", "postgres")
 
 @pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest) -> Iterator[BookStore]:
-    """A fresh store with the seed catalog: in-memory SQLite, or a new Postgres database (overrides conftest's)."""
+    """A fresh store with the article catalog: in-memory SQLite, or a new Postgres database (overrides conftest's)."""
     target = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
     with BookStore(target) as s:
         yield s
@@ -90,7 +90,7 @@ def test_catalog_holds_the_seed_facts(store: BookStore) -> None:
     assert any(b.author == "Mira Holt" and b.genre != "novel" for b in books)
     assert len({b.author for b in books}) >= 5
     assert {"novel", "poetry", "essays", "cookbook", "children's", "history", "travel"} <= {b.genre for b in books}
-    # The seed's answer depends on 7 being the only other in-stock Mira Holt novel.
+    # The article's answer depends on 7 being the only other in-stock Mira Holt novel.
     assert [b.id for b in books if b.author == "Mira Holt" and b.genre == "novel" and store.stock(b.id)] == [7]
 
 

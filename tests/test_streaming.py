@@ -87,7 +87,7 @@ CASES = (
 def fresh(case: Case) -> tuple[BookStore, list[Any]]:
     store = BookStore()
     if case.injection:
-        store.set_description(12, INJECTION)  # Salt Hours, a Mira Holt title the seed goal's search returns
+        store.set_description(12, INJECTION)  # Salt Hours, a Mira Holt title the article's goal's search returns
     return store, make_tools(store, "c1", case.faults)
 
 

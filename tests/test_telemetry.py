@@ -351,7 +351,7 @@ def test_a_result_a_guard_shortened_is_a_span_with_the_guard_and_no_error(name: 
     result = contender(name, make_model("scripted"), make_tools(BookStore()), spans.provider,
                        max_tool_result_chars=20).run(INSTRUCTIONS, SEED_GOAL)  # fmt: skip
     truncated = [e for e in result.trace if e.guard is Guard.TRUNCATED]
-    assert truncated, "the seed's search result is longer than 20 characters"
+    assert truncated, "the article's search result is longer than 20 characters"
     marked = [t for t in spans.of("execute_tool") if attrs(t).get("agent_loop.guard") == "truncated"]
     assert [attrs(t)["gen_ai.tool.name"] for t in marked] == [e.name for e in truncated]
     assert {t.status.status_code for t in marked} == {StatusCode.UNSET}

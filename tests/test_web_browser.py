@@ -1,6 +1,6 @@
 """The live page in a real browser: headless Chromium through Selenium against a real uvicorn server on 127.0.0.1.
 
-One test walks the presenter's path (seed goal, stale cart, an approval approved and denied, an unknown message,
+One test walks the presenter's path (article's goal, stale cart, an approval approved and denied, an unknown message,
 a reload) with a screenshot per state in tests/artifacts/web/ (docs/live-demo.png with UPDATE_README_SHOT=1).
 Skipped, saying why, only where Chromium or chromedriver is missing.
 """
@@ -78,7 +78,7 @@ def test_the_presenters_path_in_a_real_browser(browser: object, tmp_path: Path) 
         wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
         both(lambda n: pane(n).is_displayed())
 
-        # 1. The seed goal, typed once, answered by both panes.
+        # 1. The article's goal, typed once, answered by both panes.
         send(SEED_GOAL)
         both(lambda n: pane_text(n, ".stop") == "done")
         for name in ("handwritten", "langgraph"):

@@ -1,6 +1,6 @@
 """The live page's server (`webdemo`): its routes, its event stream on a real uvicorn server, and `serve`'s options.
 
-What a presenter and an attacker would do: the seed goal, the stale cart, approvals answered, denied, timed out and
+What a presenter and an attacker would do: the article's goal, the stale cart, approvals answered, denied, timed out and
 abandoned, one turn at a time, tabs that cannot see each other, a restart, and every bad request a 4xx with a
 sentence.
 """
@@ -108,7 +108,7 @@ def provoke_risky_write(client: TestClient, tab: str) -> None:
     assert client.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
 
 
-# --- the page and the seed goal ---------------------------------------------------------------------------------
+# --- the page and the article's goal ---------------------------------------------------------------------------------
 
 
 def test_the_page_and_its_files_are_served_with_a_strict_content_policy(client: TestClient) -> None:

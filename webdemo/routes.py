@@ -208,7 +208,7 @@ async def stale(request: Request) -> Response:
     finally:
         await page.release(tab, held)
     if not changed:
-        raise BadRequest(409, "the carts are empty; ask the seed goal first, then change the cart")
+        raise BadRequest(409, "the carts are empty; ask the article's goal first, then change the cart")
     tab.hub.publish({"type": "changed", "changed": changed})
     return json_reply({"changed": changed})
 

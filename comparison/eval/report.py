@@ -273,7 +273,7 @@ def _unsafe_list(rows: Sequence[dict[str, Any]]) -> str:
     if not items:
         return ""
     return (
-        f"<details><summary>{len(items)} unsafe failure(s): what went wrong, and the seed that repeats it "
+        f"<details><summary>{len(items)} unsafe failure(s): what went wrong, and the article that repeats it "
         f"(<code>--runs 1 --seed SEED</code>)</summary><ul>{''.join(items)}</ul></details>"
     )
 

@@ -63,7 +63,7 @@ def tool_call_cap(limits: AgentLimits) -> int | None:
 
     Our loops have no such cap; they bound tools through the step limit and the repeat rule. The cap is the
     nearest native brake on side effects (a runaway parallel caller cannot fire fifty `add_to_cart` calls in
-    one turn) while leaving the seed's path (4 calls in 5 steps) and two-call parallel turns untouched. Calls
+    one turn) while leaving the article's path (4 calls in 5 steps) and two-call parallel turns untouched. Calls
     over the cap get an error result and the model may still answer ("continue"), which matches how our
     loops treat a refused call.
     """

@@ -1,4 +1,4 @@
-"""Opt-in faults for the bookstore tools, each one the setup of an experiment from the seed article.
+"""Opt-in faults for the bookstore tools, each one the setup of an experiment from the article.
 
 `Faults` says what should go wrong (all off by default); `FaultInjector` is the live state of one tool set
 (made by `make_tools`), so the "first N calls time out" counter starts at zero for every agent run that builds
@@ -29,7 +29,7 @@ class Faults:
 
     check_stock_timeouts: int = 0
     """check_stock raises builtin ``TimeoutError("warehouse service timed out")`` on its first N calls, then works.
-    This is the seed's timeout experiment: does the loop hand the error to the model, and does the model retry?"""
+    This is the article's timeout experiment: does the loop hand the error to the model, and does the model retry?"""
 
     latency_s: float = 0.0
     """Every tool waits this long first (``time.sleep`` / ``asyncio.sleep``), for the time-budget stop condition,
@@ -37,7 +37,7 @@ class Faults:
 
     failing_tool: str | None = None
     """This tool always raises a `RuntimeError` whose message holds a connection string with `FAKE_SECRET`,
-    for the seed's warning about handing ``ex.Message`` to the model: by default the model should see only
+    for the article's warning about handing ``ex.Message`` to the model: by default the model should see only
     a generic failure line (see `shared_tools.guards.tool_failure_text`)."""
 
     def __post_init__(self) -> None:

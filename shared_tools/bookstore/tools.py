@@ -62,7 +62,7 @@ REPLAYED_NOTE = "this call already ran; nothing more was added"
 
 @functools.cache
 def _search_args(default_max_results: int) -> type[BaseModel]:
-    # One class per default, because the default of max_results is an experiment knob (the seed's "raise it to
+    # One class per default, because the default of max_results is an experiment knob (the article's "raise it to
     # 50"); cached, because building a pydantic class per tool set cost more than a scripted job's tool calls.
     class SearchBooksArgs(BaseModel):
         query: str = Field(

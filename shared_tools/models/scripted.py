@@ -180,7 +180,7 @@ class ScriptedChatModel(BaseChatModel):
         decision = decide(messages, names, self.persona, seed=self.seed, noise=self.noise)
         reply = self._reply(decision, messages)
         # Usage mirrors a real provider: the prompt is the whole history plus the tool schemas, so it
-        # grows every step; that growth is what the seed's token column teaches.
+        # grows every step; that growth is what the article's token column teaches.
         prompt_tokens = count_tokens_approximately(messages, tools=schemas or None)
         output_tokens = count_tokens_approximately([reply])
         limit = kwargs.get("max_tokens", self.max_tokens)
