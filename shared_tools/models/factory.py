@@ -206,16 +206,8 @@ def make_model(
         return _openai_model(name, server.base_url, max_tokens=LOCAL_MAX_TOKENS, timeout_s=timeout_s, seed=seed)
     if kind == "openai" and rest:
         url = openai_base_url(base_url)
-        if not _installed("langchain_openai"):
-            raise ModelUnavailable("openai:<model> needs langchain-openai: pip install 'langchain-openai>=1.7,<2'")
         from shared_tools.models.openai_compat import NO_KEY, check_server
 
         check_server(url, rest, os.environ.get("OPENAI_API_KEY") or NO_KEY)
         return _openai_model(rest, url, max_tokens=SERVER_MAX_TOKENS, timeout_s=timeout_s, seed=seed)
     raise _spec_error(spec)
-
-
-def _installed(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
