@@ -95,16 +95,26 @@ def _new_event_loop() -> _EventLoop:
     """A new event loop, built with Ctrl-C held back for the moment it takes.
 
     A KeyboardInterrupt that lands while an event loop is being constructed leaves a half-made loop whose
-    `__del__` prints a traceback at exit; held back, the Ctrl-C arrives right after, as an ordinary
-    KeyboardInterrupt (found by sending SIGINT to `python compare.py` at random moments).
+    `__del__` prints a traceback at exit (found by sending SIGINT to `python compare.py` at random moments). The
+    handler is swapped, not the signal blocked: a blocked SIGINT goes to any other thread of the process, and
+    Python runs the handler in the main thread all the same. A Ctrl-C held back is raised again once it is whole.
     """
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         return _EventLoop()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
     try:
-        return _EventLoop()
+        loop = _EventLoop()
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        # None: a handler set from C, which Python cannot put back; Python's own is the nearest.
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+    if held:
+        try:
+            signal.raise_signal(signal.SIGINT)  # through the handler in place, which runs before this returns
+        except BaseException:
+            loop.close()
+            raise
+    return loop
 
 
 class _EventLoop(asyncio.SelectorEventLoop):
