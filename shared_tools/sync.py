@@ -8,6 +8,7 @@ the loop is built, and does not wait for a hung sync-only model after the time b
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import signal
 import threading
@@ -16,6 +17,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 def run_blocking(make: Callable[[], Coroutine[Any, Any, T]], *, instead: str) -> T:
@@ -132,6 +135,17 @@ class _EventLoop(asyncio.SelectorEventLoop):
                 self._daemon_threads = _DaemonThreads()
             executor = self._daemon_threads
         return super().run_in_executor(executor, func, *args)
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        """As asyncio's, except for a result that arrives from a thread after Ctrl-C cancelled the run: asyncio's
+        own chaining of the two futures then fails with InvalidStateError and logs a traceback, for a result that
+        nobody is left to take."""
+        run = _running.run
+        cancelled = run is not None and (run.interrupted or (run.task is not None and run.task.cancelling() > 0))
+        if cancelled and isinstance(context.get("exception"), asyncio.InvalidStateError):
+            log.debug("after the Ctrl-C: %s", context.get("message"))
+            return
+        super().call_exception_handler(context)
 
     def shutdown_daemon_threads(self) -> None:
         if self._daemon_threads is not None:
