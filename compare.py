@@ -1,10 +1,9 @@
 """The front door: argument parsing, the checks made before any work starts, exit codes, and dispatch.
 
-`python compare.py` runs the scenarios of `comparison.scenarios` on every contender and prints traces, tables
-and what to notice (`comparison.command`); `chat`, `eval` and `serve` are the other commands. Every failure
-that is not a bug ends with one line on stderr and one of the exit codes below, never a traceback: a bad
-command line, an unusable model or file (checked before the first run), and Ctrl-C at any moment.
-"""
+`python compare.py` runs the scenarios of `comparison.scenarios` on every contender and prints an overview (a named
+scenario or `--full`: traces, tables and notes; `comparison.command`); `chat`, `eval` and `serve` are the other
+commands. Every failure that is not a bug ends with one line on stderr and one of the exit codes below, never a
+traceback: a bad command line, an unusable model or file (checked before the first run), and Ctrl-C at any moment."""
 
 from __future__ import annotations
 
