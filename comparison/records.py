@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 
 from shared_tools.bookstore.store import BookStore, money
 from shared_tools.guards import mask_pii
-from shared_tools.models.errors import ModelCallFailed
+from shared_tools.models.errors import ModelCallFailed, caused_by
 from shared_tools.results import AgentResult, RunUsage, TraceEvent
 
 
@@ -132,14 +132,7 @@ def result_record(key: RunKey, store: BookStore, customer: str, wall_s: float, r
 
 def model_call_failed(exc: BaseException) -> bool:
     """Is `exc` a failed model call, itself or as the cause a framework wrapped it in?"""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ModelCallFailed):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+    return caused_by(exc, ModelCallFailed)
 
 
 def raised_record(

@@ -25,3 +25,15 @@ class ModelRequestRefused(ModelCallFailed):
     """The server answered, and refused this one request (HTTP 400 or 422: the history no longer fits the model's
     context, say): a failed call of this run, which the run's record shows, and every caller that goes on after a
     failed call (the comparison, `chat`) goes on after it too."""
+
+
+def caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Is `exc` a `kind`, itself or as a cause or context a library wrapped it in (cycles are followed once)?"""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False

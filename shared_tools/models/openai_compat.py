@@ -31,7 +31,7 @@ from langchain_openai._compat import httpx as sdk_httpx
 from langchain_openai.chat_models._client_utils import StreamChunkTimeoutError
 from pydantic import PrivateAttr
 
-from shared_tools.models.errors import ModelCallFailed, ModelRequestRefused, ModelUnavailable
+from shared_tools.models.errors import ModelCallFailed, ModelRequestRefused, ModelUnavailable, caused_by
 from shared_tools.replies import JoinedPieces, checked_reply, invalid_call, unusable_args
 from shared_tools.results import STREAM_FALLBACK
 
@@ -49,7 +49,7 @@ _CHECK_TIMEOUT_S = 3.0
 def describe_failure(server: str, timeout_s: float | None, exc: BaseException) -> str:
     """One line: which server, what happened, and the client's own words."""
     where = f"the OpenAI-compatible server at {server}"
-    if _past_its_deadline(exc):
+    if caused_by(exc, RequestDeadlineExceeded):
         what = f"{where} sent no whole reply within {timeout_s} s (the request timeout)"
     elif isinstance(exc, openai.APITimeoutError | httpx.TimeoutException | StreamChunkTimeoutError):
         what = f"{where} sent nothing for {timeout_s} s (the request timeout)"
@@ -65,18 +65,6 @@ def describe_failure(server: str, timeout_s: float | None, exc: BaseException) -
         what = f"the request to {where} failed"
     detail = " ".join(str(exc).split())[:300] or type(exc).__name__
     return f"{what} ({type(exc).__name__}: {detail})"
-
-
-def _past_its_deadline(exc: BaseException) -> bool:
-    """Whether the request ended at its whole-request deadline, itself or as a cause the SDK wrapped it in."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, RequestDeadlineExceeded):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
 
 
 class RequestDeadlineExceeded(sdk_httpx.ReadTimeout):
