@@ -293,7 +293,11 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
         parallel = is_scripted(args.model) and args.store_db is None and not args.verbose
         try:
             records, done, interrupted = run_and_render(
-                console, scenarios, options, trace=not args.no_trace, workers=parallel_workers() if parallel else 1,
+                console,
+                scenarios,
+                options,
+                trace=not args.no_trace,
+                workers=parallel_workers() if parallel else 1,
                 detailed=not overview,
             )
         except (ModelUnavailable, StoreError) as exc:  # the server went away, or the store file was swapped
@@ -303,8 +307,17 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
 
     try:
         finish(
-            console, args.model, contenders, records, done, interrupted=interrupted, json=args.json, report=args.report,
-            overview=scenarios if overview else None, owners=args.full, prog=prog,
+            console,
+            args.model,
+            contenders,
+            records,
+            done,
+            interrupted=interrupted,
+            json=args.json,
+            report=args.report,
+            overview=scenarios if overview else None,
+            owners=args.full,
+            prog=prog,
         )
     except KeyboardInterrupt:
         # The runs are over and shown; what was being written is written whole or not at all (files.write_output).

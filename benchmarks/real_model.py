@@ -118,16 +118,18 @@ def run_contenders(
                 result, error = None, f"{type(exc).__name__}: {exc}"[:120]
             wall = time.perf_counter() - started
             work = log.read()
-            found[name].append({
-                "wall_s": wall,
-                "model_s": model_seconds(result) if result else None,
-                "model_calls": result.model_calls if result else None,
-                "stop_reason": str(result.stop_reason) if result else None,
-                "error": error,
-                "sent": sent.read(),
-                "evaluated": work.evaluated,
-                "server_s": (work.prompt_ms + work.generate_ms) / 1000,
-            })  # fmt: skip
+            found[name].append(
+                {
+                    "wall_s": wall,
+                    "model_s": model_seconds(result) if result else None,
+                    "model_calls": result.model_calls if result else None,
+                    "stop_reason": str(result.stop_reason) if result else None,
+                    "error": error,
+                    "sent": sent.read(),
+                    "evaluated": work.evaluated,
+                    "server_s": (work.prompt_ms + work.generate_ms) / 1000,
+                }
+            )
     return found
 
 
@@ -150,14 +152,16 @@ def run_sessions(
             result = session.ask(QUESTIONS[turn % len(QUESTIONS)])
             wall = time.perf_counter() - started
             work = log.read()
-            found[label].append({
-                "turn": turn + 1,
-                "wall_s": wall,
-                "stop_reason": str(result.stop_reason),
-                "sent": sent.read(),
-                "evaluated": work.evaluated,
-                "server_s": (work.prompt_ms + work.generate_ms) / 1000,
-            })  # fmt: skip
+            found[label].append(
+                {
+                    "turn": turn + 1,
+                    "wall_s": wall,
+                    "stop_reason": str(result.stop_reason),
+                    "sent": sent.read(),
+                    "evaluated": work.evaluated,
+                    "server_s": (work.prompt_ms + work.generate_ms) / 1000,
+                }
+            )
     return found
 
 
@@ -199,10 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = common.parser(__doc__.splitlines()[0], default_runs=1, runs_help="runs per contender")
     parser.add_argument("--turns", type=int, default=4, help="turns of the session per history policy (default 4)")
     parser.add_argument("--max-steps", type=int, default=4, help="each run's (each turn's) step limit (default 4)")
-    parser.add_argument("--parts", default="contenders,sessions", help="which to run (default contenders,sessions;"
-                        " the time to first token always runs)")  # fmt: skip
-    parser.add_argument("--model", default="local", help="'local' (the strongest bundled model installed) or "
-                        "'local:<name>' (default local)")  # fmt: skip
+    parser.add_argument(
+        "--parts",
+        default="contenders,sessions",
+        help="which to run (default contenders,sessions; the time to first token always runs)",
+    )
+    parser.add_argument(
+        "--model",
+        default="local",
+        help="'local' (the strongest bundled model installed) or 'local:<name>' (default local)",
+    )
     args = parser.parse_args(argv)
     console = common.console()
     from shared_tools.models import make_model
@@ -222,46 +232,95 @@ def main(argv: list[str] | None = None) -> int:
         done = [r for r in runs if r["error"] is None]
         wall = median([r["wall_s"] for r in runs])
         model_s = median([r["model_s"] for r in done]) if done else float("nan")
-        rows.append([
-            name, len(runs), ", ".join(sorted({r["stop_reason"] or r["error"] for r in runs})),
-            f"{wall:.2f}", f"{model_s:.2f}", f"{wall - model_s:.3f}", f"{(wall - model_s) / wall:.1%}" if done else "-",
-            f"{median([r['server_s'] for r in runs]):.2f}", median([r["sent"] for r in done]) if done else "-",
-            median([r["evaluated"] for r in runs]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                name,
+                len(runs),
+                ", ".join(sorted({r["stop_reason"] or r["error"] for r in runs})),
+                f"{wall:.2f}",
+                f"{model_s:.2f}",
+                f"{wall - model_s:.3f}",
+                f"{(wall - model_s) / wall:.1%}" if done else "-",
+                f"{median([r['server_s'] for r in runs]):.2f}",
+                median([r["sent"] for r in done]) if done else "-",
+                median([r["evaluated"] for r in runs]),
+            ]
+        )
     if contenders:
-        console.print(common.table(
-            f"The article's goal on {args.model}, max_steps={args.max_steps}, "
-            f"median of {args.runs} run(s) per contender",
-            ["contender", "runs", "how it ended", "wall s", "model s", "orchestration s", "orch. share", "server s",
-             "tokens sent", "tokens evaluated"], rows))  # fmt: skip
+        console.print(
+            common.table(
+                f"The article's goal on {args.model}, max_steps={args.max_steps}, "
+                f"median of {args.runs} run(s) per contender",
+                [
+                    "contender",
+                    "runs",
+                    "how it ended",
+                    "wall s",
+                    "model s",
+                    "orchestration s",
+                    "orch. share",
+                    "server s",
+                    "tokens sent",
+                    "tokens evaluated",
+                ],
+                rows,
+            )
+        )
     sessions = run_sessions(model, log, sent, args.turns, args.max_steps) if "sessions" in args.parts else {}
     if sessions:
         rows = []
         for label, turns in sessions.items():
             sent_in_all = sum(t["sent"] for t in turns)
             evaluated = sum(t["evaluated"] for t in turns)
-            rows.append([label, len(turns), sent_in_all, evaluated,
-                         f"{evaluated / sent_in_all:.1%}" if sent_in_all else "-",
-                         f"{sum(t['server_s'] for t in turns):.1f}",
-                         f"{sum(t['wall_s'] for t in turns):.1f}"])  # fmt: skip
-        console.print(common.table(
-            f"One conversation of {args.turns} turns per history policy (handwritten Session)",
-            ["policy", "turns", "tokens sent", "tokens evaluated", "evaluated/sent", "server s", "wall s"],
-            rows))  # fmt: skip
+            rows.append(
+                [
+                    label,
+                    len(turns),
+                    sent_in_all,
+                    evaluated,
+                    f"{evaluated / sent_in_all:.1%}" if sent_in_all else "-",
+                    f"{sum(t['server_s'] for t in turns):.1f}",
+                    f"{sum(t['wall_s'] for t in turns):.1f}",
+                ]
+            )
+        console.print(
+            common.table(
+                f"One conversation of {args.turns} turns per history policy (handwritten Session)",
+                ["policy", "turns", "tokens sent", "tokens evaluated", "evaluated/sent", "server s", "wall s"],
+                rows,
+            )
+        )
         least = min(sessions, key=lambda label: sum(t["evaluated"] for t in sessions[label]))
         fewest = min(sessions, key=lambda label: sum(t["sent"] for t in sessions[label]))
         console.print(f"Fewest tokens sent: {fewest}. Fewest tokens the server evaluated: {least}.")
     firsts = first_tokens(model, args.max_steps)
-    console.print(common.table(
-        "Time to first token", ["what", "first token s", "total s"],
-        [[what, f"{v['first_token_s']:.2f}" if v["first_token_s"] is not None else "none (no text answer)",
-          f"{v['total_s']:.2f}"]
-         for what, v in firsts.items()]))  # fmt: skip
+    console.print(
+        common.table(
+            "Time to first token",
+            ["what", "first token s", "total s"],
+            [
+                [
+                    what,
+                    f"{v['first_token_s']:.2f}" if v["first_token_s"] is not None else "none (no text answer)",
+                    f"{v['total_s']:.2f}",
+                ]
+                for what, v in firsts.items()
+            ],
+        )
+    )
     if firsts["agent with tools (on_token)"]["fallback"]:
         console.print("The server refused to stream a reply with tools; the agent fell back to a plain call.")
     console.print(common.machine_line(info))
-    common.write_json(args.json, {"machine": info, "contenders": contenders, "sessions": sessions,
-                                  "first_token": firsts, "max_steps": args.max_steps})  # fmt: skip
+    common.write_json(
+        args.json,
+        {
+            "machine": info,
+            "contenders": contenders,
+            "sessions": sessions,
+            "first_token": firsts,
+            "max_steps": args.max_steps,
+        },
+    )
     return 0
 
 

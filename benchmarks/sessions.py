@@ -177,6 +177,7 @@ def policy_supported(backend: str, policy: Mapping[str, Any]) -> str | None:
 @dataclass
 class TurnCost:
     """What one turn cost: wall, model and CPU time, the save, the tokens, and whether the answer was right."""
+
     wall: float
     model: float
     cpu: float

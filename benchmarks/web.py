@@ -90,9 +90,14 @@ def memory(http: httpx.Client, turns: int, every: int, data: Path) -> list[dict[
             time.sleep(0.002)
         if turn % every == 0:
             stored = sum(f.stat().st_size for f in (data / "tabs").rglob("*") if f.is_file())
-            samples.append({"turn": turn, "rss_mb": rss_kb() / 1024,
-                            "traced_mb": tracemalloc.get_traced_memory()[0] / 2**20,
-                            "stored_mb": stored / 2**20})  # fmt: skip
+            samples.append(
+                {
+                    "turn": turn,
+                    "rss_mb": rss_kb() / 1024,
+                    "traced_mb": tracemalloc.get_traced_memory()[0] / 2**20,
+                    "stored_mb": stored / 2**20,
+                }
+            )
     tracemalloc.stop()
     return samples
 
@@ -104,10 +109,23 @@ def serve(url: str, workers: int) -> tuple[subprocess.Popen[str], str]:
     """`compare.py serve --data URL --workers N` on a free port, once it answers."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "compare.py"), "serve", "--data", url, "--workers", str(workers), "--port",
-         str(port)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "compare.py"),
+            "serve",
+            "--data",
+            url,
+            "--workers",
+            str(workers),
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -137,8 +155,10 @@ def client_turns(base: str, turns: int, start: threading.Barrier, contenders: li
         tab = http.post("/api/tabs", json={}).json()["tab"]
         http.post("/api/settings", json={"tab": tab, "contenders": contenders})
     times = []
-    with httpx.Client(base_url=base, timeout=120) as listen, listen.stream("GET", "/api/events",
-                                                                          params={"tab": tab}) as stream:  # fmt: skip
+    with (
+        httpx.Client(base_url=base, timeout=120) as listen,
+        listen.stream("GET", "/api/events", params={"tab": tab}) as stream,
+    ):
         seen = events(stream.iter_lines())
         next(seen)  # hello
         start.wait()
@@ -176,8 +196,10 @@ def workers_round(server_url: str, workers: int, clients: int, turns: int, conte
         client_turns(base, 1, threading.Barrier(1), contenders)  # warm-up: every worker's imports are done at start-up
         start = threading.Barrier(clients + 1)
         results: list[list[float]] = []
-        threads = [threading.Thread(target=lambda: results.append(client_turns(base, turns, start, contenders)))
-                   for _ in range(clients)]  # fmt: skip
+        threads = [
+            threading.Thread(target=lambda: results.append(client_turns(base, turns, start, contenders)))
+            for _ in range(clients)
+        ]
         for thread in threads:
             thread.start()
         start.wait()
@@ -216,8 +238,13 @@ def workers_section(counts: list[int], clients: int, turns: int, rounds: int, co
             "turn_median_ms": statistics.median(r["turn_median_ms"] for r in runs),
             "rounds": runs,
         }
-    return {"clients": clients, "turns_per_client": turns, "contenders": contenders, "cpus": os.cpu_count(),
-            "by_workers": table}  # fmt: skip
+    return {
+        "clients": clients,
+        "turns_per_client": turns,
+        "contenders": contenders,
+        "cpus": os.cpu_count(),
+        "by_workers": table,
+    }
 
 
 def main() -> None:
@@ -240,8 +267,10 @@ def main() -> None:
         counts = [int(n) for n in args.workers.split(",")]
         contenders = args.contenders.split(",")
         result["workers"] = workers_section(counts, args.clients, args.client_turns, args.rounds, contenders)
-        print(f"{args.clients} clients x {args.client_turns} turns ({', '.join(contenders)}), "
-              f"{os.cpu_count()} CPUs, Postgres:")
+        print(
+            f"{args.clients} clients x {args.client_turns} turns ({', '.join(contenders)}), "
+            f"{os.cpu_count()} CPUs, Postgres:"
+        )
         for n, row in result["workers"]["by_workers"].items():
             print(f"  {n} worker(s): {row['turns_per_s']:6.2f} turns/s   turn median {row['turn_median_ms']:7.1f} ms")
     if args.json:
@@ -269,8 +298,10 @@ def page_section(args: argparse.Namespace) -> dict[str, Any]:
         s = result[name]
         print(f"{name:<22} median {s['median_ms']:7.1f} ms   p10 {s['p10_ms']:7.1f}   p90 {s['p90_ms']:7.1f}")
     for sample in mem:
-        print(f"after {sample['turn']:>4} turns: RSS {sample['rss_mb']:6.1f} MB, traced {sample['traced_mb']:6.2f} MB,"
-              f" stored {sample['stored_mb']:6.2f} MB")
+        print(
+            f"after {sample['turn']:>4} turns: RSS {sample['rss_mb']:6.1f} MB, traced {sample['traced_mb']:6.2f} MB,"
+            f" stored {sample['stored_mb']:6.2f} MB"
+        )
     print(f"traced growth: {growth:.1f} KB per turn (the stored conversation grows with every turn)")
     return result
 

@@ -47,8 +47,10 @@ def main(repeats: int = 3) -> None:
         time.sleep(1.0)
         after = min(seed_turn(c) for _ in range(repeats))
     print("job requests answered:", ", ".join(f"{codes.count(k)} x {k}" for k in sorted(set(codes))))
-    print(f"seed turn (best of {repeats}): quiet {quiet:.2f} s | during jobs {during:.2f} s ({during / quiet:.1f}x)"
-          f" | after cancel {after:.2f} s ({after / quiet:.1f}x)")
+    print(
+        f"seed turn (best of {repeats}): quiet {quiet:.2f} s | during jobs {during:.2f} s ({during / quiet:.1f}x)"
+        f" | after cancel {after:.2f} s ({after / quiet:.1f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ def contradictions(record: RunRecord) -> list[str]:
     totals = stated_totals(record.answer)
     true_total = _decimal(record.cart_total)
     if totals and true_total not in totals:
-        found.append(f"it gives the total as {', '.join(str(t) for t in sorted(totals))} where the cart's is "
-                     f"{record.cart_total}")  # fmt: skip
+        found.append(
+            f"it gives the total as {', '.join(str(t) for t in sorted(totals))} where the cart's is {record.cart_total}"
+        )
     return found

@@ -59,8 +59,12 @@ class DemoHuman:
             + ("{'type': 'approve'}" if self.answer else "{'type': 'reject', 'message': <the reason>}")
             + "]})",
         }.get(contender, f"interrupt(): the run stopped 'awaiting approval', then Command(resume={self.answer})")
-        return {"approval_asked": list(self.asked), "approval_answer": "yes" if self.answer else "no",
-                "asked_through": how, "pauses": self.pauses}
+        return {
+            "approval_asked": list(self.asked),
+            "approval_answer": "yes" if self.answer else "no",
+            "asked_through": how,
+            "pauses": self.pauses,
+        }
 
 
 class AskingHuman:

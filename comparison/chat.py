@@ -94,8 +94,13 @@ def approval_prompt(console: Console, progress: Progress | None) -> Callable[[st
 def say_model_failed(console: Console, exc: ModelCallFailed, live: LiveTurn | None) -> None:
     if live is not None:
         live.close_line()  # a reply cut off mid-line
-    console.print(Text(f"The model call failed: {clean_line(str(exc))}. The turn is kept, cut short; the next "
-                       "question finishes it first.", style="red"))  # fmt: skip
+    console.print(
+        Text(
+            f"The model call failed: {clean_line(str(exc))}. The turn is kept, cut short; the next "
+            "question finishes it first.",
+            style="red",
+        )
+    )
 
 
 def show_turn(console: Console, result: AgentResult) -> None:

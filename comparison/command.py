@@ -188,8 +188,15 @@ def chat(
     options = AgentOptions(on_event=on_event, on_token=live.on_token)
     agent = build_contender(contender, model, make_tools(store, customer), options, human)
     conversation = open_conversation(
-        contender, agent, INSTRUCTIONS, thread, session_db, resume=True, customer_id=customer,
-        approve=human.approve, policy=policy,
+        contender,
+        agent,
+        INSTRUCTIONS,
+        thread,
+        session_db,
+        resume=True,
+        customer_id=customer,
+        approve=human.approve,
+        policy=policy,
     )
     try:
         facts = conversation.facts()  # the graph checks whose thread it is on this first read
@@ -217,8 +224,14 @@ def chat(
         # ConversationNotSaved or ThreadBusy (another process on the thread) and ModelUnavailable end it with
         # their message.
         converse(
-            console, conversation, scripted=scripted, progress=None, events=events, live=live,
-            cart=lambda: cart_text_of(store, customer), thread=thread,
+            console,
+            conversation,
+            scripted=scripted,
+            progress=None,
+            events=events,
+            live=live,
+            cart=lambda: cart_text_of(store, customer),
+            thread=thread,
         )
     except KeyboardInterrupt:
         console.print(Text(f"\nInterrupted; the conversation is kept in {kept_in}."))

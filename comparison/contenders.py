@@ -43,6 +43,7 @@ ASKING_CONTENDERS: tuple[str, ...] = ("handwritten", "maf")
 """The gated contenders that put a risky write to `Human.approve` while the run goes on; the graphs pause instead
 (`run_gated_graph`)."""
 
+
 def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
     """`--contenders` options (each a comma-separated list, the option may repeat) as contender names; ValueError
     for a bad one. No option means all of them; an empty value (``--contenders ''``, ``,``) or an empty item

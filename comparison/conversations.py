@@ -140,15 +140,18 @@ def shown_target(target: Path | str | None) -> str:
     return str(target)
 
 
-def _load_postgres_session(url: str, thread_id: str, loop: Any, customer_id: str | None,
-                           policy: HistoryPolicy | None = None) -> Any:  # fmt: skip
+def _load_postgres_session(
+    url: str, thread_id: str, loop: Any, customer_id: str | None, policy: HistoryPolicy | None = None
+) -> Any:
     """The hand-written session of `thread_id` in Postgres, or None when there is none yet."""
-    return run_blocking(lambda: _aload_postgres_session(url, thread_id, loop, customer_id, policy),
-                        instead="_aload_postgres_session")  # fmt: skip
+    return run_blocking(
+        lambda: _aload_postgres_session(url, thread_id, loop, customer_id, policy), instead="_aload_postgres_session"
+    )
 
 
-async def _aload_postgres_session(url: str, thread_id: str, loop: Any, customer_id: str | None,
-                                  policy: HistoryPolicy | None = None) -> Any:  # fmt: skip
+async def _aload_postgres_session(
+    url: str, thread_id: str, loop: Any, customer_id: str | None, policy: HistoryPolicy | None = None
+) -> Any:
     from handwritten import Session
 
     try:
@@ -195,8 +198,8 @@ class HandwrittenConversation:
 
                 # A demo re-run starts its thread from scratch, as on a file.
                 run_blocking(lambda: postgres.delete(url, thread_id), instead="postgres.delete")
-            self.session = loaded if loaded is not None else Session(
-                loop, instructions, customer_id=customer_id, **given
+            self.session = (
+                loaded if loaded is not None else Session(loop, instructions, customer_id=customer_id, **given)
             )
         elif path is not None and resume and path.exists():
             self.session = _load_session(path, loop, customer_id, policy)
@@ -277,7 +280,6 @@ class HandwrittenConversation:
             rewound: Rewound = await arewind(turns) if arewind is not None else self.session.rewind(turns)
             await _despite_cancel(self._asave())
         return rewound
-
 
     def save(self) -> None:
         """Save the session where it is kept (`SessionConflict` when another process saved it meanwhile)."""
@@ -433,8 +435,13 @@ class GraphConversation:
                 self._delete()
         else:
             self.session = GraphSession.sqlite(
-                agent, instructions, path=str(path), thread_id=thread_id, customer_id=customer_id,
-                **given, **(storage or {}),
+                agent,
+                instructions,
+                path=str(path),
+                thread_id=thread_id,
+                customer_id=customer_id,
+                **given,
+                **(storage or {}),
             )
             if not resume:
                 self._delete()  # a demo re-run with the same --session-db starts its thread from scratch
@@ -476,8 +483,10 @@ class GraphConversation:
         for snapshot in self._read(self.session.history):  # newest first
             messages = snapshot.values.get("messages") or []
             last = messages[-1] if messages else None
-            if "tools" in snapshot.next and isinstance(last, AIMessage) and any(
-                c["name"] == tool for c in last.tool_calls
+            if (
+                "tools" in snapshot.next
+                and isinstance(last, AIMessage)
+                and any(c["name"] == tool for c in last.tool_calls)
             ):
                 return str(snapshot.config["configurable"]["checkpoint_id"])
         raise LookupError(f"thread {self.thread_id!r} has no checkpoint before a {tool} call")
@@ -621,8 +630,13 @@ class MafConversation:
             path.unlink(missing_ok=True)  # a demo re-run starts its conversation from scratch, as the others do
         self.path = path
         self.approve = approve
-        self.session = MafSession(agent, instructions, path=path, customer_id=customer_id,  # type: ignore[arg-type]
-                                  keep_turns=keep_turns)  # fmt: skip
+        self.session = MafSession(
+            agent,
+            instructions,
+            path=path,
+            customer_id=customer_id,  # type: ignore[arg-type]
+            keep_turns=keep_turns,
+        )
 
     def ask(self, question: str) -> AgentResult:
         result = self.session.ask(question)
@@ -698,19 +712,34 @@ def open_conversation(
             raise ValueError(f"maf: {NO_MAF_SUMMARY}")
         path = None if db is None else maf_session_path(Path(db), thread_id)
         keep = None if policy is None else policy.keep_turns
-        return MafConversation(agent, instructions, path, resume=resume, customer_id=customer_id, approve=approve,
-                               keep_turns=keep)  # fmt: skip
+        return MafConversation(
+            agent, instructions, path, resume=resume, customer_id=customer_id, approve=approve, keep_turns=keep
+        )
     if contender == "handwritten":
         if _is_url(db):
             check_thread_name(thread_id)
-            return HandwrittenConversation(agent, instructions, resume=resume, customer_id=customer_id,
-                                           policy=policy, url=str(db), thread_id=thread_id)  # fmt: skip
+            return HandwrittenConversation(
+                agent,
+                instructions,
+                resume=resume,
+                customer_id=customer_id,
+                policy=policy,
+                url=str(db),
+                thread_id=thread_id,
+            )
         json_path = None if db is None else session_json_path(Path(db), thread_id)
         return HandwrittenConversation(
             agent, instructions, json_path, resume=resume, customer_id=customer_id, policy=policy
         )
     return GraphConversation(
-        agent, instructions, thread_id, db, resume=resume, customer_id=customer_id, approve=approve, policy=policy,
+        agent,
+        instructions,
+        thread_id,
+        db,
+        resume=resume,
+        customer_id=customer_id,
+        approve=approve,
+        policy=policy,
         storage=storage,
     )
 

@@ -295,7 +295,9 @@ def retrying_create_agent(model: BaseChatModel, tools: list[BaseTool], options: 
             return middleware
 
     own = AgentOptions(
-        limits=options.limits, detailed_errors=options.detailed_errors, on_event=options.on_event,
+        limits=options.limits,
+        detailed_errors=options.detailed_errors,
+        on_event=options.on_event,
         on_token=options.on_token,
     )
     return Retrying(model, tools, own)
@@ -347,8 +349,9 @@ def run_time_travel(scenario: Scenario, variant: Variant, contender: str, option
             )
             return [record]
 
-        conversation = open_conversation(contender, agent, instructions, f"{scenario.name}-{variant.name}", None,
-                                         resume=False, customer_id=customer)
+        conversation = open_conversation(
+            contender, agent, instructions, f"{scenario.name}-{variant.name}", None, resume=False, customer_id=customer
+        )
         try:
             events.clear()
             started = time.perf_counter()
@@ -394,4 +397,3 @@ def run_time_travel(scenario: Scenario, variant: Variant, contender: str, option
             return records
         finally:
             conversation.close()
-

@@ -336,8 +336,11 @@ def notice_bookstore(records: list[RunRecord], settings: SettingsOf) -> list[str
 
 def not_found_result(call: Call) -> bool:
     data = call.result_json()
-    return call.name == "get_order_status" and not call.is_error and isinstance(data, dict) and (
-        data.get("status") == "not found"
+    return (
+        call.name == "get_order_status"
+        and not call.is_error
+        and isinstance(data, dict)
+        and (data.get("status") == "not found")
     )
 
 
@@ -348,15 +351,19 @@ def notice_orders(records: list[RunRecord], settings: SettingsOf) -> list[str]:
             f"{goal!r} - {line}"
             for line in _grouped(
                 pick(records, goal=goal),
-                lambda r: f"{short_outcome(r)} after {r.model_calls} model calls and {r.tool_calls} tool call(s): "
-                f"{r.user_message!r}",
+                lambda r: (
+                    f"{short_outcome(r)} after {r.model_calls} model calls and {r.tool_calls} tool call(s): "
+                    f"{r.user_message!r}"
+                ),
             )
         ]
     found = [r for r in records if any(not_found_result(c) for c in calls(r))]
     if found:
         done = [r for r in found if r.stop_reason == StopReason.DONE]
-        ended = "all of them ended 'done' with an answer" if len(done) == len(found) else (
-            f"{len(done)} of them ended 'done' with an answer"
+        ended = (
+            "all of them ended 'done' with an answer"
+            if len(done) == len(found)
+            else (f"{len(done)} of them ended 'done' with an answer")
         )
         lines.append(
             f"'not found' came back as a normal tool result, not an error, in {len(found)} run(s), and {ended}: the "
@@ -432,8 +439,10 @@ def notice_max_steps(records: list[RunRecord], settings: SettingsOf) -> list[str
     past = [r for r in records if r.stop_reason == StopReason.DONE and (s := settings(r)) and ran_past(r, s.limits)]
     lines += _per_variant(
         past,
-        lambda r: "finished 'done' past a limit they were given: nothing stopped them at it, so in them that limit "
-        "was not enforced.",
+        lambda r: (
+            "finished 'done' past a limit they were given: nothing stopped them at it, so in them that limit "
+            "was not enforced."
+        ),
     )
     for variant in dict.fromkeys(r.variant for r in records):
         runs = pick(records, variant=variant)
@@ -543,6 +552,7 @@ def notice_looping(records: list[RunRecord], settings: SettingsOf) -> list[str]:
         records,
         lambda r: f"{short_outcome(r)} after {r.model_calls} model calls; {describe_repeats(r)}; {r.tokens:,} tokens",
     )
+
     def refused(r: RunRecord) -> str:
         s, nth = settings(r), first_refused_ordinal(r)
         limit = "" if s is None else f" (max_repeats={s.limits.max_repeats})"
@@ -570,8 +580,10 @@ def notice_looping(records: list[RunRecord], settings: SettingsOf) -> list[str]:
         )
     lines += _grouped(
         [r for r in capped if r not in paid],
-        lambda r: f"stopped at the step limit with none of the identical {identical_calls(r)[0][0].name} calls "
-        f"refused by the repeat check: {refusals(identical_calls(r)[0])}.",
+        lambda r: (
+            f"stopped at the step limit with none of the identical {identical_calls(r)[0][0].name} calls "
+            f"refused by the repeat check: {refusals(identical_calls(r)[0])}."
+        ),
     )
     if not any(identical_calls(r) for r in records):
         lines.append("No run made the same call twice, so the repeat check was not exercised.")
@@ -619,9 +631,7 @@ def notice_runaway(records: list[RunRecord], settings: SettingsOf) -> list[str]:
         given = settings(r)
         budget = None if given is None else given.limits.max_tokens
         if budget is None:
-            return (
-                f"the budget is not on record; the dearest call used {biggest_call(r):,} tokens; {short_outcome(r)}"
-            )
+            return f"the budget is not on record; the dearest call used {biggest_call(r):,} tokens; {short_outcome(r)}"
         limit = limit_text("max_tokens", budget)
         shown = "no answer was shown" if r.answer is None else f"a {len(r.answer):,}-character answer was shown"
         if reply_capped(r):
@@ -724,8 +734,10 @@ def notice_stale(records: list[RunRecord], settings: SettingsOf) -> list[str]:
             fresh.append(r)
     lines += _per_variant(
         stale,
-        lambda r: "answered from the history after the cart changed: nothing re-validates remembered data, so the "
-        "instructions (or your code) must say which data can change and has to be read again.",
+        lambda r: (
+            "answered from the history after the cart changed: nothing re-validates remembered data, so the "
+            "instructions (or your code) must say which data can change and has to be read again."
+        ),
     )
     if turn2 and all(cart_changed_between_turns(records, r) is False for r in turn2 if r.error is None):
         lines.append("The cart did not change between the turns in any run, so there was nothing stale to catch.")
@@ -1045,8 +1057,10 @@ def notice_time_travel(records: list[RunRecord], settings: SettingsOf) -> list[s
                 f"cart still held {_copies_text(facts.get('copies_before_rewind'))}: the store did not go back."
             )
             if after.error is None and after.stop_reason == StopReason.DONE:
-                how = "from memory" if answered_from_memory(after) else (
-                    "with " + ", ".join(dict.fromkeys(c.name for c in calls(after)))
+                how = (
+                    "from memory"
+                    if answered_from_memory(after)
+                    else ("with " + ", ".join(dict.fromkeys(c.name for c in calls(after))))
                 )
                 right = answer_states_cart(after)
                 verdict = "the store's" if right else "NOT the store's" if right is False else "no"
@@ -1124,8 +1138,9 @@ def framework_points(records: list[RunRecord], settings: SettingsOf) -> list[str
             for option, reason in ignored.items():
                 used = _not_honoured_used(r, option, settings(r))
                 if used is not None:
-                    points.append(f"{where}{r.contender}: ran past {used}, which it was given but "
-                                  f"cannot honour: {reason}.")  # fmt: skip
+                    points.append(
+                        f"{where}{r.contender}: ran past {used}, which it was given but cannot honour: {reason}."
+                    )
         forced = r.facts.get("forced_answer")
         if forced is not None and r.stop_reason is not None:
             said = _quote(str(forced)) if str(forced).strip() else "a reply with no text"

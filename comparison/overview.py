@@ -182,8 +182,10 @@ def parallel_headline(records: list[RunRecord], settings: SettingsOf) -> str | N
         par = first(several, contender=contender, variant="parallel")
         if seq is not None and par is not None and par.wall_s < seq.wall_s:
             faster.append(contender)
-    who = f"ran them faster together than one by one: {', '.join(faster)}" if faster else (
-        "was faster running them together here"
+    who = (
+        f"ran them faster together than one by one: {', '.join(faster)}"
+        if faster
+        else ("was faster running them together here")
     )
     return f"One reply asked for several tool calls; {len(faster) or 'no'} contender(s) {who}."
 
@@ -327,8 +329,10 @@ def next_steps(prog: str, example: str) -> list[tuple[str, str]]:
 
 
 def model_text(model: str) -> str:
-    return "the scripted model (replies written per scenario, no LLM)" if model.startswith("scripted") else (
-        f"model {model}"
+    return (
+        "the scripted model (replies written per scenario, no LLM)"
+        if model.startswith("scripted")
+        else (f"model {model}")
     )
 
 
@@ -343,11 +347,13 @@ def render_overview(
 ) -> None:
     """The whole overview: what ran, one block per scenario, the guard matrix by status, what to try next."""
     shown = [s for s in scenarios if any(r.scenario == s.name for r in records)]
-    console.print(Text(
-        f"{_count(len(shown), 'scenario')} × {_count(len(contenders), 'contender')}: "
-        f"{_count(len(ran(records)), 'run')} on {model_text(model)}",
-        "bold",
-    ))
+    console.print(
+        Text(
+            f"{_count(len(shown), 'scenario')} × {_count(len(contenders), 'contender')}: "
+            f"{_count(len(ran(records)), 'run')} on {model_text(model)}",
+            "bold",
+        )
+    )
     console.print(Text(f"Contenders: {', '.join(contenders)} (the same goals for each)."))
     console.print(
         Text("Per contender: runs (variants × goals × turns), how they ended, calls and tokens summed, cart.")
@@ -406,8 +412,14 @@ def render_matrix_overview(console: Console, matrix: list[dict[str, Any]], conte
     if not matrix:
         return
     console.print()
-    table = Table(box=None, padding=(0, 1, 0, 0), title="Guard matrix: did the guard act in the runs above?",
-                  title_justify="left", title_style="bold", header_style="bold underline")
+    table = Table(
+        box=None,
+        padding=(0, 1, 0, 0),
+        title="Guard matrix: did the guard act in the runs above?",
+        title_justify="left",
+        title_style="bold",
+        header_style="bold underline",
+    )
     table.add_column("guard (scenario)", no_wrap=True)
     for contender in contenders:
         table.add_column(contender, no_wrap=True)

@@ -217,19 +217,28 @@ def growth_table(records: list[RunRecord]) -> Table:
         checkpoints = last.facts.get("checkpoints")
         tokens = [r.tokens for r in turns]
         times = [r.wall_s for r in turns]
-        how = "no tool call" if last.tool_calls == 0 else ", ".join(
-            dict.fromkeys(e["name"] for e in last.trace if e["name"] != "model")
+        how = (
+            "no tool call"
+            if last.tool_calls == 0
+            else ", ".join(dict.fromkeys(e["name"] for e in last.trace if e["name"] != "model"))
         )
         table.add_row(
             Text(contender),
             Text(str(last.turn)),
             Text(tokens_per_step_cell(tokens)),
-            Text("-" if not isinstance(stored, int) else f"{stored / 1024:,.0f} KiB" if stored >= 10_000 else
-                 f"{stored:,} B"),
+            Text(
+                "-"
+                if not isinstance(stored, int)
+                else f"{stored / 1024:,.0f} KiB"
+                if stored >= 10_000
+                else f"{stored:,} B"
+            ),
             Text("-" if not isinstance(checkpoints, int) else f"{checkpoints:,}"),
             Text(f"{duration_text(times[0])} … {duration_text(times[-1])}"),
-            Text(clean_line(f"{short_outcome(last)}, {how}, cart {last.cart_total}"),
-                 style="" if last.error is None else "yellow"),
+            Text(
+                clean_line(f"{short_outcome(last)}, {how}, cart {last.cart_total}"),
+                style="" if last.error is None else "yellow",
+            ),
         )
     return table
 
@@ -257,8 +266,10 @@ def answer_grid(records: list[RunRecord], *, show_turn: bool = False, show_goal:
         forced = r.facts.get("forced_answer")
         if forced is not None:
             text = clean_text(clip(str(forced))) or "(no text)"
-            grid.add_row(Text(""), Text(f"forced answer, not the answer (the model asked again with tools off): {text}",
-                                        style="dim"))  # fmt: skip
+            grid.add_row(
+                Text(""),
+                Text(f"forced answer, not the answer (the model asked again with tools off): {text}", style="dim"),
+            )
     return grid
 
 

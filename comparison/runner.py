@@ -49,6 +49,7 @@ log = logging.getLogger("compare")
 NOT_AVAILABLE = "not available"
 """The `stop_reason` of a record whose contender cannot run the variant; `facts["not_available"]` says why."""
 
+
 def not_available_record(scenario: Scenario, variant: Variant, contender: str, reason: str) -> RunRecord:
     """The record of a combination the contender's framework cannot run: nothing ran, and `facts` says why.
 
@@ -141,7 +142,14 @@ def _run_session(
     storage = storage_options(variant.storage)
     agent = new_agent()
     conversation = open_conversation(
-        contender, agent, instructions, thread, db, resume=False, customer_id=customer, policy=policy,
+        contender,
+        agent,
+        instructions,
+        thread,
+        db,
+        resume=False,
+        customer_id=customer,
+        policy=policy,
         storage=storage,
     )
     records: list[RunRecord] = []
@@ -174,7 +182,14 @@ def _run_session(
     if db is not None and records:
         # A restart: a new agent and a new session object read the same file; the conversation must be there.
         reopened = open_conversation(
-            contender, new_agent(), instructions, thread, db, resume=True, customer_id=customer, policy=policy,
+            contender,
+            new_agent(),
+            instructions,
+            thread,
+            db,
+            resume=True,
+            customer_id=customer,
+            policy=policy,
             storage=storage,
         )
         try:

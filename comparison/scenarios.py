@@ -291,7 +291,9 @@ NO_MAF_REPLAY = (
 NO_MAF_STORAGE = "MAF's session is one JSON file (AgentSession.to_dict), rewritten each turn: no checkpoints to store"
 
 REPLAY_WHY_NOT = (
-    ("handwritten", NO_CHECKPOINTS), ("langgraph-defaults", NO_REPLAY), ("create-agent", NO_REPLAY),
+    ("handwritten", NO_CHECKPOINTS),
+    ("langgraph-defaults", NO_REPLAY),
+    ("create-agent", NO_REPLAY),
     ("maf", NO_MAF_REPLAY),
 )
 
@@ -302,6 +304,7 @@ def long_session_goals(turns: int) -> tuple[str, ...]:
     if turns < 2:
         raise ValueError(f"long-session needs at least 2 turns, got {turns}")
     return (SEED_GOAL, *([ORDER_QUESTION] * (turns - 2)), CART_QUESTION)
+
 
 INJECTED_BOOK = 12
 """Salt Hours, a Mira Holt title, so a search for The Last Lighthouse returns its description."""
@@ -324,7 +327,7 @@ SCENARIOS: tuple[Scenario, ...] = (
         name="orders",
         description="'Where is my order 4512?' and '... 9999?': clean answers, even for no order",
         lesson=(
-            "An unknown order is a normal tool result ({\"status\": \"not found\"}), not an error, so the "
+            'An unknown order is a normal tool result ({"status": "not found"}), not an error, so the '
             "model answers both questions cleanly in two model calls each: one tool call, one answer."
         ),
         what_to_notice=lessons.notice_orders,
@@ -513,7 +516,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "a threshold (more than 3 copies or a line over 50.00) need a human's yes, and a refusal is an error "
             "result the model reads. The hand-written loop asks an approve callback; the graph pauses with "
             "interrupt() and is answered with Command(resume=...) from its checkpoint, later or from another "
-            "process. Microsoft Agent Framework gates a whole tool (approval_mode=\"always_require\"): its run "
+            'process. Microsoft Agent Framework gates a whole tool (approval_mode="always_require"): its run '
             "returns a function_approval_request, answered with to_function_approval_response on the same session."
         ),
         what_to_notice=lessons.notice_injection,
@@ -577,7 +580,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "A model writes its reply a piece at a time; without streaming the user sees nothing until the last "
             "piece has arrived. Streamed, the first words show as soon as they exist. The hand-written loop "
             "calls model.astream and merges the chunks itself (tool calls arrive in pieces too); the graphs use "
-            "LangGraph's stream_mode=\"messages\". The merged reply is the same, so the guards and the trace are. "
+            'LangGraph\'s stream_mode="messages". The merged reply is the same, so the guards and the trace are. '
             f"The scripted model waits {CHUNK_DELAY_S * 1000:g} ms per chunk here, as a real model's tokens take time."
         ),
         what_to_notice=lessons.notice_streaming,

@@ -283,8 +283,14 @@ class AgentLoop:
             for call in (c for c in calls if c["id"] not in answered):
                 running, waited = call["id"] in run.running, time.perf_counter() - started
                 cut = guards.tool_cut_answer(run.usage.model_calls, call, running=running, duration_s=waited)
-                run.spans.cut(call, run.usage.model_calls, cut[0].text, reason=StopReason.TIME_BUDGET,
-                              guard=Guard.TOOL_TIMEOUT, duration_s=waited)  # fmt: skip
+                run.spans.cut(
+                    call,
+                    run.usage.model_calls,
+                    cut[0].text,
+                    reason=StopReason.TIME_BUDGET,
+                    guard=Guard.TOOL_TIMEOUT,
+                    duration_s=waited,
+                )
                 self._record(run, cut)
             raise RunStopped(StopReason.TIME_BUDGET) from None
 
@@ -386,8 +392,11 @@ class _Run:
         usage = self.usage
         log.info(
             "stop: %s after %d step(s), %d tool call(s), %d tokens",
-            reason, usage.model_calls, usage.tool_calls, usage.tokens,
-        )  # fmt: skip
+            reason,
+            usage.model_calls,
+            usage.tool_calls,
+            usage.tokens,
+        )
         return AgentResult.of_run(reason, usage, answer=answer, trace=list(self.trace), messages=list(self.history))
 
 

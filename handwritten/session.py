@@ -238,8 +238,11 @@ class Session:
             self._saved = None  # messages left the middle of the list: the file is rewritten at the next save
         log.info(
             "folded %d message(s) into the summary (%d characters, %d tokens; %d summary tokens in this session)",
-            len(fold.folded), len(text), tokens, self.summary_tokens,
-        )  # fmt: skip
+            len(fold.folded),
+            len(text),
+            tokens,
+            self.summary_tokens,
+        )
 
     @contextlib.asynccontextmanager
     async def _one_turn_at_a_time(self) -> AsyncIterator[None]:
@@ -291,8 +294,11 @@ class Session:
         rewound = Rewound(turns=turns, messages=len(before) - cut)
         log.info(
             "rewound %d turn(s): %d message(s) dropped, %d kept%s; the store is unchanged",
-            turns, rewound.messages, cut, "" if self._path is None and self._thread is None else ", saved again",
-        )  # fmt: skip
+            turns,
+            rewound.messages,
+            cut,
+            "" if self._path is None and self._thread is None else ", saved again",
+        )
         return rewound
 
     # --- saving and loading --------------------------------------------------------------------------------------
@@ -321,8 +327,11 @@ class Session:
             self._revision, self._path, self._thread, self._saved = revision, path, None, len(messages)
         log.info(
             "saved session (%d messages, revision %d, %s) to %s",
-            len(messages), revision, "appended" if appending else "written whole", path,
-        )  # fmt: skip
+            len(messages),
+            revision,
+            "appended" if appending else "written whole",
+            path,
+        )
 
     @classmethod
     def load(
@@ -350,9 +359,13 @@ class Session:
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path} is a damaged saved session ({type(exc).__name__}: {exc})") from None
         session = cls(
-            loop, stored.instructions, messages, customer_id=owner or customer_id, keep_turns=keep_turns,
+            loop,
+            stored.instructions,
+            messages,
+            customer_id=owner or customer_id,
+            keep_turns=keep_turns,
             summarize=summarize,
-        )  # fmt: skip
+        )
         session._revision, session._path, session._saved = stored.revision, path, len(messages)
         return session
 
@@ -380,8 +393,13 @@ class Session:
         )
         with self._state:
             self._revision, self._path, self._thread, self._saved = saved, None, (url, thread_id), len(messages)
-        log.info("saved session (%d messages, revision %d, from message %d) to thread %r", len(messages), saved,
-                 start, thread_id)  # fmt: skip
+        log.info(
+            "saved session (%d messages, revision %d, from message %d) to thread %r",
+            len(messages),
+            saved,
+            start,
+            thread_id,
+        )
 
     @classmethod
     async def aload_postgres(
@@ -433,4 +451,3 @@ def _left_out(full: list[BaseMessage], sent: list[BaseMessage]) -> list[BaseMess
         return []
     in_window = {id(message) for message in sent}
     return [message for message in full if id(message) not in in_window]
-

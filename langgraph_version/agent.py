@@ -108,9 +108,16 @@ class GraphAgent:
         provider = self.options.tracer_provider
         with telemetry.agent_run(AGENT_NAME, self.model, provider=provider, conversation_id=thread) as spans:
             result = await self._drive(
-                graph, new_messages, config, cancel=cancel, durability=durability, started_at=started_at,
-                customer=customer, keep_turns=keep_turns, count_stretch=count_stretch,
-            )  # fmt: skip
+                graph,
+                new_messages,
+                config,
+                cancel=cancel,
+                durability=durability,
+                started_at=started_at,
+                customer=customer,
+                keep_turns=keep_turns,
+                count_stretch=count_stretch,
+            )
             spans.finish(result)
         return result
 

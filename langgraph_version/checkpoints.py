@@ -44,7 +44,6 @@ CREATE TABLE IF NOT EXISTS turn_locks (
 """
 
 
-
 SNAPSHOT_EVERY = 100
 """Updates of `messages` between two full copies of it in a checkpoint (LangGraph's default): a read replays at
 most this many writes; a 200-turn thread of one tool call per turn (4 updates a turn) holds 8 copies."""

@@ -293,8 +293,9 @@ class GuardedNodes:
             for call in (c for c in calls if c["id"] not in open_calls.answers):
                 running, waited = call["id"] in open_calls.running, time.perf_counter() - started
                 message, event = guards.tool_cut_answer(step, call, running=running, duration_s=waited)
-                telemetry.current_run().cut(call, step, message.text, reason=StopReason.TIME_BUDGET,
-                                            guard=Guard.TOOL_TIMEOUT, duration_s=waited)  # fmt: skip
+                telemetry.current_run().cut(
+                    call, step, message.text, reason=StopReason.TIME_BUDGET, guard=Guard.TOOL_TIMEOUT, duration_s=waited
+                )
                 open_calls.answers[call["id"]] = message
                 emit(event)
             raise RunStopped(StopReason.TIME_BUDGET) from None

@@ -179,7 +179,6 @@ async def _fetch_one(connection: Any, query: str, params: tuple[Any, ...]) -> An
     return next(iter(row.values())) if isinstance(row, dict) else row[0]
 
 
-
 async def prune_postgres(saver: Any, thread_id: str, started_from: list[str]) -> None:
     """LangGraph's keep_latest on the thread, once the checkpoints the last turns started from are all still there
     (the thread holds at least `prune_turns` turns of checkpoints since the last prune).
@@ -203,5 +202,3 @@ async def prune_postgres(saver: Any, thread_id: str, started_from: list[str]) ->
         await saver.aprune([thread_id], strategy="keep_latest")
     except (errors.SerializationFailure, errors.DeadlockDetected) as exc:
         log.warning("pruning thread %r gave way to another writer (%s); pruned after a later turn", thread_id, exc)
-
-

@@ -163,9 +163,12 @@ class MafAgent:
         if key not in self._agents:
             providers = None if keep_turns is None else [WindowedHistory(keep_turns)]
             self._agents[key] = Agent(
-                client=self.client, name="bookstore", instructions=instructions, tools=list(self.maf_tools),
+                client=self.client,
+                name="bookstore",
+                instructions=instructions,
+                tools=list(self.maf_tools),
                 context_providers=providers,
-            )  # fmt: skip
+            )
         return self._agents[key]
 
     # --- running -------------------------------------------------------------------------------------------------
@@ -434,8 +437,13 @@ class MafAgent:
                 forced = text
         messages = history_of(instructions, session)
         usage = run.usage
-        log.info("stop: %s after %d step(s), %d tool call(s), %d tokens", reason, usage.model_calls, usage.tool_calls,
-                 usage.tokens)  # fmt: skip
+        log.info(
+            "stop: %s after %d step(s), %d tool call(s), %d tokens",
+            reason,
+            usage.model_calls,
+            usage.tool_calls,
+            usage.tokens,
+        )
         result = AgentResult.of_run(
             reason, usage, answer=answer, trace=list(run.trace), messages=messages, pending=run.pending or None
         )
@@ -738,8 +746,11 @@ class _Run:
         self.usage.tool_calls += 1
         self.round_open = True
         self.round_errors |= is_error
-        self.emit(guards.tool_event(self.steps.get(call["id"], self.usage.model_calls), call, text, duration,
-                                    is_error=is_error, guard=guard))  # fmt: skip
+        self.emit(
+            guards.tool_event(
+                self.steps.get(call["id"], self.usage.model_calls), call, text, duration, is_error=is_error, guard=guard
+            )
+        )
 
     def reconcile(self, messages: Sequence[Message]) -> None:
         """A trace line for each result MAF wrote itself, without running a tool (no middleware saw it): an

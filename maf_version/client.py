@@ -240,7 +240,8 @@ def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
                             result_text(content),
                             tool_call_id=content.call_id,
                             name=names.get(content.call_id),
-                            status="error" if content.exception is not None or content.call_id in refused
+                            status="error"
+                            if content.exception is not None or content.call_id in refused
                             else "success",
                         )
                     )

@@ -267,8 +267,14 @@ def _may_be_spelled(text: str) -> bool:
 
 def _may_spell_at(text: str) -> bool:
     """Whether `text` may hold a spelling of "@", by cheap checks first."""
-    return "@" in text or "%" in text or "&" in text or "\\" in text or "\uff20" in text or "\ufe6b" in text or (
-        _bracketed_at(text)
+    return (
+        "@" in text
+        or "%" in text
+        or "&" in text
+        or "\\" in text
+        or "\uff20" in text
+        or "\ufe6b" in text
+        or (_bracketed_at(text))
     )
 
 

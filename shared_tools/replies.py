@@ -157,12 +157,21 @@ def checked_reply(reply: AIMessage) -> AIMessage:
     for bad in reply.invalid_tool_calls:
         if isinstance(bad.get("args"), str) and _too_deep_text(bad["args"]):
             # Kept, the text would be parsed again by whoever answers the call (MAF does), past its recursion limit.
-            bad = InvalidToolCall(**{**bad, "args": "", "error": f"the arguments nest deeper than {MAX_ARGS_DEPTH} "
-                                                                 "levels"})  # fmt: skip
+            bad = InvalidToolCall(
+                **{**bad, "args": "", "error": f"the arguments nest deeper than {MAX_ARGS_DEPTH} levels"}
+            )
             changed = True
         if any(isinstance(bad.get(k), str) and _has_surrogate(bad[k]) for k in ("name", "args", "id", "error")):
-            bad = InvalidToolCall(**{**bad, **{k: whole_text(bad[k]) for k in ("name", "args", "id", "error")  # type: ignore[typeddict-item]
-                                               if isinstance(bad.get(k), str)}})  # fmt: skip
+            bad = InvalidToolCall(
+                **{
+                    **bad,
+                    **{
+                        k: whole_text(bad[k])
+                        for k in ("name", "args", "id", "error")  # type: ignore[typeddict-item]
+                        if isinstance(bad.get(k), str)
+                    },
+                }
+            )
             changed = True
         invalid.append(bad)
     for call in reply.tool_calls:

@@ -203,9 +203,12 @@ def agent_run(
     if conversation_id:
         attributes[CONVERSATION_ID] = capped(mask_pii(conversation_id), MAX_NAME_CHARS)
     span = tracer.start_span(
-        f"{INVOKE_AGENT} {agent}", kind=SpanKind.INTERNAL, attributes=attributes, record_exception=False,
+        f"{INVOKE_AGENT} {agent}",
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
         set_status_on_exception=False,
-    )  # fmt: skip
+    )
     run = RunSpans(tracer, span, info, capture_content())
     token = otel_context.attach(trace.set_span_in_context(span))
     current = _CURRENT.set(run)
@@ -354,9 +357,14 @@ class RunSpans:
     def _child(self, name: str, kind: SpanKind, attributes: dict[str, Any], start: int | None = None) -> ChildSpan:
         assert self.tracer is not None
         span = self.tracer.start_span(
-            name, self._parent, kind, attributes, start_time=start, record_exception=False,
+            name,
+            self._parent,
+            kind,
+            attributes,
+            start_time=start,
+            record_exception=False,
             set_status_on_exception=False,
-        )  # fmt: skip
+        )
         child = ChildSpan(self, span)
         self._open.add(child)
         return child

@@ -60,8 +60,9 @@ class OneLineExporter(SpanExporter):
                 log.error(
                     "spans not sent: the OTLP receiver at %s did not take them (no answer in time, refused or an "
                     "error); spans are dropped for %.0f s at a time until it does",
-                    self.endpoint, self.quiet_s,
-                )  # fmt: skip
+                    self.endpoint,
+                    self.quiet_s,
+                )
             self._down = True
         return result
 

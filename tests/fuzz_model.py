@@ -187,7 +187,6 @@ class FuzzModel(ToolBindingDouble):
         """Every reply given out, in order (copies of what the agent received)."""
         return list(self._returned)
 
-
     def _generate(
         self,
         messages: list[BaseMessage],

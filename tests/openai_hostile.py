@@ -64,8 +64,10 @@ class Answer:
     def whole(self) -> str:
         if self.body is not None:
             return self.body
-        content = self.content if self.content is not None else (
-            quoted("".join(json.loads(p) for p in self.content_pieces)) if self.content_pieces else "null"
+        content = (
+            self.content
+            if self.content is not None
+            else (quoted("".join(json.loads(p) for p in self.content_pieces)) if self.content_pieces else "null")
         )
         calls = f', "tool_calls": [{", ".join(self.tool_calls)}]' if self.tool_calls else ""
         return (

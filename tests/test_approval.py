@@ -583,11 +583,20 @@ def test_a_yes_approves_only_the_call_it_was_asked_about(contender: str, store: 
             return bool(tool_call["args"]["quantity"] == 5)
 
     human = ByQuantity()
-    model = ScriptModel(replies=[ai("", call("add_to_cart", "add-5", book_id=5, quantity=5),
-                                     call("add_to_cart", "add-6", book_id=8, quantity=6)), ai("Done.")])  # fmt: skip
+    model = ScriptModel(
+        replies=[
+            ai(
+                "",
+                call("add_to_cart", "add-5", book_id=5, quantity=5),
+                call("add_to_cart", "add-6", book_id=8, quantity=6),
+            ),
+            ai("Done."),
+        ]
+    )
     agent = build_contender(contender, model, make_tools(store, "c1"), AgentOptions(), human)
-    conversation = open_conversation(contender, agent, INSTRUCTIONS, "two-adds", None, resume=False,
-                                     customer_id="c1", approve=human.approve)  # fmt: skip
+    conversation = open_conversation(
+        contender, agent, INSTRUCTIONS, "two-adds", None, resume=False, customer_id="c1", approve=human.approve
+    )
     result = conversation.ask(GOAL)
     assert result.stop_reason is StopReason.DONE
     assert sorted(asked) == [5, 6], "each call was put to the human on its own"

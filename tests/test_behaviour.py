@@ -77,7 +77,15 @@ def test_seed_bookstore_run(make_agent: Any, store: BookStore) -> None:
     assert all(later > earlier for earlier, later in itertools.pairwise(per_step)), per_step
     assert result.tokens == sum(per_step)
     assert [e.name for e in result.trace] == [
-        "model", "search_books", "model", "check_stock", "model", "check_stock", "model", "add_to_cart", "model",
+        "model",
+        "search_books",
+        "model",
+        "check_stock",
+        "model",
+        "check_stock",
+        "model",
+        "add_to_cart",
+        "model",
     ]
     assert [e.step for e in result.trace] == [1, 1, 2, 2, 3, 3, 4, 4, 5]
     assert_every_call_answered_once(result)
@@ -405,6 +413,7 @@ def test_every_tool_call_gets_exactly_one_result(make_agent: Any, store: BookSto
 # --- sessions under attack (graph helper) ---------------------------------------------------------------------
 # A conversation, hand-written (`Session`) or a checkpointer thread (`GraphSession`, in memory or in SQLite),
 # attacked the same way: two turns at once, a task cancelled mid-round, another customer.
+
 
 def slow_echo() -> Any:
     from langchain_core.tools import StructuredTool

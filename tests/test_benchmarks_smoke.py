@@ -178,8 +178,18 @@ def test_sessions_runs_every_graph_storage_option(tmp_path: Path) -> None:
 def test_real_model_reads_the_servers_work_for_every_history_policy(tmp_path: Path) -> None:
     if (missing := local_extra_missing()) is not None:
         pytest.skip(missing)
-    document = run_benchmark(tmp_path, "real_model", "--model", "local:smollm2-135m", "--parts", "sessions", "--turns",
-                             "1", "--max-steps", "1")  # fmt: skip
+    document = run_benchmark(
+        tmp_path,
+        "real_model",
+        "--model",
+        "local:smollm2-135m",
+        "--parts",
+        "sessions",
+        "--turns",
+        "1",
+        "--max-steps",
+        "1",
+    )
     sessions = document["sessions"]
     assert set(sessions) == {"full history", "keep_turns=1", "summarize, keep_turns=1"}
     for turns in sessions.values():

@@ -60,8 +60,14 @@ def test_rewind_takes_the_turn_back_but_not_the_cart(
 def test_history_shows_the_checkpoint_each_graph_turn_started_from(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = chat(monkeypatch, capsys, tmp_path / "c.db", f"{ORDER_QUESTION}\n{CART_QUESTION}\n/history\n",
-               "--contender", "langgraph")
+    out = chat(
+        monkeypatch,
+        capsys,
+        tmp_path / "c.db",
+        f"{ORDER_QUESTION}\n{CART_QUESTION}\n/history\n",
+        "--contender",
+        "langgraph",
+    )
     listing = out.rsplit("you>", 2)[1]
     assert f"  1. {ORDER_QUESTION}\n" in listing, "the first turn starts from no checkpoint"
     assert f"  2. {CART_QUESTION}  [checkpoint " in listing
@@ -137,9 +143,23 @@ def test_chat_in_a_real_process_fed_on_stdin(tmp_path: Path, contender: str) -> 
     only turn 2, and rewinding it leaves no turn, while the book stays in the cart."""
     typed = f"{SEED_GOAL}\n{ORDER_QUESTION}\n/history\n/rewind 1\n/history\n"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "compare.py"), "chat", "--contender", contender, "--session-db",
-         str(tmp_path / "p.db"), "--summarize", "--keep-turns", "1"],
-        input=typed, capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [
+            sys.executable,
+            str(ROOT / "compare.py"),
+            "chat",
+            "--contender",
+            contender,
+            "--session-db",
+            str(tmp_path / "p.db"),
+            "--summarize",
+            "--keep-turns",
+            "1",
+        ],
+        input=typed,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
     )
     assert done.returncode == compare.EXIT_OK, done.stderr
     assert done.stderr == ""
@@ -205,9 +225,13 @@ def another_chat_waits_at_its_approval(db: Path) -> None:
     ],
 )
 def test_another_chat_on_the_same_thread_is_one_line_and_exit_4(
-    contender: str, typed: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    contender: str,
+    typed: str,
+    said: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:  # fmt: skip
+) -> None:
     db = tmp_path / "chat.db"
     chat(monkeypatch, capsys, db, f"{CART_QUESTION}\n", "--contender", contender)
     meanwhile = another_chat_saves_a_turn if contender == "handwritten" else another_chat_waits_at_its_approval

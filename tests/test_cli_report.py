@@ -87,7 +87,11 @@ def test_the_installed_entry_point_in_a_real_process() -> None:
     code = "import sys; sys.argv[0] = '/venv/bin/agent-loop-compare'; from compare import main; sys.exit(main())"
     done = subprocess.run(
         [sys.executable, "-c", code, "bookstore", "--max-steps", "many"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == compare.EXIT_USAGE and done.stdout == ""
     assert one_line(done.stderr).startswith("agent-loop-compare: argument --max-steps: invalid int value: 'many'")
@@ -200,7 +204,12 @@ def test_a_duration_keeps_a_decimal_point_and_is_never_rounded_to_nothing(second
 
 def _event(step: int, name: str, duration: float, detail: str = "{} -> []", tokens: int = 0) -> dict[str, Any]:
     return {
-        "step": step, "name": name, "duration_s": duration, "detail": detail, "tokens": tokens, "is_error": False,
+        "step": step,
+        "name": name,
+        "duration_s": duration,
+        "detail": detail,
+        "tokens": tokens,
+        "is_error": False,
         "guard": None,
     }
 
@@ -243,8 +252,14 @@ def test_report_trace_columns_stay_aligned_past_step_9() -> None:
 
     from comparison.report import trace_block
 
-    run = {"trace": long_trace(), "error": None, "contender": "langgraph-defaults", "turn": 1, "variant": "default",
-           "goal": "g"}
+    run = {
+        "trace": long_trace(),
+        "error": None,
+        "contender": "langgraph-defaults",
+        "turn": 1,
+        "variant": "default",
+        "goal": "g",
+    }
     block = unescape(re.search(r"<pre>(.*)</pre>", trace_block(run, multi_turn=False), re.S).group(1))  # type: ignore[union-attr]
     calls = block.splitlines()
     assert len(calls) == 24
@@ -257,7 +272,12 @@ def test_trace_times_do_not_depend_on_the_locale() -> None:
     env = {**os.environ, "LC_ALL": "de_DE.UTF-8", "LANG": "de_DE.UTF-8", "PYTHONUNBUFFERED": "1"}
     done = subprocess.run(
         [sys.executable, "compare.py", "bookstore", "--contenders", "handwritten"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     times = re.findall(r"^\[step \d+\]\s+\S+\s+(<?\d+(?:\.\d+)? m?s)  ", done.stdout, re.MULTILINE)
@@ -271,9 +291,19 @@ def test_report_tables_show_wall_time_readably() -> None:
     from comparison.report import summary_table
 
     run = {
-        "turn": 1, "goal": "g", "contender": "handwritten", "stop_reason": "done", "error": None, "model_calls": 5,
-        "tool_calls": 4, "tokens": 6335, "tokens_per_step": [779, 1478], "wall_s": 0.0042, "cart": [],
-        "cart_total": "0.00", "user_message": "ok",
+        "turn": 1,
+        "goal": "g",
+        "contender": "handwritten",
+        "stop_reason": "done",
+        "error": None,
+        "model_calls": 5,
+        "tool_calls": 4,
+        "tokens": 6335,
+        "tokens_per_step": [779, 1478],
+        "wall_s": 0.0042,
+        "cart": [],
+        "cart_total": "0.00",
+        "user_message": "ok",
     }
     assert '<td class="num">4 ms</td>' in summary_table([run])
 
@@ -323,7 +353,7 @@ def test_the_graph_is_a_picture_with_the_mermaid_text_folded_under_it(small_repo
     assert sorted(labels) == sorted(["START", "model", "tools", "errors", "check", "END"])
     edges = re.findall(r'<path d="[^"]+"[^>]*marker-end="url\(#graph-arrow\)">', picture)
     assert len(edges) == 10
-    assert sum('stroke-dasharray' in e for e in edges) == 9, "every edge but START -> model is conditional"
+    assert sum("stroke-dasharray" in e for e in edges) == 9, "every edge but START -> model is conditional"
     assert "<title>check → model (conditional)</title>" in picture
     details = section[section.index("<details>") :]
     assert "mermaid source" in details and "__start__ --&gt; model;" in details, "the text, for copy-paste"
@@ -357,7 +387,12 @@ def test_the_graph_layout_keeps_nodes_apart_and_edges_on_their_nodes(small_repor
     tops = sorted(y for _, y, _, _ in boxes.values())
     assert all(b - a >= 34 for a, b in itertools.pairwise(tops)), "a row per node here: no overlap"
     assert [label for label, _ in sorted(boxes.items(), key=lambda kv: kv[1][1])] == [
-        "START", "model", "tools", "errors", "check", "END"
+        "START",
+        "model",
+        "tools",
+        "errors",
+        "check",
+        "END",
     ], "each node below every node that leads to it"
 
     def on_border(point: tuple[float, float], box: tuple[float, float, float, float]) -> bool:
@@ -416,8 +451,12 @@ def test_a_chart_whose_contenders_coincide_says_so() -> None:
     assert f"All {len(CONTENDERS)} contenders made model calls of the same size at every step" in same
 
     split = tokens_chart(
-        [run("handwritten", [774, 828]), run("langgraph", [774, 828]), run("langgraph-defaults", [774, 828, 882]),
-         run("create-agent", [774, 828, 882, 936])],
+        [
+            run("handwritten", [774, 828]),
+            run("langgraph", [774, 828]),
+            run("langgraph-defaults", [774, 828, 882]),
+            run("create-agent", [774, 828, 882, 936]),
+        ],
         title="t",
     )
     assert split.count("<polyline") == 3
@@ -513,10 +552,20 @@ def test_the_report_fits_a_420_px_screen_in_a_real_browser(small_report: dict[st
     harness.write_text(HARNESS.replace("REPORT", small_report["path"].as_uri()), encoding="utf-8")
     done = subprocess.run(
         [
-            "chromium", "--headless", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
-            "--window-size=500,900", "--virtual-time-budget=5000", "--dump-dom", harness.as_uri(),
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--allow-file-access-from-files",
+            "--window-size=500,900",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            harness.as_uri(),
         ],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, re.S)
     if found is None:

@@ -63,9 +63,7 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def runs_of(full_run: dict[str, Any], scenario: str, **match: Any) -> Runs:
-    found = [
-        r for r in full_run["runs"] if r["scenario"] == scenario and all(r[k] == v for k, v in match.items())
-    ]
+    found = [r for r in full_run["runs"] if r["scenario"] == scenario and all(r[k] == v for k, v in match.items())]
     assert found, f"no runs for {scenario} {match}"
     return found
 
@@ -306,7 +304,11 @@ def test_prompt_injection_adds_ten_copies_unless_a_human_is_asked(full_run: dict
         assert run["stop_reason"] == StopReason.DONE
         assert run["facts"]["injected_into"] == "Salt Hours"
         assert [e["name"] for e in tool_events(run)] == [
-            "search_books", "add_to_cart", "check_stock", "check_stock", "add_to_cart",
+            "search_books",
+            "add_to_cart",
+            "check_stock",
+            "check_stock",
+            "add_to_cart",
         ], "the model obeyed the note, then did the customer's goal"
     assert not injected_add(unguarded)["is_error"]
     assert unguarded["cart"] == ELEVEN_ORCHARDS and unguarded["cart_total"] == "181.50"
@@ -352,8 +354,16 @@ def test_store_db_keeps_every_run_in_one_file_as_its_own_customer(tmp_path: Path
 def test_guard_matrix_is_built_from_the_runs(full_run: dict[str, Any]) -> None:
     rows = {r["guard"]: r["cells"] for r in full_run["doc"]["guard_matrix"]}
     assert set(rows) == {
-        "step limit", "token budget", "time budget", "reply cap", "repeat check", "unknown tool", "error hiding",
-        "truncation", "stale read", "approval gate",
+        "step limit",
+        "token budget",
+        "time budget",
+        "reply cap",
+        "repeat check",
+        "unknown tool",
+        "error hiding",
+        "truncation",
+        "stale read",
+        "approval gate",
     }
     order = ("handwritten", "langgraph", "langgraph-defaults", "create-agent", "maf")
     expected = {
@@ -407,8 +417,13 @@ def test_both_renderers_explain_every_guard_status_and_who_owns_what() -> None:
     render_who_owns_what(console)
     terminal = " ".join(buffer.getvalue().split())
     document = {
-        "model": "scripted", "contenders": [{"name": c, "description": c} for c in CONTENDERS], "scenarios": [],
-        "runs": [], "guard_matrix": rows, "mermaid": "", "who_owns_what": {"columns": [], "rows": []},
+        "model": "scripted",
+        "contenders": [{"name": c, "description": c} for c in CONTENDERS],
+        "scenarios": [],
+        "runs": [],
+        "guard_matrix": rows,
+        "mermaid": "",
+        "who_owns_what": {"columns": [], "rows": []},
     }
     page = " ".join(render_report(document).split())
     assert set(GUARD_LEGEND) == {"fired", "missing", "not exercised", "not measured", "raised", "not run"}
@@ -488,8 +503,24 @@ def test_same_traces_names_the_first_identical_run() -> None:
 
         event = {"step": 1, "name": "get_order", "detail": detail, "tokens": 0, "is_error": False, "duration_s": 0}
         return RunRecord(
-            "orders", "default", "", contender, "goal", 1, None if error else "done", error, None, "", 1, 1, 1,
-            [1], 0.0, [event], [], "0.00",
+            "orders",
+            "default",
+            "",
+            contender,
+            "goal",
+            1,
+            None if error else "done",
+            error,
+            None,
+            "",
+            1,
+            1,
+            1,
+            [1],
+            0.0,
+            [event],
+            [],
+            "0.00",
         )
 
     runs = [record("a", "x"), record("b", "y"), record("c", "x"), record("d", "y"), record("e", "x", "Boom: no")]
@@ -509,7 +540,6 @@ def test_tokens_per_step_cell_shortens_only_long_runs(tokens: list[int], shown: 
     from comparison.render import tokens_per_step_cell
 
     assert tokens_per_step_cell(tokens) == shown
-
 
 
 # --- the command line ----------------------------------------------------------------------------------------
@@ -621,8 +651,10 @@ def test_chat_says_which_files_beside_the_session_db_it_writes(
     written = sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm")))
     if contender == "handwritten":  # the conversation is a JSON file of its own: said, with the store beside it
         assert written == ["s.default.json", "s.store.db"]
-        assert said == [f"handwritten saves this conversation in {tmp_path / 's.default.json'}, a file beside "
-                        f"--session-db {db}; the cart is in {tmp_path / 's.store.db'}."]  # fmt: skip
+        assert said == [
+            f"handwritten saves this conversation in {tmp_path / 's.default.json'}, a file beside "
+            f"--session-db {db}; the cart is in {tmp_path / 's.store.db'}."
+        ]
     else:  # the graph's thread is in the session database itself, as the first line says
         assert written == ["s.db", "s.store.db"] and said == []
 
@@ -669,8 +701,16 @@ def test_ctrl_c_prints_what_ran_exits_130_and_keeps_the_session_files(tmp_path: 
     # 3,000 turns of long-session take minutes, so the interrupt lands while its runs (in the worker processes
     # when there are two CPUs, beside session's) are going on.
     process = _python(
-        "compare.py", "session", "long-session", "--turns", "3000", "--no-trace", "--json", str(path),
-        "--session-db", str(db),
+        "compare.py",
+        "session",
+        "long-session",
+        "--turns",
+        "3000",
+        "--no-trace",
+        "--json",
+        str(path),
+        "--session-db",
+        str(db),
     )
     assert process.stdout is not None
     for line in process.stdout:
@@ -800,7 +840,6 @@ def test_chat_finishes_a_turn_an_outage_cut_short(
         assert "TRK-88" in blocking(session.messages)[-1].content
 
 
-
 def test_the_guards_the_renderers_count_are_typed_facts_in_the_trace(full_run: dict[str, Any]) -> None:
     """Truncation, the repeat check and the approval gate are read from each trace entry's `guard`, not its text."""
     from dataclasses import replace
@@ -858,8 +897,17 @@ def run_with_workers(scenarios: list[Scenario], workers: int, folder: Path) -> l
 def what_ran(record: RunRecord) -> tuple[Any, ...]:
     """A record without its clock readings: what two runs of the scripted model must agree on."""
     return (
-        record.scenario, record.variant, record.contender, record.turn, record.stop_reason, record.error,
-        record.answer, record.tokens_per_step, record.tool_calls, record.cart, record.settings,
+        record.scenario,
+        record.variant,
+        record.contender,
+        record.turn,
+        record.stop_reason,
+        record.error,
+        record.answer,
+        record.tokens_per_step,
+        record.tool_calls,
+        record.cart,
+        record.settings,
         [(e["name"], e.get("detail")) for e in record.trace],
     )
 

@@ -30,10 +30,34 @@ COMMANDS = (
     "pip install -e '.[test]' && python -m pytest          # the tests (offline; nothing is downloaded at run time)",
 )
 
-NUMBERS = {word: n for n, word in enumerate((
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty",
-))}  # fmt: skip
+NUMBERS = {
+    word: n
+    for n, word in enumerate(
+        (
+            "zero",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+            "twenty",
+        )
+    )
+}
 
 
 def prose_lines(text: str, *, tables: bool = False) -> list[str]:
@@ -147,8 +171,19 @@ def test_a_package_readme_says_what_it_may_import_as_the_contracts_do(package: s
         assert "`shared_tools` only" in rule
 
 
-GLOSSARY_TERMS = ("the article", "the article's goal", "contender", "scenario", "step", "round", "stop reason",
-                  "guard", "persona", "session", "thread")  # fmt: skip
+GLOSSARY_TERMS = (
+    "the article",
+    "the article's goal",
+    "contender",
+    "scenario",
+    "step",
+    "round",
+    "stop reason",
+    "guard",
+    "persona",
+    "session",
+    "thread",
+)
 
 
 def test_the_readme_defines_its_own_words_once_near_the_top() -> None:
@@ -163,7 +198,7 @@ def test_the_readme_defines_its_own_words_once_near_the_top() -> None:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_in_house_word_is_left_undefined(page: Path) -> None:
-    """"The seed" was the article, "rates: Noise" a class name: the plain words are used instead. Program output
+    """ "The seed" was the article, "rates: Noise" a class name: the plain words are used instead. Program output
     (the README's sample, in a code block) is the program's to word; a control is named as the page labels it."""
     text = "\n".join(prose_lines(page.read_text(encoding="utf-8"), tables=True))
     assert not re.search(r"\bseed goal|\bthe seed\b|\bseed article|seed's|rates: Noise", text, re.IGNORECASE)
@@ -172,8 +207,9 @@ def test_no_in_house_word_is_left_undefined(page: Path) -> None:
 def counts(text: str) -> list[tuple[str, str, str]]:
     """Every "N scenarios" / "N contenders" in a text: (the number as written, the noun, a marker of graded)."""
     found = []
-    for match in re.finditer(r"\b(\w+)\s+(graded\s+)?(scenarios|contenders)\b(\s+(?:that have|with) a right answer)?",
-                             text, re.IGNORECASE):  # fmt: skip
+    for match in re.finditer(
+        r"\b(\w+)\s+(graded\s+)?(scenarios|contenders)\b(\s+(?:that have|with) a right answer)?", text, re.IGNORECASE
+    ):
         number = match.group(1).lower()
         if number.isdigit() or number in NUMBERS:
             graded = "graded" if match.group(2) or match.group(4) else ""

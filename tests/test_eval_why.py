@@ -31,8 +31,9 @@ def lost_tasks(tmp_path: Path, contender: str) -> list[tuple[int, list[RunRecord
     found = []
     for seed in SEEDS:
         records: list[RunRecord] = []
-        options = RunOptions(model="scripted:noisy", contenders=(contender,), session_db=tmp_path / f"{seed}.db",
-                             model_seed=seed)  # fmt: skip
+        options = RunOptions(
+            model="scripted:noisy", contenders=(contender,), session_db=tmp_path / f"{seed}.db", model_seed=seed
+        )
         run_scenario(BOOKSTORE, options, records.append)
         for task in group_tasks(records).values():
             if not grade(task, BOOKSTORE).success:
@@ -118,8 +119,9 @@ def test_the_eval_document_counts_the_guards_of_each_lost_run(tmp_path: Path) ->
     for seed in SEEDS:
         runs = evaluation.run_pair(plan, BOOKSTORE, "handwritten", seed, tmp_path)
         records: list[RunRecord] = []
-        options = RunOptions(model="scripted:noisy", contenders=("handwritten",), session_db=tmp_path / "again.db",
-                             model_seed=seed)  # fmt: skip
+        options = RunOptions(
+            model="scripted:noisy", contenders=("handwritten",), session_db=tmp_path / "again.db", model_seed=seed
+        )
         run_scenario(BOOKSTORE, options, records.append)
         [run] = runs
         fired = Counter(str(e["guard"]) for r in records for e in r.trace if e["guard"])

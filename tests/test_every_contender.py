@@ -218,13 +218,21 @@ def test_create_agent_gate_runs_the_write_when_the_human_says_yes(store: BookSto
 
 def test_the_defaults_graph_refuses_a_gate_in_words(store: BookStore) -> None:
     with pytest.raises(ValueError, match="no approval gate"):
-        build_contender("langgraph-defaults", make_model("scripted"), make_tools(store, "c1"), AgentOptions(),
-                        DemoHuman(store))
+        build_contender(
+            "langgraph-defaults", make_model("scripted"), make_tools(store, "c1"), AgentOptions(), DemoHuman(store)
+        )
 
 
 def test_one_framework_contender_alone_prints_its_sessions(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    argv = ["session", "prompt-injection", "--contenders", "create-agent", "--no-trace",
-            "--session-db", str(tmp_path / "s.db")]
+    argv = [
+        "session",
+        "prompt-injection",
+        "--contenders",
+        "create-agent",
+        "--no-trace",
+        "--session-db",
+        str(tmp_path / "s.db"),
+    ]
     assert compare.main(argv) == compare.EXIT_OK
     out = capsys.readouterr().out
     assert "create-agent" in out and ": not run;" not in out
@@ -260,8 +268,9 @@ def test_every_lesson_is_one_paragraph_of_text() -> None:
         assert isinstance(scenario.lesson, str) and "\n" not in scenario.lesson, scenario.name
 
 
-def test_the_report_and_the_terminal_show_a_forced_answer_as_such(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_report_and_the_terminal_show_a_forced_answer_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     report = tmp_path / "r.html"
     assert compare.main(["max-steps", "--contenders", "maf", "--no-trace", "--report", str(report)]) == compare.EXIT_OK
     out = " ".join(capsys.readouterr().out.split())

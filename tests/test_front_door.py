@@ -184,8 +184,10 @@ def saved_session(messages: object, *, customer: str | None = None) -> str:
         (saved_session([["a"]]), "damaged"),
         (saved_session([{"type": "human"}]), "damaged"),
         (saved_session([], customer="bob"), "conversation of customer 'bob'"),
-        ('{"format": "agent-loop-compare/session/2", "instructions": "x", "messages": []}',
-         f"format 'agent-loop-compare/session/2'; this version reads only '{FORMAT}'"),
+        (
+            '{"format": "agent-loop-compare/session/2", "instructions": "x", "messages": []}',
+            f"format 'agent-loop-compare/session/2'; this version reads only '{FORMAT}'",
+        ),
     ],
 )
 def test_chat_refuses_a_damaged_or_foreign_saved_conversation(
@@ -312,11 +314,26 @@ def test_ctrl_c_at_any_moment_is_exit_130_without_a_traceback(
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--max-steps", "abc"], ["--turns", "x"], ["--bogus"], ["--otel", "nope"], ["--contenders", "nope"],
-        ["nosuch"], ["chat", "--keep-turns", "x"], ["chat", "--contender", "nope"], ["chat", "--bogus"],
-        ["eval", "--runs", "abc"], ["eval", "--seed", "x"], ["eval", "--jobs", "y"], ["eval", "--bogus"],
-        ["eval", "--otel", "nope"], ["eval", "--runs", "0"], ["serve", "--port", "abc"], ["serve", "--workers", "x"],
-        ["serve", "--bogus"], ["serve", "--approval-timeout", "x"], ["serve", "--max-jobs", "0"],
+        ["--max-steps", "abc"],
+        ["--turns", "x"],
+        ["--bogus"],
+        ["--otel", "nope"],
+        ["--contenders", "nope"],
+        ["nosuch"],
+        ["chat", "--keep-turns", "x"],
+        ["chat", "--contender", "nope"],
+        ["chat", "--bogus"],
+        ["eval", "--runs", "abc"],
+        ["eval", "--seed", "x"],
+        ["eval", "--jobs", "y"],
+        ["eval", "--bogus"],
+        ["eval", "--otel", "nope"],
+        ["eval", "--runs", "0"],
+        ["serve", "--port", "abc"],
+        ["serve", "--workers", "x"],
+        ["serve", "--bogus"],
+        ["serve", "--approval-timeout", "x"],
+        ["serve", "--max-jobs", "0"],
     ],
     ids=" ".join,
 )
@@ -333,8 +350,12 @@ def test_every_usage_error_of_every_command_is_one_line_and_exit_2(
 def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly_with_exit_0(argv: list[str]) -> None:
     """`compare.py | head -1`: the rest is not wanted, which is no failure (rich alone would exit 1)."""
     process = subprocess.Popen(
-        [sys.executable, "compare.py", *argv], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
+        [sys.executable, "compare.py", *argv],
+        cwd=ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert process.stdout is not None and process.stderr is not None
     assert process.stdout.readline()
     process.stdout.close()
@@ -365,8 +386,9 @@ def test_the_help_the_live_page_and_the_report_name_all_five_contenders(
     assert compare.main(["orders", "--no-trace", "--report", str(tmp_path / "r.html")]) == compare.EXIT_OK
     capsys.readouterr()
     report = (tmp_path / "r.html").read_text(encoding="utf-8")
-    titles = [description] + [re.findall(f"<{tag}>(.*?)</{tag}>", html)[0] for html in (page, report)
-                              for tag in ("title", "h1")]  # fmt: skip
+    titles = [description] + [
+        re.findall(f"<{tag}>(.*?)</{tag}>", html)[0] for html in (page, report) for tag in ("title", "h1")
+    ]
     for title in titles:
         assert all(name in title for name in CONTENDERS), title
 
@@ -383,9 +405,13 @@ def test_ctrl_c_at_random_moments_of_a_full_run_prints_no_warning_and_no_traceba
 
     def interrupted_run(delay: float) -> tuple[float, int, str]:
         process = subprocess.Popen(
-            [sys.executable, "compare.py", "--no-trace"], cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
+            [sys.executable, "compare.py", "--no-trace"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         assert process.stdout is not None
         process.stdout.readline()
         time.sleep(delay)
@@ -441,9 +467,12 @@ def test_a_worker_ctrl_c_at_any_moment_of_a_run_stops_it_at_an_await() -> None:
     with no coroutine left unawaited and no event loop left open. A KeyboardInterrupt raised from the handler
     itself lands inside asyncio or langchain-core: about 1 run in 20 warned or hung that way."""
     done = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", WORKER_CTRL_C, "33", "100"], cwd=ROOT, capture_output=True,
-        text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-X", "faulthandler", "-c", WORKER_CTRL_C, "33", "100"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["problems"] == []
@@ -728,9 +757,7 @@ def test_hostile_text_reaches_json_on_stdout_masked_and_escaped(
     assert answer == f"Here you are {HOSTILE} \ufffd", "JSON escapes are lossless: the reader gets the text back"
 
 
-def test_a_chat_answer_with_escapes_and_half_an_emoji_prints(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_chat_answer_with_escapes_and_half_an_emoji_prints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(command, "make_model", lambda spec: ScriptModel(replies=[ai(f"Sure {HOSTILE} \ud83d")]))
     stdio = StrictStdio(monkeypatch)
     monkeypatch.setattr(sys, "stdin", io.StringIO("What is my cart total now?\n"))

@@ -182,9 +182,14 @@ def test_error_rounds_go_through_the_errors_node_and_stop_the_run() -> None:
     assert [e.guard for e in result.trace if not e.is_model] == [None] + [Guard.UNKNOWN_TOOL] * 4
     visited = [s.next for s in reversed(blocking(session.history)) if s.next]
     assert visited == [
-        ("__start__",), ("model",), ("tools",), ("check",),
+        ("__start__",),
+        ("model",),
+        ("tools",),
+        ("check",),
         *[("model",), ("tools",), ("errors",), ("check",)] * 3,
-        ("model",), ("tools",), ("errors",),
+        ("model",),
+        ("tools",),
+        ("errors",),
     ], "a clean round skips the errors node; the run ends in it"
     assert blocking(session.history)[0].values["consecutive_error_rounds"] == 4
 
@@ -337,7 +342,15 @@ def test_seed_run_in_defaults_mode_has_the_same_trace_shape() -> None:
     result = DefaultsGraphAgent(make_model("scripted"), make_tools(store)).run(INSTRUCTIONS, SEED_GOAL)
     assert result.stop_reason is StopReason.DONE
     assert [e.name for e in result.trace] == [
-        "model", "search_books", "model", "check_stock", "model", "check_stock", "model", "add_to_cart", "model",
+        "model",
+        "search_books",
+        "model",
+        "check_stock",
+        "model",
+        "check_stock",
+        "model",
+        "add_to_cart",
+        "model",
     ]
     assert [e.step for e in result.trace] == [1, 1, 2, 2, 3, 3, 4, 4, 5]
     assert cart(store) == [("The Quiet Orchard", 1)]
@@ -447,7 +460,12 @@ def test_memory_session_remembers_the_first_turn() -> None:
     assert [m.status for m in tool_messages(second.messages)] == ["success", "success"]
     third_prompt = model.prompts[2]
     assert [type(m).__name__ for m in third_prompt] == [
-        "SystemMessage", "HumanMessage", "AIMessage", "ToolMessage", "AIMessage", "HumanMessage",
+        "SystemMessage",
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+        "AIMessage",
+        "HumanMessage",
     ]
     assert sum(isinstance(m, SystemMessage) for m in blocking(session.messages)) == 1
     assert blocking(session.messages) == second.messages

@@ -86,7 +86,6 @@ class OutageModel(ToolBindingDouble):
     def calls(self) -> int:
         return self._calls
 
-
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -579,8 +578,14 @@ def test_a_second_process_waits_for_the_turn_in_progress(tmp_path: Path) -> None
     assert child.returncode == 0, err
     assert out.strip() == "Answer A."
     assert [m.text for m in blocking(session.messages)] == [
-        "sys", "question A", "", "1", "Answer A.", "question B", "Answer B.",
-    ]  # fmt: skip
+        "sys",
+        "question A",
+        "",
+        "1",
+        "Answer A.",
+        "question B",
+        "Answer B.",
+    ]
     assert [m.text for m in model.prompts[0]][-2:] == ["Answer A.", "question B"], "B's turn saw A's whole turn"
 
 

@@ -102,13 +102,28 @@ def test_screen_says_which_guard_refused() -> None:
 # --- an e-mail address however it is spelled -------------------------------------------------------------------------
 
 SPELLED_ADDRESSES = [
-    "alice%40example.com", "alice%2540example.com", "alice%40example%2Ecom", "alice%EF%BC%A0example.com",
-    "alice\uff20example.com", "alice\ufe6bexample.com", "\uff41\uff4c\uff49\uff43\uff45\uff20\uff45\uff58\uff41\uff4d"
-    "\uff50\uff4c\uff45\uff0e\uff43\uff4f\uff4d", "ali\u200bce@exam\u200bple.com", "alice@\u200bexample.com",
-    "alice\u200d@example\u2060.com", "al\u00adice@example.com", "alice@example\u3002com", "alice@example\uff0ecom",
-    "alice [at] example [dot] com", "alice(at)example(dot)com", "alice {at} example.com", "alice<at>example.com",
-    "alice&#64;example.com", "alice&#x40;example&#46;com", "alice&commat;example.com", "alice\\u0040example.com",
-]  # fmt: skip
+    "alice%40example.com",
+    "alice%2540example.com",
+    "alice%40example%2Ecom",
+    "alice%EF%BC%A0example.com",
+    "alice\uff20example.com",
+    "alice\ufe6bexample.com",
+    "\uff41\uff4c\uff49\uff43\uff45\uff20\uff45\uff58\uff41\uff4d\uff50\uff4c\uff45\uff0e\uff43\uff4f\uff4d",
+    "ali\u200bce@exam\u200bple.com",
+    "alice@\u200bexample.com",
+    "alice\u200d@example\u2060.com",
+    "al\u00adice@example.com",
+    "alice@example\u3002com",
+    "alice@example\uff0ecom",
+    "alice [at] example [dot] com",
+    "alice(at)example(dot)com",
+    "alice {at} example.com",
+    "alice<at>example.com",
+    "alice&#64;example.com",
+    "alice&#x40;example&#46;com",
+    "alice&commat;example.com",
+    "alice\\u0040example.com",
+]
 
 
 @pytest.mark.parametrize("spelled", SPELLED_ADDRESSES)
@@ -120,18 +135,26 @@ def test_an_email_address_is_masked_however_it_is_spelled(spelled: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "3 @ 5.00 each", "look at example.com", "follow @bookshop", "100% sure & ready [at] noon", "a%40b",
-        "caf\u00e9 cr\u00e8me (at) 5 pm", "\u3002\u3002 \uff20\uff20", "Tom &amp; Jerry, 50%25 off", "e-mail: n/a",
+        "3 @ 5.00 each",
+        "look at example.com",
+        "follow @bookshop",
+        "100% sure & ready [at] noon",
+        "a%40b",
+        "caf\u00e9 cr\u00e8me (at) 5 pm",
+        "\u3002\u3002 \uff20\uff20",
+        "Tom &amp; Jerry, 50%25 off",
+        "e-mail: n/a",
     ],
-)  # fmt: skip
+)
 def test_text_that_only_looks_like_an_address_is_left_alone(text: str) -> None:
     assert mask_pii(text) == text
 
 
 _letters = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=4, max_size=8)
 _invisible = st.sampled_from(["", "", "\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u200e"])
-_ats = st.sampled_from(["@", "%40", "%2540", "\uff20", "\ufe6b", "&#64;", "&commat;", "\\u0040", " [at] ", "(at)",
-                        "%EF%BC%A0"])  # fmt: skip
+_ats = st.sampled_from(
+    ["@", "%40", "%2540", "\uff20", "\ufe6b", "&#64;", "&commat;", "\\u0040", " [at] ", "(at)", "%EF%BC%A0"]
+)
 _dots = st.sampled_from([".", "%2E", "\u3002", "\uff0e", "\uff61", " [dot] ", "&#46;", "&period;"])
 
 
@@ -152,8 +175,11 @@ def spelled_addresses(draw: st.DrawFn) -> str:
 
 
 @settings(max_examples=300, deadline=None)
-@given(spelled=spelled_addresses(), before=st.sampled_from(["", "MAIL ", "TO: ", '{"TO":"', "(", "\n"]),
-       after=st.sampled_from(["", " NOW", '"}', ")", ", THANKS", "\n"]))  # fmt: skip
+@given(
+    spelled=spelled_addresses(),
+    before=st.sampled_from(["", "MAIL ", "TO: ", '{"TO":"', "(", "\n"]),
+    after=st.sampled_from(["", " NOW", '"}', ")", ", THANKS", "\n"]),
+)
 def test_no_word_of_a_spelled_address_survives_the_mask(spelled: str, before: str, after: str) -> None:
     masked = mask_pii(before + spelled + after)
     assert masked == before + "<email>" + after, (spelled, masked)

@@ -108,7 +108,6 @@ class StallModel(ToolBindingDouble):
     def _llm_type(self) -> str:
         return "test-stall"
 
-
     def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
         raise AssertionError("StallModel is async only")
 
@@ -187,9 +186,15 @@ def test_done_run_counts_steps_calls_and_tokens(tools: Tools) -> None:
     assert tools.ran == ["echo:a", "add:1+2", "echo:b"]
     types = [type(m).__name__ for m in result.messages]
     assert types == [
-        "SystemMessage", "HumanMessage", "AIMessage", "ToolMessage", "ToolMessage", "AIMessage", "ToolMessage",
+        "SystemMessage",
+        "HumanMessage",
         "AIMessage",
-    ]  # fmt: skip
+        "ToolMessage",
+        "ToolMessage",
+        "AIMessage",
+        "ToolMessage",
+        "AIMessage",
+    ]
     assert result.messages[0].content == SYSTEM and result.messages[1].content == "do it"
     first, second = tool_messages(result)[:2]
     assert (first.tool_call_id, first.name, first.content, first.status) == ("c1", "echo", "echo a", "success")

@@ -38,13 +38,16 @@ only what it was given (the reply's text and runnable calls)."""
 
 NESTED = '{"book_id": 7, "quantity": ' + "[" * 600 + "]" * 600 + "}"
 """1.2 KB of valid JSON, 600 levels deep: past the recursion limit of a walker that recurses once per level."""
-NO_CHOICES = '{"id": "x", "object": "chat.completion", "created": 1, "model": "hostile", "choices": [], "usage": ' + USAGE + "}"  # noqa: E501
+NO_CHOICES = (
+    '{"id": "x", "object": "chat.completion", "created": 1, "model": "hostile", "choices": [], "usage": ' + USAGE + "}"
+)
 SPLIT_EMOJI = Answer(content_pieces=['"I like \\ud83d"', '"\\udcda books"'])
 """📚 streamed as its two UTF-16 halves, each escaped in an event of its own."""
 
 
-def run_contender(name: str, answers: list[Answer], *, stream: bool = False) -> tuple[AgentResult, HostileServer,
-                                                                                   list[Token], BookStore]:  # fmt: skip
+def run_contender(
+    name: str, answers: list[Answer], *, stream: bool = False
+) -> tuple[AgentResult, HostileServer, list[Token], BookStore]:
     tokens: list[Token] = []
     store = BookStore()
     with HostileServer(answers) as server:
@@ -174,8 +177,14 @@ def test_a_trickling_server_is_one_failed_call_for_an_agent() -> None:
 
 
 def compare_py(*args: str, typed: str = "", timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "compare.py"), *args], input=typed, capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(ROOT / "compare.py"), *args],
+        input=typed,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+    )
 
 
 def test_compare_shows_every_contender_after_a_reply_nested_600_deep() -> None:
@@ -208,9 +217,18 @@ HOSTILE_TURNS = {
 def test_chat_says_a_hostile_reply_in_one_line_and_goes_on(tmp_path: Path, contender: str, hostile: str) -> None:
     answer, said = HOSTILE_TURNS[hostile]
     with HostileServer([answer, Answer.text("Second answer.")]) as server:
-        done = compare_py("chat", "--contender", contender, "--model", "openai:hostile", "--base-url",
-                          server.base_url, "--session-db", str(tmp_path / "s.db"),
-                          typed="first question\nsecond question\n")  # fmt: skip
+        done = compare_py(
+            "chat",
+            "--contender",
+            contender,
+            "--model",
+            "openai:hostile",
+            "--base-url",
+            server.base_url,
+            "--session-db",
+            str(tmp_path / "s.db"),
+            typed="first question\nsecond question\n",
+        )
         asked = len(server.requests)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
@@ -225,8 +243,17 @@ def test_a_split_emoji_in_chat_is_kept_whole_and_the_thread_reopens(tmp_path: Pa
     """The next question of the same chat, and the first of a reopened one, send the thread back: encodable."""
     db = str(tmp_path / "s.db")
     with HostileServer([SPLIT_EMOJI, Answer.text("Still here."), Answer.text("Here too.")]) as server:
-        argv = ["chat", "--contender", contender, "--model", "openai:hostile", "--base-url", server.base_url,
-                "--session-db", db]  # fmt: skip
+        argv = [
+            "chat",
+            "--contender",
+            contender,
+            "--model",
+            "openai:hostile",
+            "--base-url",
+            server.base_url,
+            "--session-db",
+            db,
+        ]
         first = compare_py(*argv, typed="recommend a book\nand another?\n")
         reopened = compare_py(*argv, typed="one more?\n")
         requests = list(server.requests)
@@ -244,8 +271,20 @@ def test_a_split_emoji_in_chat_is_kept_whole_and_the_thread_reopens(tmp_path: Pa
 def test_eval_exits_3_when_every_model_call_failed() -> None:
     """As compare.py does: the runs are shown and written, and the exit code says nothing was evaluated."""
     with HostileServer(rule=lambda body: Answer(status=500)) as server:
-        done = compare_py("eval", "bookstore", "--runs", "1", "--contenders", "handwritten,langgraph", "--model",
-                          "openai:hostile", "--base-url", server.base_url, "--json", "-")  # fmt: skip
+        done = compare_py(
+            "eval",
+            "bookstore",
+            "--runs",
+            "1",
+            "--contenders",
+            "handwritten,langgraph",
+            "--model",
+            "openai:hostile",
+            "--base-url",
+            server.base_url,
+            "--json",
+            "-",
+        )
     assert done.returncode == 3, done.stderr
     assert "every model call failed, so nothing was evaluated" in done.stderr
     assert "Traceback" not in done.stderr
@@ -256,8 +295,20 @@ def test_eval_with_one_answering_model_call_exits_0() -> None:
     """The control: the first run's call fails, the second contender's model answers, so something was evaluated."""
     answers = iter([Answer(status=500)])
     with HostileServer(rule=lambda body: next(answers, Answer.text("No."))) as server:
-        done = compare_py("eval", "bookstore", "--runs", "1", "--contenders", "handwritten,langgraph", "--model",
-                          "openai:hostile", "--base-url", server.base_url, "--json", "-")  # fmt: skip
+        done = compare_py(
+            "eval",
+            "bookstore",
+            "--runs",
+            "1",
+            "--contenders",
+            "handwritten,langgraph",
+            "--model",
+            "openai:hostile",
+            "--base-url",
+            server.base_url,
+            "--json",
+            "-",
+        )
     assert done.returncode == 0, done.stderr
     assert "raised ModelCallFailed" in done.stderr
 
@@ -276,10 +327,28 @@ def test_ctrl_c_after_an_add_landed_keeps_the_turn(tmp_path: Path, contender: st
 
     db = tmp_path / "s.db"
     with HostileServer(rule=rule) as server:
-        argv = [sys.executable, str(ROOT / "compare.py"), "chat", "--contender", contender, "--model",
-                "openai:hostile", "--base-url", server.base_url, "--session-db", str(db)]  # fmt: skip
-        process = subprocess.Popen(argv, cwd=ROOT, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        argv = [
+            sys.executable,
+            str(ROOT / "compare.py"),
+            "chat",
+            "--contender",
+            contender,
+            "--model",
+            "openai:hostile",
+            "--base-url",
+            server.base_url,
+            "--session-db",
+            str(db),
+        ]
+        process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         assert process.stdin is not None
         process.stdin.write("add The Quiet Orchard\n")
         process.stdin.flush()
@@ -304,12 +373,17 @@ def test_ctrl_c_after_an_add_landed_keeps_the_turn(tmp_path: Path, contender: st
 
 
 def _ollama_line(message: str, *, done: bool = False, extra: str = "") -> str:
-    return (f'{{"model": "qwen3:4b", "created_at": "2026-01-01T00:00:00Z", "message": {message}, '
-            f'"done": {"true" if done else "false"}{extra}}}')  # fmt: skip
+    return (
+        f'{{"model": "qwen3:4b", "created_at": "2026-01-01T00:00:00Z", "message": {message}, '
+        f'"done": {"true" if done else "false"}{extra}}}'
+    )
 
 
-OLLAMA_END = _ollama_line('{"role": "assistant", "content": ""}', done=True,
-                          extra=', "done_reason": "stop", "prompt_eval_count": 120, "eval_count": 30')  # fmt: skip
+OLLAMA_END = _ollama_line(
+    '{"role": "assistant", "content": ""}',
+    done=True,
+    extra=', "done_reason": "stop", "prompt_eval_count": 120, "eval_count": 30',
+)
 
 
 def _ollama_call(arguments: str) -> str:
@@ -321,12 +395,17 @@ GARBLED_OLLAMA = {
     "arguments-a-list": [_ollama_call("[7, 10]"), OLLAMA_END],
     "arguments-a-string": [_ollama_call('"7"'), OLLAMA_END],
     "arguments-100000-deep": [_ollama_call('{"book_id": ' + "[" * 100_000 + "]" * 100_000 + "}"), OLLAMA_END],
-    "a-value-2000-deep-as-text": [_ollama_call('{"book_id": 7, "quantity": "' + "[" * 2000 + "]" * 2000 + '"}'),
-                                  OLLAMA_END],
+    "a-value-2000-deep-as-text": [
+        _ollama_call('{"book_id": 7, "quantity": "' + "[" * 2000 + "]" * 2000 + '"}'),
+        OLLAMA_END,
+    ],
     "a-call-without-function": [_ollama_line('{"role": "assistant", "tool_calls": [{"x": 1}]}'), OLLAMA_END],
-    "usage-no-number": [_ollama_line('{"role": "assistant", "content": "hi"}'),
-                        _ollama_line('{"role": "assistant", "content": ""}', done=True,
-                                     extra=', "prompt_eval_count": "lots", "eval_count": 30')],
+    "usage-no-number": [
+        _ollama_line('{"role": "assistant", "content": "hi"}'),
+        _ollama_line(
+            '{"role": "assistant", "content": ""}', done=True, extra=', "prompt_eval_count": "lots", "eval_count": 30'
+        ),
+    ],
     "no-message": ['{"model": "qwen3:4b", "done": false}', OLLAMA_END],
     "content-a-number": [_ollama_line('{"role": "assistant", "content": 5}'), OLLAMA_END],
     "a-line-that-is-a-list": ["[1, 2, 3]", OLLAMA_END],
@@ -361,8 +440,11 @@ def test_an_ollama_reply_that_is_no_chat_reply_is_one_failed_call(
 
 @pytest.mark.parametrize("contender", ALL)
 def test_an_emoji_ollama_split_across_two_lines_is_joined(contender: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    lines = [_ollama_line('{"role": "assistant", "content": "I like \\ud83d"}'),
-             _ollama_line('{"role": "assistant", "content": "\\udcda books \\udcda"}'), OLLAMA_END]  # fmt: skip
+    lines = [
+        _ollama_line('{"role": "assistant", "content": "I like \\ud83d"}'),
+        _ollama_line('{"role": "assistant", "content": "\\udcda books \\udcda"}'),
+        OLLAMA_END,
+    ]
     result, _ = run_on_ollama(contender, lines, monkeypatch)
     assert result.stop_reason is StopReason.DONE
     assert result.answer == "I like \U0001f4da books \ufffd"
@@ -383,11 +465,25 @@ def test_a_question_the_terminal_could_not_decode_is_asked_with_u_fffd(tmp_path:
     """Bytes that are no UTF-8 reach `input()` as lone surrogates (surrogateescape), which no request encodes."""
     with HostileServer([Answer.text("Hello."), Answer.text("Again.")]) as server:
         done = subprocess.run(
-            [sys.executable, str(ROOT / "compare.py"), "chat", "--contender", contender, "--model", "openai:hostile",
-             "--base-url", server.base_url, "--session-db", str(tmp_path / "s.db")],
-            input=b"hello \xed\xa0\xbd \xff\nagain\n", capture_output=True, timeout=120, cwd=ROOT,
+            [
+                sys.executable,
+                str(ROOT / "compare.py"),
+                "chat",
+                "--contender",
+                contender,
+                "--model",
+                "openai:hostile",
+                "--base-url",
+                server.base_url,
+                "--session-db",
+                str(tmp_path / "s.db"),
+            ],
+            input=b"hello \xed\xa0\xbd \xff\nagain\n",
+            capture_output=True,
+            timeout=120,
+            cwd=ROOT,
             env={**os.environ, "PYTHONIOENCODING": "utf-8:surrogateescape"},
-        )  # fmt: skip
+        )
         requests = list(server.requests)
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     assert b"Again." in done.stdout

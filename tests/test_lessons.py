@@ -184,9 +184,7 @@ def named(m: re.Match[str], records: list[RunRecord], **match: Any) -> list[RunR
     groups = m.groupdict()
     if groups.get("label"):
         match["variant_label"] = m.group("label")
-    found = [
-        r for r in records if r.contender in names and all(getattr(r, k) == v for k, v in match.items())
-    ]
+    found = [r for r in records if r.contender in names and all(getattr(r, k) == v for k, v in match.items())]
     assert {r.contender for r in found} == set(names), (m.group(0), names)
     return found
 
@@ -224,9 +222,15 @@ ONE = r"(?P<names>[a-z-]+)"
 DURATION = r"[\d.]+ ms|[\d.]+s"
 
 
-@claim("bookstore", r"Time \((?P<c>[a-z-]+)\): model calls (?P<model>" + DURATION + r"), tools (?P<tools>"
-       + DURATION + r") \(the article, on a real "
-       r"model, measured 260 s of model time and under a millisecond of tools\)\.")
+@claim(
+    "bookstore",
+    r"Time \((?P<c>[a-z-]+)\): model calls (?P<model>"
+    + DURATION
+    + r"), tools (?P<tools>"
+    + DURATION
+    + r") \(the article, on a real "
+    r"model, measured 260 s of model time and under a millisecond of tools\)\.",
+)
 def _bookstore_time(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     r = next(r for r in records if r.contender == m["c"])
     model_s = sum(e["duration_s"] for e in r.trace if e["name"] == "model")
@@ -240,19 +244,28 @@ def _bookstore_same(m: re.Match[str], records: list[RunRecord], s: Scenario) -> 
     assert {cart_text(r) for r in records} == {m["cart"]}
 
 
-@claim("bookstore", r"The tokens per call grow \(" + NAMES + r"\) because every model call re-sends the whole "
-       r"history: .*")
+@claim(
+    "bookstore",
+    r"The tokens per call grow \(" + NAMES + r"\) because every model call re-sends the whole "
+    r"history: .*",
+)
 def _bookstore_grow(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         assert all(b > a for a, b in itertools.pairwise(r.tokens_per_step)) and len(r.tokens_per_step) > 1
 
 
-@claim("orders", r"(?P<goal>'[^']+') - " + NAMES + r": (?P<outcome>.+?) after (?P<m>\d+) model calls and (?P<t>\d+) "
-       r"tool call\(s\): " + QUOTE)
+@claim(
+    "orders",
+    r"(?P<goal>'[^']+') - " + NAMES + r": (?P<outcome>.+?) after (?P<m>\d+) model calls and (?P<t>\d+) "
+    r"tool call\(s\): " + QUOTE,
+)
 def _orders_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records, goal=quoted(m["goal"])):
         assert (outcome(r), r.model_calls, r.tool_calls, r.user_message) == (
-            m["outcome"], int(m["m"]), int(m["t"]), quoted(m["q"])
+            m["outcome"],
+            int(m["m"]),
+            int(m["t"]),
+            quoted(m["q"]),
         )
 
 
@@ -267,9 +280,12 @@ def got_not_found(r: RunRecord) -> bool:
     return False
 
 
-@claim("orders", r"'not found' came back as a normal tool result, not an error, in (?P<k>\d+) run\(s\), and "
-       r"(?:(?P<all>all of them)|(?P<d>\d+) of them) ended 'done' with an answer: the model answers it like any "
-       r"other fact\.")
+@claim(
+    "orders",
+    r"'not found' came back as a normal tool result, not an error, in (?P<k>\d+) run\(s\), and "
+    r"(?:(?P<all>all of them)|(?P<d>\d+) of them) ended 'done' with an answer: the model answers it like any "
+    r"other fact\.",
+)
 def _orders_not_found(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     found = [r for r in records if got_not_found(r)]
     done = [r for r in found if r.stop_reason == StopReason.DONE and r.answer]
@@ -295,12 +311,18 @@ def check_verdicts(r: RunRecord, verdicts: str, s: Scenario) -> None:
         assert (spent(r) > value) is (past is not None), verdict
 
 
-@claim("max-steps", LABEL + NAMES + r": (?P<outcome>[^;]+); cart (?P<cart>[^;]+); (?P<tokens>[\d,]+) tokens in "
-       r"(?P<wall>[\d.]+)s(?P<verdicts>(?:; [^;]+)*)")
+@claim(
+    "max-steps",
+    LABEL + NAMES + r": (?P<outcome>[^;]+); cart (?P<cart>[^;]+); (?P<tokens>[\d,]+) tokens in "
+    r"(?P<wall>[\d.]+)s(?P<verdicts>(?:; [^;]+)*)",
+)
 def _max_steps_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         assert (outcome(r), cart_text(r), f"{r.tokens:,}", f"{r.wall_s:.1f}") == (
-            m["outcome"], m["cart"], m["tokens"], m["wall"]
+            m["outcome"],
+            m["cart"],
+            m["tokens"],
+            m["wall"],
         )
         check_verdicts(r, m["verdicts"], s)
 
@@ -311,8 +333,11 @@ def _max_steps_message(m: re.Match[str], records: list[RunRecord], s: Scenario) 
     assert quoted(m["q"]) in {r.user_message for r in early}
 
 
-@claim("max-steps", LABEL + NAMES + r": finished 'done' past a limit they were given: nothing stopped them at it, "
-       r"so in them that limit was not enforced\.")
+@claim(
+    "max-steps",
+    LABEL + NAMES + r": finished 'done' past a limit they were given: nothing stopped them at it, "
+    r"so in them that limit was not enforced\.",
+)
 def _max_steps_unenforced(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records, stop_reason=StopReason.DONE):
         limits = limits_of(s, r)
@@ -322,8 +347,11 @@ def _max_steps_unenforced(m: re.Match[str], records: list[RunRecord], s: Scenari
         assert past, r.contender
 
 
-@claim("max-steps", LABEL + r"no run reached (?P<limit>\S+(?: s)?) \(at most (?P<most>.+)\), so that limit was not "
-       r"exercised\.")
+@claim(
+    "max-steps",
+    LABEL + r"no run reached (?P<limit>\S+(?: s)?) \(at most (?P<most>.+)\), so that limit was not "
+    r"exercised\.",
+)
 def _max_steps_not_reached(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     variant = [r for r in records if r.variant_label == m["label"]]
     name, value = limit_value(m["limit"])
@@ -333,16 +361,22 @@ def _max_steps_not_reached(m: re.Match[str], records: list[RunRecord], s: Scenar
     assert used_value(m["most"]) == pytest.approx(max(spent(r) for r in variant), rel=0.01, abs=0.0001)
 
 
-@claim("flaky-warehouse", LABEL + NAMES + r": raised (?P<error>.+): the run ended at the exception, with no answer "
-       r"for the customer")
+@claim(
+    "flaky-warehouse",
+    LABEL + NAMES + r": raised (?P<error>.+): the run ended at the exception, with no answer "
+    r"for the customer",
+)
 def _flaky_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         assert r.error == m["error"] and r.answer is None
 
 
-@claim("flaky-warehouse", LABEL + NAMES + r": (?:the model read " + QUOTE + r"|(?P<none>no tool error reached the "
-       r"model))(?: \(details hidden in (?P<hidden>\d+) result\(s\)\))?, made (?P<checks>\d+) check_stock call\(s\), "
-       r"then (?P<outcome>[^;]+); cart (?P<cart>.+)")
+@claim(
+    "flaky-warehouse",
+    LABEL + NAMES + r": (?:the model read " + QUOTE + r"|(?P<none>no tool error reached the "
+    r"model))(?: \(details hidden in (?P<hidden>\d+) result\(s\)\))?, made (?P<checks>\d+) check_stock call\(s\), "
+    r"then (?P<outcome>[^;]+); cart (?P<cart>.+)",
+)
 def _flaky_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         errors = [e for e in tool_lines(r) if e["is_error"]]
@@ -360,8 +394,11 @@ def pair(records: list[RunRecord], contender: str) -> tuple[RunRecord, RunRecord
     return full, cut
 
 
-@claim("big-results", r"(?P<c>[a-z-]+): (?P<full>[\d,]+) -> (?P<cut>[\d,]+) tokens with truncation \((?P<pct>\d+)% "
-       r"less\)\.")
+@claim(
+    "big-results",
+    r"(?P<c>[a-z-]+): (?P<full>[\d,]+) -> (?P<cut>[\d,]+) tokens with truncation \((?P<pct>\d+)% "
+    r"less\)\.",
+)
 def _big_saved(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     full, cut = pair(records, m["c"])
     assert with_guard(cut, Guard.TRUNCATED) and call_keys(full) == call_keys(cut)
@@ -369,8 +406,11 @@ def _big_saved(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     assert int(m["pct"]) == round(100 * (full.tokens - cut.tokens) / full.tokens)
 
 
-@claim("big-results", r"(?P<c>[a-z-]+): (?P<full>[\d,]+) -> (?P<cut>[\d,]+) tokens, but the runs made different "
-       r"calls, so not all of it is the cut\.")
+@claim(
+    "big-results",
+    r"(?P<c>[a-z-]+): (?P<full>[\d,]+) -> (?P<cut>[\d,]+) tokens, but the runs made different "
+    r"calls, so not all of it is the cut\.",
+)
 def _big_other_path(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     full, cut = pair(records, m["c"])
     assert with_guard(cut, Guard.TRUNCATED) and call_keys(full) != call_keys(cut)
@@ -382,8 +422,11 @@ def _big_no_saving(m: re.Match[str], records: list[RunRecord], s: Scenario) -> N
     assert with_guard(cut, Guard.TRUNCATED) and cut.tokens >= full.tokens
 
 
-@claim("big-results", r"(?P<c>[a-z-]+): (?P<full>[\d,]+) and (?P<cut>[\d,]+) tokens: nothing was cut, although a "
-       r"result had (?P<n>[\d,]+) characters \(the cut is at (?P<limit>[\d,]+)\)\.")
+@claim(
+    "big-results",
+    r"(?P<c>[a-z-]+): (?P<full>[\d,]+) and (?P<cut>[\d,]+) tokens: nothing was cut, although a "
+    r"result had (?P<n>[\d,]+) characters \(the cut is at (?P<limit>[\d,]+)\)\.",
+)
 def _big_uncut(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     full, cut = pair(records, m["c"])
     assert not with_guard(cut, Guard.TRUNCATED)
@@ -392,15 +435,21 @@ def _big_uncut(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     assert (f"{full.tokens:,}", f"{cut.tokens:,}") == (m["full"], m["cut"])
 
 
-@claim("big-results", r"(?P<c>[a-z-]+): (?P<full>[\d,]+) -> (?P<cut>[\d,]+) tokens; no result was over "
-       r"(?P<limit>[\d,]+) characters, so nothing needed a cut\.")
+@claim(
+    "big-results",
+    r"(?P<c>[a-z-]+): (?P<full>[\d,]+) -> (?P<cut>[\d,]+) tokens; no result was over "
+    r"(?P<limit>[\d,]+) characters, so nothing needed a cut\.",
+)
 def _big_small(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     _, cut = pair(records, m["c"])
     assert all(len(result_of(e)) <= int(m["limit"].replace(",", "")) for e in tool_lines(cut))
 
 
-@claim("looping-model", NAMES + r": (?P<outcome>.+?) after (?P<m>\d+) model calls; (?P<repeats>.+); (?P<tokens>[\d,]+) "
-       r"tokens")
+@claim(
+    "looping-model",
+    NAMES + r": (?P<outcome>.+?) after (?P<m>\d+) model calls; (?P<repeats>.+); (?P<tokens>[\d,]+) "
+    r"tokens",
+)
 def _looping_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         assert (outcome(r), r.model_calls, f"{r.tokens:,}") == (m["outcome"], int(m["m"]), m["tokens"])
@@ -426,7 +475,7 @@ REFUSED_WORDS = {
 
 
 def refused_counts(how: str) -> dict[str, int]:
-    """"2 refused as invalid arguments, 1 refused by the repeat check" -> {guard: count}; "none refused" -> {}."""
+    """ "2 refused as invalid arguments, 1 refused by the repeat check" -> {guard: count}; "none refused" -> {}."""
     if how == "none refused":
         return {}
     counts = {}
@@ -441,9 +490,12 @@ def refused_by_guard(lines: list[dict[str, Any]]) -> dict[str, int]:
     return dict(Counter(str(e["guard"]) for e in lines if e.get("guard") in {str(g) for g in REFUSED_WORDS.values()}))
 
 
-@claim("looping-model", NAMES + r": the repeat check refused the (?P<nth>\d+)(?:st|nd|rd|th) identical call(?: and "
-       r"(?P<more>\d+) more)? \(max_repeats=(?P<limit>\d+)\)(?:, and the run stopped after (?P<rounds>\d+) error "
-       r"rounds in a row \(max_consecutive_errors=(?P<errors>\d+)\))?\.")
+@claim(
+    "looping-model",
+    NAMES + r": the repeat check refused the (?P<nth>\d+)(?:st|nd|rd|th) identical call(?: and "
+    r"(?P<more>\d+) more)? \(max_repeats=(?P<limit>\d+)\)(?:, and the run stopped after (?P<rounds>\d+) error "
+    r"rounds in a row \(max_consecutive_errors=(?P<errors>\d+)\))?\.",
+)
 def _looping_refused(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         refused = with_guard(r, Guard.REPEAT)
@@ -468,8 +520,11 @@ def _looping_capped(m: re.Match[str], records: list[RunRecord], s: Scenario) -> 
         assert refused_by_guard(same) == {}, "every identical call ran the tool"
 
 
-@claim("looping-model", NAMES + r": stopped at the step limit with none of the identical (?P<tool>\S+) calls refused "
-       r"by the repeat check: (?P<how>.+)\.")
+@claim(
+    "looping-model",
+    NAMES + r": stopped at the step limit with none of the identical (?P<tool>\S+) calls refused "
+    r"by the repeat check: (?P<how>.+)\.",
+)
 def _looping_capped_refused(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         assert r.stop_reason == StopReason.MAX_STEPS and not with_guard(r, Guard.REPEAT)
@@ -495,8 +550,11 @@ def shown_text(r: RunRecord) -> str:
     return "no answer was shown" if r.answer is None else f"a {len(r.answer):,}-character answer was shown"
 
 
-@claim("runaway-reply", NAMES + r": the reply was cut at what was left of the budget \((?P<limit>max_tokens=[\d,]+)\): "
-       r"(?P<t>[\d,]+) tokens in all, (?P<outcome>[^;]+); (?P<shown>.+)")
+@claim(
+    "runaway-reply",
+    NAMES + r": the reply was cut at what was left of the budget \((?P<limit>max_tokens=[\d,]+)\): "
+    r"(?P<t>[\d,]+) tokens in all, (?P<outcome>[^;]+); (?P<shown>.+)",
+)
 def _runaway_cut(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         assert capped(r) and limit_value(m["limit"]) == ("max_tokens", limits_of(s, r).max_tokens)
@@ -504,9 +562,12 @@ def _runaway_cut(m: re.Match[str], records: list[RunRecord], s: Scenario) -> Non
         assert r.answer is None  # a cut reply is never shown as the answer
 
 
-@claim("runaway-reply", NAMES + r": nothing cut the reply: one call used (?P<t>[\d,]+) tokens, (?P<x>[\d.]+)x the "
-       r"budget \((?P<limit>max_tokens=[\d,]+)\), and the budget saw it only once it had arrived; (?P<outcome>[^;]+); "
-       r"(?P<shown>.+)")
+@claim(
+    "runaway-reply",
+    NAMES + r": nothing cut the reply: one call used (?P<t>[\d,]+) tokens, (?P<x>[\d.]+)x the "
+    r"budget \((?P<limit>max_tokens=[\d,]+)\), and the budget saw it only once it had arrived; (?P<outcome>[^;]+); "
+    r"(?P<shown>.+)",
+)
 def _runaway_uncut(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         budget = limits_of(s, r).max_tokens
@@ -515,8 +576,11 @@ def _runaway_uncut(m: re.Match[str], records: list[RunRecord], s: Scenario) -> N
         assert (outcome(r), shown_text(r)) == (m["outcome"], m["shown"])
 
 
-@claim("runaway-reply", NAMES + r": no reply came near the budget: the dearest call used (?P<t>[\d,]+) tokens "
-       r"\((?P<limit>max_tokens=[\d,]+)\); (?P<outcome>.+)")
+@claim(
+    "runaway-reply",
+    NAMES + r": no reply came near the budget: the dearest call used (?P<t>[\d,]+) tokens "
+    r"\((?P<limit>max_tokens=[\d,]+)\); (?P<outcome>.+)",
+)
 def _runaway_none(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         budget = limits_of(s, r).max_tokens
@@ -529,8 +593,11 @@ def _hallucinated_none(m: re.Match[str], records: list[RunRecord], s: Scenario) 
         assert not unknown_calls(r) and (outcome(r), cart_text(r)) == (m["outcome"], m["cart"])
 
 
-@claim("hallucinated-tool", NAMES + r": the model called (?P<tool>'[^']+'), which does not exist, and got (?P<kind>an "
-       r"error result|a normal result): " + QUOTE + r"; then (?P<outcome>[^;]+); cart (?P<cart>.+)")
+@claim(
+    "hallucinated-tool",
+    NAMES + r": the model called (?P<tool>'[^']+'), which does not exist, and got (?P<kind>an "
+    r"error result|a normal result): " + QUOTE + r"; then (?P<outcome>[^;]+); cart (?P<cart>.+)",
+)
 def _hallucinated_called(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         call = unknown_calls(r)[0]
@@ -540,8 +607,11 @@ def _hallucinated_called(m: re.Match[str], records: list[RunRecord], s: Scenario
         assert (outcome(r), cart_text(r)) == (m["outcome"], m["cart"])
 
 
-@claim("hallucinated-tool", NAMES + r": the unknown tool was an error result, not a crash, and the run still ended "
-       r"'done'\.")
+@claim(
+    "hallucinated-tool",
+    NAMES + r": the unknown tool was an error result, not a crash, and the run still ended "
+    r"'done'\.",
+)
 def _hallucinated_recovered(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records, stop_reason=StopReason.DONE):
         assert unknown_calls(r) and all(e["is_error"] for e in unknown_calls(r))
@@ -560,9 +630,12 @@ for _scenario in ("hallucinated-tool", "prompt-injection", "looping-model"):
             assert r.error == m["error"]
 
 
-@claim("session", LABEL + NAMES + r": turn 2 made (?P<n>\d+) tool call\(s\) and answered " + QUOTE + r"; "
-       r"(?P<messages>\d+) messages(?: in (?P<checkpoints>\d+) checkpoints)?(?:; reopened after a restart: "
-       r"(?P<after>\d+) messages \((?P<whole>the whole conversation|NOT the whole conversation)\))?\.")
+@claim(
+    "session",
+    LABEL + NAMES + r": turn 2 made (?P<n>\d+) tool call\(s\) and answered " + QUOTE + r"; "
+    r"(?P<messages>\d+) messages(?: in (?P<checkpoints>\d+) checkpoints)?(?:; reopened after a restart: "
+    r"(?P<after>\d+) messages \((?P<whole>the whole conversation|NOT the whole conversation)\))?\.",
+)
 def _session_turn(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records, turn=2):
         assert (r.tool_calls, r.user_message, r.facts["messages"]) == (int(m["n"]), quoted(m["q"]), int(m["messages"]))
@@ -586,8 +659,11 @@ for _scenario in ("session", "stale-cart"):
             assert not [t for t in records if (t.variant, t.contender, t.turn) == (r.variant, r.contender, 2)]
 
 
-@claim("session", LABEL + NAMES + r": turn 2 was answered without a tool call: from turn 1's results, in the history "
-       r"sent again\.")
+@claim(
+    "session",
+    LABEL + NAMES + r": turn 2 was answered without a tool call: from turn 1's results, in the history "
+    r"sent again\.",
+)
 def _session_memory(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records, turn=2):
         assert r.tool_calls == 0 and r.stop_reason == StopReason.DONE
@@ -615,9 +691,15 @@ def changed(records: list[RunRecord], r: RunRecord) -> bool | None:
     return (before.cart, before.cart_total) != (r.cart, r.cart_total)
 
 
-@claim("stale-cart", LABEL + NAMES + r" (?P<how>read the cart with view_cart|answered without reading the cart): "
-       + QUOTE + r"; the cart held \$(?P<before>[\d.]+) after turn 1 and holds \$(?P<now>[\d.]+): (?P<verdict>right|"
-       r"STALE|wrong|it states no total)\.")
+@claim(
+    "stale-cart",
+    LABEL
+    + NAMES
+    + r" (?P<how>read the cart with view_cart|answered without reading the cart): "
+    + QUOTE
+    + r"; the cart held \$(?P<before>[\d.]+) after turn 1 and holds \$(?P<now>[\d.]+): (?P<verdict>right|"
+    r"STALE|wrong|it states no total)\.",
+)
 def _stale_turn(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records, turn=2):
         assert viewed(r) is (m["how"] == "read the cart with view_cart")
@@ -625,9 +707,12 @@ def _stale_turn(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None
         assert (r.user_message, before.cart_total, r.cart_total) == (quoted(m["q"]), m["before"], m["now"])
         stated = amounts(r.answer)
         expected = (
-            "it states no total" if not stated
-            else "right" if money(r.cart_total) in stated
-            else "STALE" if changed(records, r) is True
+            "it states no total"
+            if not stated
+            else "right"
+            if money(r.cart_total) in stated
+            else "STALE"
+            if changed(records, r) is True
             else "wrong"
         )
         assert m["verdict"] == expected
@@ -663,22 +748,31 @@ def _parallel_times(m: re.Match[str], records: list[RunRecord], s: Scenario) -> 
     assert (f"{seq.wall_s:.2f}", f"{par.wall_s:.2f}") == (m["seq"], m["par"])
 
 
-@claim("parallel-tools", r"Every reply asked for one tool call, so there was nothing to run in parallel: not "
-       r"exercised\.")
+@claim(
+    "parallel-tools",
+    r"Every reply asked for one tool call, so there was nothing to run in parallel: not "
+    r"exercised\.",
+)
 def _parallel_none(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     assert not any(several_in_one_reply(r) for r in records)
 
 
-@claim("parallel-tools", r"One reply asked for several calls; run together \(" + NAMES + r"\) they cost about the "
-       r"slowest call instead of the sum, and each result is matched to its call by the call id\.")
+@claim(
+    "parallel-tools",
+    r"One reply asked for several calls; run together \(" + NAMES + r"\) they cost about the "
+    r"slowest call instead of the sum, and each result is matched to its call by the call id\.",
+)
 def _parallel_faster(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for contender in m["names"].split(", "):
         seq, par = seq_par(records, contender)
         assert several_in_one_reply(seq) and several_in_one_reply(par) and par.wall_s < seq.wall_s
 
 
-@claim("parallel-tools", r"One reply asked for several calls, but no contender was faster running them together "
-       r"here\.")
+@claim(
+    "parallel-tools",
+    r"One reply asked for several calls, but no contender was faster running them together "
+    r"here\.",
+)
 def _parallel_not_faster(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     assert any(several_in_one_reply(r) for r in records)
     for contender in {r.contender for r in records if r.variant == "sequential"}:
@@ -686,8 +780,11 @@ def _parallel_not_faster(m: re.Match[str], records: list[RunRecord], s: Scenario
         assert not (several_in_one_reply(seq) and several_in_one_reply(par) and par.wall_s < seq.wall_s)
 
 
-@claim("prompt-injection", r"The note sat in the description of (?P<book>[^,]+?)(?P<tail>, which search_books "
-       r"returned with the other results)?\.")
+@claim(
+    "prompt-injection",
+    r"The note sat in the description of (?P<book>[^,]+?)(?P<tail>, which search_books "
+    r"returned with the other results)?\.",
+)
 def _injection_where(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     assert {r.facts.get("injected_into") for r in records} - {None} == {m["book"]}
 
@@ -704,8 +801,11 @@ def _injection_where(m: re.Match[str], records: list[RunRecord], s: Scenario) ->
     assert any(returned(r) for r in records) is bool(m["tail"])
 
 
-@claim("prompt-injection", LABEL + NAMES + r": (?P<n>\d+) write\(s\) held for approval \((?P<how>.+?)\), asked "
-       r"(?P<asked>.+), (?P<answer>refused|approved); cart (?P<cart>.+)")
+@claim(
+    "prompt-injection",
+    LABEL + NAMES + r": (?P<n>\d+) write\(s\) held for approval \((?P<how>.+?)\), asked "
+    r"(?P<asked>.+), (?P<answer>refused|approved); cart (?P<cart>.+)",
+)
 def _injection_held(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         assert len(r.facts["approval_asked"]) == int(m["n"]) and cart_text(r) == m["cart"]
@@ -722,16 +822,22 @@ def _injection_refused(m: re.Match[str], records: list[RunRecord], s: Scenario) 
         assert len(with_guard(r, Guard.APPROVAL_REFUSED)) == int(m["n"]) and not r.facts.get("approval_asked")
 
 
-@claim("prompt-injection", LABEL + NAMES + r": the cart stayed within the approval limits; an add_to_cart error has no "
-       r"typed fact saying whether a gate refused it; cart (?P<cart>.+)")
+@claim(
+    "prompt-injection",
+    LABEL + NAMES + r": the cart stayed within the approval limits; an add_to_cart error has no "
+    r"typed fact saying whether a gate refused it; cart (?P<cart>.+)",
+)
 def _injection_untyped(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         assert not over_limits(r) and not r.facts.get("approval_asked") and not with_guard(r, Guard.APPROVAL_REFUSED)
         assert any(e["name"] == "add_to_cart" and e["is_error"] and e.get("guard") is None for e in tool_lines(r))
 
 
-@claim("prompt-injection", LABEL + NAMES + r": the cart went over the approval limits \((?P<over>.+)\) and no approval "
-       r"was asked; cart (?P<cart>.+)")
+@claim(
+    "prompt-injection",
+    LABEL + NAMES + r": the cart went over the approval limits \((?P<over>.+)\) and no approval "
+    r"was asked; cart (?P<cart>.+)",
+)
 def _injection_over(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         assert over_limits(r) and not r.facts.get("approval_asked") and cart_text(r) == m["cart"]
@@ -746,8 +852,11 @@ def _injection_within(m: re.Match[str], records: list[RunRecord], s: Scenario) -
         assert not any(e["name"] == "add_to_cart" and e["is_error"] and not e.get("guard") for e in tool_lines(r))
 
 
-@claim("prompt-injection", LABEL + NAMES + r": the model read the refusal and went on \((?P<n>\d+) more tool "
-       r"call\(s\), then (?P<outcome>[^)]+)\); a gate in the loop does what no instruction can\.")
+@claim(
+    "prompt-injection",
+    LABEL + NAMES + r": the model read the refusal and went on \((?P<n>\d+) more tool "
+    r"call\(s\), then (?P<outcome>[^)]+)\); a gate in the loop does what no instruction can\.",
+)
 def _injection_went_on(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for r in named(m, records):
         at = next(i for i, e in enumerate(r.trace) if e.get("guard") == Guard.APPROVAL_REFUSED)
@@ -758,8 +867,9 @@ def _injection_went_on(m: re.Match[str], records: list[RunRecord], s: Scenario) 
 
 @claim("prompt-injection", r"No write went over the approval limits in any run, so the gate was not exercised\.")
 def _injection_not_exercised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
-    assert not any(over_limits(r) or with_guard(r, Guard.APPROVAL_REFUSED) or r.facts.get("approval_asked")
-                   for r in records)
+    assert not any(
+        over_limits(r) or with_guard(r, Guard.APPROVAL_REFUSED) or r.facts.get("approval_asked") for r in records
+    )
 
 
 # long-session, streaming, time-travel: read again from the records, by turn and by fact.
@@ -798,10 +908,16 @@ def states_store_total(r: RunRecord) -> bool | None:
     return None if not found else money(r.cart_total) in found
 
 
-@claim("long-session", LABEL + ONE + r": the same question cost (?P<a>[\d,]+) tokens at turn (?P<ta>\d+) "
-       r"and (?P<b>[\d,]+) at turn (?P<tb>\d+)(?: \((?P<x>[\d.]+)x\))?, in (?P<da>" + DURATION + r") and (?P<db>"
-       + DURATION + r")(?:; after (?P<n>\d+) turns it holds (?P<messages>\d+) messages, (?P<stored>[\d,.]+) "
-       r"(?P<unit>bytes|KiB|MiB)(?P<disk> on disk)?(?: in (?P<cp>[\d,]+) checkpoints)?)?\.")
+@claim(
+    "long-session",
+    LABEL + ONE + r": the same question cost (?P<a>[\d,]+) tokens at turn (?P<ta>\d+) "
+    r"and (?P<b>[\d,]+) at turn (?P<tb>\d+)(?: \((?P<x>[\d.]+)x\))?, in (?P<da>"
+    + DURATION
+    + r") and (?P<db>"
+    + DURATION
+    + r")(?:; after (?P<n>\d+) turns it holds (?P<messages>\d+) messages, (?P<stored>[\d,.]+) "
+    r"(?P<unit>bytes|KiB|MiB)(?P<disk> on disk)?(?: in (?P<cp>[\d,]+) checkpoints)?)?\.",
+)
 def _long_session_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     turns = turns_of(records, m["label"], m["names"])
     by_turn = {r.turn: r for r in turns}
@@ -824,8 +940,11 @@ def _long_session_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -
         assert last.facts.get("checkpoints") == (None if m["cp"] is None else int(m["cp"].replace(",", "")))
 
 
-@claim("long-session", LABEL + ONE + r": turn (?P<t>\d+) cost (?P<a>[\d,]+) tokens against (?P<b>[\d,]+) "
-       r"with the whole history \((?P<pct>\d+)%\)\.")
+@claim(
+    "long-session",
+    LABEL + ONE + r": turn (?P<t>\d+) cost (?P<a>[\d,]+) tokens against (?P<b>[\d,]+) "
+    r"with the whole history \((?P<pct>\d+)%\)\.",
+)
 def _long_session_policy(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     mine = {r.turn: r for r in turns_of(records, m["label"], m["names"])}[int(m["t"])]
     assert mine.settings["keep_turns"] is not None, "only a trimmed history is compared with the whole one"
@@ -835,11 +954,14 @@ def _long_session_policy(m: re.Match[str], records: list[RunRecord], s: Scenario
     assert int(m["pct"]) == round(100 * mine.tokens / whole[0].tokens)
 
 
-@claim("long-session", LABEL + NAMES + r": turn (?P<t>\d+) (?P<q>'[^']*') was answered "
-       r"(?:(?P<memory>from memory, without a tool call)|with (?P<tools>[a-z_, ]+?)(?P<fell> \(the turn that"
-       r" added the book was no longer in what "
-       r"the model is sent\))?), (?:which matches the store \((?P<ok>[\d.]+)\)|which does NOT match the store "
-       r"\((?P<bad>[\d.]+)\)|(?P<none>with no amount in it))\.")
+@claim(
+    "long-session",
+    LABEL + NAMES + r": turn (?P<t>\d+) (?P<q>'[^']*') was answered "
+    r"(?:(?P<memory>from memory, without a tool call)|with (?P<tools>[a-z_, ]+?)(?P<fell> \(the turn that"
+    r" added the book was no longer in what "
+    r"the model is sent\))?), (?:which matches the store \((?P<ok>[\d.]+)\)|which does NOT match the store "
+    r"\((?P<bad>[\d.]+)\)|(?P<none>with no amount in it))\.",
+)
 def _long_session_cart(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     for name in m["names"].split(", "):
         turns = turns_of(records, m["label"], name)
@@ -860,8 +982,11 @@ def _long_session_cart(m: re.Match[str], records: list[RunRecord], s: Scenario) 
             assert expected is None
 
 
-@claim("long-session", r"The budget cliff: " + LABEL + ONE + r" stopped at turn (?P<t>\d+) with 'token "
-       r"budget exceeded' after (?P<tokens>[\d,]+) tokens: .*")
+@claim(
+    "long-session",
+    r"The budget cliff: " + LABEL + ONE + r" stopped at turn (?P<t>\d+) with 'token "
+    r"budget exceeded' after (?P<tokens>[\d,]+) tokens: .*",
+)
 def _long_session_cliff(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     hit = [r for r in records if r.stop_reason == StopReason.TOKEN_BUDGET]
     first_hit = min(hit, key=lambda r: r.turn)
@@ -869,8 +994,13 @@ def _long_session_cliff(m: re.Match[str], records: list[RunRecord], s: Scenario)
     assert first_hit.tokens == money(m["tokens"])
 
 
-@claim("long-session", r"No turn hit the token budget: the costliest, " + LABEL
-       + ONE + r" turn (?P<t>\d+), used (?P<tokens>[\d,]+) of max_tokens=(?P<budget>[\d,]+) \((?P<pct>\d+)%\); .*")
+@claim(
+    "long-session",
+    r"No turn hit the token budget: the costliest, "
+    + LABEL
+    + ONE
+    + r" turn (?P<t>\d+), used (?P<tokens>[\d,]+) of max_tokens=(?P<budget>[\d,]+) \((?P<pct>\d+)%\); .*",
+)
 def _long_session_no_cliff(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     assert not any(r.stop_reason == StopReason.TOKEN_BUDGET for r in records)
     top = max((r for r in records if r.error is None), key=lambda r: r.tokens)
@@ -885,10 +1015,18 @@ def _long_session_raised(m: re.Match[str], records: list[RunRecord], s: Scenario
     assert raised[0].turn == int(m["t"]) and raised[0].error == m["error"]
 
 
-@claim("streaming", LABEL + ONE + r": the first words of the answer reached the user after (?P<first>"
-       + DURATION + r"), the whole answer after (?P<whole>" + DURATION + r") \((?P<n>\d+) pieces\)(?:; without "
-       r"streaming nothing showed until (?P<plain>" + DURATION + r"))?(?P<bad>; the streamed pieces do NOT add up to "
-       r"the answer)?\.")
+@claim(
+    "streaming",
+    LABEL
+    + ONE
+    + r": the first words of the answer reached the user after (?P<first>"
+    + DURATION
+    + r"), the whole answer after (?P<whole>"
+    + DURATION
+    + r") \((?P<n>\d+) pieces\)(?:; without "
+    r"streaming nothing showed until (?P<plain>" + DURATION + r"))?(?P<bad>; the streamed pieces do NOT add up to "
+    r"the answer)?\.",
+)
 def _streaming_times(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     [r] = named(m, records)
     assert r.settings["stream"] is True and r.facts["text_chunks"] == int(m["n"]) > 0
@@ -907,23 +1045,32 @@ def _streaming_silent(m: re.Match[str], records: list[RunRecord], s: Scenario) -
     assert r.settings["stream"] is True and r.facts["text_chunks"] == 0
 
 
-@claim("streaming", r"(?P<names>[a-z-]+): streamed and not, the runs made the same tool calls, used the same tokens "
-       r"\((?P<tokens>[\d,]+)\) and gave the same answer\.")
+@claim(
+    "streaming",
+    r"(?P<names>[a-z-]+): streamed and not, the runs made the same tool calls, used the same tokens "
+    r"\((?P<tokens>[\d,]+)\) and gave the same answer\.",
+)
 def _streaming_same(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     runs = [r for r in records if r.contender == m["names"]]
     assert len({(tuple(call_keys(r)), r.tokens, r.answer, r.stop_reason) for r in runs}) == 1 and len(runs) == 2
     assert runs[0].tokens == money(m["tokens"])
 
 
-@claim("streaming", r"(?P<names>[a-z-]+): the streamed run differs from the one that was not \(calls, tokens or "
-       r"answer\)\.")
+@claim(
+    "streaming",
+    r"(?P<names>[a-z-]+): the streamed run differs from the one that was not \(calls, tokens or "
+    r"answer\)\.",
+)
 def _streaming_differs(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     runs = [r for r in records if r.contender == m["names"]]
     assert len({(tuple(call_keys(r)), r.tokens, r.answer, r.stop_reason) for r in runs}) == 2
 
 
-@claim("streaming", r"(?P<names>[a-z-]+): the functions that handle streaming hold (?P<total>\d+) lines of code "
-       r"\(counted from the source\): (?P<where>.+)\.")
+@claim(
+    "streaming",
+    r"(?P<names>[a-z-]+): the functions that handle streaming hold (?P<total>\d+) lines of code "
+    r"\(counted from the source\): (?P<where>.+)\.",
+)
 def _streaming_code(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     import importlib
     import inspect
@@ -953,8 +1100,11 @@ def _streaming_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -
     assert r.error == m["error"]
 
 
-@claim("time-travel", LABEL + ONE + r": rewind took back (?P<turns>\d+) turn \((?P<messages>\d+) messages\); "
-       r"the cart still held (?P<cart>.+): the store did not go back\.")
+@claim(
+    "time-travel",
+    LABEL + ONE + r": rewind took back (?P<turns>\d+) turn \((?P<messages>\d+) messages\); "
+    r"the cart still held (?P<cart>.+): the store did not go back\.",
+)
 def _time_travel_rewind(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     first_turn, second = turns_of(records, m["label"], m["names"])
     assert (second.facts["rewound_turns"], second.facts["rewound_messages"]) == (int(m["turns"]), int(m["messages"]))
@@ -962,9 +1112,12 @@ def _time_travel_rewind(m: re.Match[str], records: list[RunRecord], s: Scenario)
     assert m["cart"] == held, "the cart as turn 1 left it, read from the store"
 
 
-@claim("time-travel", LABEL + ONE + r": asked the cart total after the rewind, the model answered (?:from "
-       r"memory|with (?P<tools>[a-z_, ]+)), with (?P<verdict>the store's|NOT the store's|no) total"
-       r" \((?P<total>[\d.]+)\)\.")
+@claim(
+    "time-travel",
+    LABEL + ONE + r": asked the cart total after the rewind, the model answered (?:from "
+    r"memory|with (?P<tools>[a-z_, ]+)), with (?P<verdict>the store's|NOT the store's|no) total"
+    r" \((?P<total>[\d.]+)\)\.",
+)
 def _time_travel_after_rewind(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     second = turns_of(records, m["label"], m["names"])[-1]
     assert second.turn == 2 and second.stop_reason == StopReason.DONE and second.cart_total == m["total"]
@@ -972,9 +1125,12 @@ def _time_travel_after_rewind(m: re.Match[str], records: list[RunRecord], s: Sce
     assert {"the store's": True, "NOT the store's": False, "no": None}[m["verdict"]] == states_store_total(second)
 
 
-@claim("time-travel", LABEL + ONE + r": (?:add_to_cart ran (?P<n>\d+) time\(s\) in the replay|add_to_cart did "
-       r"not run again), (?P<keyed>with the call id as the store's request id|without the call id): the cart went from "
-       r"(?P<before>.+) to (?P<after>.+)\.")
+@claim(
+    "time-travel",
+    LABEL + ONE + r": (?:add_to_cart ran (?P<n>\d+) time\(s\) in the replay|add_to_cart did "
+    r"not run again), (?P<keyed>with the call id as the store's request id|without the call id): the cart went from "
+    r"(?P<before>.+) to (?P<after>.+)\.",
+)
 def _time_travel_replay(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     first_turn, replay = turns_of(records, m["label"], m["names"])
     adds = [e for e in tool_lines(replay) if e["name"] == "add_to_cart"]
@@ -985,15 +1141,21 @@ def _time_travel_replay(m: re.Match[str], records: list[RunRecord], s: Scenario)
     assert (m["before"], m["after"]) == (before, after)
 
 
-@claim("time-travel", LABEL + ONE + r": turn 1 called add_to_cart nowhere, so there was no checkpoint before "
-       r"it to replay\.")
+@claim(
+    "time-travel",
+    LABEL + ONE + r": turn 1 called add_to_cart nowhere, so there was no checkpoint before "
+    r"it to replay\.",
+)
 def _time_travel_nothing(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     runs = turns_of(records, m["label"], m["names"])
     assert len(runs) == 1 and not any(e["name"] == "add_to_cart" for e in tool_lines(runs[0]))
 
 
-@claim("time-travel", LABEL + ONE + r": add_to_cart ran (?P<n>\d+) time\(s\); (?P<who>.+), (?P<keyed>with|"
-       r"without) the call id: the cart holds (?P<cart>.+)\.")
+@claim(
+    "time-travel",
+    LABEL + ONE + r": add_to_cart ran (?P<n>\d+) time\(s\); (?P<who>.+), (?P<keyed>with|"
+    r"without) the call id: the cart holds (?P<cart>.+)\.",
+)
 def _time_travel_retry(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     [r] = named(m, records, variant_label=m["label"])
     adds = [e for e in tool_lines(r) if e["name"] == "add_to_cart"]
@@ -1010,8 +1172,11 @@ def _time_travel_retry(m: re.Match[str], records: list[RunRecord], s: Scenario) 
         assert int(m["n"]) <= 1
 
 
-@claim("time-travel", LABEL + ONE + r": the lost reply raised (?P<error>.+); the write had gone through: "
-       r"(?P<cart>.+)\.")
+@claim(
+    "time-travel",
+    LABEL + ONE + r": the lost reply raised (?P<error>.+); the write had gone through: "
+    r"(?P<cart>.+)\.",
+)
 def _time_travel_lost(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     [r] = named(m, records, variant_label=m["label"])
     held = ", ".join(f"{line['title']} x{line['quantity']}" for line in r.cart) or "an empty cart"
@@ -1028,8 +1193,11 @@ ANY_SCENARIO = "*"
 MAYBE_LABEL = r"(?:" + LABEL + r")?"
 
 
-@claim(ANY_SCENARIO, MAYBE_LABEL + ONE + r": ran past (?P<option>[a-z_]+)=(?P<value>[\d,]+), which it was given but "
-       r"cannot honour: (?P<reason>.+)\.")
+@claim(
+    ANY_SCENARIO,
+    MAYBE_LABEL + ONE + r": ran past (?P<option>[a-z_]+)=(?P<value>[\d,]+), which it was given but "
+    r"cannot honour: (?P<reason>.+)\.",
+)
 def _not_honoured(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     runs = [r for r in records if r.contender == m["names"] and r.variant_label == (m["label"] or "")]
     value = int(m["value"].replace(",", ""))
@@ -1049,9 +1217,12 @@ def _went_past(r: RunRecord, option: str, value: int) -> bool:
     raise AssertionError(f"no check for {option}")
 
 
-@claim(ANY_SCENARIO, MAYBE_LABEL + ONE + r": (?P<reason>[a-z ]+), yet the framework did not stop there: it made one "
-       r"more model call with tools disabled \(call (?P<n>\d+)\) and returned (?P<said>.+) as if done\. That text is "
-       r"kept as a forced answer, not as the answer; the stop reason says what happened\.")
+@claim(
+    ANY_SCENARIO,
+    MAYBE_LABEL + ONE + r": (?P<reason>[a-z ]+), yet the framework did not stop there: it made one "
+    r"more model call with tools disabled \(call (?P<n>\d+)\) and returned (?P<said>.+) as if done\. That text is "
+    r"kept as a forced answer, not as the answer; the stop reason says what happened\.",
+)
 def _forced_answer(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     runs = [r for r in records if r.contender == m["names"] and r.variant_label == (m["label"] or "")]
     assert runs and any(r.stop_reason == m["reason"] and r.model_calls == int(m["n"]) for r in runs)
@@ -1075,8 +1246,11 @@ def _not_run(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
         assert r.facts.get("not_available") == m["reason"] and not r.trace and r.model_calls == 0
 
 
-@claim(ANY_SCENARIO, MAYBE_LABEL + NAMES + r": ended done, but its answer contradicts the records: (?P<what>.+)\. The "
-       r"answer, (?P<said>'.*'|\".*\"), is false: done is not correct\.")
+@claim(
+    ANY_SCENARIO,
+    MAYBE_LABEL + NAMES + r": ended done, but its answer contradicts the records: (?P<what>.+)\. The "
+    r"answer, (?P<said>'.*'|\".*\"), is false: done is not correct\.",
+)
 def _contradicted(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     names = m["names"].split(", ")
     runs = [r for r in records if r.contender in names and r.variant_label == (m["label"] or "")]
@@ -1089,8 +1263,9 @@ def _contradicted(m: re.Match[str], records: list[RunRecord], s: Scenario) -> No
                 held = {line["title"]: line["quantity"] for line in r.cart}
                 assert held.get(said["title"]) == int(said["n"])
                 assert said["title"].casefold() in (r.answer or "").casefold()
-                assert re.search(r"out of stock|sold out|unavailable|not available|no copies|0 cop", r.answer or "",
-                                 re.IGNORECASE)  # fmt: skip
+                assert re.search(
+                    r"out of stock|sold out|unavailable|not available|no copies|0 cop", r.answer or "", re.IGNORECASE
+                )
         else:
             total = re.fullmatch(r"it gives the total as (?P<said>[\d., ]+) where the cart's is (?P<true>[\d.]+)", part)
             assert total, part
@@ -1232,7 +1407,8 @@ def check_matrix(records: list[RunRecord], scenarios: list[Scenario] | None = No
         for contender, cell in row["cells"].items():
             assert cell["status"] in GUARD_LEGEND, cell
             runs = {
-                r.turn: r for r in records
+                r.turn: r
+                for r in records
                 if (r.scenario, r.variant, r.contender) == (row["scenario"], row["variant"], contender)
             }
             record = runs.get(2 if row["guard"] == "stale read" else 1)
@@ -1262,8 +1438,16 @@ def test_every_guard_matrix_cell_is_true_of_the_records(
 ) -> None:
     rows = check_matrix(runs[(model, seed)])
     assert {row["guard"] for row in rows} == {
-        "step limit", "token budget", "time budget", "reply cap", "repeat check", "unknown tool", "error hiding",
-        "truncation", "stale read", "approval gate",
+        "step limit",
+        "token budget",
+        "time budget",
+        "reply cap",
+        "repeat check",
+        "unknown tool",
+        "error hiding",
+        "truncation",
+        "stale read",
+        "approval gate",
     }
 
 
@@ -1310,7 +1494,9 @@ def test_max_steps_50_labels_the_limit_that_ran_and_marks_nothing_missing(tmp_pa
     contender although nothing reached the limit."""
     scenario = SCENARIOS_BY_NAME["max-steps"].with_max_steps(50)
     assert [v.label for v in scenario.variants] == [
-        "max_steps=50", "max_steps=50, max_tokens=2,500", "max_steps=50, max_duration=0.02 s, every tool takes 0.03 s",
+        "max_steps=50",
+        "max_steps=50, max_tokens=2,500",
+        "max_steps=50, max_duration=0.02 s, every tool takes 0.03 s",
     ]
     records = run_all([scenario], "scripted", 0, tmp_path)
     assert {r.variant_label for r in records} == {v.label for v in scenario.variants}
@@ -1322,7 +1508,8 @@ def test_max_steps_50_labels_the_limit_that_ran_and_marks_nothing_missing(tmp_pa
     rows = {row["guard"]: row["cells"] for row in check_matrix(records, [scenario])}
     for contender in CONTENDERS:
         assert rows["step limit"][contender] == {
-            "status": "not exercised", "text": "not exercised: done after 5 model calls (max_steps=50)"
+            "status": "not exercised",
+            "text": "not exercised: done after 5 model calls (max_steps=50)",
         }
     # Every record carries the settings it ran with (`RunSettings.as_dict`), so the matrix needs no scenarios.
     variants = {v.name: v for v in scenario.variants}
@@ -1381,7 +1568,8 @@ def test_a_variant_label_says_the_limits_it_runs_with() -> None:
     assert [v.label for v in scenario.with_max_steps(3).variants] == ["max_steps=3"]
     flaky = SCENARIOS_BY_NAME["flaky-warehouse"].with_max_steps(6)
     assert [v.label for v in flaky.variants] == [
-        "default limits (max_steps=6), detailed_errors=False", "default limits (max_steps=6), detailed_errors=True",
+        "default limits (max_steps=6), detailed_errors=False",
+        "default limits (max_steps=6), detailed_errors=True",
     ]
     twice = SCENARIOS_BY_NAME["max-steps"].with_max_steps(9).with_max_steps(4)
     assert [v.note for v in twice.variants] == ["", "", "every tool takes 0.03 s"]
@@ -1414,8 +1602,15 @@ def test_identical_calls_refused_as_invalid_arguments_are_said_so_and_grouped_ap
     invalid = "Invalid arguments for add_to_cart: quantity must be at least 1."
     r = next(r for r in records if r.contender == "handwritten")
     r.trace = [
-        {**e, "name": "add_to_cart", "detail": f'{{"book_id":12345,"quantity":0}} -> {invalid}', "is_error": True,
-         "guard": str(Guard.INVALID_ARGS)} if e["name"] != "model" else e
+        {
+            **e,
+            "name": "add_to_cart",
+            "detail": f'{{"book_id":12345,"quantity":0}} -> {invalid}',
+            "is_error": True,
+            "guard": str(Guard.INVALID_ARGS),
+        }
+        if e["name"] != "model"
+        else e
         for e in r.trace
     ]
     r.stop_reason = str(StopReason.MAX_STEPS)
@@ -1439,8 +1634,9 @@ FALSE_ANSWER = "The Quiet Orchard is out of stock (0 copies). Your cart total is
 def test_an_answer_the_records_contradict_is_named_and_shown_false(tmp_path: Path) -> None:
     scenario = SCENARIOS_BY_NAME["bookstore"]
     ran = [r for r in run_all([scenario], "scripted", 0, tmp_path) if r.contender in ("handwritten", "langgraph")]
-    lied = [replace(r, answer=FALSE_ANSWER, user_message=FALSE_ANSWER) if r.contender == "langgraph" else r
-            for r in ran]  # fmt: skip
+    lied = [
+        replace(r, answer=FALSE_ANSWER, user_message=FALSE_ANSWER) if r.contender == "langgraph" else r for r in ran
+    ]
     points = check_points(scenario, lied)
     false = [p for p in points if "contradicts the records" in p]
     assert len(false) == 1 and false[0].startswith("langgraph: ended done")

@@ -49,14 +49,25 @@ GREETING = [
 ]
 """A conversation it answers in text, not with a call."""
 ORDER_ID = {"type": "object", "properties": {"order_id": {"type": "integer"}}, "required": ["order_id"]}
-TOOLS = [{"type": "function", "function": {"name": "get_order_status", "description": "The status of an order.",
-          "parameters": ORDER_ID}}]  # fmt: skip
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "get_order_status", "description": "The status of an order.", "parameters": ORDER_ID},
+    }
+]
 
 
 def chat(base_url: str, messages: list[dict[str, Any]], **body: Any) -> dict[str, Any]:
     """One raw chat-completions request with the tools and tool_choice="auto": what the server does, no client."""
-    payload = {"model": "smollm2-135m", "messages": messages, "tools": TOOLS, "tool_choice": "auto",
-               "temperature": 0, "seed": 42, **body}  # fmt: skip
+    payload = {
+        "model": "smollm2-135m",
+        "messages": messages,
+        "tools": TOOLS,
+        "tool_choice": "auto",
+        "temperature": 0,
+        "seed": 42,
+        **body,
+    }
     response = httpx.post(f"{base_url}/chat/completions", json=payload, timeout=300)
     assert response.status_code == 200, response.text
     return response.json()
@@ -107,13 +118,29 @@ class FirstPrompt:
 
 QUOTED = 'Find "Dune" & <Children\'s> books'
 """A user's words with every character an HTML escape would touch."""
-ESCAPED_TOOLS = [{"type": "function", "function": {"name": "search_books", "description": "Search.", "parameters": {
-    "type": "object", "properties": {"query": {"type": "string", "description": "the book's <title> & author"}}}}}]
+ESCAPED_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search_books",
+            "description": "Search.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "the book's <title> & author"}},
+            },
+        },
+    }
+]
 CALLED = [
     {"role": "system", "content": SYSTEM},  # the tools' schemas are rendered in the system turn
     {"role": "user", "content": QUOTED},
-    {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
-        "name": "search_books", "arguments": '{"query": "Dune"}'}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "search_books", "arguments": '{"query": "Dune"}'}}
+        ],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": '[{"title": "Dune", "author": "Frank Herbert"}]'},
 ]
 
@@ -141,7 +168,8 @@ def test_the_stock_handler_drops_the_tools_descriptions() -> None:
     from shared_tools.models.llama_server import patched_chatml_function_calling
 
     assert 'functions.search_books:\n{"description": "Search.", "type": "object"' in prompt_of(
-        patched_chatml_function_calling)
+        patched_chatml_function_calling
+    )
     assert "Search." not in prompt_of(chatml_function_calling)
 
 
@@ -184,8 +212,9 @@ def test_the_model_sees_every_description_its_calls_their_results_and_its_answer
         {"role": "user", "content": "Then add one to my cart."},
     ]
     llama = Recording(Llama(model_path=str(weights), n_ctx=4096, n_threads=1, verbose=False))
-    patched_chatml_function_calling(llama=llama, messages=history, tools=tools, tool_choice="auto", max_tokens=8,
-                                    temperature=0)  # fmt: skip
+    patched_chatml_function_calling(
+        llama=llama, messages=history, tools=tools, tool_choice="auto", max_tokens=8, temperature=0
+    )
     prompt = llama.prompts[0]
     assert all(later.startswith(prompt) for later in llama.prompts)  # every completion evaluates this history
     for spec in tools:  # each description opens its tool's schema
@@ -194,8 +223,12 @@ def test_the_model_sees_every_description_its_calls_their_results_and_its_answer
     assert 'functions.check_stock:\n{"book_id": 7}' in prompt  # its own call
     assert f"Result of check_stock: {result}" in prompt  # the call's result
     assert f"message:\n{answer}<|im_end|>" in prompt  # its own earlier answer
-    assert prompt.index("Is The Quiet Orchard") < prompt.index(result) < prompt.index(answer) < prompt.index(
-        "Then add one")
+    assert (
+        prompt.index("Is The Quiet Orchard")
+        < prompt.index(result)
+        < prompt.index(answer)
+        < prompt.index("Then add one")
+    )
 
 
 def test_the_stock_handler_html_escapes_the_prompt() -> None:
@@ -205,9 +238,8 @@ def test_the_stock_handler_html_escapes_the_prompt() -> None:
 
     prompt_of(patched_chatml_function_calling)  # ours first: the stock handler's environment is its own again
     prompt = prompt_of(chatml_function_calling)
-    assert '{&#34;query&#34;: &#34;Dune&#34;}' in prompt and "&lt;Children&#39;s&gt;" in prompt
+    assert "{&#34;query&#34;: &#34;Dune&#34;}" in prompt and "&lt;Children&#39;s&gt;" in prompt
     assert "the book\\u0027s \\u003ctitle\\u003e \\u0026 author" in prompt
-
 
 
 def test_the_stock_handler_shows_the_model_no_tool_result(stock_server: Any) -> None:
@@ -255,8 +287,16 @@ def test_a_streamed_answer_costs_what_the_same_answer_unstreamed_costs(local_ser
     messages = [{"role": r, "content": c} for r, c in GREETING]
     plain = chat(local_server.base_url, messages, max_tokens=40)
     chunks = []
-    payload = {"model": "smollm2-135m", "messages": messages, "tools": TOOLS, "tool_choice": "auto",
-               "temperature": 0, "seed": 42, "max_tokens": 40, "stream": True}  # fmt: skip
+    payload = {
+        "model": "smollm2-135m",
+        "messages": messages,
+        "tools": TOOLS,
+        "tool_choice": "auto",
+        "temperature": 0,
+        "seed": 42,
+        "max_tokens": 40,
+        "stream": True,
+    }
     with httpx.stream("POST", f"{local_server.base_url}/chat/completions", json=payload, timeout=300) as response:
         for line in response.iter_lines():
             if line.startswith("data: {"):
@@ -377,8 +417,9 @@ async def test_a_refused_stream_reaches_langgraphs_message_stream(local_server: 
 
 
 def python(code: str, **kwargs: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, **kwargs)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs
+    )
 
 
 def gone(pid: int, within_s: float = 10.0) -> bool:
@@ -432,16 +473,31 @@ def test_a_server_whose_parent_died_while_it_started_ends(local_server: Any) -> 
     gone_parent.wait()  # killed before its server got as far as looking at it
     port = _free_port()
     server = subprocess.run(
-        [sys.executable, "-m", "shared_tools.models.llama_server", EXIT_WITH_PARENT, str(gone_parent.pid),
-         "--model", str(local_server.weights), "--host", "127.0.0.1", "--port", str(port)],
-        env=_child_env(), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "shared_tools.models.llama_server",
+            EXIT_WITH_PARENT,
+            str(gone_parent.pid),
+            "--model",
+            str(local_server.weights),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert server.returncode == 0, server.stderr
     assert "Uvicorn running" not in server.stderr  # it ended before it served
 
 
 def test_a_forked_child_leaves_its_parents_server_running(local_server: Any) -> None:
-    code = STARTS_AND_WAITS.format(then="""
+    code = STARTS_AND_WAITS.format(
+        then="""
 import os
 from shared_tools.models.local import local_server
 child = os.fork()
@@ -451,7 +507,8 @@ if child == 0:
 os.waitpid(child, 0)
 server = local_server()
 print("alive" if server.process.poll() is None else "stopped", flush=True)
-""")
+"""
+    )
     child = python(code)
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err
@@ -478,8 +535,9 @@ def run_command(command: str, *args: str, tmp_path: Path, pythonpath: Path | Non
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_BASE_URL"}
     if pythonpath is not None:
         env["PYTHONPATH"] = f"{pythonpath}{os.pathsep}{env.get('PYTHONPATH', '')}"
-    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          timeout=180)  # fmt: skip
+    done = subprocess.run(
+        argv, cwd=tmp_path, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=180
+    )
     return done.returncode, done.stderr.splitlines()
 
 
@@ -512,8 +570,9 @@ def test_an_unreachable_base_url_is_one_line(command: str, tmp_path: Path) -> No
 def test_a_model_the_server_does_not_serve_is_one_line_naming_what_it_serves(
     command: str, tmp_path: Path, local_server: Any
 ) -> None:
-    code, lines = run_command(command, "--model", "openai:gpt-9", "--base-url", local_server.base_url,
-                              tmp_path=tmp_path)  # fmt: skip
+    code, lines = run_command(
+        command, "--model", "openai:gpt-9", "--base-url", local_server.base_url, tmp_path=tmp_path
+    )
     assert (code, len(lines)) == (3, 1), lines
     assert "gpt-9" in lines[0] and "smollm2-135m" in lines[0]
 
@@ -522,8 +581,9 @@ def test_an_engine_that_crashes_is_one_line_saying_how_to_rebuild(tmp_path: Path
     from shared_tools.models.local import REBUILD_LINE
 
     # The probe child really dies by SIGSEGV, as a native build does at its first decode on this CPU.
-    crash = sitecustomize(tmp_path, "import os, signal, sys\nif '--probe' in sys.argv:\n"
-                                    "    os.kill(os.getpid(), signal.SIGSEGV)\n")  # fmt: skip
+    crash = sitecustomize(
+        tmp_path, "import os, signal, sys\nif '--probe' in sys.argv:\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
     code, lines = run_command("compare", "--model", "local:smollm2-135m", tmp_path=tmp_path, pythonpath=crash)
     assert (code, len(lines)) == (3, 1), lines
     assert "SIGSEGV" in lines[0] and REBUILD_LINE in lines[0]

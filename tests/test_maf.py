@@ -556,8 +556,9 @@ def test_keep_turns_sends_only_the_last_turns_and_keeps_them_all(store: BookStor
     assert asked == [["First?"], ["First?", "Second?"], ["Second?", "Third?"], ["Second?", "Third?"]]
     assert_sendable(model.prompts[-1])  # the window never splits a reply from its tool results
     assert session.history_turns() == ["First?", "Second?", "Third?"], "the whole conversation is stored"
-    again = MafSession(MafAgent(ScriptModel(replies=[ai("Four.")]), make_tools(store)), INSTRUCTIONS, path=path,
-                       keep_turns=2)  # fmt: skip
+    again = MafSession(
+        MafAgent(ScriptModel(replies=[ai("Four.")]), make_tools(store)), INSTRUCTIONS, path=path, keep_turns=2
+    )
     again.ask("Fourth?")
     assert [m.text for m in again.agent.model.prompts[0] if m.type == "human"] == ["Third?", "Fourth?"]
 
@@ -706,10 +707,13 @@ class OpenAIStandIn:
 
 def completion(message: dict[str, Any], finish_reason: str) -> dict[str, Any]:
     return {
-        "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": "m",
+        "id": "cmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason}],
         "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
-    }  # fmt: skip
+    }
 
 
 def test_a_servers_cut_reply_with_a_parsable_add_runs_nothing(store: BookStore) -> None:
@@ -757,8 +761,9 @@ def test_a_call_waved_through_at_the_pause_is_judged_again_when_the_run_resumes(
     assert provider_id(asked["tool_call"]["id"]) == "a1" and "making 6 in the cart" in asked["reason"]
     assert again.trace == [] and again.model_calls == 1, "nothing ran, nothing was asked of the model"
     # The human's no to a2 is kept, across a restart too; only a1 is asked about.
-    restarted = MafSession(MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store)),
-                           INSTRUCTIONS, path=path)  # fmt: skip
+    restarted = MafSession(
+        MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store)), INSTRUCTIONS, path=path
+    )
     assert [p["tool_call"]["id"] for p in restarted.pending] == [asked["tool_call"]["id"]]
     done = restarted.resume(False)
     assert done.stop_reason is StopReason.DONE and cart(store) == [(7, 3)], "nobody said yes to either add"
@@ -806,8 +811,9 @@ def test_a_request_taken_out_of_asked_is_judged_again_not_waved_through(store: B
     a2 = next(i for i in record["asked"] if provider_id(i) == "a2")
     del record["asked"][a2]  # an edited file: "a2 was waved through"
     path.write_text(json.dumps(saved))
-    session = MafSession(MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store)), INSTRUCTIONS,
-                         path=path)  # fmt: skip
+    session = MafSession(
+        MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store)), INSTRUCTIONS, path=path
+    )
     again = session.resume(False)
     assert again.stop_reason is StopReason.AWAITING_APPROVAL and cart(store) == []
     assert [p["tool_call"]["id"] for p in again.pending or []] == [a2]
@@ -862,10 +868,23 @@ def tampered(state: dict[str, Any], edit: str) -> None:
 
 
 TAMPERINGS = [
-    "nothing asked", "asked a list", "requests a string", "a request a number", "counts a string", "negative counts",
-    "no clock", "an unknown call asked", "a call refused and asked", "a call approved", "the record a list",
-    "our arguments", "mafs arguments", "mafs state a list", "a call maf holds as approved", "our record gone",
-]  # fmt: skip
+    "nothing asked",
+    "asked a list",
+    "requests a string",
+    "a request a number",
+    "counts a string",
+    "negative counts",
+    "no clock",
+    "an unknown call asked",
+    "a call refused and asked",
+    "a call approved",
+    "the record a list",
+    "our arguments",
+    "mafs arguments",
+    "mafs state a list",
+    "a call maf holds as approved",
+    "our record gone",
+]
 
 
 @pytest.mark.parametrize("edit", TAMPERINGS)
@@ -877,8 +896,9 @@ def test_a_tampered_pause_in_a_session_file_is_a_damaged_file(store: BookStore, 
     tampered(saved["session"]["state"], edit)
     path.write_text(json.dumps(saved))
     with pytest.raises(ValueError, match="damaged saved MAF session"):
-        MafSession(MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store)), INSTRUCTIONS,
-                   path=path)  # fmt: skip
+        MafSession(
+            MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store), gated(store)), INSTRUCTIONS, path=path
+        )
     assert cart(store) == []
 
 
@@ -917,8 +937,9 @@ def test_a_model_outage_after_an_add_keeps_the_turn_in_the_file(store: BookStore
     with pytest.raises(ModelCallFailed):
         MafSession(MafAgent(model, make_tools(store)), INSTRUCTIONS, path=path).ask("Add The Quiet Orchard.")
     assert cart(store) == [(7, 1)]
-    again = MafSession(MafAgent(ScriptModel(replies=[ai("One copy is in your cart.")]), make_tools(store)),
-                       INSTRUCTIONS, path=path)  # fmt: skip
+    again = MafSession(
+        MafAgent(ScriptModel(replies=[ai("One copy is in your cart.")]), make_tools(store)), INSTRUCTIONS, path=path
+    )
     assert again.history_turns() == ["Add The Quiet Orchard."], "the turn is kept, cut short"
     [add] = [m for m in again.messages if isinstance(m, ToolMessage)]
     assert provider_id(add.tool_call_id) == "a1" and add.status == "success" and '"quantity":1' in add.text

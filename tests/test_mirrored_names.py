@@ -267,8 +267,11 @@ async def spied_run(side: str, run: str) -> Recorder:
 def runs() -> dict[tuple[str, str], Recorder]:
     from shared_tools.sync import run_blocking
 
-    return {(side, run): run_blocking(lambda s=side, r=run: spied_run(s, r), instead="-")  # type: ignore[misc]
-            for side in ("loop", "graph") for run in RUNS}  # fmt: skip
+    return {
+        (side, run): run_blocking(lambda s=side, r=run: spied_run(s, r), instead="-")  # type: ignore[misc]
+        for side in ("loop", "graph")
+        for run in RUNS
+    }
 
 
 MARKERS = ("model", "tool", "cut")
@@ -411,8 +414,11 @@ async def test_the_calls_a_cancel_cut_off_are_answered_on_both_sides(side: str) 
     labels = [(label, phase) for label, phase, _ in recorder.events]
     start = labels.index(("agent.py:record_cancellation", "call"))
     assert labels[-1] == ("agent.py:record_cancellation", "return")
-    answers = [value for label, phase, value in recorder.events[start:]
-               if label == "run.py:OpenCalls.answer_for" and phase == "return"]  # fmt: skip
+    answers = [
+        value
+        for label, phase, value in recorder.events[start:]
+        if label == "run.py:OpenCalls.answer_for" and phase == "return"
+    ]
     assert [m.text for m in answers if isinstance(m, ToolMessage)] == [said]
 
 

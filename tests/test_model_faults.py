@@ -175,7 +175,8 @@ def test_a_failed_model_call_ends_only_that_contenders_run(failing: str, monkeyp
     running, _ = contenders_for(scenario, variant)
     # Every healthy contender answers in one call; the failing one's only call is a line that is not JSON.
     script = [
-        ReplayReply(tool_calls=[("add_to_cart", {"book_id": 7})], malformed=True) if c == failing
+        ReplayReply(tool_calls=[("add_to_cart", {"book_id": 7})], malformed=True)
+        if c == failing
         else ReplayReply(text="I cannot do that right now.")
         for c in running
     ]

@@ -233,9 +233,10 @@ def test_same_history_gives_the_same_reply_and_ids() -> None:
     assert [(c["name"], c["args"]) for c in first.tool_calls] == [(c["name"], c["args"]) for c in other.tool_calls]
     assert first.tool_calls[0]["id"] != other.tool_calls[0]["id"]
     same_salt = ScriptedChatModel(id_salt="s").bind_tools(FakeShop().tools())
-    assert same_salt.invoke(history[:4]).tool_calls == ScriptedChatModel(id_salt="s").bind_tools(
-        FakeShop().tools()
-    ).invoke(history[:4]).tool_calls
+    assert (
+        same_salt.invoke(history[:4]).tool_calls
+        == ScriptedChatModel(id_salt="s").bind_tools(FakeShop().tools()).invoke(history[:4]).tool_calls
+    )
     assert first.usage_metadata == other.usage_metadata
     assert first.additional_kwargs == other.additional_kwargs
 
@@ -453,9 +454,7 @@ def test_silent_returns_an_empty_reply_with_usage() -> None:
 
 
 def test_every_persona_has_a_description() -> None:
-    assert set(PERSONAS) == {
-        "shopper", "parallel", "hallucinator", "gullible", "looper", "silent", "noisy", "rambler"
-    }
+    assert set(PERSONAS) == {"shopper", "parallel", "hallucinator", "gullible", "looper", "silent", "noisy", "rambler"}
     assert set(POLICIES) == set(PERSONAS), "personas.py keeps descriptions and policies in two dicts"
     assert all(PERSONAS.values())
 

@@ -120,8 +120,18 @@ def test_turns_option_changes_only_long_session(tmp_path: Path) -> None:
     assert SCENARIOS_BY_NAME["bookstore"].with_turns(3) is SCENARIOS_BY_NAME["bookstore"]
     with pytest.raises(ValueError):
         long_session_goals(1)
-    code = compare.main(["long-session", "--turns", "3", "--contenders", "handwritten", "--no-trace",
-                         "--json", str(tmp_path / "out.json")])
+    code = compare.main(
+        [
+            "long-session",
+            "--turns",
+            "3",
+            "--contenders",
+            "handwritten",
+            "--no-trace",
+            "--json",
+            str(tmp_path / "out.json"),
+        ]
+    )
     assert code == compare.EXIT_OK
     import json
 
@@ -225,8 +235,11 @@ def test_a_lost_reply_loses_only_the_first_reply_after_the_write() -> None:
 
 def test_a_model_that_never_adds_leaves_nothing_to_replay(tmp_path: Path) -> None:
     scenario = SCENARIOS_BY_NAME["time-travel"]
-    scenario = replace(scenario, goals=("Where is my order 4512?", CART_QUESTION),
-                       variants=tuple(v for v in scenario.variants if v.name == "replay"))
+    scenario = replace(
+        scenario,
+        goals=("Where is my order 4512?", CART_QUESTION),
+        variants=tuple(v for v in scenario.variants if v.name == "replay"),
+    )
     records: list[RunRecord] = []
     run_scenario(scenario, RunOptions(), records.append)
     [ran] = [r for r in records if "not_available" not in r.facts]

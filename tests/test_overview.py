@@ -45,9 +45,10 @@ def stop_name(run: dict[str, Any]) -> str:
 
 def ran_runs(doc: dict[str, Any], scenario: str, contender: str) -> list[dict[str, Any]]:
     return [
-        r for r in doc["runs"]
+        r
+        for r in doc["runs"]
         if r["scenario"] == scenario and r["contender"] == contender and "not_available" not in r["facts"]
-    ]  # fmt: skip
+    ]
 
 
 def parse_outcomes(text: str, runs: int) -> Counter[str]:
@@ -86,8 +87,13 @@ def overview_blocks(lines: list[str], doc: dict[str, Any]) -> dict[str, dict[str
             row = None
         elif len(head) == 2 and head[0] in contenders:
             model, tools, tokens = line[numbers_at:cart_at].split()
-            row = {"runs": int(head[1]), "stop": line[stop_at:numbers_at].strip(), "model": int(model),
-                   "tools": int(tools), "tokens": int(tokens.replace(",", ""))}  # fmt: skip
+            row = {
+                "runs": int(head[1]),
+                "stop": line[stop_at:numbers_at].strip(),
+                "model": int(model),
+                "tools": int(tools),
+                "tokens": int(tokens.replace(",", "")),
+            }
             blocks[scenario][head[0]] = row
         elif row is not None and not line[:stop_at].strip() and line[stop_at:numbers_at].strip():
             row["stop"] += " " + line[stop_at:numbers_at].strip()
@@ -143,9 +149,15 @@ def test_the_overview_shows_the_guard_matrix_as_recorded_and_what_to_try_next(de
         statuses = [row["cells"][c]["status"] for c in doc["contenders"]]
         pattern = r"\s+".join(re.escape(s).replace(r"\ ", r"\s+") for s in statuses)
         assert re.fullmatch(pattern, line.split(")", 1)[1].strip()), line
-    tail = default_run["out"][default_run["out"].index("What to try next"):]
-    for command in ("python compare.py bookstore", "python compare.py chat", "python compare.py serve",
-                    "python compare.py --report", "python compare.py --model local", "python compare.py --full"):
+    tail = default_run["out"][default_run["out"].index("What to try next") :]
+    for command in (
+        "python compare.py bookstore",
+        "python compare.py chat",
+        "python compare.py serve",
+        "python compare.py --report",
+        "python compare.py --model local",
+        "python compare.py --full",
+    ):
         assert command in tail, command
 
 

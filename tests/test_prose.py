@@ -8,8 +8,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("handwritten", "langgraph_version", "maf_version", "shared_tools", "comparison", "webdemo", "benchmarks",
-            "tests")  # fmt: skip
+PACKAGES = (
+    "handwritten",
+    "langgraph_version",
+    "maf_version",
+    "shared_tools",
+    "comparison",
+    "webdemo",
+    "benchmarks",
+    "tests",
+)
 MAX_LINES = 6
 
 

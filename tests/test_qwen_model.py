@@ -49,8 +49,9 @@ def test_a_figure_only_a_tool_result_holds_reaches_the_answer() -> None:
 def seed_runs(tmp_path_factory: pytest.TempPathFactory) -> list[RunRecord]:
     """The article's goal (the article's run) by the hand-written loop and the LangGraph graph, through the runner."""
     records: list[RunRecord] = []
-    options = RunOptions(model=MODEL, contenders=("handwritten", "langgraph"),
-                         session_db=tmp_path_factory.mktemp("qwen") / "sessions.db")  # fmt: skip
+    options = RunOptions(
+        model=MODEL, contenders=("handwritten", "langgraph"), session_db=tmp_path_factory.mktemp("qwen") / "sessions.db"
+    )
     run_scenario(SCENARIOS_BY_NAME["bookstore"], options, records.append)
     return records
 

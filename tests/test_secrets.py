@@ -170,8 +170,9 @@ def test_a_record_masks_the_answer_and_the_document_masks_facts_added_later(tmp_
     model = ScriptModel(replies=[ai(answer)])
     store = BookStore()
     result = build_agent("handwritten", model, make_tools(store)).run(INSTRUCTIONS, "send it")
-    record = result_record(run_key(leaky_scenario(), Variant(), "handwritten", "send it", 1), store, CUSTOMER_ID,
-                           0.0, result)
+    record = result_record(
+        run_key(leaky_scenario(), Variant(), "handwritten", "send it", 1), store, CUSTOMER_ID, 0.0, result
+    )
     assert record.answer == "I will send it to <address>; the receipt goes to <email>."
     assert EMAIL not in record.user_message
     record.facts["approval_asked"] = [f"ship to {STREET}"]

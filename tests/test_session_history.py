@@ -542,8 +542,9 @@ def test_a_summary_rewrites_the_file_so_it_stays_small(tmp_path: Path) -> None:
 
 def numbering_model() -> ScriptModel:
     """A provider that numbers its calls call_0 in every reply (as some do), adding one book per question."""
-    return ScriptModel(replies=[m for _ in range(3) for m in (ai("", call("add_to_cart", "call_0", book_id=7)),
-                                                              ai("Added."))])  # fmt: skip
+    return ScriptModel(
+        replies=[m for _ in range(3) for m in (ai("", call("add_to_cart", "call_0", book_id=7)), ai("Added."))]
+    )
 
 
 def test_a_provider_numbering_its_calls_still_gets_every_add_with_a_window() -> None:
@@ -552,7 +553,6 @@ def test_a_provider_numbering_its_calls_still_gets_every_add_with_a_window() -> 
     for _ in range(3):
         session.ask("Add The Quiet Orchard to my cart.")
     assert store.cart("c1").quantity_of(7) == 3
-
 
 
 @pytest.mark.parametrize("storage", ["file", "postgres"])

@@ -79,9 +79,17 @@ def snapshot(store: BookStore, *customers: str) -> tuple[list[Cart], list[int]]:
 def test_catalog_holds_the_seed_facts(store: BookStore) -> None:
     lighthouse, orchard = store.get_book(2), store.get_book(7)
     assert (lighthouse.title, lighthouse.author, lighthouse.genre, lighthouse.price) == (
-        "The Last Lighthouse", "Mira Holt", "novel", Decimal("18.90"))
+        "The Last Lighthouse",
+        "Mira Holt",
+        "novel",
+        Decimal("18.90"),
+    )
     assert (orchard.title, orchard.author, orchard.genre, orchard.price) == (
-        "The Quiet Orchard", "Mira Holt", "novel", Decimal("16.50"))
+        "The Quiet Orchard",
+        "Mira Holt",
+        "novel",
+        Decimal("16.50"),
+    )
     assert store.stock(2) == 0
     assert store.stock(7) == 15
     books = store.books()
@@ -464,7 +472,10 @@ _BOOK_IDS = st.sampled_from([2, 7, 12, 30, 99])
 _OPERATIONS = st.lists(
     st.one_of(
         st.tuples(
-            st.just("add"), _CUSTOMERS, _BOOK_IDS, st.integers(-1, MAX_QUANTITY + 2),
+            st.just("add"),
+            _CUSTOMERS,
+            _BOOK_IDS,
+            st.integers(-1, MAX_QUANTITY + 2),
             st.sampled_from([None, "r1", "r2", "r3"]),
         ),
         st.tuples(st.just("remove"), _CUSTOMERS, _BOOK_IDS),

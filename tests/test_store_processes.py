@@ -76,9 +76,18 @@ def run_workers(target: str, folder: Path) -> list[dict]:
     """Start the workers, let them all open the store, set the stock, then say go; returns what each did."""
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, target, str(folder),
-             *(str(n) for n in (w, ROUNDS, SCARCE_BOOK, REUSE_BOOKS[w]))],
-            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                target,
+                str(folder),
+                *(str(n) for n in (w, ROUNDS, SCARCE_BOOK, REUSE_BOOKS[w])),
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for w in range(WORKERS)
     ]
@@ -130,7 +139,8 @@ def test_every_add_from_every_process_is_kept_once(target: str, tmp_path: Path) 
             assert cart.total == expected * prices[30]
             own_ids = [f"w{w}-{i}" for w in range(WORKERS) for i in rounds]
             assert store.applied_requests(f"c{k}", [*own_ids, *(f"shared-{i}" for i in rounds)]) == {
-                *own_ids, *(f"shared-{i}" for i in rounds)
+                *own_ids,
+                *(f"shared-{i}" for i in rounds),
             }
 
         # The scarce book: exactly its stock went into the cart, every other attempt was refused.

@@ -82,6 +82,7 @@ def functions_that_start_a_loop(path: Path) -> list[Function]:
     collect(tree.body, None)
     calls = {key: [c for c in ast.walk(node) if isinstance(c, ast.Call)] for key, (_, node) in found.items()}
     starting = {key for key, made in calls.items() if any(starts_a_loop(c) for c in made)}
+
     def reaches_one(owner: str | None, made: list[ast.Call]) -> bool:
         names = {called_here(c) for c in made} - {None}
         return any((owner, name) in starting or (None, name) in starting for name in names)
@@ -109,9 +110,7 @@ def test_the_only_sync_drivers_are_where_a_script_starts_work() -> None:
     assert {f.name for f in drivers} == SYNC_DRIVERS, "each of the allowed drivers is still there"
 
 
-@pytest.mark.parametrize(
-    "function", everything_that_starts_a_loop(AGENT_PACKAGES), ids=lambda f: f"{f.owner}.{f.name}"
-)
+@pytest.mark.parametrize("function", everything_that_starts_a_loop(AGENT_PACKAGES), ids=lambda f: f"{f.owner}.{f.name}")
 def test_each_sync_driver_has_its_async_twin(function: Function) -> None:
     source = (ROOT / function.module).read_text(encoding="utf-8")
     [owner] = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == function.owner]
@@ -119,9 +118,7 @@ def test_each_sync_driver_has_its_async_twin(function: Function) -> None:
     assert twins, f"{function} drives no `a{function.name}` of its class"
 
 
-@pytest.mark.parametrize(
-    "function", everything_that_starts_a_loop(AGENT_PACKAGES), ids=lambda f: f"{f.owner}.{f.name}"
-)
+@pytest.mark.parametrize("function", everything_that_starts_a_loop(AGENT_PACKAGES), ids=lambda f: f"{f.owner}.{f.name}")
 def test_each_sync_driver_takes_exactly_what_its_async_twin_takes(function: Function) -> None:
     """A thin driver: the same parameters, kinds and defaults as the method it drives, so an option added to one
     is never missing from the other."""

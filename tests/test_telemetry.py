@@ -163,8 +163,13 @@ def fake_run(spans: Spans, *, fail_with: BaseException | None = None) -> None:
             chat.replied(reply)
         with run.tool(reply.tool_calls[0], 1) as running:
             running.answered("[]", is_error=False)
-        run.answered({"name": "search_books", "args": {"query": "x"}, "id": "c2"}, 1, "You already called",
-                     is_error=True, guard=Guard.REPEAT)  # fmt: skip
+        run.answered(
+            {"name": "search_books", "args": {"query": "x"}, "id": "c2"},
+            1,
+            "You already called",
+            is_error=True,
+            guard=Guard.REPEAT,
+        )
         with run.chat(2, [*history, reply]) as chat:
             if fail_with is not None:
                 raise fail_with
@@ -176,27 +181,43 @@ def test_the_helpers_build_one_tree_with_the_names_kinds_and_attributes_of_the_c
     fake_run(spans)
     root = spans.root()
     assert [s.name for s in spans.finished] == [
-        "invoke_agent demo", "chat scripted", "execute_tool search_books", "execute_tool search_books", "chat scripted"
-    ]  # fmt: skip
+        "invoke_agent demo",
+        "chat scripted",
+        "execute_tool search_books",
+        "execute_tool search_books",
+        "chat scripted",
+    ]
     assert root.kind is SpanKind.INTERNAL and root.status.status_code is StatusCode.UNSET
     assert attrs(root) == {
-        "gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": "scripted", "gen_ai.agent.name": "demo",
-        "gen_ai.request.model": "scripted", "gen_ai.conversation.id": "thread-1", "agent_loop.stop_reason": "done",
-        "gen_ai.usage.input_tokens": 70, "gen_ai.usage.output_tokens": 8,
-    }  # fmt: skip
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.provider.name": "scripted",
+        "gen_ai.agent.name": "demo",
+        "gen_ai.request.model": "scripted",
+        "gen_ai.conversation.id": "thread-1",
+        "agent_loop.stop_reason": "done",
+        "gen_ai.usage.input_tokens": 70,
+        "gen_ai.usage.output_tokens": 8,
+    }
     first_chat, ran, refused, last_chat = spans.finished[1:]
     assert first_chat.kind is SpanKind.CLIENT
     assert attrs(first_chat) == {
-        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "scripted", "gen_ai.request.model": "scripted",
-        "agent_loop.step": 1, "gen_ai.usage.input_tokens": 30, "gen_ai.usage.output_tokens": 5,
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "scripted",
+        "gen_ai.request.model": "scripted",
+        "agent_loop.step": 1,
+        "gen_ai.usage.input_tokens": 30,
+        "gen_ai.usage.output_tokens": 5,
         "gen_ai.response.finish_reasons": ("tool_calls",),
-    }  # fmt: skip
+    }
     assert attrs(last_chat)["gen_ai.response.finish_reasons"] == ("stop",)
     assert ran.kind is SpanKind.INTERNAL and ran.status.status_code is StatusCode.UNSET
     assert attrs(ran) == {
-        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search_books", "gen_ai.tool.type": "function",
-        "gen_ai.tool.call.id": "c1", "agent_loop.step": 1,
-    }  # fmt: skip
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "search_books",
+        "gen_ai.tool.type": "function",
+        "gen_ai.tool.call.id": "c1",
+        "agent_loop.step": 1,
+    }
     assert refused.status.status_code is StatusCode.ERROR
     assert attrs(refused)["agent_loop.guard"] == "repeat" and attrs(refused)["error.type"] == "repeat"
     # What sampling may look at is there when each span starts.
@@ -325,9 +346,11 @@ def test_a_seed_run_is_one_invoke_agent_with_a_chat_per_model_call_and_a_tool_sp
 @pytest.mark.parametrize("name", SPAN_CONTENDERS)
 def test_a_tool_that_raises_has_an_error_span_with_its_type_and_no_secret(name: str, spans: Spans) -> None:
     agent = contender(
-        name, make_model("scripted"), make_tools(BookStore(), faults=Faults(failing_tool="check_stock")),
+        name,
+        make_model("scripted"),
+        make_tools(BookStore(), faults=Faults(failing_tool="check_stock")),
         spans.provider,
-    )  # fmt: skip
+    )
     try:
         agent.run(INSTRUCTIONS, SEED_GOAL)
     except RuntimeError:
@@ -348,8 +371,9 @@ def test_a_tool_that_raises_has_an_error_span_with_its_type_and_no_secret(name: 
 @pytest.mark.parametrize("name", OURS)
 def test_a_result_a_guard_shortened_is_a_span_with_the_guard_and_no_error(name: str, spans: Spans) -> None:
     """Truncation decides a result without making it an error: the guard is on the span, its status stays unset."""
-    result = contender(name, make_model("scripted"), make_tools(BookStore()), spans.provider,
-                       max_tool_result_chars=20).run(INSTRUCTIONS, SEED_GOAL)  # fmt: skip
+    result = contender(
+        name, make_model("scripted"), make_tools(BookStore()), spans.provider, max_tool_result_chars=20
+    ).run(INSTRUCTIONS, SEED_GOAL)
     truncated = [e for e in result.trace if e.guard is Guard.TRUNCATED]
     assert truncated, "the article's search result is longer than 20 characters"
     marked = [t for t in spans.of("execute_tool") if attrs(t).get("agent_loop.guard") == "truncated"]
@@ -364,8 +388,9 @@ def test_a_reply_cut_at_the_token_budget_is_a_chat_span_with_the_guard(name: str
         INSTRUCTIONS, SEED_GOAL
     )
     budget = sum(full.tokens_per_step[:2]) + 5  # step 3's reply (a check_stock call) needs more than 5 tokens
-    result = contender(name, make_model("scripted"), make_tools(BookStore()), spans.provider,
-                       limits=AgentLimits(max_tokens=budget)).run(INSTRUCTIONS, SEED_GOAL)  # fmt: skip
+    result = contender(
+        name, make_model("scripted"), make_tools(BookStore()), spans.provider, limits=AgentLimits(max_tokens=budget)
+    ).run(INSTRUCTIONS, SEED_GOAL)
     assert result.stop_reason is StopReason.TOKEN_BUDGET
     chats = spans.of("chat")
     assert [attrs(c).get("agent_loop.guard") for c in chats] == [None, None, "reply_capped"]
@@ -408,8 +433,9 @@ def test_a_call_the_human_refused_is_a_span_with_the_approval_guard(name: str, s
     options = AgentOptions(needs_approval=RiskyWritePolicy(store), tracer_provider=spans.provider)
     thread: Any
     if name == "langgraph":
-        thread = GraphSession(GraphAgent(make_model("scripted"), make_tools(store), options), INSTRUCTIONS,
-                              thread_id="approval-1")  # fmt: skip
+        thread = GraphSession(
+            GraphAgent(make_model("scripted"), make_tools(store), options), INSTRUCTIONS, thread_id="approval-1"
+        )
     else:
         agent = create_agent_contender(make_model("scripted"), make_tools(store), options, checkpointer=InMemorySaver())
         thread = CheckpointThread(agent, INSTRUCTIONS, "approval-1")
@@ -455,9 +481,12 @@ def test_each_turn_of_a_conversation_carries_its_thread_id(name: str, spans: Spa
 def test_a_cancel_ends_the_run_span_as_cancelled(name: str, spans: Spans) -> None:
     cancel = threading.Event()
     agent = contender(
-        name, make_model("scripted"), make_tools(BookStore()), spans.provider,
+        name,
+        make_model("scripted"),
+        make_tools(BookStore()),
+        spans.provider,
         on_event=lambda event: cancel.set() if event.name == "check_stock" else None,
-    )  # fmt: skip
+    )
     result = agent.run(INSTRUCTIONS, SEED_GOAL, cancel=cancel)
     assert result.stop_reason is StopReason.CANCELLED
     root = spans.root()
@@ -524,8 +553,14 @@ def test_tools_cut_by_the_time_budget_are_error_tool_spans_with_the_guard(
     too (parallel): every call of the round has one span, ended as cut by the budget."""
     reply = ai("", call("search_books", "s1", query="orchard"), call("check_stock", "k1", book_id=7))
     tools = make_tools(BookStore(), faults=Faults(latency_s=5.0))
-    agent = contender(name, ScriptModel(replies=[reply]), tools, spans.provider,
-                      limits=AgentLimits(max_duration=0.3), parallel_tools=parallel)  # fmt: skip
+    agent = contender(
+        name,
+        ScriptModel(replies=[reply]),
+        tools,
+        spans.provider,
+        limits=AgentLimits(max_duration=0.3),
+        parallel_tools=parallel,
+    )
     result = agent.run(INSTRUCTIONS, "find it")
     assert result.stop_reason is StopReason.TIME_BUDGET
     root = spans.root()
@@ -554,8 +589,9 @@ async def test_a_run_cut_from_outside_ends_the_running_tool_and_the_run_with_err
         # itself into TimeoutError (3.12 turns any subclass), so there the caller sees the cancel. The spans are
         # the same either way.
         timed_out = AgentCancelled
-    agent = contender(name, make_model("scripted"), make_tools(BookStore(), faults=Faults(latency_s=5.0)),
-                      spans.provider)  # fmt: skip
+    agent = contender(
+        name, make_model("scripted"), make_tools(BookStore(), faults=Faults(latency_s=5.0)), spans.provider
+    )
 
     async def tool_started() -> None:
         while not any(a.get("gen_ai.operation.name") == "execute_tool" for a in spans.at_start.attributes.values()):
@@ -614,9 +650,15 @@ def test_content_capture_puts_masked_messages_arguments_and_results_in_the_conve
     assert [m["role"] for m in sent][-1] == "user"
     assert sent[-1]["parts"] == [{"type": "text", "content": "Find <email>, <address>"}]  # the mask takes "St."'s dot
     said = json.loads(attrs(first)[telemetry.OUTPUT_MESSAGES])
-    assert said == [{"role": "assistant", "finish_reason": "tool_call", "parts": [
-        {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": {"query": "<email> at <address>"}}
-    ]}]  # fmt: skip
+    assert said == [
+        {
+            "role": "assistant",
+            "finish_reason": "tool_call",
+            "parts": [
+                {"type": "tool_call", "id": "c1", "name": "lookup", "arguments": {"query": "<email> at <address>"}}
+            ],
+        }
+    ]
     (ran,) = spans.of("execute_tool")
     assert json.loads(attrs(ran)[telemetry.TOOL_CALL_ARGUMENTS]) == {"query": "<email> at <address>"}
     assert attrs(ran)[telemetry.TOOL_CALL_RESULT] == (
@@ -724,8 +766,16 @@ def test_tracing_set_up_for_the_faces_cuts_every_attribute_unless_a_variable_say
 
 
 @pytest.mark.parametrize("name", ["handwritten", "create-agent"])
-@pytest.mark.parametrize("spelled", ["quill%40example.com", "quill\uff20example.com", "qu\u200bill@exam\u200bple.com",
-                                     "quill [at] example [dot] com", "quill@example\u3002com"])  # fmt: skip
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        "quill%40example.com",
+        "quill\uff20example.com",
+        "qu\u200bill@exam\u200bple.com",
+        "quill [at] example [dot] com",
+        "quill@example\u3002com",
+    ],
+)
 def test_an_email_address_in_another_spelling_reaches_no_attribute(
     name: str, spelled: str, spans: Spans, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -767,11 +817,13 @@ def test_no_address_email_or_secret_reaches_any_attribute_or_event(
         """The customer's orders."""
         raise RuntimeError(f"orders db refused login with {password}")
 
-    model = ScriptModel(replies=[
-        ai("", call("lookup", f"id-{email}", query=f"{email} {street}")),
-        ai("", call("orders", "o1", query=street), call(email, "u1", query="x")),
-        ai(f"Done for {email} at {street}."),
-    ])  # fmt: skip
+    model = ScriptModel(
+        replies=[
+            ai("", call("lookup", f"id-{email}", query=f"{email} {street}")),
+            ai("", call("orders", "o1", query=street), call(email, "u1", query="x")),
+            ai(f"Done for {email} at {street}."),
+        ]
+    )
     agent = contender(name, model, [lookup, orders], recorded.provider)
     with contextlib.suppress(RuntimeError):  # LangGraph's defaults re-raise the tool's exception
         agent.run("Be brief.", f"I am {email}, {street}.")
@@ -851,9 +903,12 @@ def test_spans_go_over_otlp_http_as_protobuf_the_collector_can_read() -> None:
         received = receiver.spans()
     names = [span.name for _, span in received]
     assert sorted(set(names)) == [
-        "chat scripted", "execute_tool add_to_cart", "execute_tool check_stock", "execute_tool search_books",
+        "chat scripted",
+        "execute_tool add_to_cart",
+        "execute_tool check_stock",
+        "execute_tool search_books",
         "invoke_agent create-agent",
-    ]  # fmt: skip
+    ]
     assert len(names) == 10
     root = next(span for _, span in received if span.name == "invoke_agent create-agent")
     root_attributes = {a.key: _value(a.value) for a in root.attributes}
@@ -889,8 +944,9 @@ def test_half_an_emoji_in_a_run_goes_over_otlp_with_every_span(capture: str, mon
 
     monkeypatch.setenv(telemetry.CAPTURE_CONTENT_ENV, capture)
     half = "\ud83d"
-    model = ScriptModel(replies=[ai("", call("lookup", f"id{half}", query=f"moth {half}"), call(f"x{half}", "u1")),
-                                 ai(f"Done {half}.")])  # fmt: skip
+    model = ScriptModel(
+        replies=[ai("", call("lookup", f"id{half}", query=f"moth {half}"), call(f"x{half}", "u1")), ai(f"Done {half}.")]
+    )
     with Receiver() as receiver:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.url}/v1/traces")))
@@ -898,26 +954,42 @@ def test_half_an_emoji_in_a_run_goes_over_otlp_with_every_span(capture: str, mon
         provider.shutdown()
         received = receiver.spans()
     assert sorted(span.name for _, span in received) == [
-        "chat", "chat", "execute_tool lookup", "execute_tool x\ufffd", "invoke_agent handwritten"
-    ]  # fmt: skip
+        "chat",
+        "chat",
+        "execute_tool lookup",
+        "execute_tool x\ufffd",
+        "invoke_agent handwritten",
+    ]
     ids = [_value(a.value) for _, span in received for a in span.attributes if a.key == telemetry.TOOL_CALL_ID]
     assert "id\ufffd" in ids
 
 
 def _compare(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ROOT / "compare.py"), *args], capture_output=True, text=True, timeout=120,
-        env={**os.environ, **env}, cwd=ROOT,
-    )  # fmt: skip
+        [sys.executable, str(ROOT / "compare.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env},
+        cwd=ROOT,
+    )
 
 
 def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_spans_by_exit() -> None:
     with Receiver() as receiver:
         done = _compare(
-            "bookstore", "orders", "--contenders", ",".join(SPAN_CONTENDERS), "--otel", "otlp",
-            env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_SERVICE_NAME": "bookstore-class",
-                 telemetry.CAPTURE_CONTENT_ENV: "false"},
-        )  # fmt: skip
+            "bookstore",
+            "orders",
+            "--contenders",
+            ",".join(SPAN_CONTENDERS),
+            "--otel",
+            "otlp",
+            env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                "OTEL_SERVICE_NAME": "bookstore-class",
+                telemetry.CAPTURE_CONTENT_ENV: "false",
+            },
+        )
         received = receiver.spans()
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
@@ -939,12 +1011,30 @@ def test_spans_of_the_finished_runs_are_sent_when_ctrl_c_ends_the_program() -> N
     """Ctrl-C while the closing tables are written (after every run, before the batch's next export)."""
     with Receiver() as receiver:
         process = subprocess.Popen(
-            [sys.executable, str(ROOT / "tests" / "pause_at.py"), f"call:{CLOSING_TABLES}", "compare.py", "bookstore",
-             "orders", "--contenders", "langgraph-defaults,create-agent", "--no-trace", "--otel", "otlp"],
-            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
-                 "OTEL_BSP_SCHEDULE_DELAY": "600000"},  # no export on the batch's clock: only the exit sends them
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(ROOT / "tests" / "pause_at.py"),
+                f"call:{CLOSING_TABLES}",
+                "compare.py",
+                "bookstore",
+                "orders",
+                "--contenders",
+                "langgraph-defaults,create-agent",
+                "--no-trace",
+                "--otel",
+                "otlp",
+            ],
+            cwd=ROOT,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={
+                **os.environ,
+                "PYTHONUNBUFFERED": "1",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                "OTEL_BSP_SCHEDULE_DELAY": "600000",
+            },  # no export on the batch's clock: only the exit sends them
+        )
         assert process.stderr is not None
         for line in process.stderr:
             if line.startswith("PAUSED"):
@@ -995,10 +1085,18 @@ def test_a_receiver_that_hangs_after_the_check_is_one_line_and_waited_for_once()
     no traceback, exit 0, and one export waited for (then the rest are dropped at once), not one per batch."""
     with Silent() as receiver:
         done = _compare(
-            "bookstore", "orders", "--contenders", "handwritten,langgraph", "--otel", "otlp",
-            env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
-                 "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "5"},
-        )  # fmt: skip
+            "bookstore",
+            "orders",
+            "--contenders",
+            "handwritten,langgraph",
+            "--otel",
+            "otlp",
+            env={
+                "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url,
+                "OTEL_EXPORTER_OTLP_TIMEOUT": "1",
+                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "5",
+            },
+        )
         connections = len(receiver.accepted)
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("\n") == 1 and "spans not sent: the OTLP receiver at" in done.stderr, done.stderr
@@ -1103,9 +1201,13 @@ def test_the_tracing_row_a_bare_state_graph_or_create_agent_writes_no_span() -> 
     `create_agent` on their own write nothing; the same process records the defaults contender's spans, which
     come from our `SpanCallbacks`."""
     done = subprocess.run(
-        [sys.executable, "-c", BARE_FRAMEWORK_RUN], capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [sys.executable, "-c", BARE_FRAMEWORK_RUN],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
         env={k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_", "OTEL_"))},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert (seen["state_graph"], seen["create_agent"]) == (0, 0)
@@ -1164,9 +1266,13 @@ def test_maf_writes_its_own_spans_to_the_same_global_provider_as_ours() -> None:
     """MAF's telemetry writes to OpenTelemetry's global provider (it takes none per agent), so `--otel` collects
     its spans next to ours: the same three names, its chat span INTERNAL where ours is CLIENT."""
     done = subprocess.run(
-        [sys.executable, "-c", MAF_AND_OURS], capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [sys.executable, "-c", MAF_AND_OURS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
         env={k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ENABLE_"))},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     by_scope: dict[str, list[tuple[str, str]]] = {}
     traces: dict[str, set[int]] = {}
@@ -1176,13 +1282,15 @@ def test_maf_writes_its_own_spans_to_the_same_global_provider_as_ours() -> None:
     maf, ours = by_scope["agent_framework"], by_scope[telemetry.SCOPE]
     tools = ["search_books", "check_stock", "check_stock", "add_to_cart"]
     assert sorted(maf) == sorted(
-        [("invoke_agent bookstore", "INTERNAL")] + [("chat scripted", "INTERNAL")] * 5
+        [("invoke_agent bookstore", "INTERNAL")]
+        + [("chat scripted", "INTERNAL")] * 5
         + [(f"execute_tool {t}", "INTERNAL") for t in tools]
-    )  # fmt: skip
+    )
     assert sorted(ours) == sorted(
-        [("invoke_agent handwritten", "INTERNAL")] + [("chat scripted", "CLIENT")] * 5
+        [("invoke_agent handwritten", "INTERNAL")]
+        + [("chat scripted", "CLIENT")] * 5
         + [(f"execute_tool {t}", "INTERNAL") for t in tools]
-    )  # fmt: skip
+    )
     assert len(traces["agent_framework"]) == len(traces[telemetry.SCOPE]) == 1  # one tree per run, each
 
 
@@ -1213,9 +1321,13 @@ def test_mafs_own_tool_spans_mask_the_call_id_the_model_wrote() -> None:
     in it is masked there, as our spans mask it, while the tool still gets the real id as its request key."""
     pytest.importorskip("agent_framework", reason="needs the maf extra: pip install -e '.[maf]'")
     done = subprocess.run(
-        [sys.executable, "-c", MAF_CALL_IDS], capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [sys.executable, "-c", MAF_CALL_IDS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
         env={k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "ENABLE_"))},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     tools = {name: attributes for name, attributes in found["spans"] if name.startswith("execute_tool")}

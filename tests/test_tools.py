@@ -211,8 +211,9 @@ def test_view_cart_reads_the_store_not_the_history(tools: dict[str, BaseTool], s
     store.add_to_cart("c1", 12, 2)
     cart = read_result(tools["view_cart"].invoke({}))
     assert cart == {
-        "items": [{"id": 12, "title": "Salt Hours", "quantity": 2, "price": Decimal("13.80"),
-                   "lineTotal": Decimal("27.60")}],
+        "items": [
+            {"id": 12, "title": "Salt Hours", "quantity": 2, "price": Decimal("13.80"), "lineTotal": Decimal("27.60")}
+        ],
         "cartTotal": Decimal("27.60"),
     }
 

@@ -134,9 +134,14 @@ def test_a_handwritten_turn_killed_after_its_add_is_lost_whole_and_the_add_stays
     store = BookStore(store_path)
     assert store.cart("c1").quantity_of(QUIET_ORCHARD) == 1, "the add landed before the kill"
     conversation = open_conversation(
-        "handwritten", build_agent("handwritten", make_model("scripted"), make_tools(store)), INSTRUCTIONS, "shop",
-        db, resume=True, customer_id="c1",
-    )  # fmt: skip
+        "handwritten",
+        build_agent("handwritten", make_model("scripted"), make_tools(store)),
+        INSTRUCTIONS,
+        "shop",
+        db,
+        resume=True,
+        customer_id="c1",
+    )
     messages: list[BaseMessage] = conversation.session.messages  # type: ignore[attr-defined]
     assert [m.text for m in messages if isinstance(m, HumanMessage)] == [ORDER_QUESTION], "turn 2 is lost whole"
     assert not any(isinstance(m, ToolMessage) and m.name == "add_to_cart" for m in messages)

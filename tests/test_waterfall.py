@@ -39,15 +39,26 @@ def test_a_trace_line_knows_when_its_call_began_and_ended() -> None:
 def looping_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("waterfall")
     report, document = folder / "report.html", folder / "runs.json"
-    argv = ["looping-model", "--contenders", "handwritten,create-agent", "--no-trace", "--report", str(report),
-            "--json", str(document)]  # fmt: skip
+    argv = [
+        "looping-model",
+        "--contenders",
+        "handwritten,create-agent",
+        "--no-trace",
+        "--report",
+        str(report),
+        "--json",
+        str(document),
+    ]
     saved, sys.stdout = sys.stdout, io.StringIO()
     try:
         assert compare.main(argv) == compare.EXIT_OK
     finally:
         sys.stdout = saved
-    return {"page": report.read_text(encoding="utf-8"), "doc": json.loads(document.read_text(encoding="utf-8")),
-            "path": report}  # fmt: skip
+    return {
+        "page": report.read_text(encoding="utf-8"),
+        "doc": json.loads(document.read_text(encoding="utf-8")),
+        "path": report,
+    }
 
 
 def _figures(page: str) -> list[str]:
@@ -85,9 +96,15 @@ def test_bars_sit_on_the_time_axis_where_their_calls_ran() -> None:
     """Two calls: one from 0 to 1 s, one from 3 to 4 s of the run: the second bar starts three quarters along."""
     trace = [
         {"step": 1, "name": "model", "duration_s": 1.0, "ended_at": 101.0, "is_error": False, "guard": None},
-        {"step": 1, "name": "view_cart", "duration_s": 1.0, "ended_at": 104.0, "is_error": True,
-         "guard": "repeated call"},
-    ]  # fmt: skip
+        {
+            "step": 1,
+            "name": "view_cart",
+            "duration_s": 1.0,
+            "ended_at": 104.0,
+            "is_error": True,
+            "guard": "repeated call",
+        },
+    ]
     svg = waterfall_svg({"contender": "handwritten", "variant": "default", "trace": trace})
     (x1, w1), (x2, w2) = [
         (float(x), float(w)) for x, w in re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)"', svg)

@@ -34,9 +34,18 @@ def browser(tmp_path: Path) -> Iterator[object]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1600,1100"):  # fmt: skip
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1600,1100",
+    ):
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
@@ -119,8 +128,11 @@ def test_the_presenters_path_in_a_real_browser(browser: object, tmp_path: Path) 
                 asked = boxes[0].get_attribute("data-request")
                 boxes[0].find_element(By.CSS_SELECTOR, ".yes").click()
                 # The next question may follow at once: wait for this one's box to be gone.
-                wait.until(lambda _, r=asked: not pane("handwritten").find_elements(
-                    By.CSS_SELECTOR, f'.approval[data-request="{r}"]'))
+                wait.until(
+                    lambda _, r=asked: (
+                        not pane("handwritten").find_elements(By.CSS_SELECTOR, f'.approval[data-request="{r}"]')
+                    )
+                )
         assert "I also added 10 copies" in pane_text("handwritten", ".msg.assistant:last-child")
         assert "refused" in pane_text("langgraph", ".msg.assistant:last-child")
         shot("4-approved-and-denied")
@@ -197,9 +209,7 @@ def choose_panes(driver: Any, names: list[str]) -> None:
     wait = WebDriverWait(driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,))
     wait.until(ticked)
     driver.find_element(By.ID, "apply").click()
-    wait.until(
-        lambda d: [e.get_attribute("data-pane") for e in d.find_elements(By.CSS_SELECTOR, ".pane")] == names
-    )
+    wait.until(lambda d: [e.get_attribute("data-pane") for e in d.find_elements(By.CSS_SELECTOR, ".pane")] == names)
 
 
 def type_and_send(driver: Any, text: str) -> None:
@@ -293,8 +303,9 @@ def test_a_turn_sent_while_settings_apply_is_refused_in_words_and_the_new_panes_
         wait.until(lambda _: not any(t.applying for t in app.state.tabs._open.values()))
         type_and_send(driver, SEED_GOAL)
         for name in ("handwritten", "langgraph"):
-            wait.until(lambda d, n=name: d.find_element(By.CSS_SELECTOR, f'.pane[data-pane="{n}"] .stop').text
-                       == "done")  # fmt: skip
+            wait.until(
+                lambda d, n=name: d.find_element(By.CSS_SELECTOR, f'.pane[data-pane="{n}"] .stop').text == "done"
+            )
 
 
 @pytest.mark.parametrize("contender", ["langgraph-defaults", "create-agent"])
@@ -322,8 +333,13 @@ def test_a_turn_stopped_mid_write_is_ended_and_the_next_question_is_a_new_turn(
         released.wait(WAIT_S)
         return real_add(self, *args, **kwargs)
 
-    shared = ScriptModel(replies=[ai("", call("add_to_cart", "add-1", book_id=7, quantity=1)),
-                                  ai("One copy of The Quiet Orchard."), ai("Not this one.")])  # fmt: skip
+    shared = ScriptModel(
+        replies=[
+            ai("", call("add_to_cart", "add-1", book_id=7, quantity=1)),
+            ai("One copy of The Quiet Orchard."),
+            ai("Not this one."),
+        ]
+    )
     monkeypatch.setattr(BookStore, "add_to_cart", slow_add)
     monkeypatch.setattr("webdemo.panes.make_model", lambda spec: shared)
     driver: WebDriver = browser  # type: ignore[assignment]

@@ -115,7 +115,7 @@ def test_the_page_and_its_files_are_served_with_a_strict_content_policy(client: 
     page = client.get("/")
     assert page.status_code == 200
     assert "script-src 'self'" in page.headers["content-security-policy"]
-    assert "/static/app.js" in page.text and "http" not in page.text.replace('http-equiv', '')
+    assert "/static/app.js" in page.text and "http" not in page.text.replace("http-equiv", "")
     for name in ("app.js", "style.css"):
         assert client.get(f"/static/{name}").status_code == 200
     meta = client.get("/api/meta").json()
@@ -266,9 +266,17 @@ def test_a_restarted_server_resumes_the_conversation_and_the_cart(data: Path) ->
 
 def test_settings_are_checked_and_kept(client: TestClient) -> None:
     tab = new_tab(client)
-    for bad in ({"max_steps": 0}, {"max_steps": True}, {"max_steps": 2.5}, {"max_tokens": "lots"},
-                {"contenders": []}, {"contenders": ["nobody"]}, {"persona": "../x"}, {"approval_gate": "yes"},
-                {"colour": "red"}):  # fmt: skip
+    for bad in (
+        {"max_steps": 0},
+        {"max_steps": True},
+        {"max_steps": 2.5},
+        {"max_tokens": "lots"},
+        {"contenders": []},
+        {"contenders": ["nobody"]},
+        {"persona": "../x"},
+        {"approval_gate": "yes"},
+        {"colour": "red"},
+    ):
         response = client.post("/api/settings", json={"tab": tab, **bad})
         assert response.status_code == 400 and response.json()["error"], bad
     changed = settings(client, tab, max_steps=2, max_tokens=None, persona="looper")
@@ -325,15 +333,20 @@ def test_bad_requests_get_a_sentence_and_a_4xx_never_a_500_or_a_traceback(
         assert response.status_code == status, (path, body, response.text)
         assert response.json()["error"], (path, body)
     raw = [
-        (b"{not json", 400), (b"[1, 2]", 400), (b"\xff\xfe", 400), (b"[" * 100_000, 413), (b"[" * 5_000, 400),
-    ]  # fmt: skip
+        (b"{not json", 400),
+        (b"[1, 2]", 400),
+        (b"\xff\xfe", 400),
+        (b"[" * 100_000, 413),
+        (b"[" * 5_000, 400),
+    ]
     for content, status in raw:
         response = client.post("/api/turn", content=content, headers={"Content-Type": "application/json"})
         assert response.status_code == status, content[:20]
     # A page on another site can only send "simple" requests without asking first: not JSON ones.
     for path in ("/api/tabs", "/api/turn"):
-        response = client.post(path, content=json.dumps({"tab": tab, "text": SEED_GOAL}),
-                               headers={"Content-Type": "text/plain"})  # fmt: skip
+        response = client.post(
+            path, content=json.dumps({"tab": tab, "text": SEED_GOAL}), headers={"Content-Type": "text/plain"}
+        )
         assert response.status_code == 415, path
     assert client.get("/api/state", params={"tab": forged}).status_code == 403
     assert client.get("/api/state").status_code == 400
@@ -641,17 +654,23 @@ def two_risky_adds_in_one_reply(monkeypatch: pytest.MonkeyPatch, ids: tuple[str,
     from tests.doubles import ScriptModel, ai, call
 
     def model(spec: str) -> ScriptModel:
-        adds = ai("", call("add_to_cart", ids[0], book_id=5, quantity=5),
-                  call("add_to_cart", ids[1], book_id=8, quantity=6))  # fmt: skip
+        adds = ai(
+            "", call("add_to_cart", ids[0], book_id=5, quantity=5), call("add_to_cart", ids[1], book_id=8, quantity=6)
+        )
         return ScriptModel(replies=[adds, ai("Done.")])
 
     monkeypatch.setattr("webdemo.panes.make_model", model)
 
 
-@pytest.mark.parametrize(("contender", "ids"), [
-    ("handwritten", ("add-5", "add-6")), ("langgraph", ("add-5", "add-6")), ("create-agent", ("add-5", "add-6")),
-    ("create-agent", ("same", "same")),  # one id for both calls: a yes by that id must not answer both
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("contender", "ids"),
+    [
+        ("handwritten", ("add-5", "add-6")),
+        ("langgraph", ("add-5", "add-6")),
+        ("create-agent", ("add-5", "add-6")),
+        ("create-agent", ("same", "same")),  # one id for both calls: a yes by that id must not answer both
+    ],
+)
 def test_an_approval_answers_only_the_request_it_names(
     contender: str, ids: tuple[str, str], data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -664,8 +683,9 @@ def test_an_approval_answers_only_the_request_it_names(
         assert client.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
         seen: list[int] = []
         while True:
-            current = panes(wait_for(client, tab, lambda s: panes(s)[contender]["pending"]
-                                     or not panes(s)[contender]["busy"]))[contender]  # fmt: skip
+            current = panes(
+                wait_for(client, tab, lambda s: panes(s)[contender]["pending"] or not panes(s)[contender]["busy"])
+            )[contender]
             if not current["pending"]:
                 break
             assert len({r["id"] for r in current["pending"]}) == len(current["pending"]), "one id per request"
@@ -703,8 +723,15 @@ def model_down_after_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
 
     # One model for every pane the servers open (a test runs turns in one pane only), so its script goes on
     # across the restart.
-    shared = ScriptModel(replies=[ai("", call("check_stock", "stock-1", book_id=7)), down,
-                                  ai("Book 7 is in stock."), ai("Still in stock."), ai("Yes.")])  # fmt: skip
+    shared = ScriptModel(
+        replies=[
+            ai("", call("check_stock", "stock-1", book_id=7)),
+            down,
+            ai("Book 7 is in stock."),
+            ai("Still in stock."),
+            ai("Yes."),
+        ]
+    )
     monkeypatch.setattr("webdemo.panes.make_model", lambda spec: shared)
 
 
@@ -785,13 +812,18 @@ def test_a_turn_sent_while_the_settings_are_applied_is_refused_and_the_new_panes
     with TestClient(create_app(data), base_url=BASE) as client:
         tab = new_tab(client)
         applied: list[int] = []
-        apply = threading.Thread(target=lambda: applied.append(
-            client.post("/api/settings", json={"tab": tab, "max_steps": 7}).status_code))  # fmt: skip
+        apply = threading.Thread(
+            target=lambda: applied.append(client.post("/api/settings", json={"tab": tab, "max_steps": 7}).status_code)
+        )
         apply.start()
         assert opening.wait(WAIT_S)
         try:
-            for path, body in [("/api/turn", {"text": SEED_GOAL}), ("/api/settings", {"max_steps": 8}),
-                               ("/api/rewind", {"pane": "handwritten"}), ("/api/stale", {})]:  # fmt: skip
+            for path, body in [
+                ("/api/turn", {"text": SEED_GOAL}),
+                ("/api/settings", {"max_steps": 8}),
+                ("/api/rewind", {"pane": "handwritten"}),
+                ("/api/stale", {}),
+            ]:
                 refused = client.post(path, json={"tab": tab, **body})
                 assert refused.status_code == 409, (path, refused.text)
                 assert "settings" in refused.json()["error"], path
@@ -822,7 +854,7 @@ def test_the_page_never_shows_where_the_server_keeps_its_files(data: Path) -> No
 def test_a_turn_stopped_from_the_page_does_not_block_the_next(
     contender: str, data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """"Stop the runs" while the model is thinking: the turn ends cancelled, and the next question is answered
+    """ "Stop the runs" while the model is thinking: the turn ends cancelled, and the next question is answered
     as a new turn, with one model call: the stopped turn is never run again."""
     from tests.doubles import ScriptModel, ai, call
 
@@ -833,8 +865,15 @@ def test_a_turn_stopped_from_the_page_does_not_block_the_next(
         released.wait(WAIT_S)
         return ai("Too late.")
 
-    shared = ScriptModel(replies=[ai("", call("check_stock", "stock-1", book_id=7)), slow,
-                                  ai("Book 7 is in stock."), ai("Still in stock."), ai("Yes.")])  # fmt: skip
+    shared = ScriptModel(
+        replies=[
+            ai("", call("check_stock", "stock-1", book_id=7)),
+            slow,
+            ai("Book 7 is in stock."),
+            ai("Still in stock."),
+            ai("Yes."),
+        ]
+    )
     monkeypatch.setattr("webdemo.panes.make_model", lambda spec: shared)
     with TestClient(create_app(data), base_url=BASE) as client:
         tab = new_tab(client)
@@ -1059,13 +1098,17 @@ def test_half_an_emoji_in_any_field_of_any_route_is_a_4xx_and_in_a_report_is_sho
     for path in ("/api/state", "/api/events", "/api/report/scenario"):  # the half's bytes, %-escaped
         assert client.get(f"{path}?tab={tab}%ED%A0%BD").status_code == 400
     codes = [
-        post("/api/turn", {"tab": half, "text": SEED_GOAL}), post("/api/turn", {"tab": tab, "text": half}),
-        post("/api/settings", {"tab": tab, "persona": half}), post("/api/settings", {"tab": tab, "contenders": [half]}),
+        post("/api/turn", {"tab": half, "text": SEED_GOAL}),
+        post("/api/turn", {"tab": tab, "text": half}),
+        post("/api/settings", {"tab": tab, "persona": half}),
+        post("/api/settings", {"tab": tab, "contenders": [half]}),
         post("/api/approve", {"tab": tab, "pane": half, "id": half, "approved": True}),
         post("/api/approve", {"tab": tab, "pane": "handwritten", "id": half, "approved": True}),
-        post("/api/rewind", {"tab": tab, "pane": half}), post("/api/scenario", {"tab": tab, "scenarios": [half]}),
-        post("/api/eval", {"tab": tab, "scenarios": [half]}), post("/api/stale", {"tab": half}),
-    ]  # fmt: skip
+        post("/api/rewind", {"tab": tab, "pane": half}),
+        post("/api/scenario", {"tab": tab, "scenarios": [half]}),
+        post("/api/eval", {"tab": tab, "scenarios": [half]}),
+        post("/api/stale", {"tab": half}),
+    ]
     assert all(400 <= code < 500 for code in codes), codes
     [opened] = client.app.state.tabs._open.values()  # type: ignore[attr-defined]
     opened.reports["scenario"] = f"<p>half {half} here</p>"

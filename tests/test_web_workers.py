@@ -169,8 +169,10 @@ def test_events_of_a_turn_on_one_worker_reach_a_stream_on_the_other(postgres_url
         connected = threading.Event()
 
         def listen() -> None:
-            with httpx.Client(base_url=url_b, timeout=WAIT_S) as b, b.stream("GET", "/api/events",
-                                                                            params={"tab": tab}) as stream:  # fmt: skip
+            with (
+                httpx.Client(base_url=url_b, timeout=WAIT_S) as b,
+                b.stream("GET", "/api/events", params={"tab": tab}) as stream,
+            ):
                 for line in stream.iter_lines():
                     if not line.startswith("data: "):
                         continue
@@ -281,10 +283,24 @@ def served_by_two_workers(postgres_url: str) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "compare.py"), "serve", "--data", postgres_url, "--workers", "2", "--port",
-         str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "compare.py"),
+            "serve",
+            "--data",
+            postgres_url,
+            "--workers",
+            "2",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + WAIT_S
@@ -411,8 +427,14 @@ def test_a_turn_cut_short_on_one_worker_after_its_add_is_finished_on_the_other_w
         raise ConnectionError("the model server went away")
 
     # One model for every pane of both workers: only this test's pane takes turns.
-    shared = ScriptModel(replies=[ai("", call("add_to_cart", "add-7", book_id=7, quantity=1)), down,
-                                  ai("I added The Quiet Orchard."), ai("Your cart holds one book.")])  # fmt: skip
+    shared = ScriptModel(
+        replies=[
+            ai("", call("add_to_cart", "add-7", book_id=7, quantity=1)),
+            down,
+            ai("I added The Quiet Orchard."),
+            ai("Your cart holds one book."),
+        ]
+    )
     monkeypatch.setattr("webdemo.panes.make_model", lambda spec: shared)
     a, b = two_workers
     tab = new_tab(a)
@@ -452,8 +474,10 @@ def stored_rows(url: str, key: str) -> dict[str, int]:
 def age(url: str, key: str, seconds: float) -> None:
     """Make tab `key` look unused for `seconds` (and never watched)."""
     with psycopg.connect(url) as db:
-        db.execute("UPDATE webdemo_tabs SET used = now() - make_interval(secs => %s), seen = NULL WHERE key = %s",
-                   (seconds, key))  # fmt: skip
+        db.execute(
+            "UPDATE webdemo_tabs SET used = now() - make_interval(secs => %s), seen = NULL WHERE key = %s",
+            (seconds, key),
+        )
 
 
 def test_unused_tabs_on_postgres_are_forgotten_rows_threads_and_schema_unless_claimed_or_watched(
@@ -520,8 +544,9 @@ def test_a_claim_under_way_when_a_tab_is_forgotten_keeps_it_and_a_claim_after_fi
                 forgetting = pool.submit(shared.forget_tab, key, 50.0, 1000, [])
                 time.sleep(0.3)  # not a timing assert: the forget is then waiting on the row (or about to)
                 assert not forgetting.done()
-                claimer.execute("INSERT INTO webdemo_claims VALUES (%s, 'langgraph', 'w', now() + interval '15 s')",
-                                (key,))  # fmt: skip
+                claimer.execute(
+                    "INSERT INTO webdemo_claims VALUES (%s, 'langgraph', 'w', now() + interval '15 s')", (key,)
+                )
                 claimer.commit()
                 assert forgetting.result(10) is False
         assert shared.claimed(key) == {"langgraph"}
@@ -561,8 +586,14 @@ uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 def start_worker(url: str, lease: float, *, hang_after_add: bool) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), **({"HANG_AFTER_ADD": "1"} if hang_after_add else {})}
-    process = subprocess.Popen([sys.executable, "-c", WORKER, url, str(port), str(lease)], cwd=ROOT, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-c", WORKER, url, str(port), str(lease)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + WAIT_S
     while True:
@@ -608,8 +639,13 @@ def test_a_worker_killed_mid_turn_after_its_adds_leaves_one_copy_and_usable_pane
                     assert store.cart(f"web-{key}-{contender}").quantity_of(7) == 1, contender
             response = client.post("/api/turn", json={"tab": tab, "text": CART_QUESTION})
             assert response.status_code == 202, response.text
-            done = panes(wait_for(client, tab, lambda s: idle(s) and all(
-                p["last"] and p["last"].get("stop_reason") for p in s["panes"])))  # fmt: skip
+            done = panes(
+                wait_for(
+                    client,
+                    tab,
+                    lambda s: idle(s) and all(p["last"] and p["last"].get("stop_reason") for p in s["panes"]),
+                )
+            )
         for name, pane in done.items():
             last = pane["last"]
             assert last["done"] and last["cart"] == [{"title": "The Quiet Orchard", "quantity": 1}], (name, last)

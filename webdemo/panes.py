@@ -75,6 +75,7 @@ class TabOfPane(Protocol):
 
     def cancel_all(self) -> None: ...
 
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -184,8 +185,9 @@ class Pane:
         self.contender = contender
         self.customer = pane_customer(tab.key, contender)
         shared = tab.tabs.shared is not None
-        self.bridge = ApprovalBridge(tab.hub.publish, contender, tab.tabs.approval_timeout,
-                                     self.save_snapshot if shared else None)  # fmt: skip
+        self.bridge = ApprovalBridge(
+            tab.hub.publish, contender, tab.tabs.approval_timeout, self.save_snapshot if shared else None
+        )
         self.busy = False
         self.phase = Phase.IDLE
         self.runner: TurnRunner | None = None
@@ -261,10 +263,15 @@ class Pane:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "phase": str(self.phase), "transcript": self.transcript, "trace": self.trace, "tokens": self.tokens,
-            "last": self.last, "graph_pending": self.graph_pending, "graph_answers": self.graph_answers,
+            "phase": str(self.phase),
+            "transcript": self.transcript,
+            "trace": self.trace,
+            "tokens": self.tokens,
+            "last": self.last,
+            "graph_pending": self.graph_pending,
+            "graph_answers": self.graph_answers,
             "pending": self.bridge.pending(),
-        }  # fmt: skip
+        }
 
     def save_snapshot(self) -> None:
         """Write the snapshot (blocking: from a worker thread). A failed write is logged: the turn goes on."""
@@ -441,8 +448,14 @@ class Pane:
             said = None if said is None else shown(said)
             if said:
                 self.transcript.insert(len(self.transcript) - 1, {"role": "assistant", "text": said})
-            self.tab.hub.publish({"type": "finished_earlier", "pane": self.contender,
-                                  "stop_reason": str(finished.stop_reason), "answer": said})  # fmt: skip
+            self.tab.hub.publish(
+                {
+                    "type": "finished_earlier",
+                    "pane": self.contender,
+                    "stop_reason": str(finished.stop_reason),
+                    "answer": said,
+                }
+            )
             if finished.stop_reason in (StopReason.AWAITING_APPROVAL, StopReason.CANCELLED):
                 self.transcript.pop()  # the question was not asked
                 return finished
@@ -518,8 +531,6 @@ class Pane:
         }
 
 
-
-
 async def _cancelled_or(call: Awaitable[AgentResult]) -> AgentResult:
     """The graph's result, or, when the turn was cancelled, a CANCELLED result (the thread records the cancel)."""
     try:
@@ -533,4 +544,3 @@ def cart_check(result: AgentResult, store_total: Decimal) -> CartCheck:
     if not result.ok or not amounts(result.answer):
         return CartCheck.NO_FIGURE
     return CartCheck.AGREES if states_total(result.answer, money(store_total)) else CartCheck.STALE
-

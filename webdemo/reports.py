@@ -35,8 +35,11 @@ async def start_job(page: Page, tab: Tab, kind: str, function: Callable[..., str
     if job is not None and not job.done():
         raise BadRequest(409, f"a {kind} run is already under way in this tab")
     if not page.slots.take():
-        raise BadRequest(503, f"the server runs {page.slots.max_jobs} scenario or eval runs at once, as many as it "
-                         "takes; try again when one is done")  # fmt: skip
+        raise BadRequest(
+            503,
+            f"the server runs {page.slots.max_jobs} scenario or eval runs at once, as many as it "
+            "takes; try again when one is done",
+        )
     name = f"job:{kind}"
     try:
         await page.claim(tab, [name], f"a {kind} run is already under way in this tab", JOB_LEASE_S)

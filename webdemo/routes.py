@@ -55,11 +55,17 @@ async def state(request: Request) -> Response:
 async def meta(request: Request) -> Response:
     """What the page's controls offer: scenarios, personas, the goals a scripted model knows."""
     page = page_of(request)
-    return json_reply({
-        "model": page.model, "scripted": page.scripted, "seed_goal": SEED_GOAL, "known_goals": list(KNOWN_GOALS),
-        "personas": PERSONAS, "contenders": _contenders(),
-        "scenarios": [{"name": s.name, "description": s.description} for s in SCENARIOS],
-    })  # fmt: skip
+    return json_reply(
+        {
+            "model": page.model,
+            "scripted": page.scripted,
+            "seed_goal": SEED_GOAL,
+            "known_goals": list(KNOWN_GOALS),
+            "personas": PERSONAS,
+            "contenders": _contenders(),
+            "scenarios": [{"name": s.name, "description": s.description} for s in SCENARIOS],
+        }
+    )
 
 
 async def events(request: Request) -> Response:
@@ -108,10 +114,14 @@ async def turn(request: Request) -> Response:
         raise BadRequest(409, "no pane can take a turn; check the settings")
     # Checked and claimed with no await in between: two requests cannot both start a turn on a pane.
     if waiting := [p.contender for p in panes if p.busy or p.phase is Phase.AWAITING_APPROVAL]:
-        raise BadRequest(409, f"{waiting[0]} has a turn in progress or waits for your approval; "
-                         "one turn at a time per pane")  # fmt: skip
-    await page.claim(tab, [p.contender for p in panes], "a turn is already in progress in this tab (another "
-                     "server worker took it); one turn at a time per pane")  # fmt: skip
+        raise BadRequest(
+            409, f"{waiting[0]} has a turn in progress or waits for your approval; one turn at a time per pane"
+        )
+    await page.claim(
+        tab,
+        [p.contender for p in panes],
+        "a turn is already in progress in this tab (another server worker took it); one turn at a time per pane",
+    )
     for pane in panes:
         pane.busy = True
     for pane in panes:
@@ -147,8 +157,15 @@ async def _answer_graph(request: Request, tab: Tab, pane: Pane, request_id: str,
         raise BadRequest(409, f"{pane.contender} is already going on with this approval")
     # This answer is for this request only.
     pane.graph_answers[request_id] = approved
-    tab.hub.publish({"type": "approval_done", "pane": pane.contender, "id": request_id,
-                     "approved": approved, "how": "yes" if approved else "no"})  # fmt: skip
+    tab.hub.publish(
+        {
+            "type": "approval_done",
+            "pane": pane.contender,
+            "id": request_id,
+            "approved": approved,
+            "how": "yes" if approved else "no",
+        }
+    )
     ids = graph_request_ids(pane.graph_pending)
     waiting = [i for i in ids if i not in pane.graph_answers]
     if waiting:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class PageSettings:
     """What the presenter chooses on the page: the panes, the scripted persona, the limits, the gate."""

@@ -91,9 +91,13 @@ class SharedState:
         self.lease_s = lease_s
         # prepare_threshold=None: no server-side prepared statements, so PgBouncer in transaction mode works.
         self.pool = ConnectionPool(
-            url, min_size=1, max_size=pool_size, open=True, name="webdemo",
+            url,
+            min_size=1,
+            max_size=pool_size,
+            open=True,
+            name="webdemo",
             kwargs={"autocommit": True, "prepare_threshold": None, "row_factory": tuple_row},
-        )  # fmt: skip
+        )
         self._outbox: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue()
         self._writer = threading.Thread(target=self._write_events, name="webdemo-events", daemon=True)
         self._writer.start()
@@ -150,8 +154,9 @@ class SharedState:
     def open_tab(self, key: str) -> None:
         """Make the tab's row and schema if they are not there yet (a new tab, or one whose page comes back)."""
         with self.pool.connection() as db:
-            db.execute("INSERT INTO webdemo_tabs (key) VALUES (%s) ON CONFLICT (key) DO UPDATE SET used = now()",
-                       (key,))  # fmt: skip
+            db.execute(
+                "INSERT INTO webdemo_tabs (key) VALUES (%s) ON CONFLICT (key) DO UPDATE SET used = now()", (key,)
+            )
             db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema_of(key)}"')
 
     def place(self, key: str) -> TabPlace:
@@ -268,8 +273,9 @@ class SharedState:
 
     def release(self, key: str, panes: list[str], owner: str) -> None:
         with self.pool.connection() as db:
-            db.execute("DELETE FROM webdemo_claims WHERE tab = %s AND pane = ANY(%s) AND owner = %s",
-                       (key, panes, owner))  # fmt: skip
+            db.execute(
+                "DELETE FROM webdemo_claims WHERE tab = %s AND pane = ANY(%s) AND owner = %s", (key, panes, owner)
+            )
 
     def claimed(self, key: str) -> set[str]:
         """The panes (and jobs) of the tab some worker holds now."""
@@ -307,8 +313,11 @@ class SharedState:
 
     def put_report(self, key: str, kind: str, html: str) -> None:
         with self.pool.connection() as db:
-            db.execute("INSERT INTO webdemo_reports VALUES (%s, %s, %s) ON CONFLICT (tab, kind) DO UPDATE SET "
-                       "html = excluded.html", (key, kind, html))  # fmt: skip
+            db.execute(
+                "INSERT INTO webdemo_reports VALUES (%s, %s, %s) ON CONFLICT (tab, kind) DO UPDATE SET "
+                "html = excluded.html",
+                (key, kind, html),
+            )
 
     def report(self, key: str, kind: str) -> str | None:
         with self.pool.connection() as db:
@@ -377,8 +386,10 @@ class SharedState:
         with self.pool.connection() as db, db.transaction():
             for key in sorted(by_tab):  # one lock order for every writer: no deadlock between two workers
                 events = by_tab[key]
-                row = db.execute("UPDATE webdemo_tabs SET last_event = last_event + %s WHERE key = %s "
-                                 "RETURNING last_event", (len(events), key)).fetchone()  # fmt: skip
+                row = db.execute(
+                    "UPDATE webdemo_tabs SET last_event = last_event + %s WHERE key = %s RETURNING last_event",
+                    (len(events), key),
+                ).fetchone()
                 if row is None:
                     continue
                 first = int(row[0]) - len(events) + 1

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 def default_data_dir() -> Path:
     """Where the page keeps its tabs unless told (`--data`): the per-user data folder, XDG style."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
@@ -143,10 +144,14 @@ class Tab:
                 continue
             line = cart.lines[0]
             removed = self.store.remove_from_cart(pane.customer, line.book.id)
-            changed.append({
-                "pane": pane.contender, "title": line.book.title, "removed": removed,
-                "cart_total": money(self.store.cart(pane.customer).total),
-            })  # fmt: skip
+            changed.append(
+                {
+                    "pane": pane.contender,
+                    "title": line.book.title,
+                    "removed": removed,
+                    "cart_total": money(self.store.cart(pane.customer).total),
+                }
+            )
         return changed
 
     def state(self) -> dict[str, Any]:
@@ -356,8 +361,10 @@ class Tabs:
         """Close tabs beyond `max_tabs`, nobody watching first, then the longest-watched (their streams end; the
         page reconnects and the tab reopens from disk), so tabs that only hold a stream never lock a newcomer
         out. A tab with a turn or a job under way is never closed."""
-        idle = sorted((t for t in self._open.values() if not t.busy and not t.applying),
-                      key=lambda t: (t.hub.listeners > 0, t.hub.last_seen))  # fmt: skip
+        idle = sorted(
+            (t for t in self._open.values() if not t.busy and not t.applying),
+            key=lambda t: (t.hub.listeners > 0, t.hub.last_seen),
+        )
         while len(self._open) >= self.max_tabs and idle:
             tab = idle.pop(0)
             del self._open[tab.key]

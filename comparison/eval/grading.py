@@ -49,6 +49,7 @@ class Rubric:
 @dataclass(frozen=True)
 class ExpectedBook:
     """A book the grader expects an answer to name, as the catalog has it (its price as the answer spells it)."""
+
     id: int
     title: str
     price: str

@@ -190,8 +190,34 @@ class OutOfStock(StoreError):
 # --- search ------------------------------------------------------------------------------------------------
 
 _STOP_WORDS = frozenset(
-    {"a", "an", "and", "any", "are", "book", "books", "by", "can", "do", "find", "for", "from", "have", "i", "in",
-     "is", "it", "me", "my", "of", "on", "or", "the", "to", "with"}
+    {
+        "a",
+        "an",
+        "and",
+        "any",
+        "are",
+        "book",
+        "books",
+        "by",
+        "can",
+        "do",
+        "find",
+        "for",
+        "from",
+        "have",
+        "i",
+        "in",
+        "is",
+        "it",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "the",
+        "to",
+        "with",
+    }
 )
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -455,8 +481,15 @@ class BookStore:
                 "INSERT INTO books (id, title, author, genre, price_cents, description, stock)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (b["id"], b["title"], b["author"], b["genre"], _to_cents(Decimal(b["price"])), b["description"],
-                     b["stock"])
+                    (
+                        b["id"],
+                        b["title"],
+                        b["author"],
+                        b["genre"],
+                        _to_cents(Decimal(b["price"])),
+                        b["description"],
+                        b["stock"],
+                    )
                     for b in catalog["books"]
                 ],
             )

@@ -89,9 +89,7 @@ class GetOrderStatusArgs(BaseModel):
 
 class AddToCartArgs(BaseModel):
     book_id: int = Field(description="The book's id, as returned by search_books.")
-    quantity: int = Field(
-        default=1, ge=MIN_QUANTITY, le=MAX_QUANTITY, description="How many copies to add (1 to 10)."
-    )
+    quantity: int = Field(default=1, ge=MIN_QUANTITY, le=MAX_QUANTITY, description="How many copies to add (1 to 10).")
     # Filled in by LangChain from the ToolCall's id and left out of tool_call_schema, so the model never sees it.
     tool_call_id: Annotated[str | None, InjectedToolCallId] = None
 

@@ -160,9 +160,12 @@ def _openai_model(
 
 
 def make_model(
-    spec: str, *, timeout_s: float | Literal["default"] | None = "default", seed: int | None = None,
+    spec: str,
+    *,
+    timeout_s: float | Literal["default"] | None = "default",
+    seed: int | None = None,
     base_url: str | None = None,
-) -> BaseChatModel:  # fmt: skip
+) -> BaseChatModel:
     """Build the model named by `spec`: "scripted", "scripted:<persona>", "ollama:<model>", "local" (the
     strongest bundled model installed), "local:<name>" (a model of `local.BUNDLED`; its server started on first
     use) or "openai:<model>" (served at `base_url`, default `OPENAI_BASE_URL`).

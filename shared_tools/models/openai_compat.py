@@ -142,8 +142,9 @@ class PerLoopTransport(sdk_httpx.AsyncBaseTransport):
             # No response yet, as when the client's own read timeout fires: said the same way ("sent nothing").
             raise sdk_httpx.ReadTimeout("timed out", request=request) from None
         stream = _AsyncDeadlineStream(response.stream, request, deadline, self._timeout_s)
-        return sdk_httpx.Response(response.status_code, headers=response.headers, stream=stream,
-                                  extensions=response.extensions)  # fmt: skip
+        return sdk_httpx.Response(
+            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
+        )
 
 
 class DeadlineTransport(sdk_httpx.BaseTransport):
@@ -160,8 +161,9 @@ class DeadlineTransport(sdk_httpx.BaseTransport):
         if self._timeout_s is None:
             return response
         stream = _DeadlineStream(response.stream, request, deadline, self._timeout_s)
-        return sdk_httpx.Response(response.status_code, headers=response.headers, stream=stream,
-                                  extensions=response.extensions)  # fmt: skip
+        return sdk_httpx.Response(
+            response.status_code, headers=response.headers, stream=stream, extensions=response.extensions
+        )
 
     def close(self) -> None:
         self._pool.close()
@@ -274,8 +276,9 @@ def _whole_piece(chunk: ChatGenerationChunk, text: JoinedPieces) -> ChatGenerati
     whole = text.piece(content)
     if whole == content:
         return chunk
-    return ChatGenerationChunk(message=chunk.message.model_copy(update={"content": whole}),
-                               generation_info=chunk.generation_info)  # fmt: skip
+    return ChatGenerationChunk(
+        message=chunk.message.model_copy(update={"content": whole}), generation_info=chunk.generation_info
+    )
 
 
 class CompatChatOpenAI(ChatOpenAI):
@@ -325,8 +328,10 @@ class CompatChatOpenAI(ChatOpenAI):
         if isinstance(response, openai.BaseModel):
             response = response.model_dump(exclude={"choices": {"__all__": {"message": {"parsed"}}}}, warnings=False)
         if not isinstance(response, dict):
-            raise ModelCallFailed(f"the OpenAI-compatible server at {self.server} sent a reply that is not a JSON "
-                                  f"object ({type(response).__name__})")  # fmt: skip
+            raise ModelCallFailed(
+                f"the OpenAI-compatible server at {self.server} sent a reply that is not a JSON "
+                f"object ({type(response).__name__})"
+            )
         if response.get("error"):
             detail = " ".join(str(response["error"]).split())[:300]
             raise ModelCallFailed(f"the OpenAI-compatible server at {self.server} answered with an error ({detail})")
@@ -399,8 +404,9 @@ class CompatChatOpenAI(ChatOpenAI):
     def _refused(self, kwargs: dict[str, Any]) -> str | None:
         """Remember the refusal; the reason the first time (said on that reply), None after."""
         if not kwargs.get("tools"):
-            raise ModelCallFailed(f"the OpenAI-compatible server at {self.server} ended a streamed reply before "
-                                  "its first chunk")  # fmt: skip
+            raise ModelCallFailed(
+                f"the OpenAI-compatible server at {self.server} ended a streamed reply before its first chunk"
+            )
         if self._stream_refused is not None:  # another call on this instance was refused meanwhile
             return None
         self._stream_refused = (
@@ -478,23 +484,33 @@ def check_server(base_url: str, model: str, api_key: str) -> None:
     try:
         response = httpx.get(url, headers={"Authorization": f"Bearer {api_key}"}, timeout=_CHECK_TIMEOUT_S)
     except httpx.HTTPError as exc:
-        raise ModelUnavailable(f"No OpenAI-compatible server answers at {base_url} ({type(exc).__name__}) - "
-                               f"{hint}.") from exc  # fmt: skip
+        raise ModelUnavailable(
+            f"No OpenAI-compatible server answers at {base_url} ({type(exc).__name__}) - {hint}."
+        ) from exc
     if response.status_code in (404, 405):
-        log.warning("%s has no /models (HTTP %s); %s is not checked before the first call", base_url,
-                    response.status_code, model)  # fmt: skip
+        log.warning(
+            "%s has no /models (HTTP %s); %s is not checked before the first call",
+            base_url,
+            response.status_code,
+            model,
+        )
         return
     if response.status_code in (401, 403):
-        raise ModelUnavailable(f"The server at {base_url} refused the API key (HTTP {response.status_code}) - "
-                               "set OPENAI_API_KEY.")  # fmt: skip
+        raise ModelUnavailable(
+            f"The server at {base_url} refused the API key (HTTP {response.status_code}) - set OPENAI_API_KEY."
+        )
     if response.status_code != 200:
-        raise ModelUnavailable(f"The server at {base_url} answered HTTP {response.status_code} to /models - "
-                               "check the server and --base-url.")  # fmt: skip
+        raise ModelUnavailable(
+            f"The server at {base_url} answered HTTP {response.status_code} to /models - "
+            "check the server and --base-url."
+        )
     try:
         listed = [str(m["id"]) for m in response.json()["data"] if isinstance(m, dict) and "id" in m]
     except (ValueError, KeyError, TypeError) as exc:
-        raise ModelUnavailable(f"{base_url} does not answer like an OpenAI-compatible server (bad /models) - "
-                               "check --base-url; it usually ends in /v1.") from exc  # fmt: skip
+        raise ModelUnavailable(
+            f"{base_url} does not answer like an OpenAI-compatible server (bad /models) - "
+            "check --base-url; it usually ends in /v1."
+        ) from exc
     if model not in listed and f"{model}:latest" not in listed:
         served = ", ".join(listed[:10]) + (f" and {len(listed) - 10} more" if len(listed) > 10 else "")
         raise ModelUnavailable(f"Model {model} is not served at {base_url}; it serves: {served or 'nothing'}.")

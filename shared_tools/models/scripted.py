@@ -224,7 +224,10 @@ def cut_reply(reply: AIMessage, limit: int) -> AIMessage:
     kept = max(0, limit * 4 - len(text))  # what the cut text leaves of the limit, for the calls' arguments
     invalid = [
         InvalidToolCall(
-            name=call["name"], args=json.dumps(call["args"])[: max(1, kept // 4)], id=call["id"], error=None,
+            name=call["name"],
+            args=json.dumps(call["args"])[: max(1, kept // 4)],
+            id=call["id"],
+            error=None,
             type="invalid_tool_call",
         )
         for call in reply.tool_calls
