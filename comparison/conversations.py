@@ -13,18 +13,25 @@ import logging
 import re
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, closing
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from langchain_core.messages import AIMessage, messages_to_dict
 
-from comparison.approvals import Approve, DemoHuman, decide_each, resume_until_answered, resume_with
+from comparison.approvals import DemoHuman
 from comparison.contenders import Contender
+from shared_tools.conversation import (
+    Conversation,
+    HistoryPolicy,
+    decide_each,
+    despite_cancel,
+    resume_until_answered,
+    resume_with,
+)
 from shared_tools.history import Rewound, Turn, count_turns, turns_of
-from shared_tools.results import AgentResult
+from shared_tools.results import AgentResult, Approve
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
@@ -43,34 +50,6 @@ class ConversationNotSaved(Exception):
     def __init__(self, result: AgentResult, reason: str) -> None:
         super().__init__(reason)
         self.result = result
-
-
-@dataclass(frozen=True)
-class HistoryPolicy:
-    """What the model is sent of a long conversation (`shared_tools.history`): the same meaning in both sessions."""
-
-    keep_turns: int | None = None
-    summarize: bool = False
-
-    def kwargs(self) -> dict[str, Any]:
-        """Only the knobs that are set, so a session without a policy is built exactly as before."""
-        given: dict[str, Any] = {}
-        if self.keep_turns is not None:
-            given["keep_turns"] = self.keep_turns
-        if self.summarize:
-            given["summarize"] = True
-        return given
-
-
-class Conversation(Protocol):
-    """A multi-turn session of one contender, as the session scenarios and `chat` use it."""
-
-    def ask(self, question: str) -> AgentResult: ...
-    def finish_unfinished(self) -> AgentResult | None: ...
-    def facts(self) -> dict[str, Any]: ...
-    def rewind(self, turns: int = 1) -> Rewound: ...
-    def turns(self) -> list[Turn]: ...
-    def close(self) -> None: ...
 
 
 def check_thread_name(name: str) -> None:
@@ -245,7 +224,7 @@ class HandwrittenConversation:
                 except Exception:
                     await self._asave_cut_short()  # an outage: what the turn did is saved, marked unfinished
                     raise
-                await _despite_cancel(self._asave())
+                await despite_cancel(self._asave())
         except asyncio.CancelledError:
             # A task cancel that lands after the loop stopped on the cancel event (the page cancels both ways)
             # hits the save or the lock's release: the turn is saved, so its result stands.
@@ -278,7 +257,7 @@ class HandwrittenConversation:
         async with self._turn():
             arewind = getattr(self.session, "arewind", None)
             rewound: Rewound = await arewind(turns) if arewind is not None else self.session.rewind(turns)
-            await _despite_cancel(self._asave())
+            await despite_cancel(self._asave())
         return rewound
 
     def save(self) -> None:
@@ -331,14 +310,14 @@ class HandwrittenConversation:
                 await self._asave_cut_short()
                 raise
             if result is not None:
-                await _despite_cancel(self._asave())
+                await despite_cancel(self._asave())
         return result
 
     async def _asave_cut_short(self) -> None:
         """`_save_cut_short`, awaited (Postgres)."""
         if self.session.unfinished:
             try:
-                await _despite_cancel(self._asave())
+                await despite_cancel(self._asave())
             except Exception:
                 log.exception("the turn an outage cut short could not be saved")
 
@@ -371,21 +350,6 @@ class HandwrittenConversation:
 
     def close(self) -> None:
         pass
-
-
-async def _despite_cancel(work: Coroutine[Any, Any, None]) -> None:
-    """Run `work` to its end even if the task is cancelled meanwhile (a turn's save must not be cut in half);
-    the cancel is then raised, so the caller still learns of it."""
-    task = asyncio.ensure_future(work)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-    task.result()
-    if cancelled:
-        raise asyncio.CancelledError
 
 
 class GraphConversation:

@@ -8,7 +8,6 @@ short, `rewind` and `replay` travel in time. Where the checkpoints are is a stor
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -29,11 +28,12 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot
 
 from langgraph_version.agent import GraphAgent, opening
-from langgraph_version.checkpoints import SqliteCheckpoints, Storage, messages_channel, prune_sqlite, turn_lock_for
+from langgraph_version.checkpoints import SqliteCheckpoints, Storage, messages_channel, prune_sqlite
 from langgraph_version.graph import CHECK, ERRORS, MODEL, TOOLS
 from langgraph_version.postgres import PostgresCheckpoints, prune_postgres
 from langgraph_version.run import Durability
 from langgraph_version.serde import CheckpointSerializer
+from shared_tools.conversation import HistoryPolicy, check_owner, turn_of
 from shared_tools.history import (
     Rewound,
     Turn,
@@ -45,7 +45,7 @@ from shared_tools.history import (
     summary_message,
     write_summary,
 )
-from shared_tools.results import AgentResult, CustomerMismatch, RunUsage, StopReason
+from shared_tools.results import AgentResult, RunUsage, StopReason
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
@@ -109,12 +109,7 @@ class GraphSession:
         time travel (`rewind`, `replay`) reaches only the last N turns. Delta threads cannot be pruned this way,
         because their checkpoints are rebuilt from their ancestors' writes.
         """
-        if keep_turns is not None and (isinstance(keep_turns, bool) or not isinstance(keep_turns, int)):
-            raise ValueError(f"keep_turns must be a whole number of turns or None, got {keep_turns!r}")
-        if keep_turns is not None and keep_turns < 1:
-            raise ValueError(f"keep_turns must be at least 1 (the question being asked), got {keep_turns}")
-        if summarize and keep_turns is None:
-            raise ValueError("summarize=True folds the turns outside the window: it needs keep_turns")
+        HistoryPolicy(keep_turns, summarize)  # refuses a window of no turns, and a summary without a window
         if storage not in ("delta", "full"):
             raise ValueError(f"storage must be 'delta' or 'full', got {storage!r}")
         if prune_turns is not None:
@@ -149,7 +144,7 @@ class GraphSession:
         else:
             self._graph = self._stored(agent.builder.compile(checkpointer=self.checkpointer))
             where = ("saver", id(self.checkpointer))
-        self._turn_lock = turn_lock_for((*where, thread_id))
+        self._turn_lock = turn_of((*where, thread_id))
 
     @classmethod
     def sqlite(
@@ -258,27 +253,18 @@ class GraphSession:
         wrote last: the other question and its answer would drop out of the conversation.
         """
         self._refuse_when_closed()
-        # Polled, so that waiting never blocks an event loop and a cancel while waiting simply ends the wait.
-        while not self._turn_lock.lock.acquire(blocking=False):
-            await asyncio.sleep(0.005)
-        try:
+        async with self._turn_lock.held():
             if isinstance(self.checkpointer, SqliteCheckpoints | PostgresCheckpoints):
                 async with self.checkpointer.turn(self.thread_id, wait=self.turn_timeout), self._graph_here() as graph:
                     yield graph
             else:
                 async with self._graph_here() as graph:
                     yield graph
-        finally:
-            self._turn_lock.lock.release()
 
     async def _snapshot(self, graph: CompiledStateGraph) -> StateSnapshot:
         """The thread's latest state, once it is known to be this session's customer's (`CustomerMismatch`)."""
         snapshot = await graph.aget_state(self.config)
-        owner = snapshot.values.get("customer")
-        if self.customer_id is not None and owner is not None and owner != self.customer_id:
-            raise CustomerMismatch(
-                f"thread {self.thread_id!r} is the conversation of customer {owner!r}, not of {self.customer_id!r}"
-            )
+        check_owner(snapshot.values.get("customer"), self.customer_id, f"thread {self.thread_id!r}")
         return snapshot
 
     def _refuse_when_closed(self) -> None:
@@ -339,11 +325,7 @@ class GraphSession:
         if head is None:
             return None
         values = head.checkpoint["channel_values"]
-        owner = values.get("customer")
-        if self.customer_id is not None and owner is not None and owner != self.customer_id:
-            raise CustomerMismatch(
-                f"thread {self.thread_id!r} is the conversation of customer {owner!r}, not of {self.customer_id!r}"
-            )
+        check_owner(values.get("customer"), self.customer_id, f"thread {self.thread_id!r}")
         if self.storage == "full" and "messages" in head.checkpoint["channel_versions"] and "messages" not in values:
             raise ValueError(
                 f"thread {self.thread_id!r} was written with storage='delta' (its checkpoints hold no messages); "
@@ -580,9 +562,7 @@ class GraphSession:
             base = await graph.aget_state(self._at(checkpoint_id))
             if base.created_at is None:
                 raise ValueError(f"thread {self.thread_id!r} has no checkpoint {checkpoint_id!r}")
-            owner = base.values.get("customer")
-            if self.customer_id is not None and owner is not None and owner != self.customer_id:
-                raise CustomerMismatch(f"checkpoint {checkpoint_id!r} is of customer {owner!r}")
+            check_owner(base.values.get("customer"), self.customer_id, f"checkpoint {checkpoint_id!r}")
             if not base.next:
                 raise ValueError(f"checkpoint {checkpoint_id!r} ended its run: nothing to replay (rewind to it)")
             start = await self._forget_abandoned_calls(graph, base, list(head.values.get("messages", [])))

@@ -1,0 +1,162 @@
+"""What every contender's conversation is and holds the same way: the `Conversation` protocol, its history
+policy, one turn at a time, a conversation only for its own customer, and a pause answered until the turn ends.
+
+The agents' sessions build on these, so the owner check and the turn lock are written once; the harness, `chat`
+and the page use any conversation through `Conversation` alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, runtime_checkable
+
+from shared_tools.history import Rewound, Turn
+from shared_tools.results import AgentResult, Approve, CustomerMismatch, StopReason
+
+
+@runtime_checkable
+class Conversation(Protocol):
+    """A multi-turn conversation of any contender, wherever it is kept (memory, a file, SQLite, Postgres).
+
+    The sync calls end a turn: `ask` answers each approval pause through the conversation's `approve` (none: a
+    no) until the turn is over. The async calls are the page's: `aask` comes back at a pause
+    (AWAITING_APPROVAL, its requests in `apending`) for `aresume` to answer, and a cancel (the `cancel` event,
+    or the task's) ends the turn as CANCELLED, kept in the history.
+    """
+
+    def ask(self, question: str) -> AgentResult: ...
+    def finish_unfinished(self) -> AgentResult | None: ...
+    def rewind(self, turns: int = 1) -> Rewound: ...
+    def turns(self) -> list[Turn]: ...
+    def facts(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+    async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult: ...
+    async def aresume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult: ...
+    async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None: ...
+    async def arewind(self, turns: int = 1) -> Rewound: ...
+    async def amessages(self) -> list[Any]: ...
+    async def apending(self) -> list[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class HistoryPolicy:
+    """What the model is sent of a long conversation (`shared_tools.history`), the same in every session:
+    `keep_turns=N` the last N user turns, `summarize` the turns before them folded into one summary."""
+
+    keep_turns: int | None = None
+    summarize: bool = False
+
+    def __post_init__(self) -> None:
+        keep = self.keep_turns
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise ValueError(f"keep_turns must be a whole number of at least 1 (a window of user turns), got {keep!r}")
+        if self.summarize and keep is None:
+            raise ValueError("summarize needs keep_turns: the summary stands in for the turns outside that window")
+
+    def kwargs(self) -> dict[str, Any]:
+        """Only the knobs that are set, so a session without a policy is built exactly as before."""
+        given: dict[str, Any] = {}
+        if self.keep_turns is not None:
+            given["keep_turns"] = self.keep_turns
+        if self.summarize:
+            given["summarize"] = True
+        return given
+
+
+def check_owner(owner: str | None, customer_id: str | None, what: str) -> None:
+    """Refuse (`CustomerMismatch`) the conversation `what` recorded for `owner` to anyone else: it holds that
+    customer's name, address and cart. Nothing is checked without a customer to ask for, or for a conversation
+    nobody claimed yet."""
+    if customer_id is not None and owner is not None and owner != customer_id:
+        raise CustomerMismatch(f"{what} is the conversation of customer {owner!r}, not of {customer_id!r}")
+
+
+class OneTurnAtATime:
+    """The turn of one conversation within this process: two turns at once would each run from the same history,
+    and one question with its answer would drop out. A threading lock, not an asyncio one (sync calls from two
+    threads each run an event loop of their own), polled, so waiting never blocks an event loop and a cancel
+    while waiting simply ends the wait."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    @asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        while not self.lock.acquire(blocking=False):
+            await asyncio.sleep(0.005)
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+
+_SHARED: weakref.WeakValueDictionary[tuple[Any, ...], OneTurnAtATime] = weakref.WeakValueDictionary()
+_SHARED_GUARD = threading.Lock()
+
+
+def turn_of(key: tuple[Any, ...]) -> OneTurnAtATime:
+    """The one turn lock of the conversation `key` (where it is kept, and its name) in this process, shared by
+    every session object open on it."""
+    with _SHARED_GUARD:
+        turn = _SHARED.get(key)
+        if turn is None:
+            turn = _SHARED[key] = OneTurnAtATime()
+        return turn
+
+
+async def despite_cancel(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` to its end even if the task is cancelled meanwhile (a turn's save must not be cut in half);
+    the cancel is then raised, so the caller still learns of it."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+class PausedSession(Protocol):
+    """What `resume_until_answered` needs of a session paused for approval: answer the pause and go on (one
+    bool for a pause of one request, one answer per request for several)."""
+
+    def resume(self, approved: Any) -> AgentResult: ...
+
+
+def decide_each(requests: Sequence[dict[str, Any]], approve: Approve | None) -> list[bool]:
+    """One answer per request of a pause, each put to the human on its own (no human: every one is a no), so a
+    yes approves only the call it was asked about."""
+    if approve is None:
+        return [False] * len(requests)
+    return [approve(request["tool_call"], request["reason"]) is True for request in requests]
+
+
+def resume_with(session: PausedSession, answers: Sequence[bool]) -> AgentResult:
+    """Resume a pause with one answer per request: a pause of one request (the guarded graph's, which asks one
+    question at a time) takes its bool, a pause of several (`HumanInTheLoopMiddleware`'s) the list."""
+    return session.resume(answers[0] if len(answers) == 1 else list(answers))
+
+
+def resume_until_answered(
+    session: PausedSession, result: AgentResult, approve: Approve | None
+) -> tuple[AgentResult, int]:
+    """Answer a run's approval pauses, one after another, until the run ends; the result and the pauses.
+
+    Each resume is a new stretch of the same run (it may pause again on the next risky call), so the returned
+    result's trace is the stretches put together.
+    """
+    trace = list(result.trace)
+    pauses = 0
+    while result.stop_reason is StopReason.AWAITING_APPROVAL:
+        pauses += 1
+        result = resume_with(session, decide_each(result.pending or [], approve))
+        trace += result.trace
+    return replace(result, trace=trace), pauses
