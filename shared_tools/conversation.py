@@ -8,11 +8,13 @@ and the page use any conversation through `Conversation` alone.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import weakref
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from shared_tools.history import Rewound, Turn
@@ -43,6 +45,17 @@ class Conversation(Protocol):
     async def apending(self) -> list[dict[str, Any]]: ...
 
 
+class ConversationNotSaved(Exception):
+    """A turn ran, but its conversation could not be saved: another process saved the file since it was read.
+
+    `result` is the turn's answer (the customer should still see it); the file keeps the other process's turns.
+    """
+
+    def __init__(self, result: AgentResult, reason: str) -> None:
+        super().__init__(reason)
+        self.result = result
+
+
 @dataclass(frozen=True)
 class HistoryPolicy:
     """What the model is sent of a long conversation (`shared_tools.history`), the same in every session:
@@ -66,6 +79,36 @@ class HistoryPolicy:
         if self.summarize:
             given["summarize"] = True
         return given
+
+
+THREAD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+"""A thread name: it becomes part of a file name and of a customer id, so no path separators and no "..".
+Starts with a letter or digit (not "." or "-"), at most 64 characters."""
+
+
+def check_thread_name(name: str) -> None:
+    """Raise ValueError unless `name` can name a thread (see `THREAD_NAME`): ``../x`` must not become a path."""
+    if not THREAD_NAME.fullmatch(name):
+        raise ValueError(
+            f"thread name {name[:80]!r} is not allowed; use letters, digits, '.', '_' and '-' "
+            "(at most 64, starting with a letter or digit)"
+        )
+
+
+def beside(db: Path, thread_id: str, suffix: str) -> Path:
+    """The file of the conversation `thread_id` kept beside the session database `db` (`suffix`: ".json")."""
+    check_thread_name(thread_id)
+    return db.with_name(f"{db.stem}.{thread_id}{suffix}")
+
+
+def shown_target(target: object) -> str:
+    """Where a conversation is kept, for a person: a path, or a URL with its password masked ("memory": None)."""
+    from shared_tools.bookstore.store import is_postgres_url
+    from shared_tools.guards import mask_pii
+
+    if target is None:
+        return "memory"
+    return mask_pii(str(target)) if is_postgres_url(target) else str(target)
 
 
 def check_owner(owner: str | None, customer_id: str | None, what: str) -> None:

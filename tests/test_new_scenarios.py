@@ -19,7 +19,6 @@ import pytest
 
 import compare
 from comparison.contenders import CONTENDERS
-from comparison.conversations import sqlite_thread_storage
 from comparison.experiments import (
     STREAMING_MARKERS,
     STREAMING_MODULES,
@@ -36,6 +35,7 @@ from comparison.scenarios import (
     SCENARIOS_BY_NAME,
     long_session_goals,
 )
+from langgraph_version.thread_storage import sqlite_thread_storage
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.results import StopReason
