@@ -13,12 +13,13 @@ import logging
 import threading
 import uuid
 from pathlib import Path
+from typing import Unpack
 
 from langchain_core.messages import BaseMessage, SystemMessage, messages_from_dict, messages_to_dict
 
 from handwritten import storage
 from handwritten.loop import AgentCancelled, AgentLoop, history_so_far
-from shared_tools.conversation import HistoryPolicy, OneTurnAtATime, check_owner
+from shared_tools.conversation import HistoryPolicy, OneTurnAtATime, PolicyKeywords, check_owner
 from shared_tools.history import (
     Rewound,
     among_other_conversations,
@@ -325,10 +326,9 @@ class Session:
         loop: AgentLoop,
         *,
         customer_id: str | None = None,
-        keep_turns: int | None = None,
-        summarize: bool = False,
+        **policy: Unpack[PolicyKeywords],
     ) -> Session:
-        """A session continuing the conversation saved at `path`, run by `loop` with this history policy.
+        """A session continuing the conversation saved at `path`, run by `loop` with the history `policy`.
 
         With `customer_id`, a conversation saved for another customer is refused (`CustomerMismatch`): it holds
         that customer's name, address and cart, and must not be shown to anyone else. A torn last line (a crash
@@ -347,8 +347,7 @@ class Session:
             stored.instructions,
             messages,
             customer_id=owner or customer_id,
-            keep_turns=keep_turns,
-            summarize=summarize,
+            **policy,
         )
         session._revision, session._path, session._saved = stored.revision, path, len(messages)
         return session
@@ -393,8 +392,7 @@ class Session:
         loop: AgentLoop,
         *,
         customer_id: str | None = None,
-        keep_turns: int | None = None,
-        summarize: bool = False,
+        **policy: Unpack[PolicyKeywords],
     ) -> Session:
         """A session continuing the conversation stored as `thread_id` at `url`; `LookupError` when there is none
         (start a new `Session` and `asave_postgres` it). A conversation of another customer is refused
@@ -414,9 +412,8 @@ class Session:
             stored.instructions,
             messages,
             customer_id=stored.customer or customer_id,
-            keep_turns=keep_turns,
-            summarize=summarize,
             conversation_id=thread_id,
+            **policy,
         )
         session._revision, session._thread, session._saved = stored.revision, (url, thread_id), len(messages)
         return session

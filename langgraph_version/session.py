@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
@@ -65,6 +65,19 @@ class TurnNotOver(RuntimeError):
         self.awaiting_approval = awaiting_approval
 
 
+class SessionOptions(TypedDict, total=False):
+    """`GraphSession`'s own keywords, as `sqlite` and `postgres` pass them on (see `GraphSession.__init__`)."""
+
+    thread_id: str
+    durability: Durability | None
+    customer_id: str | None
+    turn_timeout: float
+    keep_turns: int | None
+    summarize: bool
+    storage: Storage
+    prune_turns: int | None
+
+
 class GraphSession:
     """One conversation: `ask` as often as you like; the thread remembers every turn."""
 
@@ -110,16 +123,7 @@ class GraphSession:
         because their checkpoints are rebuilt from their ancestors' writes.
         """
         HistoryPolicy(keep_turns, summarize)  # refuses a window of no turns, and a summary without a window
-        if storage not in ("delta", "full"):
-            raise ValueError(f"storage must be 'delta' or 'full', got {storage!r}")
-        if prune_turns is not None:
-            if isinstance(prune_turns, bool) or not isinstance(prune_turns, int) or prune_turns < 1:
-                raise ValueError(f"prune_turns must be at least 1, got {prune_turns!r}")
-            if storage != "full" or not isinstance(checkpointer, SqliteCheckpoints | PostgresCheckpoints):
-                raise ValueError(
-                    "prune_turns needs storage='full' in a SQLite file or Postgres: a delta checkpoint is rebuilt "
-                    "from its ancestors' writes, so deleting them would empty it"
-                )
+        _check_storage(storage, prune_turns, checkpointer)
         self.keep_turns = keep_turns
         self.summarize = summarize
         self.storage: Storage = storage
@@ -135,34 +139,25 @@ class GraphSession:
         self.checkpointer = checkpointer if checkpointer is not None else InMemorySaver(serde=CheckpointSerializer())
         self.config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         self._closed = False
-        if isinstance(self.checkpointer, SqliteCheckpoints):
-            self._graph = agent.graph  # given the saver of each call in `_graph_here`
-            where: Any = ("sqlite", os.path.realpath(self.checkpointer.path))
-        elif isinstance(self.checkpointer, PostgresCheckpoints):
-            self._graph = agent.graph
-            where = ("postgres", self.checkpointer.url)
-        else:
-            self._graph = self._stored(agent.builder.compile(checkpointer=self.checkpointer))
-            where = ("saver", id(self.checkpointer))
+        self._graph, where = self._graph_and_place()
         self._turn_lock = turn_of((*where, thread_id))
+
+    def _graph_and_place(self) -> tuple[CompiledStateGraph, tuple[Any, ...]]:
+        """The session's graph, and where its thread is kept (the key of the thread's turn in this process)."""
+        if isinstance(self.checkpointer, SqliteCheckpoints):
+            # The agent's graph, given the saver of each call in `_graph_here`.
+            return self.agent.graph, ("sqlite", os.path.realpath(self.checkpointer.path))
+        if isinstance(self.checkpointer, PostgresCheckpoints):
+            return self.agent.graph, ("postgres", self.checkpointer.url)
+        graph = self._stored(self.agent.builder.compile(checkpointer=self.checkpointer))
+        return graph, ("saver", id(self.checkpointer))
 
     @classmethod
     def sqlite(
-        cls,
-        agent: GraphAgent,
-        instructions: str,
-        *,
-        path: str,
-        thread_id: str = "t1",
-        durability: Durability | None = "sync",
-        customer_id: str | None = None,
-        turn_timeout: float = 30.0,
-        keep_turns: int | None = None,
-        summarize: bool = False,
-        storage: Storage = "delta",
-        prune_turns: int | None = None,
+        cls, agent: GraphAgent, instructions: str, *, path: str, **options: Unpack[SessionOptions]
     ) -> GraphSession:
-        """A session whose thread lives in the SQLite file at `path` (see `SqliteCheckpoints`).
+        """A session whose thread lives in the SQLite file at `path` (see `SqliteCheckpoints`); `options` are
+        `GraphSession`'s own.
 
         The default durability is ``"sync"``, because a file is kept to survive a crash: each superstep's
         checkpoint is on disk before the next superstep starts, so the model's reply, with the tool-call ids it
@@ -172,36 +167,12 @@ class GraphSession:
         model would be asked again and choose new ids (a real model does), and with ``"exit"`` the whole
         unfinished turn is lost. The price is one awaited write per superstep.
         """
-        return cls(
-            agent,
-            instructions,
-            thread_id,
-            checkpointer=SqliteCheckpoints(path),
-            durability=durability,
-            customer_id=customer_id,
-            turn_timeout=turn_timeout,
-            keep_turns=keep_turns,
-            summarize=summarize,
-            storage=storage,
-            prune_turns=prune_turns,
-        )
+        options.setdefault("durability", "sync")
+        return cls(agent, instructions, checkpointer=SqliteCheckpoints(path), **options)
 
     @classmethod
     def postgres(
-        cls,
-        agent: GraphAgent,
-        instructions: str,
-        *,
-        url: str,
-        thread_id: str = "t1",
-        durability: Durability | None = "sync",
-        customer_id: str | None = None,
-        turn_timeout: float = 30.0,
-        keep_turns: int | None = None,
-        summarize: bool = False,
-        storage: Storage = "delta",
-        prune_turns: int | None = None,
-        pool: Any = None,
+        cls, agent: GraphAgent, instructions: str, *, url: str, pool: Any = None, **options: Unpack[SessionOptions]
     ) -> GraphSession:
         """A session whose thread lives in the Postgres database at `url` (see `PostgresCheckpoints`), shared by
         every process and machine that opens the same thread: any of them can take any turn, one at a time.
@@ -215,19 +186,8 @@ class GraphSession:
         keep_latest keeps only the head. LangGraph refuses to keep_latest a DeltaChannel thread
         (NotImplementedError), which is why delta threads, already small, are not pruned.
         """
-        return cls(
-            agent,
-            instructions,
-            thread_id,
-            checkpointer=PostgresCheckpoints(url, pool=pool),
-            durability=durability,
-            customer_id=customer_id,
-            turn_timeout=turn_timeout,
-            keep_turns=keep_turns,
-            summarize=summarize,
-            storage=storage,
-            prune_turns=prune_turns,
-        )
+        options.setdefault("durability", "sync")
+        return cls(agent, instructions, checkpointer=PostgresCheckpoints(url, pool=pool), **options)
 
     def _stored(self, graph: CompiledStateGraph, **update: Any) -> CompiledStateGraph:
         """`graph` with `update` and the channel for `messages` that `storage` asks for."""
@@ -637,6 +597,21 @@ class GraphSession:
 _WROTE_BEFORE = {MODEL: CHECK, TOOLS: MODEL, ERRORS: TOOLS, CHECK: ERRORS}
 """For each node a replay can start at, a node whose edges lead to it (`graph.build_guarded_graph`) while the run
 goes on (no stop reason): the node a marked fork of the checkpoint is written as."""
+
+
+def _check_storage(storage: Storage, prune_turns: int | None, checkpointer: object) -> None:
+    """Refuse a storage GraphSession has none of, and a pruning that would empty a delta thread."""
+    if storage not in ("delta", "full"):
+        raise ValueError(f"storage must be 'delta' or 'full', got {storage!r}")
+    if prune_turns is None:
+        return
+    if isinstance(prune_turns, bool) or not isinstance(prune_turns, int) or prune_turns < 1:
+        raise ValueError(f"prune_turns must be at least 1, got {prune_turns!r}")
+    if storage != "full" or not isinstance(checkpointer, SqliteCheckpoints | PostgresCheckpoints):
+        raise ValueError(
+            "prune_turns needs storage='full' in a SQLite file or Postgres: a delta checkpoint is rebuilt "
+            "from its ancestors' writes, so deleting them would empty it"
+        )
 
 
 def _unfinished(snapshot: StateSnapshot) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from shared_tools.history import Rewound, Turn
 from shared_tools.results import AgentResult, Approve, CustomerMismatch, StopReason
@@ -56,6 +56,13 @@ class ConversationNotSaved(Exception):
         self.result = result
 
 
+class PolicyKeywords(TypedDict, total=False):
+    """A `HistoryPolicy` as a session's keywords, passed on by the calls that open one (`Session.load`...)."""
+
+    keep_turns: int | None
+    summarize: bool
+
+
 @dataclass(frozen=True)
 class HistoryPolicy:
     """What the model is sent of a long conversation (`shared_tools.history`), the same in every session:
@@ -71,9 +78,9 @@ class HistoryPolicy:
         if self.summarize and keep is None:
             raise ValueError("summarize needs keep_turns: the summary stands in for the turns outside that window")
 
-    def kwargs(self) -> dict[str, Any]:
+    def kwargs(self) -> PolicyKeywords:
         """Only the knobs that are set, so a session without a policy is built exactly as before."""
-        given: dict[str, Any] = {}
+        given: PolicyKeywords = {}
         if self.keep_turns is not None:
             given["keep_turns"] = self.keep_turns
         if self.summarize:
