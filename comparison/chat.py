@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 from rich.console import Console
 from rich.text import Text
 
-from comparison.conversations import Conversation, ConversationNotSaved
+from comparison.conversations import Conversation, ConversationNotSaved, turns_in
 from comparison.render import Progress, print_trace, render_turn
 from comparison.sanitize import clean_line, clean_text
 from shared_tools.models.errors import ModelCallFailed
@@ -166,7 +166,7 @@ def run_command(
     """``/rewind [N]`` or ``/history``; False when `command` is neither (it is then no command at all)."""
     name, _, rest = command.partition(" ")
     if name == "/history":
-        turns = conversation.turns()
+        turns = turns_in(conversation)
         if not turns:
             console.print(Text("(no turns yet)"))
         for turn in turns:
@@ -265,7 +265,7 @@ class _Chat:
         self.start_turn()
         try:
             with another_process_says_so(self.thread):
-                finished = self.conversation.finish_unfinished()
+                finished = self.conversation.continue_unfinished()
         except ModelCallFailed as exc:
             say_model_failed(self.console, exc, self.live)
             return False

@@ -24,6 +24,7 @@ from comparison.conversations import (
     HistoryPolicy,
     check_saved_conversation,
     check_thread_name,
+    facts_of,
     open_conversation,
     shown_target,
 )
@@ -200,7 +201,7 @@ def chat(
         policy=policy,
     )
     try:
-        facts = conversation.facts()  # the graph checks whose thread it is on this first read
+        facts = facts_of(conversation)  # the graph checks whose thread it is on this first read
     except CustomerMismatch as exc:
         conversation.close()
         raise UnusableFile(f"cannot resume thread {thread!r}: {exc}") from None

@@ -24,7 +24,9 @@ from shared_tools.conversation import (
     resume_until_answered,
     shown_target,
 )
+from shared_tools.history import Turn
 from shared_tools.results import AgentResult, Approve
+from shared_tools.sync import run_blocking
 
 __all__ = [
     "NO_MAF_SUMMARY",
@@ -33,11 +35,13 @@ __all__ = [
     "HistoryPolicy",
     "check_saved_conversation",
     "check_thread_name",
+    "facts_of",
     "open_conversation",
     "run_gated_graph",
     "setup_postgres_checkpoints",
     "shown_target",
     "takes_cancel_event",
+    "turns_in",
 ]
 
 NO_MAF_SUMMARY = (
@@ -59,7 +63,8 @@ def check_saved_conversation(contender: str, thread_id: str, db: Path | str, cus
     A file beside `db` (the hand-written session's, MAF's) is read here; a graph thread's customer is checked by
     its session itself, on the first read of the thread, before anything runs or is shown.
     """
-    _kept_by(contender).check_saved(db, thread_id, customer_id)
+    module = _kept_by(contender)
+    run_blocking(lambda: module.acheck_saved(db, thread_id, customer_id), instead=f"{module.__name__}.acheck_saved")
 
 
 def open_conversation(
@@ -82,18 +87,33 @@ def open_conversation(
     hand-written loop was given its own when it was built); `policy` is the history policy; `storage`, the
     checkpoint storage options of a SQLite graph thread (ignored elsewhere).
     """
-    conversation: Conversation = _kept_by(contender).open_conversation(
-        agent,
-        instructions,
-        thread_id,
-        db,
-        resume=resume,
-        customer_id=customer_id,
-        approve=approve,
-        policy=policy,
-        storage=storage,
-    )
-    return conversation
+    module = _kept_by(contender)
+
+    async def aopen() -> Conversation:
+        conversation: Conversation = await module.aopen_conversation(
+            agent,
+            instructions,
+            thread_id,
+            db,
+            resume=resume,
+            customer_id=customer_id,
+            approve=approve,
+            policy=policy,
+            storage=storage,
+        )
+        return conversation
+
+    return run_blocking(aopen, instead=f"{module.__name__}.aopen_conversation(...)")
+
+
+def facts_of(conversation: Conversation) -> dict[str, Any]:
+    """What the conversation holds and where (messages, turns, stored bytes, `kept_in`), for a sync caller."""
+    return run_blocking(conversation.afacts, instead="Conversation.afacts()")
+
+
+def turns_in(conversation: Conversation) -> list[Turn]:
+    """The user turns of the conversation, oldest first (with their checkpoints, on a graph), for a sync caller."""
+    return run_blocking(conversation.aturns, instead="Conversation.aturns()")
 
 
 def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoHuman) -> AgentResult:
@@ -102,9 +122,12 @@ def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoH
     The guarded graph runs in a `GraphSession`; `create_agent` in a checkpointer thread of its own
     (`prebuilt.thread.CheckpointThread`), where `HumanInTheLoopMiddleware`'s pause is answered in its format.
     """
-    from langgraph_version.conversation import open_conversation as open_thread
+    from langgraph_version.conversation import aopen_conversation
 
-    thread = open_thread(agent, instructions, f"approval-{uuid.uuid4().hex[:8]}", None, resume=False)  # type: ignore[arg-type]
+    async def opening() -> Any:
+        return await aopen_conversation(agent, instructions, f"approval-{uuid.uuid4().hex[:8]}", None, resume=False)  # type: ignore[arg-type]
+
+    thread = run_blocking(opening, instead="aopen_conversation(...)")
     result, pauses = resume_until_answered(thread.session, thread.session.ask(goal), human.approve)
     human.pauses += pauses
     return result

@@ -26,7 +26,7 @@ from typing import Any
 
 from comparison.approvals import DemoHuman
 from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, Contender, build_contender
-from comparison.conversations import Conversation, HistoryPolicy, open_conversation, run_gated_graph
+from comparison.conversations import Conversation, HistoryPolicy, facts_of, open_conversation, run_gated_graph
 from comparison.records import RunRecord, raised_record, result_record
 from comparison.run_setup import (
     RunOptions,
@@ -201,7 +201,7 @@ class _SessionRun:
         note_not_honoured(record, self.agent)
         if not scenario.growth or turn == len(scenario.goals):
             # A long conversation is measured once, at its end: reading the thread costs a turn's time again.
-            record.facts.update(conversation.facts())
+            record.facts.update(facts_of(conversation))
         if changed:
             record.facts["changed_behind_the_agent"] = changed
         return record, True
@@ -210,7 +210,7 @@ class _SessionRun:
         """A new agent and a new session object read the same file: the conversation must be there."""
         reopened = self.open(resume=True)
         try:
-            after = reopened.facts()
+            after = facts_of(reopened)
         finally:
             reopened.close()
         last.facts["messages_after_restart"] = after["messages"]

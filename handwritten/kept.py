@@ -15,7 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from langchain_core.messages import BaseMessage, messages_to_dict
 
@@ -37,12 +37,10 @@ from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 
 class KeptSession:
     """A `Session` and where it is kept: nowhere (`path` and `url` None), the file `path`, or the Postgres
-    thread `thread_id` at `url`. `open` starts or resumes one; the calls are `Conversation`'s."""
+    thread `thread_id` at `url`. `aopen` starts or resumes it; the calls are `Conversation`'s."""
 
     def __init__(
         self,
@@ -61,116 +59,53 @@ class KeptSession:
         self.customer_id = customer_id
         """Whose conversation the caller asked for: a Postgres reload before each turn checks it again."""
 
-    @classmethod
-    def open(
-        cls,
-        loop: AgentLoop,
-        instructions: str,
-        *,
-        path: Path | None = None,
-        url: str | None = None,
-        thread_id: str | None = None,
-        resume: bool = False,
-        customer_id: str | None = None,
-        policy: HistoryPolicy | None = None,
-    ) -> KeptSession:
-        """The conversation kept there, continued (`resume`) or started afresh: a demo re-run with the same
+    async def aopen(self, *, resume: bool) -> None:
+        """Read the conversation as it is kept (`resume`), or start it afresh: a demo re-run with the same
         --session-db replaces the old one, as a graph's thread is deleted (saving over it would be refused)."""
-        policy = policy or HistoryPolicy()
-        session: Session | None = None
-        if url is not None:
-            assert thread_id is not None, "a Postgres session is named by its thread"
+        if self.url is not None and self.thread_id is not None:
             if resume:
-                session = load_thread(url, thread_id, loop, customer_id, policy)
+                latest = await aload_thread(self.url, self.thread_id, self.session.loop, self.customer_id, self.policy)
+                if latest is not None:
+                    self.session = latest
             else:
                 from handwritten import postgres
 
-                run_blocking(lambda: postgres.delete(url, thread_id), instead="postgres.delete")
-        elif path is not None and resume and path.exists():
-            session = load_file(path, loop, customer_id, policy)
-        elif path is not None:
-            path.unlink(missing_ok=True)
-        if session is None:
-            session = Session(loop, instructions, customer_id=customer_id, **policy.kwargs())
-        return cls(session, path=path, url=url, thread_id=thread_id, customer_id=customer_id)
+                await postgres.delete(self.url, self.thread_id)
+        elif self.path is not None and resume and self.path.exists():
+            self.session = load_file(self.path, self.session.loop, self.customer_id, self.policy)
+        elif self.path is not None:
+            self.path.unlink(missing_ok=True)
 
     @property
     def policy(self) -> HistoryPolicy:
         return HistoryPolicy(self.session.keep_turns, self.session.summarize)
 
-    # --- turns, sync: a file, or Postgres through the async calls ------------------------------------------------
+    # --- the sync drivers ---------------------------------------------------------------------------------------
 
-    def ask(self, question: str) -> AgentResult:
-        if self.url is not None:
-            return run_blocking(lambda: self.aask(question), instead="KeptSession.aask(...)")
-        result = self._saving_what_ran(lambda: self.session.ask(question))
-        try:
-            self.save()
-        except SessionConflict as exc:
-            reason = f"this turn was not saved and nothing was overwritten: {exc}"
-            raise ConversationNotSaved(result, reason) from exc
-        return result
+    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """`aask` for sync callers: a Ctrl-C cancels the turn, which is saved as far as it got before the
+        KeyboardInterrupt is raised."""
+        return run_blocking(lambda: self.aask(question, cancel=cancel), instead="KeptSession.aask(...)")
 
-    def finish_unfinished(self) -> AgentResult | None:
+    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
+        return run_blocking(lambda: self.aresume(approved, cancel=cancel), instead="KeptSession.aresume(...)")
+
+    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
         """Finish a turn an outage cut short (`Session.continue_unfinished`), and save it; None when there is none."""
-        if self.url is not None:
-            return run_blocking(self.acontinue_unfinished, instead="KeptSession.acontinue_unfinished()")
-        result = self._saving_what_ran(self.session.continue_unfinished)
-        if result is not None:
-            self.save()
-        return result
+        return run_blocking(
+            lambda: self.acontinue_unfinished(cancel=cancel), instead="KeptSession.acontinue_unfinished()"
+        )
 
     def rewind(self, turns: int = 1) -> Rewound:
         """Cut the last `turns` turns off the list, and off the saved file (or row) too."""
-        if self.url is not None:
-            return run_blocking(lambda: self.arewind(turns), instead="KeptSession.arewind(...)")
-        rewound: Rewound = self.session.rewind(turns)
-        self.save()
-        return rewound
-
-    def _saving_what_ran(self, run: Callable[[], T]) -> T:
-        """`run()`; should a Ctrl-C or an outage cut it short, the turn is saved as far as it got first."""
-        try:
-            return run()
-        except KeyboardInterrupt:
-            self._save_cancelled()
-            raise
-        except Exception:
-            self._save_cut_short()
-            raise
-
-    def save(self) -> None:
-        """Save the session where it is kept (`SessionConflict` when another process saved it meanwhile)."""
-        if self.url is not None and self.thread_id is not None:
-            url, thread_id = self.url, self.thread_id
-            run_blocking(lambda: self.session.asave_postgres(url, thread_id), instead="Session.asave_postgres(...)")
-        elif self.path is not None:
-            self.session.save(self.path)
-
-    def _save_cancelled(self) -> None:
-        """After a Ctrl-C: save the turn as far as it got. The session kept it (its open calls answered, one cut
-        off mid-run as "may have completed"), so an add that landed is in the history the next process reads; a
-        save that fails here does not hide the interrupt."""
-        try:
-            self.save()
-        except Exception:
-            log.exception("the turn a Ctrl-C cut off could not be saved")
-
-    def _save_cut_short(self) -> None:
-        """After an outage: save the turn as far as it got (`Session.unfinished`), so the next process finishes
-        it instead of asking again; a save that fails here does not hide the outage."""
-        if self.session.unfinished:
-            try:
-                self.save()
-            except Exception:
-                log.exception("the turn an outage cut short could not be saved")
+        return run_blocking(lambda: self.arewind(turns), instead="KeptSession.arewind(...)")
 
     # --- turns, async: saved under the turn lock -----------------------------------------------------------------
 
     async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """One turn, saved where the conversation is kept; a cancelled turn is saved too (its history tells the
         truth) and returned as its CANCELLED result."""
-        result = await self._aturn(lambda: self.session.aask(question, cancel=cancel))
+        result = await self._aturn(lambda: self.session.aask(question, cancel=cancel), asking=True)
         assert result is not None
         return result
 
@@ -192,7 +127,11 @@ class KeptSession:
     async def apending(self) -> list[dict[str, Any]]:
         return []  # the loop asks during the run: a conversation at rest waits for nobody
 
-    async def _aturn(self, run: Callable[[], Awaitable[AgentResult | None]]) -> AgentResult | None:
+    async def _aturn(
+        self, run: Callable[[], Awaitable[AgentResult | None]], *, asking: bool = False
+    ) -> AgentResult | None:
+        """`run()` under the turn lock, saved where the conversation is kept; a turn a cancel or an outage cut
+        short is saved as far as it got. A question's answer a file could not keep is `ConversationNotSaved`."""
         result: AgentResult | None = None
         try:
             async with self._turn():
@@ -204,13 +143,22 @@ class KeptSession:
                     await self._asave_cut_short()  # an outage: what the turn did is saved, marked unfinished
                     raise
                 if result is not None:
-                    await despite_cancel(self._asave())
+                    await self._asave_turn(result, asking)
         except asyncio.CancelledError:
             # A task cancel that lands after the loop stopped on the cancel event (the page cancels both ways)
             # hits the save or the lock's release: the turn is saved, so its result stands.
             if result is None:
                 raise
         return result
+
+    async def _asave_turn(self, result: AgentResult, asking: bool) -> None:
+        try:
+            await despite_cancel(self._asave())
+        except SessionConflict as exc:
+            if not asking or self.url is not None:
+                raise
+            reason = f"this turn was not saved and nothing was overwritten: {exc}"
+            raise ConversationNotSaved(result, reason) from exc
 
     @asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:
@@ -242,10 +190,10 @@ class KeptSession:
 
     # --- what it holds -------------------------------------------------------------------------------------------
 
-    def turns(self) -> list[Turn]:
+    async def aturns(self) -> list[Turn]:
         return turns_of(self.session.messages)
 
-    def facts(self) -> dict[str, Any]:
+    async def afacts(self) -> dict[str, Any]:
         messages = self.session.messages
         if self.path is not None and self.path.exists():
             stored = self.path.stat().st_size
@@ -275,13 +223,6 @@ def load_file(path: Path, loop: AgentLoop | None, customer_id: str | None, polic
         raise ValueError(f"{path} is a damaged saved session ({type(exc).__name__}: {exc})") from None
 
 
-def load_thread(
-    url: str, thread_id: str, loop: AgentLoop | None, customer_id: str | None, policy: HistoryPolicy
-) -> Session | None:
-    """The session of `thread_id` in Postgres, or None when there is none yet."""
-    return run_blocking(lambda: aload_thread(url, thread_id, loop, customer_id, policy), instead="aload_thread")
-
-
 async def aload_thread(
     url: str, thread_id: str, loop: AgentLoop | None, customer_id: str | None, policy: HistoryPolicy
 ) -> Session | None:
@@ -291,7 +232,7 @@ async def aload_thread(
         return None
 
 
-def open_conversation(
+async def aopen_conversation(
     loop: AgentLoop,
     instructions: str,
     thread_id: str,
@@ -306,26 +247,23 @@ def open_conversation(
     """The conversation `thread_id`: in memory (`where` None), in a JSON file beside the session database
     `where`, or in the Postgres database at `where`. `approve` and `storage` are not this session's: the loop
     was given its own approval callback when it was built, and a JSON file has no storage options."""
+    policy = policy or HistoryPolicy()
+    session = Session(loop, instructions, customer_id=customer_id, **policy.kwargs())
     if is_postgres_url(where):
         check_thread_name(thread_id)
-        return KeptSession.open(
-            loop,
-            instructions,
-            url=str(where),
-            thread_id=thread_id,
-            resume=resume,
-            customer_id=customer_id,
-            policy=policy,
-        )
-    path = None if where is None else beside(Path(where), thread_id, ".json")
-    return KeptSession.open(loop, instructions, path=path, resume=resume, customer_id=customer_id, policy=policy)
+        kept = KeptSession(session, url=str(where), thread_id=thread_id, customer_id=customer_id)
+    else:
+        path = None if where is None else beside(Path(where), thread_id, ".json")
+        kept = KeptSession(session, path=path, customer_id=customer_id)
+    await kept.aopen(resume=resume)
+    return kept
 
 
-def check_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
+async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
     """Raise ValueError (`CustomerMismatch` among them) when the conversation `thread_id` kept at `where` cannot
     be resumed: a damaged or wrong-shape file, or another customer's conversation. Reads, never writes."""
     if is_postgres_url(where):
-        load_thread(str(where), thread_id, None, customer_id, HistoryPolicy())
+        await aload_thread(str(where), thread_id, None, customer_id, HistoryPolicy())
         return
     path = beside(Path(where), thread_id, ".json")
     if path.exists():

@@ -36,38 +36,48 @@ class GraphConversation:
         self.approve = approve
         self.thread_id = session.thread_id
 
-    def _read(self, view: Any) -> Any:
-        """One of the session's async views (`pending`, `messages`, ...), read from this sync harness."""
-        return run_blocking(view, instead=f"{type(self.session).__name__}.{view.__name__}()")
+    async def aopen(self, *, resume: bool) -> None:
+        """A fresh thread (not `resume`) in a file or a database starts from scratch, as a demo re-run does."""
+        if self.path is not None and not resume:
+            await self.session.adelete()
 
     def _answered(self, result: AgentResult) -> AgentResult:
-        return resume_until_answered(self.session, result, self.approve)[0]
+        return resume_until_answered(self, result, self.approve)[0]
 
-    def ask(self, question: str) -> AgentResult:
-        return self._answered(self.session.ask(question))
+    # --- the sync drivers: a turn to its end, each pause answered through `approve` ----------------------------
 
-    def finish_unfinished(self) -> AgentResult | None:
+    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        result = run_blocking(lambda: self.aask(question, cancel=cancel), instead="GraphConversation.aask(...)")
+        return self._answered(result)
+
+    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
+        return run_blocking(lambda: self.aresume(approved, cancel=cancel), instead="GraphConversation.aresume(...)")
+
+    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
         """A pause nobody answered (the process ended at the approval prompt) is asked again, then finished;
         a turn a crash or an outage cut short is finished from its last checkpoint."""
-        pending = self._read(self.session.pending)
+        pending = run_blocking(self.apending, instead="GraphConversation.apending()")
         if pending:
-            return self._answered(resume_with(self.session, decide_each(pending, self.approve)))
-        result = self.session.continue_unfinished()
+            return self._answered(resume_with(self, decide_each(pending, self.approve)))
+        result = run_blocking(
+            lambda: self.acontinue_unfinished(cancel=cancel), instead="GraphConversation.acontinue_unfinished()"
+        )
         return None if result is None else self._answered(result)
 
     def rewind(self, turns: int = 1) -> Rewound:
         """Fork the thread from the checkpoint before the last `turns` turns; the old branch stays in its history."""
-        rewound: Rewound = self.session.rewind(turns)
-        return rewound
+        return run_blocking(lambda: self.arewind(turns), instead="GraphConversation.arewind(...)")
 
-    def replay(self, checkpoint_id: str) -> AgentResult:
+    # --- time travel -------------------------------------------------------------------------------------------
+
+    async def areplay(self, checkpoint_id: str) -> AgentResult:
         """Run the thread again from an earlier checkpoint (what is after it runs again: tools included)."""
-        session = self.session
-        return self._answered(run_blocking(lambda: session.areplay(checkpoint_id), instead="GraphSession.areplay(...)"))
+        result: AgentResult = await self.session.areplay(checkpoint_id)
+        return result
 
-    def checkpoint_before_tool(self, tool: str) -> str:
+    async def acheckpoint_before_tool(self, tool: str) -> str:
         """The id of the last checkpoint whose next step runs the tools node on a reply that calls `tool`."""
-        for snapshot in self._read(self.session.history):  # newest first
+        for snapshot in await self.session.history():  # newest first
             messages = snapshot.values.get("messages") or []
             last = messages[-1] if messages else None
             if (
@@ -98,10 +108,7 @@ class GraphConversation:
         return result
 
     async def arewind(self, turns: int = 1) -> Rewound:
-        arewind = getattr(self.session, "arewind", None)
-        if arewind is None:
-            raise RuntimeError(f"{type(self.session).__name__} has no rewind")
-        rewound: Rewound = await arewind(turns)
+        rewound: Rewound = await self.session.arewind(turns)  # a framework's thread has none: AttributeError
         return rewound
 
     async def amessages(self) -> list[BaseMessage]:
@@ -112,18 +119,18 @@ class GraphConversation:
 
     # --- what it holds -----------------------------------------------------------------------------------------
 
-    def turns(self) -> list[Turn]:
+    async def aturns(self) -> list[Turn]:
         """The user turns, with the checkpoint each started from (`GraphSession.turn_history`)."""
         turn_history = getattr(self.session, "turn_history", None)
         if turn_history is None:  # a framework-only thread: its questions, without checkpoint ids
-            return turns_of(self._read(self.session.messages))
-        turns: list[Turn] = self._read(turn_history)
+            return turns_of(await self.session.messages())
+        turns: list[Turn] = await turn_history()
         return turns
 
-    def facts(self) -> dict[str, Any]:
+    async def afacts(self) -> dict[str, Any]:
         """Messages, user turns, checkpoints and stored bytes of the thread: read from the checkpointer's own
         storage (one count, one sum), never by walking the checkpoint history, which loads every checkpoint."""
-        messages = self._read(self.session.messages)
+        messages = await self.session.messages()
         checkpoints, stored = thread_storage(self.session, self.thread_id)
         return {
             "messages": len(messages),
@@ -143,7 +150,7 @@ def takes_cancel_event(session: Any) -> bool:
     return isinstance(session, GraphSession)
 
 
-def open_conversation(
+async def aopen_conversation(
     agent: GraphAgent | FrameworkAgent,
     instructions: str,
     thread_id: str,
@@ -158,7 +165,7 @@ def open_conversation(
     """The thread `thread_id`: in memory (`where` None), in the SQLite file `where`, or in the Postgres database
     at `where`. `policy` is our graph's history policy (the frameworks' threads have none); `storage`, keyword
     arguments of `GraphSession.sqlite` (its checkpoint storage options), for a SQLite thread of our graph. A
-    fresh thread (not `resume`) in a file or a database starts from scratch, as a demo re-run does."""
+    fresh thread (not `resume`) in a file or a database starts from scratch (`aopen`)."""
     given = (policy or HistoryPolicy()).kwargs()
     session: GraphSession | CheckpointThread
     if not isinstance(agent, GraphAgent):
@@ -181,11 +188,11 @@ def open_conversation(
             **given,
             **(storage or {}),
         )
-    if where is not None and not resume:
-        run_blocking(session.adelete, instead=f"{type(session).__name__}.adelete()")
-    return GraphConversation(session, where, approve)
+    conversation = GraphConversation(session, where, approve)
+    await conversation.aopen(resume=resume)
+    return conversation
 
 
-def check_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
+async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
     """Nothing to read ahead: a thread's customer is checked by its session itself, on the first read of the
     thread, before anything runs or is shown."""

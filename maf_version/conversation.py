@@ -33,10 +33,17 @@ class MafConversation:
         self.path = session.path
         self.approve = approve
 
-    def ask(self, question: str) -> AgentResult:
-        return resume_until_answered(self.session, self.session.ask(question), self.approve)[0]
+    async def aopen(self, *, resume: bool) -> None:
+        pass  # a fresh conversation's file was removed before its session read it (`aopen_conversation`)
 
-    def finish_unfinished(self) -> AgentResult | None:
+    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """A turn to its end: each approval pause is answered through `approve`."""
+        return resume_until_answered(self.session, self.session.ask(question, cancel=cancel), self.approve)[0]
+
+    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
+        return self.session.resume(approved, cancel=cancel)
+
+    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
         return None  # the file is written after a turn ends (a cut one included), so it never holds half a turn
 
     def rewind(self, turns: int = 1) -> Rewound:
@@ -70,10 +77,10 @@ class MafConversation:
     async def apending(self) -> list[dict[str, Any]]:
         return self.session.pending
 
-    def turns(self) -> list[Turn]:
+    async def aturns(self) -> list[Turn]:
         return turns_of(self.session.messages)
 
-    def facts(self) -> dict[str, Any]:
+    async def afacts(self) -> dict[str, Any]:
         messages = self.session.messages
         if self.path is not None and self.path.exists():
             stored = self.path.stat().st_size
@@ -91,7 +98,7 @@ class MafConversation:
         pass
 
 
-def open_conversation(
+async def aopen_conversation(
     agent: MafAgent,
     instructions: str,
     thread_id: str,
@@ -118,7 +125,7 @@ def open_conversation(
     return MafConversation(session, approve)
 
 
-def check_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
+async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
     """Raise ValueError (`CustomerMismatch` among them) when the file of `thread_id` beside `where` is damaged
     or another customer's. Reads, never writes; a Postgres `where` is refused when the conversation opens."""
     if is_postgres_url(where):

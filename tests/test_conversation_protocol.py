@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from comparison.contenders import CONTENDERS, build_contender
-from comparison.conversations import check_saved_conversation, open_conversation
+from comparison.conversations import check_saved_conversation, facts_of, open_conversation, turns_in
 from comparison.scenarios import CART_QUESTION, INSTRUCTIONS, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
@@ -51,11 +51,11 @@ def test_every_contender_takes_a_turn_through_the_async_protocol(
     assert stops == [StopReason.DONE, StopReason.DONE]
     assert asked == [SEED_GOAL, CART_QUESTION]
     assert (pending, unfinished) == (0, None), "a finished turn leaves no pause and nothing to finish"
-    assert [turn.question for turn in conversation.turns()] == [SEED_GOAL, CART_QUESTION]
+    assert [turn.question for turn in turns_in(conversation)] == [SEED_GOAL, CART_QUESTION]
     conversation.close()
 
     again = opened(contender, store, tmp_path / "sessions.db", "c1", resume=True)
-    assert again.facts()["turns"] == 2, "the turns taken through aask were kept where the conversation is"
+    assert facts_of(again)["turns"] == 2, "the turns taken through aask were kept where the conversation is"
     again.close()
 
 
@@ -70,7 +70,7 @@ def test_another_customer_is_refused_in_the_same_words_by_every_contender(
     refused = "is the conversation of customer 'ann', not of 'bob'"
     with pytest.raises(CustomerMismatch, match=refused):
         check_saved_conversation(contender, "t1", db, "bob")  # a file is read ahead; a thread when first read
-        opened(contender, store, db, "bob", resume=True).facts()
+        facts_of(opened(contender, store, db, "bob", resume=True))
 
 
 def test_the_owner_check_and_the_turn_lock_are_written_once() -> None:
