@@ -205,7 +205,7 @@ def storage_options(name: str | None) -> dict[str, Any] | None:
     """The `GraphSession.sqlite` keyword arguments of a variant's storage option (`scenarios.STORAGE_OPTIONS`)."""
     if name is None:
         return None
-    from comparison.scenarios import STORAGE_OPTIONS
+    from comparison.scenarios.s13_long_session import STORAGE_OPTIONS
 
     return dict(STORAGE_OPTIONS[name])
 

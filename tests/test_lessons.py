@@ -23,10 +23,9 @@ import pytest
 
 from comparison.closing import GUARD_LEGEND, guard_matrix
 from comparison.contenders import CONTENDERS
-from comparison.lessons import RunSettings
 from comparison.records import RunRecord, cart_text
 from comparison.runner import RunOptions, run_scenario
-from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
+from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, RunSettings, Scenario
 from shared_tools.bookstore.faults import Faults
 from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.results import AgentLimits, Guard, StopReason
