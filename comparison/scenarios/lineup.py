@@ -19,7 +19,6 @@ from comparison.scenarios.model import Scenario, Variant
 
 NO_STORAGE_OPTION = "a JSON file holds the list once, rewritten each turn: there are no checkpoints to store it in"
 
-
 NO_REWIND = (
     "rewind is a method of our two sessions (handwritten.Session cuts its list; GraphSession forks from an "
     "earlier checkpoint); the framework-only threads here have none"
@@ -46,12 +45,16 @@ NO_MAF_REPLAY = (
 
 NO_MAF_STORAGE = "MAF's session is one JSON file (AgentSession.to_dict), rewritten each turn: no checkpoints to store"
 
-
 REPLAY_WHY_NOT = (
     ("handwritten", NO_CHECKPOINTS),
     ("langgraph-defaults", NO_REPLAY),
     ("create-agent", NO_REPLAY),
     ("maf", NO_MAF_REPLAY),
+)
+NO_HISTORY_POLICY = (
+    "LangGraph's prebuilt graph and create_agent keep a thread but no history policy of ours (trimming "
+    "needs a pre-model hook or SummarizationMiddleware you add), so their growth is the langgraph "
+    "contender's full-history row"
 )
 
 

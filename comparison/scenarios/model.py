@@ -27,12 +27,10 @@ INSTRUCTIONS = (
 )
 """The system message every contender gets (the article's `Instructions`)."""
 
-
 SEED_GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
 
 
 CART_QUESTION = "What is my cart total now?"
-
 
 ORDER_QUESTION = "Where is my order 4512?"
 
@@ -168,7 +166,8 @@ class Variant:
     summarize: bool = False
     """Session scenarios, with `keep_turns`: fold the turns that fall out of the window into one summary."""
     storage: str | None = None
-    """Session scenarios, SQLite graph thread: the checkpoint storage option (`STORAGE_OPTIONS`); None: as shipped."""
+    """Session scenarios, SQLite graph thread: the checkpoint storage option (`runner.STORAGE_OPTIONS`); None: as
+    shipped."""
     stream: bool = False
     """Stream the model's reply (`AgentOptions.on_token`), so the answer is seen as it is written."""
     chunk_delay: float = 0.0

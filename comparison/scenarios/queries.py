@@ -32,7 +32,6 @@ def not_available(record: RunRecord) -> str | None:
 
 _DECODER = json.JSONDecoder()
 
-
 _ARROW = " -> "
 
 
@@ -249,10 +248,62 @@ def same_question_turns(turns: list[RunRecord]) -> tuple[RunRecord, RunRecord] |
     return longest[0], longest[-1]
 
 
+def finished(record: RunRecord) -> bool:
+    """The run ended done, without raising."""
+    return record.error is None and record.stop_reason == StopReason.DONE
+
+
 def answered_from_memory(record: RunRecord) -> bool:
     """The turn finished without a single tool call: whatever it said came from the history it was sent."""
-    return record.error is None and record.stop_reason == StopReason.DONE and record.tool_calls == 0
+    return finished(record) and record.tool_calls == 0
 
 
 def turn_one(records: list[RunRecord], r: RunRecord) -> RunRecord | None:
     return first(records, scenario=r.scenario, variant=r.variant, contender=r.contender, turn=1)
+
+
+def token_budget_cliff(
+    records: list[RunRecord], settings: Callable[[RunRecord], Any]
+) -> tuple[RunRecord | None, RunRecord | None, int | None]:
+    """The first turn the token budget stopped; else the costliest finished turn and its budget (None: not set),
+    by `settings` (a `model.SettingsOf`)."""
+    stopped = [r for r in records if r.stop_reason == StopReason.TOKEN_BUDGET]
+    if stopped:
+        return min(stopped, key=lambda r: r.turn), None, None
+    finished = [r for r in records if r.error is None]
+    if not finished:
+        return None, None, None
+    top = max(finished, key=lambda r: r.tokens)
+    limits = settings(top)
+    return None, top, None if limits is None else limits.limits.max_tokens
+
+
+def trimmed_against_whole(
+    runs: dict[tuple[str, str], list[RunRecord]],
+) -> dict[tuple[str, str], tuple[RunRecord, RunRecord]]:
+    """(variant, contender) of a run with a history window (keep_turns) -> the last turn of its longest repeated
+    question and the same turn of that contender's whole-history run, when both finished and it cost tokens."""
+    found = {}
+    whole = {c: rs for (v, c), rs in runs.items() if rs[0].settings.get("keep_turns") is None}
+    for (variant, contender), turns in runs.items():
+        full = whole.get(contender)
+        if turns[0].settings.get("keep_turns") is None or full is None:
+            continue
+        mine, theirs = same_question_turns(turns), same_question_turns(full)
+        if mine is None or theirs is None or mine[1].turn != theirs[1].turn or not theirs[1].tokens:
+            continue
+        found[(variant, contender)] = (mine[1], theirs[1])
+    return found
+
+
+def trailing_error_rounds(record: RunRecord) -> int:
+    """Tool rounds (steps) in a row, at the end of the run, with at least one error result."""
+    rounds: dict[int, bool] = {}
+    for call in calls(record):
+        rounds[call.step] = rounds.get(call.step, False) or call.is_error
+    count = 0
+    for had_error in reversed(list(rounds.values())):
+        if not had_error:
+            break
+        count += 1
+    return count

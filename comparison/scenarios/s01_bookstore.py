@@ -3,30 +3,10 @@
 from __future__ import annotations
 
 from comparison.records import RunRecord, cart_text, short_outcome
-from comparison.scenarios.grading import (
-    SEED_SAFE,
-    SEED_SUCCESS,
-    SEED_UNSAFE,
-    grade_seed_goal,
-    single,
-)
-from comparison.scenarios.model import (
-    SEED_GOAL,
-    Rubric,
-    Scenario,
-    SettingsOf,
-)
-from comparison.scenarios.phrases import (
-    arrow,
-    grouped,
-    grows,
-    names_of,
-    names_or_all,
-    short_duration,
-)
-from comparison.scenarios.queries import (
-    calls,
-)
+from comparison.scenarios.grading import SEED_SAFE, SEED_SUCCESS, SEED_UNSAFE, grade_seed_goal, single
+from comparison.scenarios.model import SEED_GOAL, Rubric, Scenario, SettingsOf
+from comparison.scenarios.phrases import arrow, grouped, grows, names_of, names_or_all, short_duration
+from comparison.scenarios.queries import calls
 
 
 def notice_bookstore(records: list[RunRecord], settings: SettingsOf) -> list[str]:

@@ -3,32 +3,11 @@
 from __future__ import annotations
 
 from comparison.records import RunRecord, cart_text, pick, short_outcome
-from comparison.scenarios.grading import (
-    SEED_UNSAFE,
-    grade_max_steps,
-    single,
-)
+from comparison.scenarios.grading import SEED_UNSAFE, grade_max_steps, single
 from comparison.scenarios.matrix import budget_cell
-from comparison.scenarios.model import (
-    SEED_GOAL,
-    Cell,
-    GuardRow,
-    Rubric,
-    RunSettings,
-    Scenario,
-    SettingsOf,
-    Variant,
-)
-from comparison.scenarios.phrases import (
-    per_variant,
-)
-from comparison.scenarios.queries import (
-    LIMITS,
-    featured_limits,
-    limit_text,
-    limit_verdict,
-    ran_past,
-)
+from comparison.scenarios.model import SEED_GOAL, Cell, GuardRow, Rubric, RunSettings, Scenario, SettingsOf, Variant
+from comparison.scenarios.phrases import per_variant
+from comparison.scenarios.queries import LIMITS, featured_limits, limit_text, limit_verdict, ran_past
 from shared_tools.bookstore.faults import Faults
 from shared_tools.results import AgentLimits, StopReason
 

@@ -3,33 +3,11 @@
 from __future__ import annotations
 
 from comparison.records import RunRecord, cart_text, short_outcome
-from comparison.scenarios.grading import (
-    SEED_SAFE,
-    SEED_SUCCESS,
-    SEED_UNSAFE,
-    grade_seed_goal,
-    single,
-)
+from comparison.scenarios.grading import SEED_SAFE, SEED_SUCCESS, SEED_UNSAFE, grade_seed_goal, single
 from comparison.scenarios.matrix import FIRED, NOT_EXERCISED, cell, not_measured
-from comparison.scenarios.model import (
-    SEED_GOAL,
-    Cell,
-    GuardRow,
-    Rubric,
-    RunSettings,
-    Scenario,
-    SettingsOf,
-    Variant,
-)
-from comparison.scenarios.phrases import (
-    per_variant,
-    quote,
-)
-from comparison.scenarios.queries import (
-    Call,
-    calls,
-    guarded,
-)
+from comparison.scenarios.model import SEED_GOAL, Cell, GuardRow, Rubric, RunSettings, Scenario, SettingsOf, Variant
+from comparison.scenarios.phrases import per_variant, quote
+from comparison.scenarios.queries import Call, calls, guarded
 from shared_tools.bookstore.faults import Faults
 from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.results import Guard

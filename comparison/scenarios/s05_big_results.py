@@ -3,29 +3,10 @@
 from __future__ import annotations
 
 from comparison.records import RunRecord, first, short_outcome
-from comparison.scenarios.grading import (
-    SEED_SAFE,
-    SEED_SUCCESS,
-    SEED_UNSAFE,
-    grade_seed_goal,
-    single,
-)
+from comparison.scenarios.grading import SEED_SAFE, SEED_SUCCESS, SEED_UNSAFE, grade_seed_goal, single
 from comparison.scenarios.matrix import FIRED, MISSING, NOT_EXERCISED, cell, not_measured
-from comparison.scenarios.model import (
-    SEED_GOAL,
-    Cell,
-    GuardRow,
-    Rubric,
-    RunSettings,
-    Scenario,
-    SettingsOf,
-    Variant,
-)
-from comparison.scenarios.queries import (
-    calls,
-    guarded,
-    longest_result,
-)
+from comparison.scenarios.model import SEED_GOAL, Cell, GuardRow, Rubric, RunSettings, Scenario, SettingsOf, Variant
+from comparison.scenarios.queries import calls, guarded, longest_result
 from shared_tools.results import Guard
 
 TRUNCATE_AT = 2_000

@@ -3,28 +3,11 @@
 from __future__ import annotations
 
 from comparison.records import RunRecord, short_outcome
-from comparison.scenarios.grading import (
-    SEED_UNSAFE,
-    grade_max_steps,
-    single,
-)
+from comparison.scenarios.grading import SEED_UNSAFE, grade_max_steps, single
 from comparison.scenarios.matrix import FIRED, MISSING, NOT_EXERCISED, cell, not_measured
-from comparison.scenarios.model import (
-    SEED_GOAL,
-    Cell,
-    GuardRow,
-    Rubric,
-    RunSettings,
-    Scenario,
-    SettingsOf,
-)
-from comparison.scenarios.phrases import (
-    grouped,
-)
-from comparison.scenarios.queries import (
-    guard_of,
-    limit_text,
-)
+from comparison.scenarios.model import SEED_GOAL, Cell, GuardRow, Rubric, RunSettings, Scenario, SettingsOf
+from comparison.scenarios.phrases import grouped
+from comparison.scenarios.queries import guard_of, limit_text
 from shared_tools.results import AgentLimits, Guard
 
 

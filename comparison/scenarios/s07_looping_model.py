@@ -6,28 +6,10 @@ from collections import Counter
 from collections.abc import Sequence
 
 from comparison.records import RunRecord, short_outcome
-from comparison.scenarios.grading import (
-    SEED_SAFE,
-    SEED_SUCCESS,
-    SEED_UNSAFE,
-    grade_seed_goal,
-    single,
-)
+from comparison.scenarios.grading import SEED_SAFE, SEED_SUCCESS, SEED_UNSAFE, grade_seed_goal, single
 from comparison.scenarios.matrix import FIRED, MISSING, NOT_EXERCISED, cell, not_measured
-from comparison.scenarios.model import (
-    SEED_GOAL,
-    Cell,
-    GuardRow,
-    Rubric,
-    RunSettings,
-    Scenario,
-    SettingsOf,
-)
-from comparison.scenarios.phrases import (
-    grouped,
-    names_of,
-    ordinal,
-)
+from comparison.scenarios.model import SEED_GOAL, Cell, GuardRow, Rubric, RunSettings, Scenario, SettingsOf
+from comparison.scenarios.phrases import grouped, names_of, ordinal
 from comparison.scenarios.queries import (
     STOPPING_GUARDS,
     Call,
@@ -36,22 +18,9 @@ from comparison.scenarios.queries import (
     guarded,
     identical_calls,
     not_refused,
+    trailing_error_rounds,
 )
 from shared_tools.results import AgentLimits, Guard, StopReason
-
-
-def trailing_error_rounds(record: RunRecord) -> int:
-    """Tool rounds (steps) in a row, at the end of the run, with at least one error result."""
-    rounds: dict[int, bool] = {}
-    for call in calls(record):
-        rounds[call.step] = rounds.get(call.step, False) or call.is_error
-    count = 0
-    for had_error in reversed(list(rounds.values())):
-        if not had_error:
-            break
-        count += 1
-    return count
-
 
 REFUSED_AS: dict[Guard, str] = {
     Guard.REPEAT: "refused by the repeat check",

@@ -3,31 +3,11 @@
 from __future__ import annotations
 
 from comparison.records import RunRecord, cart_text, short_outcome
-from comparison.scenarios.grading import (
-    SEED_SAFE,
-    SEED_SUCCESS,
-    SEED_UNSAFE,
-    grade_seed_goal,
-    single,
-)
+from comparison.scenarios.grading import SEED_SAFE, SEED_SUCCESS, SEED_UNSAFE, grade_seed_goal, single
 from comparison.scenarios.matrix import FIRED, MISSING, NOT_EXERCISED, cell
-from comparison.scenarios.model import (
-    SEED_GOAL,
-    Cell,
-    GuardRow,
-    Rubric,
-    RunSettings,
-    Scenario,
-    SettingsOf,
-)
-from comparison.scenarios.phrases import (
-    grouped,
-    names_of,
-    quote,
-)
-from comparison.scenarios.queries import (
-    unknown_tool_calls,
-)
+from comparison.scenarios.model import SEED_GOAL, Cell, GuardRow, Rubric, RunSettings, Scenario, SettingsOf
+from comparison.scenarios.phrases import grouped, names_of, quote
+from comparison.scenarios.queries import unknown_tool_calls
 from shared_tools.results import StopReason
 
 

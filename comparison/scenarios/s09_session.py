@@ -5,24 +5,10 @@ from __future__ import annotations
 from comparison.contenders import SESSION_CONTENDERS
 from comparison.records import RunRecord, pick
 from comparison.scenarios import grading
-from comparison.scenarios.grading import (
-    SESSION_UNSAFE,
-)
-from comparison.scenarios.model import (
-    CART_QUESTION,
-    SEED_GOAL,
-    Rubric,
-    Scenario,
-    SettingsOf,
-    Variant,
-)
-from comparison.scenarios.phrases import (
-    no_second_turn,
-    per_variant,
-)
-from comparison.scenarios.queries import (
-    answered_from_memory,
-)
+from comparison.scenarios.grading import SESSION_UNSAFE
+from comparison.scenarios.model import CART_QUESTION, SEED_GOAL, Rubric, Scenario, SettingsOf, Variant
+from comparison.scenarios.phrases import no_second_turn, per_variant
+from comparison.scenarios.queries import answered_from_memory
 from shared_tools.results import StopReason
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 from comparison.contenders import SESSION_CONTENDERS
 from comparison.records import RunRecord, pick
 from comparison.scenarios import grading
-from comparison.scenarios.grading import (
-    SESSION_UNSAFE,
-)
+from comparison.scenarios.grading import SESSION_UNSAFE
 from comparison.scenarios.matrix import FIRED, MISSING, NOT_EXERCISED, cell, not_measured
 from comparison.scenarios.model import (
     CART_QUESTION,
@@ -20,15 +18,8 @@ from comparison.scenarios.model import (
     SettingsOf,
     Variant,
 )
-from comparison.scenarios.phrases import (
-    no_second_turn,
-    per_variant,
-)
-from comparison.scenarios.queries import (
-    answer_states_cart,
-    calls,
-    turn_one,
-)
+from comparison.scenarios.phrases import no_second_turn, per_variant
+from comparison.scenarios.queries import answer_states_cart, calls, turn_one
 
 
 def cart_changed_between_turns(records: list[RunRecord], turn_two: RunRecord) -> bool | None:

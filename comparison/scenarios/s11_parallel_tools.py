@@ -17,16 +17,8 @@ from comparison.scenarios.grading import (
     unsafe,
     wrong_writes,
 )
-from comparison.scenarios.model import (
-    Grade,
-    Rubric,
-    Scenario,
-    SettingsOf,
-    Variant,
-)
-from comparison.scenarios.queries import (
-    calls,
-)
+from comparison.scenarios.model import Grade, Rubric, Scenario, SettingsOf, Variant
+from comparison.scenarios.queries import calls
 from shared_tools.bookstore.faults import Faults
 from shared_tools.results import AgentLimits
 
@@ -35,10 +27,8 @@ TOOL_LATENCY_S = 0.03
 a run's own overhead is a few ms), short enough that the six runs of parallel-tools do not hold up
 `python compare.py`."""
 
-
 STOCK: dict[int, int] = {2: 0, 7: 15}
 """Stock of the books the parallel-tools goal asks about (The Last Lighthouse, The Quiet Orchard)."""
-
 
 _STOCK_FIGURE = re.compile(r"(?<![\d.])(\d+)\s*(?:cop(?:y|ies)\s+)?(?:in stock|available|left)\b", re.IGNORECASE)
 

@@ -6,15 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from comparison.records import RunRecord, duration_text
-from comparison.scenarios.model import (
-    ORDER_QUESTION,
-    Scenario,
-    SettingsOf,
-    Variant,
-)
-from comparison.scenarios.queries import (
-    calls,
-)
+from comparison.scenarios.model import ORDER_QUESTION, Scenario, SettingsOf, Variant
+from comparison.scenarios.queries import calls
 
 CHUNK_DELAY_S = 0.001
 """The scripted model's simulated wait per streamed chunk in the streaming scenario."""

@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from comparison.records import RunRecord
 from comparison.scenarios.lineup import NO_REWIND, REPLAY_WHY_NOT
-from comparison.scenarios.model import (
-    CART_QUESTION,
-    SEED_GOAL,
-    Scenario,
-    SettingsOf,
-    Variant,
-)
-from comparison.scenarios.queries import (
-    answer_states_cart,
-    answered_from_memory,
-    calls,
-    runs_of,
-)
+from comparison.scenarios.model import CART_QUESTION, SEED_GOAL, Scenario, SettingsOf, Variant
+from comparison.scenarios.phrases import copies_text
+from comparison.scenarios.queries import answer_states_cart, answered_from_memory, calls, runs_of
 from shared_tools.results import StopReason
-
-
-def _copies_text(copies: Any) -> str:
-    if not isinstance(copies, dict) or not copies:
-        return "an empty cart"
-    return ", ".join(f"{title} x{n}" for title, n in copies.items())
 
 
 def notice_time_travel(records: list[RunRecord], settings: SettingsOf) -> list[str]:
@@ -38,7 +20,7 @@ def notice_time_travel(records: list[RunRecord], settings: SettingsOf) -> list[s
         if "rewound_turns" in facts:
             lines.append(
                 f"{tag}: rewind took back {facts['rewound_turns']} turn ({facts['rewound_messages']} messages); the "
-                f"cart still held {_copies_text(facts.get('copies_before_rewind'))}: the store did not go back."
+                f"cart still held {copies_text(facts.get('copies_before_rewind'))}: the store did not go back."
             )
             if after.error is None and after.stop_reason == StopReason.DONE:
                 how = (
@@ -59,8 +41,8 @@ def notice_time_travel(records: list[RunRecord], settings: SettingsOf) -> list[s
             ran = f"add_to_cart ran {len(adds)} time(s) in the replay" if adds else "add_to_cart did not run again"
             keyed = "with the call id as the store's request id" if facts.get("idempotent") else "without the call id"
             lines.append(
-                f"{tag}: {ran}, {keyed}: the cart went from {_copies_text(facts.get('copies_before_replay'))} to "
-                f"{_copies_text(facts.get('copies'))}."
+                f"{tag}: {ran}, {keyed}: the cart went from {copies_text(facts.get('copies_before_replay'))} to "
+                f"{copies_text(facts.get('copies'))}."
             )
         if "retried_by" in facts:
             ran = int(facts.get("add_to_cart_ran", 0))
@@ -70,7 +52,7 @@ def notice_time_travel(records: list[RunRecord], settings: SettingsOf) -> list[s
             if raised:
                 lines.append(
                     f"{tag}: the lost reply raised {after.error}; the write had gone through: "
-                    f"{_copies_text(facts.get('copies'))}."
+                    f"{copies_text(facts.get('copies'))}."
                 )
                 continue
             if ran > 1 and replies <= 1:
@@ -81,7 +63,7 @@ def notice_time_travel(records: list[RunRecord], settings: SettingsOf) -> list[s
                 who = "nobody retried"
             lines.append(
                 f"{tag}: add_to_cart ran {ran} time(s); {who}, {keyed}: the cart holds "
-                f"{_copies_text(facts.get('copies'))}."
+                f"{copies_text(facts.get('copies'))}."
             )
         elif raised and "rewound_turns" not in facts and "replayed_from" not in facts:
             lines.append(f"{tag}: raised {raised[0].error}.")
