@@ -2,7 +2,7 @@
 
 Every scenario runs through the public runner under its persona, `scripted:shopper` and the seeded noisy model;
 each "what to notice" point and guard-matrix cell must match a claim form below, checked against the records by
-code written here, independently of `lessons` and `closing`. A sentence that matches no form fails.
+code written here, independently of `comparison.scenarios` and `closing`. A sentence that matches no form fails.
 """
 
 from __future__ import annotations
@@ -1188,7 +1188,7 @@ def _time_travel_raised(m: re.Match[str], records: list[RunRecord], s: Scenario)
 
 
 ANY_SCENARIO = "*"
-"""The claims `lessons.framework_points` can make in any scenario."""
+"""The claims `model.framework_points` can make in any scenario."""
 MAYBE_LABEL = r"(?:" + LABEL + r")?"
 
 
