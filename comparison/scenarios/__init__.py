@@ -48,6 +48,7 @@ SCENARIOS_BY_NAME: dict[str, Scenario] = {s.name: s for s in SCENARIOS}
 
 __all__ = [
     "CART_QUESTION",
+    "CHAPTER",
     "INSTRUCTIONS",
     "NO_CHECKPOINTS",
     "NO_MAF_REPLAY",
