@@ -201,7 +201,7 @@ class Pane:
         self.error: str | None = None
         """Why the pane's conversation could not be opened; the pane is shown, disabled, with this text."""
         self.remote_pending: list[dict[str, Any]] = []
-        """Shared mode: the hand-written loop's questions waiting in another worker (from its snapshot)."""
+        """The hand-written loop's questions waiting in another worker (from its snapshot)."""
 
     # --- building ---------------------------------------------------------------------------------------------
 

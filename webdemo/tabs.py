@@ -42,7 +42,7 @@ class Tab:
         self.tabs = tabs
         self.key = key
         self.revision = 0
-        """Shared mode: the settings revision the panes here were opened with."""
+        """The settings revision the panes here were opened with (another worker's change is a new one)."""
         place = tabs.store.place(key)
         self.folder = place.folder
         self.session_target = place.sessions
@@ -59,9 +59,9 @@ class Tab:
         self.applying = False
         """The settings are being applied: the panes are closed and rebuilt, so nothing may start on them."""
         self.claimed: set[str] = set()
-        """Shared mode: panes and jobs some worker holds, as of the last `refresh`."""
+        """Panes and jobs some worker holds, as of the last `refresh`."""
         self.reports_here: list[str] = []
-        """Shared mode: the kinds of report kept in Postgres, as of the last `refresh`."""
+        """The kinds of report kept for every worker, as of the last `refresh`."""
 
     def _read_settings(self) -> PageSettings:
         try:
