@@ -272,6 +272,24 @@ def test_a_turn_is_cancelled_when_no_worker_has_had_a_stream_of_its_tab_for_a_wh
         assert pane["handwritten"]["last"]["cart"] == [] and pane["handwritten"]["pending"] == []
 
 
+def test_both_tab_stores_have_every_method_the_tab_store_declares() -> None:
+    """Tabs, panes and routes call a `TabStore` without asking which kind it is: each kind has every method, with
+    the protocol's parameters, async where the protocol's is (a plain call where an await is due would pass
+    silently on one kind)."""
+    import inspect
+
+    from webdemo.pgstore import PostgresStore
+    from webdemo.tabstore import FolderStore, TabStore
+
+    declared = {n: m for n, m in vars(TabStore).items() if inspect.isfunction(m) and not n.startswith("_")}
+    assert {"claim", "publish", "sync", "forget_unused", "turn_beat"} <= set(declared)
+    for kind in (FolderStore, PostgresStore):
+        for name, method in declared.items():
+            given = getattr(kind, name)
+            assert inspect.iscoroutinefunction(given) == inspect.iscoroutinefunction(method), (kind, name)
+            assert list(inspect.signature(given).parameters) == list(inspect.signature(method).parameters), (kind, name)
+
+
 def test_settings_changed_on_one_worker_are_seen_by_the_other(two_workers: tuple[TestClient, TestClient]) -> None:
     a, b = two_workers
     tab = new_tab(a)

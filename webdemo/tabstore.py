@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import shutil
 import time
@@ -17,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-
-log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
 
@@ -101,14 +98,6 @@ class TabStore(Protocol):
         """A report kept for other workers (None: none kept beyond the tab in memory)."""
         ...
 
-    async def forget_unused(
-        self, keep_s: float, max_tabs: int, spared: set[str], close: Callable[[str], None]
-    ) -> list[str]:
-        """Delete the tabs unused for `keep_s`, then the longest unused beyond `max_tabs`, but `spared` (open here
-        and watched or at work) and any another worker claimed or watched; `close` closes one open here first.
-        The keys deleted."""
-        ...
-
     def publish(self, key: str, event: Event, here: Callable[[Event], None]) -> None:
         """Send `event` to every stream of the tab: `here` delivers to this worker's (any thread)."""
         ...
@@ -130,9 +119,17 @@ class TabStore(Protocol):
 
     async def aclose(self) -> None: ...
 
+    async def forget_unused(
+        self, keep_s: float, max_tabs: int, spared: set[str], close: Callable[[str], None]
+    ) -> list[str]:
+        """Delete the tabs unused for `keep_s`, then the longest unused beyond `max_tabs`, but `spared` (open here
+        and watched or at work) and any tab another worker claims or watches; `close` closes one that is open here.
+        The keys deleted."""
+        ...
+
     async def claim(self, key: str, names: list[str], owner: str, lease: float | None = None) -> bool:
         """Hold `names` (panes, "job:<kind>") of the tab for `owner`, all or none: False when another worker holds
-        one; `webdemo.shared.TabGone` when the tab was forgotten."""
+        one; `TabGone` when the tab was forgotten."""
         ...
 
     async def extend(self, key: str, names: list[str], owner: str, lease: float | None = None) -> None: ...
