@@ -183,6 +183,7 @@ class Pane:
         self.phase = Phase.IDLE
         self.runner: TurnRunner | None = None
         self.task: asyncio.Task[None] | None = None
+        self._beat: asyncio.Task[None] | None = None
         self.transcript: list[dict[str, str]] = []
         self._streamed: dict[tuple[int, str], int] = {}
         """Characters of each (step, kind) of the turn's reply sent to the page token by token."""
@@ -337,7 +338,8 @@ class Pane:
             self.transcript.append({"role": "user", "text": question})
         self.tab.hub.publish({"type": "turn_start", "pane": self.contender, "what": what, "question": question})
         self.task = asyncio.get_running_loop().create_task(self._finish(work, runner))
-        asyncio.get_running_loop().create_task(self._heartbeat(self.task))
+        # Kept here: the loop holds only a weak reference to a task, and a task nobody holds may be collected.
+        self._beat = asyncio.get_running_loop().create_task(self._heartbeat(self.task))
 
     async def _heartbeat(self, task: asyncio.Task[None]) -> None:
         """While the turn runs here: keep the claim, show the trace so far to other workers, and cancel the turn
