@@ -19,7 +19,7 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from comparison.scenarios import INJECTED_BOOK, INJECTION
+from comparison.scenarios.s12_prompt_injection import INJECTED_BOOK, INJECTION
 from shared_tools.bookstore.store import BookStore, load_catalog, money
 from webdemo.events import BadRequest, Hub, for_page
 from webdemo.panes import Pane, TurnRunner
