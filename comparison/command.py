@@ -21,6 +21,7 @@ from comparison.closing import guard_matrix
 from comparison.command_line import UsageError
 from comparison.contenders import CONTENDERS, build_contender
 from comparison.conversations import (
+    Conversation,
     HistoryPolicy,
     check_saved_conversation,
     check_thread_name,
@@ -181,25 +182,7 @@ def chat(
     events: list[TraceEvent] = []
     # The reply streams token by token and each trace line prints as it happens, so no spinner is drawn over them.
     live = LiveTurn(console)
-    human = AskingHuman(store, customer, approval_prompt(console, None))
-
-    def on_event(event: TraceEvent) -> None:
-        events.append(event)
-        live.on_event(event)
-
-    options = AgentOptions(on_event=on_event, on_token=live.on_token)
-    agent = build_contender(contender, model, make_tools(store, customer), options, human)
-    conversation = open_conversation(
-        contender,
-        agent,
-        INSTRUCTIONS,
-        thread,
-        session_db,
-        resume=True,
-        customer_id=customer,
-        approve=human.approve,
-        policy=policy,
-    )
+    conversation = _open_chat(console, contender, thread, session_db, policy, model, store, customer, events, live)
     try:
         facts = facts_of(conversation)  # the graph checks whose thread it is on this first read
     except CustomerMismatch as exc:
@@ -228,6 +211,41 @@ def chat(
     finally:
         conversation.close()
     return False
+
+
+def _open_chat(
+    console: Console,
+    contender: str,
+    thread: str,
+    session_db: Path | str,
+    policy: HistoryPolicy,
+    model: BaseChatModel,
+    store: BookStore,
+    customer: str,
+    events: list[TraceEvent],
+    live: LiveTurn,
+) -> Conversation:
+    """The chat's conversation, resumed, on an agent that shows each turn live and asks the customer at the
+    prompt before a risky write."""
+    human = AskingHuman(store, customer, approval_prompt(console, None))
+
+    def on_event(event: TraceEvent) -> None:
+        events.append(event)
+        live.on_event(event)
+
+    options = AgentOptions(on_event=on_event, on_token=live.on_token)
+    agent = build_contender(contender, model, make_tools(store, customer), options, human)
+    return open_conversation(
+        contender,
+        agent,
+        INSTRUCTIONS,
+        thread,
+        session_db,
+        resume=True,
+        customer_id=customer,
+        approve=human.approve,
+        policy=policy,
+    )
 
 
 def say_what_is_kept(
