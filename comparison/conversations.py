@@ -40,7 +40,6 @@ __all__ = [
     "run_gated_graph",
     "setup_postgres_checkpoints",
     "shown_target",
-    "takes_cancel_event",
     "turns_in",
 ]
 
@@ -131,14 +130,6 @@ def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoH
     result, pauses = resume_until_answered(thread.session, thread.session.ask(goal), human.approve)
     human.pauses += pauses
     return result
-
-
-def takes_cancel_event(session: Any) -> bool:
-    """Whether `session`'s calls take the cooperative cancel event: our graph's `GraphSession` does; the
-    frameworks' `CheckpointThread` takes only a task cancel (for the page, which holds sessions, not agents)."""
-    from langgraph_version.conversation import takes_cancel_event as takes
-
-    return takes(session)
 
 
 async def setup_postgres_checkpoints(url: str) -> None:

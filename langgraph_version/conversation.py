@@ -19,7 +19,14 @@ from langgraph_version.prebuilt.thread import CheckpointThread, FrameworkAgent
 from langgraph_version.session import GraphSession
 from langgraph_version.thread_storage import thread_storage
 from shared_tools.bookstore.store import is_postgres_url
-from shared_tools.conversation import HistoryPolicy, decide_each, resume_until_answered, resume_with, shown_target
+from shared_tools.conversation import (
+    HistoryPolicy,
+    NoRewind,
+    decide_each,
+    resume_until_answered,
+    resume_with,
+    shown_target,
+)
 from shared_tools.history import Rewound, Turn, count_turns, turns_of
 from shared_tools.results import AgentResult, Approve
 from shared_tools.sync import run_blocking
@@ -108,7 +115,10 @@ class GraphConversation:
         return result
 
     async def arewind(self, turns: int = 1) -> Rewound:
-        rewound: Rewound = await self.session.arewind(turns)  # a framework's thread has none: AttributeError
+        rewind = getattr(self.session, "arewind", None)
+        if rewind is None:
+            raise NoRewind(f"this session ({type(self.session).__name__}) has no rewind")
+        rewound: Rewound = await rewind(turns)
         return rewound
 
     async def amessages(self) -> list[BaseMessage]:

@@ -47,6 +47,10 @@ class Conversation(Protocol):
     def close(self) -> None: ...
 
 
+class NoRewind(Exception):
+    """This conversation keeps no rewind of ours (a framework's own checkpointer thread): nothing was changed."""
+
+
 class ConversationNotSaved(Exception):
     """A turn ran, but its conversation could not be saved: another process saved the file since it was read.
 

@@ -24,6 +24,15 @@ ARTIFACTS = ROOT / "tests" / "artifacts" / "web"
 README_SHOT = ROOT / "docs" / "live-demo.png"
 WAIT_S = 20
 
+
+def patient(driver: Any) -> Any:
+    """A wait that reads again when the page re-rendered an element between finding and reading it."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,))
+
+
 pytestmark = needs_chromium
 
 
@@ -58,10 +67,10 @@ def browser(tmp_path: Path) -> Iterator[object]:
 def test_the_presenters_path_in_a_real_browser(browser: object, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import Select, WebDriverWait
+    from selenium.webdriver.support.ui import Select
 
     driver: WebDriver = browser  # type: ignore[assignment]
-    wait = WebDriverWait(driver, WAIT_S)
+    wait = patient(driver)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
 
     def shot(name: str) -> None:
@@ -158,14 +167,13 @@ def test_a_pause_of_two_requests_shows_both_and_each_button_answers_its_own(
     on the 5 copies and no on the 6, and only the 5 land in the cart."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from shared_tools.bookstore.store import BookStore
     from tests.test_web_routes import two_risky_adds_in_one_reply
 
     two_risky_adds_in_one_reply(monkeypatch)
     driver: WebDriver = browser  # type: ignore[assignment]
-    wait = WebDriverWait(driver, WAIT_S)
+    wait = patient(driver)
     pane = '.pane[data-pane="create-agent"]'
     data = tmp_path / "web"
     with running_server(create_app(data)) as url:
@@ -194,9 +202,7 @@ def test_a_pause_of_two_requests_shows_both_and_each_button_answers_its_own(
 
 def choose_panes(driver: Any, names: list[str]) -> None:
     """Tick exactly `names` under Panes, press Apply, and wait for those panes."""
-    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     def ticked(d: Any) -> bool:
         # The page fills in the boxes (and re-renders them on its first state): tick again until they hold.
@@ -206,7 +212,7 @@ def choose_panes(driver: Any, names: list[str]) -> None:
                 box.click()
         return bool(boxes) and all(b.is_selected() == (b.get_attribute("value") in names) for b in boxes)
 
-    wait = WebDriverWait(driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,))
+    wait = patient(driver)
     wait.until(ticked)
     driver.find_element(By.ID, "apply").click()
     wait.until(lambda d: [e.get_attribute("data-pane") for e in d.find_elements(By.CSS_SELECTOR, ".pane")] == names)
@@ -228,14 +234,13 @@ def test_a_turn_an_outage_cut_short_does_not_brick_the_pane_nor_rewind(
     (the cut-short turn finished first); "Rewind one turn" past the first turn says why in a sentence."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from comparison.scenarios import CART_QUESTION
     from tests.test_web_routes import model_down_after_one_call
 
     model_down_after_one_call(monkeypatch)
     driver: WebDriver = browser  # type: ignore[assignment]
-    wait = WebDriverWait(driver, WAIT_S)
+    wait = patient(driver)
     pane = '.pane[data-pane="create-agent"]'
 
     def stop() -> str:
@@ -270,7 +275,6 @@ def test_a_turn_sent_while_settings_apply_is_refused_in_words_and_the_new_panes_
 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from webdemo.panes import Pane
 
@@ -285,7 +289,7 @@ def test_a_turn_sent_while_settings_apply_is_refused_in_words_and_the_new_panes_
 
     monkeypatch.setattr(Pane, "open", held_open)
     driver: WebDriver = browser  # type: ignore[assignment]
-    wait = WebDriverWait(driver, WAIT_S)
+    wait = patient(driver)
     app = create_app(tmp_path / "web")
     with running_server(app) as url:
         driver.get(url + "/")
@@ -319,7 +323,6 @@ def test_a_turn_stopped_mid_write_is_ended_and_the_next_question_is_a_new_turn(
 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from comparison.scenarios import CART_QUESTION
     from shared_tools.bookstore.store import BookStore
@@ -343,7 +346,7 @@ def test_a_turn_stopped_mid_write_is_ended_and_the_next_question_is_a_new_turn(
     monkeypatch.setattr(BookStore, "add_to_cart", slow_add)
     monkeypatch.setattr("webdemo.panes.make_model", lambda spec: shared)
     driver: WebDriver = browser  # type: ignore[assignment]
-    wait = WebDriverWait(driver, WAIT_S)
+    wait = patient(driver)
     pane = f'.pane[data-pane="{contender}"]'
 
     def stop() -> str:
@@ -379,14 +382,13 @@ def test_a_reply_with_half_an_emoji_keeps_the_tab_live_and_answering(
     again, and the next question is answered in both panes."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from comparison.scenarios import CART_QUESTION
     from tests.test_web_routes import replies_with_half_an_emoji
 
     replies_with_half_an_emoji(monkeypatch)
     driver: WebDriver = browser  # type: ignore[assignment]
-    wait = WebDriverWait(driver, WAIT_S)
+    wait = patient(driver)
     names = ("handwritten", "langgraph")
 
     def said(name: str) -> list[str]:

@@ -22,17 +22,18 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from comparison.contenders import (
     APPROVAL_CONTENDERS,
-    ASKING_CONTENDERS,
     CONTENDERS,
     NO_APPROVAL_GATE,
     build_contender,
 )
-from comparison.conversations import open_conversation, takes_cancel_event
+from comparison.conversations import open_conversation
 from comparison.eval.grading import amounts, states_total
 from comparison.runner import model_spec_for
 from comparison.scenarios import INSTRUCTIONS
 from shared_tools.bookstore.store import money
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.conversation import NoRewind
+from shared_tools.history import Rewound
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, AgentResult, StopReason, TraceEvent
 from shared_tools.sync import run_blocking
@@ -237,16 +238,6 @@ class Pane:
         return {"on_token": self._on_token} if "on_token" in names else {}
 
     @property
-    def session(self) -> Any:
-        return self.conversation.session
-
-    @property
-    def is_graph(self) -> bool:
-        """A graph pauses for approval (answered with `resume`); the hand-written loop and MAF ask the pane's human
-        during the run, and their conversation takes a turn (`aask`) and a rewind (`arewind`) itself."""
-        return self.contender not in ASKING_CONTENDERS
-
-    @property
     def running_here(self) -> bool:
         """A turn of this pane runs in this process (its fields here are fresher than its snapshot in the store)."""
         return self.runner is not None or (self.task is not None and not self.task.done())
@@ -293,9 +284,7 @@ class Pane:
         """The conversation so far and any approval pause it holds (after a reload or a restart)."""
 
         async def read() -> tuple[list[BaseMessage], list[dict[str, Any]]]:
-            if not self.is_graph:
-                return self.session.messages, []
-            return list(await self.session.messages()), list(await self.session.pending())
+            return await self.conversation.amessages(), await self.conversation.apending()
 
         messages, pending = await runner.run(read)
         self.transcript = transcript_of(messages)
@@ -415,17 +404,15 @@ class Pane:
 
     async def ask(self, runner: TurnRunner, question: str) -> AgentResult:
         cancel = runner.cancel_event
-        if self.is_graph:
-            return await runner.run(lambda: _cancelled_or(self._ask_graph(question, cancel)))
-        return await runner.run(lambda: self._ask_handwritten(question, cancel))
+        return await runner.run(lambda: _cancelled_or(self._ask(question, cancel)))
 
-    async def _ask_graph(self, question: str, cancel: threading.Event) -> AgentResult:
-        """A graph's turn: a turn an outage or a dead server cut short is finished first, from its last checkpoint
-        (as `chat` does), so the thread never stays stuck on it (a cancelled turn needs nothing: every session
+    async def _ask(self, question: str, cancel: threading.Event) -> AgentResult:
+        """A turn an outage or a dead server cut short is finished first, from where it stopped (as `chat` does),
+        so the model never asks again for a call that landed (a cancelled turn needs nothing: every conversation
         ends it where it stopped, so "Stop the runs" is never undone); then the question is asked, whatever
         stop the finishing came to. Should it pause for an approval or be cancelled, its result is this turn's
         and the question is not asked; a finishing that fails (the model still down) fails the turn."""
-        finished = await self._graph_call("acontinue_unfinished", None, cancel)
+        finished = await self.conversation.acontinue_unfinished(cancel=cancel)
         if finished is not None:
             said = finished.user_message() if finished.stop_reason is not StopReason.AWAITING_APPROVAL else None
             said = None if said is None else shown(said)
@@ -442,13 +429,14 @@ class Pane:
             if finished.stop_reason in (StopReason.AWAITING_APPROVAL, StopReason.CANCELLED):
                 self.transcript.pop()  # the question was not asked
                 return finished
-        return await self._graph_call("aask", question, cancel)
+        result: AgentResult = await self.conversation.aask(question, cancel=cancel)
+        return result
 
     async def resume(self, runner: TurnRunner, answers: list[bool]) -> AgentResult:
         """Resume the graph's pause with one answer per request, in the pause's order."""
         # The guarded graph's pause lists one request and takes a bool; HumanInTheLoopMiddleware's takes the list.
         given: bool | list[bool] = answers[0] if len(answers) == 1 else answers
-        return await runner.run(lambda: _cancelled_or(self._graph_call("aresume", given, runner.cancel_event)))
+        return await runner.run(lambda: _cancelled_or(self.conversation.aresume(given, cancel=runner.cancel_event)))
 
     def waiting_graph_requests(self) -> list[dict[str, Any]]:
         """The graph pause's requests the page has not answered yet, as the page shows them."""
@@ -456,41 +444,18 @@ class Pane:
         pairs = zip(self.graph_pending, ids, strict=True)
         return [graph_request(r, i) for r, i in pairs if i not in self.graph_answers]
 
-    def _graph_call(self, method: str, argument: Any, cancel: threading.Event) -> Awaitable[Any]:
-        # GraphSession takes the cooperative cancel event; the frameworks' CheckpointThread only a task cancel.
-        # `argument` None: the method takes none (acontinue_unfinished).
-        call = getattr(self.session, method)
-        given = () if argument is None else (argument,)
-        if takes_cancel_event(self.session):
-            return call(*given, cancel=cancel)
-        return call(*given)
-
-    async def _ask_handwritten(self, question: str, cancel: threading.Event) -> AgentResult:
-        # Saved where it is kept, a cancelled turn too (its history tells the truth); on Postgres under the
-        # thread's turn lock, from the conversation as another worker may have left it.
-        result: AgentResult = await self.conversation.aask(question, cancel=cancel)
-        return result
-
     async def rewind(self, runner: TurnRunner) -> dict[str, Any]:
-        """Take the last turn back (`rewind(turns=1)` of either session); the store is not rewound."""
-        session = self.session
-        if not (hasattr(session, "arewind") or hasattr(session, "rewind")):
-            raise BadRequest(409, f"{self.contender}: this session has no rewind")
+        """Take the last turn back (`arewind(1)`: saved, under the turn lock on Postgres); the store is not rewound."""
 
-        async def go() -> tuple[Any, list[BaseMessage]]:
-            if not self.is_graph:
-                done = await self.conversation.arewind(1)  # saved, under the turn lock on Postgres
-                return done, self.session.messages
-            if hasattr(session, "arewind"):
-                done = await session.arewind(1)
-            else:
-                done = await asyncio.to_thread(session.rewind, 1)
-            return done, list(await session.messages())
+        async def go() -> tuple[Rewound, list[BaseMessage]]:
+            return await self.conversation.arewind(1), await self.conversation.amessages()
 
-        rewound, messages = await runner.run(go)
+        try:
+            rewound, messages = await runner.run(go)
+        except NoRewind as exc:
+            raise BadRequest(409, f"{self.contender}: {exc}") from None
         self.transcript = transcript_of(messages)
-        facts = asdict(rewound) if hasattr(rewound, "__dataclass_fields__") else {"result": str(rewound)}
-        return {"pane": self.contender, "rewound": facts, "transcript": self.transcript}
+        return {"pane": self.contender, "rewound": asdict(rewound), "transcript": self.transcript}
 
     def cancel(self) -> None:
         self.bridge.deny_all()
