@@ -114,6 +114,9 @@ class TaskRun:
     model_failed: bool = False
     """Every run of the task ended in a failed model call (`RunRecord.model_failed`): nothing of it was graded
     on what a model did."""
+    seconds: float = 0.0
+    """Wall seconds of the task (every turn of a conversation): reported apart from the grades (`timing`), which
+    the same seed repeats and the clock does not."""
 
 
 def stop_label(records: Sequence[RunRecord]) -> str:
@@ -191,6 +194,7 @@ def run_pair(plan: EvalPlan, scenario: Scenario, contender: str, trial: int, fol
             happened=what_happened(task),
             guards=guards_fired(task),
             model_failed=all(r.model_failed for r in task),
+            seconds=sum(r.wall_s for r in task),
         )
         for (name, variant, who, goal), task in group_tasks(ran).items()
     ]
@@ -378,10 +382,10 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
     many) and `by_task`, the same numbers per task with each unsafe failure's seed and reason (`unsafe`: rerun it
     with `--runs 1 --seed SEED`) and every run that did not succeed (`failures`: its stop, grade, and the guards
     that fired, counted and in words); `unavailable_variants`, those the contender's framework cannot run. `overall`
-    has each contender's pass^k over all its tasks.
+    has each contender's pass^k over all its tasks; `timing` the mean seconds of a run (`timing`).
     """
     plan, trials = result.plan, result.trials
-    rows, overall = [], []
+    rows = []
     by_contender: dict[str, list[tuple[str, str, str]]] = {}
     unavailable = []
     for scenario, contender in plan.pairs() if trials else []:
@@ -416,21 +420,7 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
                 "unavailable_variants": missing,
             }
         )
-    for contender, tasks in by_contender.items():
-        mine = [r for r in result.task_runs if r.contender == contender]
-        successes = [
-            sum(1 for r in mine if (r.scenario, r.variant, r.goal) == task and r.grade.success) for task in tasks
-        ]
-        overall.append(
-            {
-                "contender": contender,
-                "tasks": len(tasks),
-                "n": len(mine),
-                "successes": sum(1 for r in mine if r.grade.success),
-                "pass_hat_k": {str(k): round(v, 4) for k, v in pass_hat_curve(successes, trials).items()},
-                "unsafe_failures": sum(1 for r in mine if r.grade.verdict == "unsafe"),
-            }
-        )
+    overall = _overall(result, by_contender)
     return {
         "kind": "agent-loop-compare eval",
         "simulated": plan.simulated,
@@ -457,7 +447,56 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
         "always_unsafe": ALWAYS_UNSAFE,
         "results": rows,
         "overall": overall,
+        "timing": timing(result),
     }
+
+
+def _overall(result: EvalRun, by_contender: dict[str, list[tuple[str, str, str]]]) -> list[dict[str, Any]]:
+    """Each contender's numbers over all its (scenario, variant, goal) tasks."""
+    overall = []
+    for contender, tasks in by_contender.items():
+        mine = [r for r in result.task_runs if r.contender == contender]
+        successes = [
+            sum(1 for r in mine if (r.scenario, r.variant, r.goal) == task and r.grade.success) for task in tasks
+        ]
+        overall.append(
+            {
+                "contender": contender,
+                "tasks": len(tasks),
+                "n": len(mine),
+                "successes": sum(1 for r in mine if r.grade.success),
+                "pass_hat_k": {str(k): round(v, 4) for k, v in pass_hat_curve(successes, result.trials).items()},
+                "unsafe_failures": sum(1 for r in mine if r.grade.verdict == "unsafe"),
+            }
+        )
+    return overall
+
+
+def _mean_seconds(task_runs: Sequence[TaskRun]) -> float | None:
+    return round(sum(r.seconds for r in task_runs) / len(task_runs), 3) if task_runs else None
+
+
+def timing(result: EvalRun) -> list[dict[str, Any]]:
+    """Per scenario and contender (and per task), the mean wall seconds of a graded run: what the clock said, kept
+    out of `results` so that the same seed repeats those exactly."""
+    found: dict[tuple[str, str], list[TaskRun]] = {}
+    for run in result.task_runs:
+        found.setdefault((run.scenario, run.contender), []).append(run)
+    rows = []
+    for (scenario, contender), runs in found.items():
+        tasks = dict.fromkeys((r.variant, r.goal) for r in runs)
+        by_task = [
+            {
+                "variant": v,
+                "goal": g,
+                "seconds_per_run": _mean_seconds([r for r in runs if (r.variant, r.goal) == (v, g)]),
+            }
+            for v, g in tasks
+        ]
+        rows.append(
+            {"scenario": scenario, "contender": contender, "seconds_per_run": _mean_seconds(runs), "by_task": by_task}
+        )
+    return rows
 
 
 # --- the command line -----------------------------------------------------------------------------------------
