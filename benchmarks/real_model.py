@@ -25,12 +25,13 @@ from langchain_core.outputs import LLMResult
 
 from comparison.contenders import CONTENDERS, build_contender
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
-from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.store import Book, BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, Guard, Token
 
-QUESTIONS = ("Where is my order 4512?", "What is my cart total now?", SEED_GOAL, "Where is my order 9999?")
-"""A session's questions, asked in this order and again from the start when `--turns` is larger."""
+QUESTIONS = ("Where is my order 4512?", "What is my cart total now?", "Where is my order 9999?", SEED_GOAL)
+"""A session's questions, asked in this order and again from the start when `--turns` is larger: three short
+turns first, enough for `keep_turns=1` to drop one (the article's goal is the costly fourth)."""
 POLICIES: dict[str, dict[str, Any]] = {
     "full history": {},
     "keep_turns=1": {"keep_turns": 1},
@@ -47,20 +48,32 @@ class Lever:
     threads: int | None = None
     batch: int | None = None
     """llama.cpp's n_batch and n_ubatch: how many prompt tokens one decode takes (llama-cpp-python: 512)."""
-    search_results: int = 5
-    """search_books' default max_results (`make_tools`' default)."""
+    search_cap: int | None = None
+    """At most this many books per search, whatever `max_results` the model asks for (Qwen asks for 10)."""
 
 
 LEVERS = {
     "as shipped": Lever(),
     "2 threads": Lever(threads=2),
     "prompt batch 2048": Lever(batch=2048),
-    "2 search results": Lever(search_results=2),
+    "search returns <= 2 books": Lever(search_cap=2),
 }
 """Each run on a server of its own, started for it, its instructions and tools evaluated once before the clock."""
 
 _PROMPT_EVAL = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 _GENERATED = re.compile(r"^llama_perf_context_print:\s+eval time =\s*([\d.]+) ms /\s*(\d+) runs", re.M)
+
+
+class CappedSearch(BookStore):
+    """The shop whose search returns at most `cap` books: the search-results lever (the article's goal needs the
+    first two of "The Last Lighthouse": the book and the author's other novel)."""
+
+    def __init__(self, cap: int | None) -> None:
+        super().__init__()
+        self.cap = cap
+
+    def search(self, query: str, max_results: int = 5) -> list[Book]:
+        return super().search(query, max_results if self.cap is None else min(max_results, self.cap))
 
 
 @dataclass
@@ -253,8 +266,8 @@ def run_lever(name: str, lever: Lever, meter: CallMeter, limits: AgentLimits) ->
     server = start_server(find_weights(name), model=name, threads=lever.threads, batch=lever.batch)
     try:
         model = lever_model(name, server.base_url)
-        store = BookStore()
-        tools = make_tools(store, search_max_results=lever.search_results)
+        store = CappedSearch(lever.search_cap)
+        tools = make_tools(store)
         model.bind_tools(tools).invoke([SystemMessage(INSTRUCTIONS), HumanMessage("Hello.")], max_tokens=1)
         model.callbacks = [meter]
         meter.start(ServerLog(server.log_path))
@@ -264,12 +277,14 @@ def run_lever(name: str, lever: Lever, meter: CallMeter, limits: AgentLimits) ->
         server.stop()
 
 
-def run_levers(name: str, meter: CallMeter, runs: int, limits: AgentLimits) -> dict[str, list[dict[str, Any]]]:
+def run_levers(
+    name: str, labels: list[str], meter: CallMeter, runs: int, limits: AgentLimits
+) -> dict[str, list[dict[str, Any]]]:
     """Every lever `runs` times, interleaved; `limits` stop a lever that makes a run hopelessly slow."""
-    found: dict[str, list[dict[str, Any]]] = {label: [] for label in LEVERS}
+    found: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     for _ in range(runs):
-        for label, lever in LEVERS.items():
-            found[label].append(run_lever(name, lever, meter, limits))
+        for label in labels:
+            found[label].append(run_lever(name, LEVERS[label], meter, limits))
     return found
 
 
@@ -420,6 +435,9 @@ def parse(argv: list[str] | None) -> Any:
     parser.add_argument("--contenders", default=",".join(CONTENDERS), help="which contenders run (default: all)")
     parser.add_argument("--first-token", action="store_true", help="also time the first streamed token")
     parser.add_argument(
+        "--levers", default=",".join(LEVERS), help="which levers run (default: all; 'as shipped' always)"
+    )
+    parser.add_argument(
         "--lever-budget-s", type=float, default=600.0, help="a lever run's time budget in seconds (default 600)"
     )
     parser.add_argument(
@@ -433,6 +451,8 @@ def parse(argv: list[str] | None) -> Any:
     unknown = [name for name in args.contenders.split(",") if name not in CONTENDERS]
     if unknown:
         parser.error(f"--contenders: no contender {', '.join(unknown)}; there are {', '.join(CONTENDERS)}")
+    if unknown := [label for label in args.levers.split(",") if label not in LEVERS]:
+        parser.error(f"--levers: no lever {', '.join(unknown)}; there are {', '.join(LEVERS)}")
     return args
 
 
@@ -460,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         print_sessions(console, sessions, args.turns)
     if "levers" in parts:
         limits = AgentLimits(max_steps=args.max_steps, max_duration=args.lever_budget_s)
-        document["levers"] = levers = run_levers(name, meter, args.runs, limits)
+        labels = ["as shipped", *(label for label in args.levers.split(",") if label != "as shipped")]
+        document["levers"] = levers = run_levers(name, labels, meter, args.runs, limits)
         title = f"The article's goal, handwritten, one server per run and lever ({name}), {steps}, "
         title += f"{args.lever_budget_s:.0f} s budget"
         print_levers(console, levers, title)
