@@ -362,6 +362,14 @@ def test_an_eval_says_how_long_a_run_took_apart_from_the_grades(capsys: pytest.C
     assert "s/run" in table and "s/run = mean wall seconds" in table
 
 
+def test_an_eval_of_local_names_the_bundled_model_it_grades() -> None:
+    from shared_tools.models.local import default_model
+
+    plan = evaluation.plan_from(evaluation.build_eval_parser().parse_args(["bookstore", "--model", "local"]))
+    assert plan.model == f"local:{default_model()}"  # what the JSON, the table's head and the page say
+    assert evaluation.plan_from(evaluation.build_eval_parser().parse_args(["--model", "scripted"])).model == "scripted"
+
+
 def test_the_shopper_succeeds_every_time_for_every_contender(capsys: pytest.CaptureFixture[str]) -> None:
     document = run_eval_json(capsys, "bookstore", "--model", "scripted:shopper", "--runs", "3", "--seed", "0")
     assert document["simulated"] is True  # a scripted persona is no language model either

@@ -553,6 +553,16 @@ def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return parser
 
 
+def named_model(spec: str) -> str:
+    """`local` as the bundled model it stands for (`local:qwen2.5-1.5b`): the record says which model was graded,
+    and the same command on a machine with another bundled model installed says so."""
+    if spec == "local":
+        from shared_tools.models.local import default_model
+
+        return f"local:{default_model()}"
+    return spec
+
+
 def plan_from(args: argparse.Namespace) -> EvalPlan:
     """The plan the arguments ask for; `UsageError` for a bad one (nothing checked here touches the model)."""
     unknown = [name for name in args.scenarios if name not in SCENARIOS_BY_NAME]
@@ -575,7 +585,7 @@ def plan_from(args: argparse.Namespace) -> EvalPlan:
     scenarios = tuple(SCENARIOS_BY_NAME[n] for n in dict.fromkeys(args.scenarios)) or GRADED
     scripted = args.model.strip().startswith("scripted")
     plan = EvalPlan(
-        model=args.model.strip(),
+        model=named_model(args.model.strip()),
         scenarios=scenarios,
         contenders=contenders,
         runs=args.runs,
