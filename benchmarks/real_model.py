@@ -130,13 +130,19 @@ class CallMeter(BaseCallbackHandler):
 
     run_inline = True
 
-    def __init__(self, log: ServerLog) -> None:
-        self.log = log
+    def __init__(self, log: ServerLog | None = None) -> None:
+        self._log = log
         self.calls: list[Call] = []
+
+    @property
+    def log(self) -> ServerLog:
+        if self._log is None:
+            raise RuntimeError("CallMeter.start(log) first: no server's log to read")
+        return self._log
 
     def start(self, log: ServerLog | None = None) -> None:
         """Forget what came before: a new run (on the server of `log`, if given) starts now."""
-        self.log = log or self.log
+        self._log = log or self._log
         self.log.read()
         self.calls = []
 
@@ -463,11 +469,13 @@ def main(argv: list[str] | None = None) -> int:
     from shared_tools.models.local import default_model, local_server
 
     name = args.model.partition(":")[2] or default_model()
-    model = make_model(args.model)
-    meter = CallMeter(ServerLog(local_server(name).log_path))
-    model.callbacks = [meter]  # every call of every contender goes through this one model
-    info = common.machine()
     parts = args.parts.split(",")
+    model, meter = None, CallMeter()
+    if args.first_token or {"contenders", "sessions"} & set(parts):  # the levers start servers of their own
+        model = make_model(args.model)
+        meter = CallMeter(ServerLog(local_server(name).log_path))
+        model.callbacks = [meter]  # every call of every contender goes through this one model
+    info = common.machine()
     steps = f"max_steps={args.max_steps}, median of {args.runs} run(s)"
     document: dict[str, Any] = {"machine": info, "max_steps": args.max_steps}
     if "contenders" in parts:
