@@ -205,3 +205,16 @@ def test_real_model_reads_the_servers_work_call_by_call_for_every_history_policy
     # The whole history re-sends turn 1 as the prefix of turn 2: the server evaluates little of it again.
     assert sessions["full history"]["conversation"]["cached_after_first"] > 0.5
     assert document["first_token"]["plain answer, streamed"]["first_token_s"] is not None
+
+
+def test_the_search_lever_caps_what_the_model_asks_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Qwen asks search_books for 10 books itself: only a cap in the shop makes "how many results" a lever.
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import real_model
+
+    from shared_tools.bookstore.tools import make_tools
+
+    asked = {"query": "The Last Lighthouse", "max_results": 10}
+    capped = json.loads(make_tools(real_model.CappedSearch(2))[0].invoke(asked))
+    assert [book["id"] for book in capped] == [2, 7]  # the book and the author's other novel: all the goal needs
+    assert len(json.loads(make_tools(real_model.CappedSearch(None))[0].invoke(asked))) == 10
