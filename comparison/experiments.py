@@ -24,12 +24,14 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, StructuredTool
 
 from comparison.contenders import Contender, build_contender
-from comparison.conversations import open_conversation
+from comparison.conversations import Conversation, open_conversation
 from comparison.records import RunRecord, raised_record, result_record
 from comparison.scenarios import Scenario, Variant
 from shared_tools.bookstore.store import BookStore
+from shared_tools.conversation import resume_until_answered
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, AgentResult, Token, TokenKind, TraceEvent
+from shared_tools.sync import run_blocking
 
 log = logging.getLogger("compare")
 
@@ -388,13 +390,13 @@ def _rewound(run: _TimeTravelRun, conversation: Any, before: dict[str, int]) -> 
 def _replayed(run: _TimeTravelRun, conversation: Any, first: RunRecord, before: dict[str, int]) -> RunRecord | None:
     """Turn 2 replayed from the checkpoint before add_to_cart ran; None (noted on `first`) when there is none."""
     try:
-        checkpoint = conversation.checkpoint_before_tool("add_to_cart")
+        checkpoint = checkpoint_before_tool(conversation, "add_to_cart")
     except LookupError:  # the model added nothing (a real or noisy model may not): nothing to replay
         first.facts["nothing_to_replay"] = True
         return None
     label = f"replay from checkpoint {checkpoint}"
     started = time.perf_counter()
-    second = run.record_of(label, 2, started, _attempt(lambda: conversation.replay(checkpoint)))
+    second = run.record_of(label, 2, started, _attempt(lambda: replayed(conversation, checkpoint)))
     second.facts.update(
         {
             "replayed_from": checkpoint,
@@ -448,3 +450,14 @@ def run_time_travel(scenario: Scenario, variant: Variant, contender: str, option
         if variant.time_travel == "retry":
             return [_retried(run, agent, lost, instructions)]
         return _went_back(run, agent, instructions)
+
+
+def checkpoint_before_tool(conversation: Conversation, tool: str) -> str:
+    """The id of the last checkpoint of a graph's thread whose next step runs the tools node on a call of `tool`."""
+    return str(run_blocking(lambda: conversation.acheckpoint_before_tool(tool), instead="acheckpoint_before_tool"))  # type: ignore[attr-defined]
+
+
+def replayed(conversation: Conversation, checkpoint_id: str) -> AgentResult:
+    """A graph's thread run again from `checkpoint_id`, its approval pauses answered as its `ask`'s are."""
+    result = run_blocking(lambda: conversation.areplay(checkpoint_id), instead="areplay(...)")  # type: ignore[attr-defined]
+    return resume_until_answered(conversation, result, getattr(conversation, "approve", None))[0]
