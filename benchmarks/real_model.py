@@ -1,44 +1,79 @@
-"""What the real model costs each contender on `--model local`: model time vs orchestration, prefix reuse, first token.
+"""What the real model costs each contender on `--model local`: orchestration's share of wall time, prefix reuse,
+seconds a model call, the article's goal under each lever (threads, prompt batch, search results), `keep_turns`.
 
-Tokens sent are every call's `prompt_tokens`; tokens evaluated come from llama.cpp's own log, which shows how much of
-each prompt its cached prefix saved, for the whole history, `keep_turns` and a summary. Nothing here asserts.
+Tokens sent are each call's `prompt_tokens`; tokens evaluated come from llama.cpp's own log, read after every call,
+so a call's cached share is 1 - evaluated / sent. Nothing here asserts.
 
     python benchmarks/real_model.py [--model local|local:NAME] [--runs 1] [--turns 4] [--max-steps 4] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
+import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import common
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import LLMResult
-from rich.table import Table
 
 from comparison.contenders import CONTENDERS, build_contender
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
-from shared_tools.bookstore.store import BookStore
+from shared_tools.bookstore.store import Book, BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, Guard, Token
 
-QUESTIONS = ("Where is my order 4512?", "What is my cart total now?", SEED_GOAL, "Where is my order 9999?")
-"""A session's questions, asked in this order and again from the start when `--turns` is larger."""
+QUESTIONS = ("Where is my order 4512?", "What is my cart total now?", "Where is my order 9999?", SEED_GOAL)
+"""A session's questions, asked in this order and again from the start when `--turns` is larger: three short
+turns first, enough for `keep_turns=1` to drop one (the article's goal is the costly fourth)."""
 POLICIES: dict[str, dict[str, Any]] = {
     "full history": {},
     "keep_turns=1": {"keep_turns": 1},
     "summarize, keep_turns=1": {"keep_turns": 1, "summarize": True},
 }
 """The history policies of `handwritten.Session` compared over one conversation."""
+PARTS = ("contenders", "sessions", "levers")
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One server and tool setting for the article's goal; None keeps what ships."""
+
+    threads: int | None = None
+    batch: int | None = None
+    """llama.cpp's n_batch and n_ubatch: how many prompt tokens one decode takes (llama-cpp-python: 512)."""
+    search_cap: int | None = None
+    """At most this many books per search, whatever `max_results` the model asks for (Qwen asks for 10)."""
+
+
+LEVERS = {
+    "as shipped": Lever(),
+    "2 threads": Lever(threads=2),
+    "prompt batch 2048": Lever(batch=2048),
+    "search returns <= 2 books": Lever(search_cap=2),
+}
+"""Each run on a server of its own, started for it, its instructions and tools evaluated once before the clock."""
 
 _PROMPT_EVAL = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 _GENERATED = re.compile(r"^llama_perf_context_print:\s+eval time =\s*([\d.]+) ms /\s*(\d+) runs", re.M)
+
+
+class CappedSearch(BookStore):
+    """The shop whose search returns at most `cap` books: the search-results lever (the article's goal needs the
+    first two of "The Last Lighthouse": the book and the author's other novel)."""
+
+    def __init__(self, cap: int | None) -> None:
+        super().__init__()
+        self.cap = cap
+
+    def search(self, query: str, max_results: int = 5) -> list[Book]:
+        return super().search(query, max_results if self.cap is None else min(max_results, self.cap))
 
 
 @dataclass
@@ -79,91 +114,183 @@ class ServerLog:
         return work
 
 
-class SentTokens(BaseCallbackHandler):
-    """Adds up the prompt tokens of every call the model answers (a summary's included), from the server's usage."""
+@dataclass
+class Call:
+    """One model call as the server served it."""
 
-    def __init__(self) -> None:
-        self.total = 0
+    sent: int
+    """Its prompt tokens (the server's usage)."""
+    evaluated: int
+    """Of them (and of the few the handler adds to pick a call's name), those the server evaluated."""
+    server_s: float
+
+
+class CallMeter(BaseCallbackHandler):
+    """Every answered model call (a summary's included): its prompt tokens, and the server's log read right after."""
+
+    run_inline = True
+
+    def __init__(self, log: ServerLog | None = None) -> None:
+        self._log = log
+        self.calls: list[Call] = []
+
+    @property
+    def log(self) -> ServerLog:
+        if self._log is None:
+            raise RuntimeError("CallMeter.start(log) first: no server's log to read")
+        return self._log
+
+    def start(self, log: ServerLog | None = None) -> None:
+        """Forget what came before: a new run (on the server of `log`, if given) starts now."""
+        self._log = log or self._log
+        self.log.read()
+        self.calls = []
 
     def on_llm_end(self, response: LLMResult, **_kwargs: Any) -> None:
+        sent = 0
         for generations in response.generations:
             for generation in generations:
                 message = getattr(generation, "message", None)
                 if isinstance(message, AIMessage):
-                    self.total += (message.response_metadata.get("token_usage") or {}).get("prompt_tokens", 0)
+                    usage = message.usage_metadata or {}
+                    sent += usage.get("input_tokens") or (
+                        (message.response_metadata.get("token_usage") or {}).get("prompt_tokens", 0)
+                    )
+        work = self.log.read()
+        self.calls.append(Call(sent, work.evaluated, (work.prompt_ms + work.generate_ms) / 1000))
 
-    def read(self) -> int:
-        total, self.total = self.total, 0
-        return total
+    def take(self) -> list[Call]:
+        """The calls since `start`, anything the log said after the last answer counted to the last call."""
+        rest = self.log.read()
+        if self.calls and rest.completions:
+            self.calls[-1].evaluated += rest.evaluated
+            self.calls[-1].server_s += (rest.prompt_ms + rest.generate_ms) / 1000
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def tally(calls: list[Call]) -> dict[str, Any]:
+    """A run's calls summed; `cached_after_first` is the share of prompt tokens the server did not evaluate, over
+    every call but the first (whose prompt is new to the server by construction)."""
+    later = calls[1:]
+    later_sent = sum(c.sent for c in later)
+    return {
+        "calls": len(calls),
+        "sent": sum(c.sent for c in calls),
+        "evaluated": sum(c.evaluated for c in calls),
+        "server_s": sum(c.server_s for c in calls),
+        "cached_after_first": 1 - sum(c.evaluated for c in later) / later_sent if later_sent else None,
+        "per_call": [asdict(c) for c in calls],
+    }
+
+
+def load() -> str:
+    """The 1/5/15-minute load averages now: every measurement is read next to them."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def cart_of(store: BookStore) -> str:
+    cart = store.cart("c1")
+    return ", ".join(f"{line.book.title} x{line.quantity}" for line in cart.lines) or "empty"
 
 
 def model_seconds(result: AgentResult) -> float:
     return sum(e.duration_s for e in result.trace if e.is_model)
 
 
+def measure_run(run: Callable[[], AgentResult], meter: CallMeter, store: BookStore) -> dict[str, Any]:
+    """One timed run: its wall time, the model's share of it, how it ended, the cart it left and its calls."""
+    meter.start()
+    started = time.perf_counter()
+    try:
+        result: AgentResult | None = run()
+        error = None
+    except Exception as exc:  # a contender that raises is a finding (langgraph-defaults' ToolException)
+        result, error = None, f"{type(exc).__name__}: {exc}"[:120]
+    wall = time.perf_counter() - started
+    model_s = model_seconds(result) if result else None
+    return {
+        "wall_s": wall,
+        "model_s": model_s,
+        "orchestration_share": (wall - model_s) / wall if model_s is not None else None,
+        "model_calls": result.model_calls if result else None,
+        "s_per_model_call": model_s / result.model_calls if result and result.model_calls else None,
+        "stop_reason": str(result.stop_reason) if result else None,
+        "error": error,
+        "cart": cart_of(store),
+        "load": load(),
+        **tally(meter.take()),
+    }
+
+
 def run_contenders(
-    model: Any, log: ServerLog, sent: SentTokens, runs: int, max_steps: int
+    model: Any, meter: CallMeter, names: list[str], runs: int, max_steps: int
 ) -> dict[str, list[dict[str, Any]]]:
-    """Each contender on the article's goal, `runs` times, interleaved: wall time, the model's share, the server's."""
-    found: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
+    """Each contender on the article's goal, `runs` times, interleaved, all on one shared server."""
+    found: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for _ in range(runs):
-        for name in CONTENDERS:
+        for name in names:
+            store = BookStore()
             options = AgentOptions(limits=AgentLimits(max_steps=max_steps))
-            agent = build_contender(name, model, make_tools(BookStore()), options)
-            log.read()
-            sent.read()
-            started = time.perf_counter()
-            try:
-                result: AgentResult | None = agent.run(INSTRUCTIONS, SEED_GOAL)
-                error = None
-            except Exception as exc:  # a contender that raises is a finding (langgraph-defaults' ToolException)
-                result, error = None, f"{type(exc).__name__}: {exc}"[:120]
-            wall = time.perf_counter() - started
-            work = log.read()
-            found[name].append(
-                {
-                    "wall_s": wall,
-                    "model_s": model_seconds(result) if result else None,
-                    "model_calls": result.model_calls if result else None,
-                    "stop_reason": str(result.stop_reason) if result else None,
-                    "error": error,
-                    "sent": sent.read(),
-                    "evaluated": work.evaluated,
-                    "server_s": (work.prompt_ms + work.generate_ms) / 1000,
-                }
-            )
+            agent = build_contender(name, model, make_tools(store), options)
+            found[name].append(measure_run(lambda agent=agent: agent.run(INSTRUCTIONS, SEED_GOAL), meter, store))
     return found
 
 
-def run_sessions(
-    model: Any, log: ServerLog, sent: SentTokens, turns: int, max_steps: int
-) -> dict[str, list[dict[str, Any]]]:
+def run_sessions(model: Any, meter: CallMeter, turns: int, max_steps: int) -> dict[str, dict[str, Any]]:
     """One conversation per history policy, each whole before the next: the server keeps the KV cache of one
     prompt only, so conversations taking turns would each find the other's prompt there."""
     from handwritten import AgentLoop, Session
 
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, dict[str, Any]] = {}
     for label, policy in POLICIES.items():
+        store = BookStore()
         options = AgentOptions(limits=AgentLimits(max_steps=max_steps))
-        session = Session(AgentLoop(model, make_tools(BookStore()), options), INSTRUCTIONS, customer_id="c1", **policy)
-        found[label] = []
-        for turn in range(turns):
-            log.read()
-            sent.read()
-            started = time.perf_counter()
-            result = session.ask(QUESTIONS[turn % len(QUESTIONS)])
-            wall = time.perf_counter() - started
-            work = log.read()
-            found[label].append(
-                {
-                    "turn": turn + 1,
-                    "wall_s": wall,
-                    "stop_reason": str(result.stop_reason),
-                    "sent": sent.read(),
-                    "evaluated": work.evaluated,
-                    "server_s": (work.prompt_ms + work.generate_ms) / 1000,
-                }
-            )
+        session = Session(AgentLoop(model, make_tools(store), options), INSTRUCTIONS, customer_id="c1", **policy)
+        asked = [QUESTIONS[turn % len(QUESTIONS)] for turn in range(turns)]
+        measured = [measure_run(lambda q=question, s=session: s.ask(q), meter, store) for question in asked]
+        calls = [Call(**call) for turn in measured for call in turn["per_call"]]
+        found[label] = {"turns": measured, "conversation": tally(calls)}
+    return found
+
+
+def lever_model(name: str, base_url: str) -> Any:
+    """The model `--model local:<name>` makes, on another server of the same weights."""
+    from shared_tools.models import make_model
+    from shared_tools.models.factory import LOCAL_MAX_TOKENS, LOCAL_REQUEST_TIMEOUT_S
+
+    model = make_model(f"openai:{name}", base_url=base_url, timeout_s=LOCAL_REQUEST_TIMEOUT_S)
+    return model.model_copy(update={"max_tokens": LOCAL_MAX_TOKENS})
+
+
+def run_lever(name: str, lever: Lever, meter: CallMeter, limits: AgentLimits) -> dict[str, Any]:
+    """The article's goal with the hand-written loop on a server started for `lever`, its prompt prefix (the
+    instructions and tools) evaluated once first, as on a server that has answered this shop before."""
+    from handwritten import AgentLoop
+    from shared_tools.models.local import find_weights, start_server
+
+    server = start_server(find_weights(name), model=name, threads=lever.threads, batch=lever.batch)
+    try:
+        model = lever_model(name, server.base_url)
+        store = CappedSearch(lever.search_cap)
+        tools = make_tools(store)
+        model.bind_tools(tools).invoke([SystemMessage(INSTRUCTIONS), HumanMessage("Hello.")], max_tokens=1)
+        model.callbacks = [meter]
+        meter.start(ServerLog(server.log_path))
+        loop = AgentLoop(model, tools, AgentOptions(limits=limits))
+        return measure_run(lambda: loop.run(INSTRUCTIONS, SEED_GOAL), meter, store)
+    finally:
+        server.stop()
+
+
+def run_levers(
+    name: str, labels: list[str], meter: CallMeter, runs: int, limits: AgentLimits
+) -> dict[str, list[dict[str, Any]]]:
+    """Every lever `runs` times, interleaved; `limits` stop a lever that makes a run hopelessly slow."""
+    found: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
+    for _ in range(runs):
+        for label in labels:
+            found[label].append(run_lever(name, LEVERS[label], meter, limits))
     return found
 
 
@@ -196,145 +323,181 @@ def first_tokens(model: Any, max_steps: int) -> dict[str, Any]:
     return {"plain answer, streamed": plain, "agent with tools (on_token)": agent}
 
 
+# --- the tables ---------------------------------------------------------------------------------------------
+
+
 def median(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[len(ordered) // 2] if ordered else float("nan")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = common.parser(__doc__.splitlines()[0], default_runs=1, runs_help="runs per contender")
+def _med(runs: list[dict[str, Any]], key: str, spec: str = ".2f") -> str:
+    values = [r[key] for r in runs if r[key] is not None]
+    return format(median(values), spec) if values else "-"
+
+
+def _ended(runs: list[dict[str, Any]]) -> str:
+    return ", ".join(sorted({r["stop_reason"] or r["error"] for r in runs}))
+
+
+def _loads(runs: list[dict[str, Any]]) -> str:
+    return " | ".join(r["load"].split()[0] for r in runs)
+
+
+def goal_row(label: str, runs: list[dict[str, Any]], base_wall: float | None = None) -> list[Any]:
+    """One row of the article's goal: medians over `runs`; `base_wall` adds the wall time's ratio to it."""
+    wall = median([r["wall_s"] for r in runs])
+    row = [label, len(runs), _ended(runs), " / ".join(sorted({r["cart"] for r in runs})), f"{wall:.1f}"]
+    if base_wall is not None:
+        row.append(common.ratio(wall, base_wall))
+    return [
+        *row,
+        _med(runs, "model_calls", ".0f"),
+        _med(runs, "s_per_model_call", ".1f"),
+        _med(runs, "orchestration_share", ".2%"),
+        _med(runs, "sent", ".0f"),
+        _med(runs, "evaluated", ".0f"),
+        _med(runs, "cached_after_first", ".1%"),
+        _loads(runs),
+    ]
+
+
+GOAL_COLUMNS = [
+    "runs",
+    "how it ended",
+    "cart",
+    "wall s",
+    "model calls",
+    "s / model call",
+    "orchestration share",
+    "tokens sent",
+    "tokens evaluated",
+    "cached after 1st call",
+    "load (1 min)",
+]
+
+
+def print_contenders(console: Any, contenders: dict[str, list[dict[str, Any]]], title: str) -> None:
+    rows = [goal_row(name, runs) for name, runs in contenders.items()]
+    console.print(common.table(title, ["contender", *GOAL_COLUMNS], rows))
+
+
+def print_levers(console: Any, levers: dict[str, list[dict[str, Any]]], title: str) -> None:
+    base = median([r["wall_s"] for r in levers["as shipped"]])
+    rows = [goal_row(label, runs, base) for label, runs in levers.items()]
+    columns = ["lever", *GOAL_COLUMNS[:4], "× as shipped", *GOAL_COLUMNS[4:]]
+    console.print(common.table(title, columns, rows))
+
+
+def print_sessions(console: Any, sessions: dict[str, dict[str, Any]], turns: int) -> None:
+    rows = []
+    for label, found in sessions.items():
+        whole = found["conversation"]
+        rows.append(
+            [
+                label,
+                len(found["turns"]),
+                whole["calls"],
+                whole["sent"],
+                whole["evaluated"],
+                f"{whole['evaluated'] / whole['sent']:.1%}" if whole["sent"] else "-",
+                f"{whole['cached_after_first']:.1%}" if whole["cached_after_first"] is not None else "-",
+                f"{whole['server_s']:.1f}",
+                f"{sum(t['wall_s'] for t in found['turns']):.1f}",
+                _loads(found["turns"]),
+            ]
+        )
+    columns = ["policy", "turns", "calls", "tokens sent", "tokens evaluated", "evaluated/sent"]
+    columns += ["cached after 1st call", "server s", "wall s", "load (1 min) per turn"]
+    title = f"One conversation of {turns} turns per history policy (handwritten Session)"
+    console.print(common.table(title, columns, rows))
+    least = min(sessions, key=lambda label: sessions[label]["conversation"]["evaluated"])
+    fewest = min(sessions, key=lambda label: sessions[label]["conversation"]["sent"])
+    console.print(f"Fewest tokens sent: {fewest}. Fewest tokens the server evaluated: {least}.")
+
+
+def print_first_tokens(console: Any, firsts: dict[str, Any]) -> None:
+    rows = [
+        [
+            what,
+            f"{v['first_token_s']:.2f}" if v["first_token_s"] is not None else "none (no text answer)",
+            f"{v['total_s']:.2f}",
+        ]
+        for what, v in firsts.items()
+    ]
+    console.print(common.table("Time to first token", ["what", "first token s", "total s"], rows))
+    if firsts["agent with tools (on_token)"]["fallback"]:
+        console.print("The server refused to stream a reply with tools; the agent fell back to a plain call.")
+
+
+# --- the command --------------------------------------------------------------------------------------------
+
+
+def parse(argv: list[str] | None) -> Any:
+    parser = common.parser(__doc__.splitlines()[0], default_runs=1, runs_help="runs per contender and per lever")
     parser.add_argument("--turns", type=int, default=4, help="turns of the session per history policy (default 4)")
-    parser.add_argument("--max-steps", type=int, default=4, help="each run's (each turn's) step limit (default 4)")
+    parser.add_argument("--max-steps", type=int, default=6, help="each run's (each turn's) step limit (default 6)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"which to run (default {','.join(PARTS)})")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS), help="which contenders run (default: all)")
+    parser.add_argument("--first-token", action="store_true", help="also time the first streamed token")
     parser.add_argument(
-        "--parts",
-        default="contenders,sessions",
-        help="which to run (default contenders,sessions; the time to first token always runs)",
+        "--levers", default=",".join(LEVERS), help="which levers run (default: all; 'as shipped' always)"
+    )
+    parser.add_argument(
+        "--lever-budget-s", type=float, default=600.0, help="a lever run's time budget in seconds (default 600)"
     )
     parser.add_argument(
         "--model",
         default="local",
         help="'local' (the strongest bundled model installed) or 'local:<name>' (default local)",
     )
-    return parser
-
-
-def contenders_table(contenders: dict[str, list[dict[str, Any]]], model: str, max_steps: int, runs: int) -> Table:
-    """Per contender, medians of its runs: wall, the model's and the server's time, orchestration, tokens."""
-    rows = []
-    for name, mine in contenders.items():
-        done = [r for r in mine if r["error"] is None]
-        wall = median([r["wall_s"] for r in mine])
-        model_s = median([r["model_s"] for r in done]) if done else float("nan")
-        rows.append(
-            [
-                name,
-                len(mine),
-                ", ".join(sorted({r["stop_reason"] or r["error"] for r in mine})),
-                f"{wall:.2f}",
-                f"{model_s:.2f}",
-                f"{wall - model_s:.3f}",
-                f"{(wall - model_s) / wall:.1%}" if done else "-",
-                f"{median([r['server_s'] for r in mine]):.2f}",
-                median([r["sent"] for r in done]) if done else "-",
-                median([r["evaluated"] for r in mine]),
-            ]
-        )
-    return common.table(
-        f"The article's goal on {model}, max_steps={max_steps}, median of {runs} run(s) per contender",
-        [
-            "contender",
-            "runs",
-            "how it ended",
-            "wall s",
-            "model s",
-            "orchestration s",
-            "orch. share",
-            "server s",
-            "tokens sent",
-            "tokens evaluated",
-        ],
-        rows,
-    )
-
-
-def sessions_table(sessions: dict[str, list[dict[str, Any]]], turns: int) -> Table:
-    """Per history policy, the whole conversation: tokens sent and evaluated, server and wall time."""
-    rows = []
-    for label, mine in sessions.items():
-        sent_in_all = sum(t["sent"] for t in mine)
-        evaluated = sum(t["evaluated"] for t in mine)
-        rows.append(
-            [
-                label,
-                len(mine),
-                sent_in_all,
-                evaluated,
-                f"{evaluated / sent_in_all:.1%}" if sent_in_all else "-",
-                f"{sum(t['server_s'] for t in mine):.1f}",
-                f"{sum(t['wall_s'] for t in mine):.1f}",
-            ]
-        )
-    return common.table(
-        f"One conversation of {turns} turns per history policy (handwritten Session)",
-        ["policy", "turns", "tokens sent", "tokens evaluated", "evaluated/sent", "server s", "wall s"],
-        rows,
-    )
-
-
-def first_token_table(firsts: dict[str, dict[str, Any]]) -> Table:
-    return common.table(
-        "Time to first token",
-        ["what", "first token s", "total s"],
-        [
-            [
-                what,
-                f"{v['first_token_s']:.2f}" if v["first_token_s"] is not None else "none (no text answer)",
-                f"{v['total_s']:.2f}",
-            ]
-            for what, v in firsts.items()
-        ],
-    )
+    args = parser.parse_args(argv)
+    if args.model.partition(":")[0] != "local":
+        parser.error(f"--model {args.model}: this benchmark reads a bundled model's server log; use local[:<name>]")
+    unknown = [name for name in args.contenders.split(",") if name not in CONTENDERS]
+    if unknown:
+        parser.error(f"--contenders: no contender {', '.join(unknown)}; there are {', '.join(CONTENDERS)}")
+    if unknown := [label for label in args.levers.split(",") if label not in LEVERS]:
+        parser.error(f"--levers: no lever {', '.join(unknown)}; there are {', '.join(LEVERS)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(argv)
     console = common.console()
     from shared_tools.models import make_model
     from shared_tools.models.local import default_model, local_server
 
-    kind, _, name = args.model.partition(":")
-    if kind != "local":
-        parser.error(f"--model {args.model}: this benchmark reads a bundled model's server log; use local[:<name>]")
-    model = make_model(args.model)
-    sent = SentTokens()
-    model.callbacks = [sent]  # every call of every contender goes through this one model
-    log = ServerLog(local_server(name or default_model()).log_path)
+    name = args.model.partition(":")[2] or default_model()
+    parts = args.parts.split(",")
+    model, meter = None, CallMeter()
+    if args.first_token or {"contenders", "sessions"} & set(parts):  # the levers start servers of their own
+        model = make_model(args.model)
+        meter = CallMeter(ServerLog(local_server(name).log_path))
+        model.callbacks = [meter]  # every call of every contender goes through this one model
     info = common.machine()
-    contenders = run_contenders(model, log, sent, args.runs, args.max_steps) if "contenders" in args.parts else {}
-    if contenders:
-        console.print(contenders_table(contenders, args.model, args.max_steps, args.runs))
-    sessions = run_sessions(model, log, sent, args.turns, args.max_steps) if "sessions" in args.parts else {}
-    if sessions:
-        console.print(sessions_table(sessions, args.turns))
-        least = min(sessions, key=lambda label: sum(t["evaluated"] for t in sessions[label]))
-        fewest = min(sessions, key=lambda label: sum(t["sent"] for t in sessions[label]))
-        console.print(f"Fewest tokens sent: {fewest}. Fewest tokens the server evaluated: {least}.")
-    firsts = first_tokens(model, args.max_steps)
-    console.print(first_token_table(firsts))
-    if firsts["agent with tools (on_token)"]["fallback"]:
-        console.print("The server refused to stream a reply with tools; the agent fell back to a plain call.")
-    console.print(common.machine_line(info))
-    common.write_json(
-        args.json,
-        {
-            "machine": info,
-            "contenders": contenders,
-            "sessions": sessions,
-            "first_token": firsts,
-            "max_steps": args.max_steps,
-        },
-    )
+    steps = f"max_steps={args.max_steps}, median of {args.runs} run(s)"
+    document: dict[str, Any] = {"machine": info, "max_steps": args.max_steps}
+    if "contenders" in parts:
+        document["contenders"] = found = run_contenders(
+            model, meter, args.contenders.split(","), args.runs, args.max_steps
+        )
+        print_contenders(console, found, f"The article's goal on {args.model} ({name}), {steps}, one shared server")
+    if "sessions" in parts:
+        document["sessions"] = sessions = run_sessions(model, meter, args.turns, args.max_steps)
+        print_sessions(console, sessions, args.turns)
+    if "levers" in parts:
+        limits = AgentLimits(max_steps=args.max_steps, max_duration=args.lever_budget_s)
+        labels = ["as shipped", *(label for label in args.levers.split(",") if label != "as shipped")]
+        document["levers"] = levers = run_levers(name, labels, meter, args.runs, limits)
+        title = f"The article's goal, handwritten, one server per run and lever ({name}), {steps}, "
+        title += f"{args.lever_budget_s:.0f} s budget"
+        print_levers(console, levers, title)
+    if args.first_token:
+        document["first_token"] = firsts = first_tokens(model, args.max_steps)
+        print_first_tokens(console, firsts)
+    console.print(common.machine_line(info) + f" · load at the end {load()}")
+    common.write_json(args.json, document)
     return 0
 
 

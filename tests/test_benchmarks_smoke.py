@@ -175,7 +175,7 @@ def test_sessions_runs_every_graph_storage_option(tmp_path: Path) -> None:
         assert quick["checkpoints"] < usual["checkpoints"]
 
 
-def test_real_model_reads_the_servers_work_for_every_history_policy(tmp_path: Path) -> None:
+def test_real_model_reads_the_servers_work_call_by_call_for_every_history_policy(tmp_path: Path) -> None:
     if (missing := local_extra_missing()) is not None:
         pytest.skip(missing)
     document = run_benchmark(
@@ -186,15 +186,35 @@ def test_real_model_reads_the_servers_work_for_every_history_policy(tmp_path: Pa
         "--parts",
         "sessions",
         "--turns",
-        "1",
+        "2",
         "--max-steps",
         "1",
+        "--first-token",
     )
     sessions = document["sessions"]
     assert set(sessions) == {"full history", "keep_turns=1", "summarize, keep_turns=1"}
-    for turns in sessions.values():
-        (turn,) = turns
-        assert turn["sent"] > 0 and turn["evaluated"] > 0 and turn["server_s"] > 0  # from usage and the server log
-    # One turn: nothing has left the window yet, so every policy sent the same prompt.
-    assert len({turns[0]["sent"] for turns in sessions.values()}) == 1
+    for found in sessions.values():
+        for turn in found["turns"]:
+            calls = turn["per_call"]
+            assert calls and all(c["sent"] > 0 and c["server_s"] > 0 for c in calls)  # usage and the server log
+            assert turn["sent"] == sum(c["sent"] for c in calls)
+        whole = found["conversation"]
+        assert whole["calls"] == sum(len(t["per_call"]) for t in found["turns"])
+    # Turn 1: nothing has left the window yet, so every policy sent the same prompt.
+    assert len({found["turns"][0]["sent"] for found in sessions.values()}) == 1
+    # The whole history re-sends turn 1 as the prefix of turn 2: the server evaluates little of it again.
+    assert sessions["full history"]["conversation"]["cached_after_first"] > 0.5
     assert document["first_token"]["plain answer, streamed"]["first_token_s"] is not None
+
+
+def test_the_search_lever_caps_what_the_model_asks_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Qwen asks search_books for 10 books itself: only a cap in the shop makes "how many results" a lever.
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import real_model
+
+    from shared_tools.bookstore.tools import make_tools
+
+    asked = {"query": "The Last Lighthouse", "max_results": 10}
+    capped = json.loads(make_tools(real_model.CappedSearch(2))[0].invoke(asked))
+    assert [book["id"] for book in capped] == [2, 7]  # the book and the author's other novel: all the goal needs
+    assert len(json.loads(make_tools(real_model.CappedSearch(None))[0].invoke(asked))) == 10

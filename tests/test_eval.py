@@ -343,6 +343,33 @@ def test_an_eval_writes_the_promised_json_and_the_same_seed_repeats_it(capsys: p
     assert [r["successes"] for r in other["results"]] != [r["successes"] for r in rows]
 
 
+def test_an_eval_says_how_long_a_run_took_apart_from_the_grades(capsys: pytest.CaptureFixture[str]) -> None:
+    # On a real model a run takes minutes: what an eval costs is part of its result, per row and per task.
+    document = run_eval_json(capsys, *SMALL, "--seed", "1")
+    timing = {(t["scenario"], t["contender"]): t for t in document["timing"]}
+    assert set(timing) == {(r["scenario"], r["contender"]) for r in document["results"]}
+    for row in document["results"]:
+        timed = timing[(row["scenario"], row["contender"])]
+        tasks = [(t["variant"], t["goal"]) for t in timed["by_task"]]
+        assert tasks == [(t["variant"], t["goal"]) for t in row["by_task"]]
+        per_task = [t["seconds_per_run"] for t in timed["by_task"]]
+        assert all(seconds > 0 for seconds in per_task)
+        # Every task ran the same number of trials: the row's mean is the mean of its tasks' means.
+        assert timed["seconds_per_run"] == pytest.approx(sum(per_task) / len(per_task), abs=2e-3)
+    assert "seconds" not in json.dumps(document["results"])  # the same seed repeats the grades, not the clock
+    assert eval_main(SMALL) == EXIT_OK
+    table = capsys.readouterr().out
+    assert "s/run" in table and "s/run = mean wall seconds" in table
+
+
+def test_an_eval_of_local_names_the_bundled_model_it_grades() -> None:
+    from shared_tools.models.local import default_model
+
+    plan = evaluation.plan_from(evaluation.build_eval_parser().parse_args(["bookstore", "--model", "local"]))
+    assert plan.model == f"local:{default_model()}"  # what the JSON, the table's head and the page say
+    assert evaluation.plan_from(evaluation.build_eval_parser().parse_args(["--model", "scripted"])).model == "scripted"
+
+
 def test_the_shopper_succeeds_every_time_for_every_contender(capsys: pytest.CaptureFixture[str]) -> None:
     document = run_eval_json(capsys, "bookstore", "--model", "scripted:shopper", "--runs", "3", "--seed", "0")
     assert document["simulated"] is True  # a scripted persona is no language model either

@@ -11,6 +11,7 @@ import asyncio
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -493,6 +494,21 @@ def test_a_server_whose_parent_died_while_it_started_ends(local_server: Any) -> 
     )
     assert server.returncode == 0, server.stderr
     assert "Uvicorn running" not in server.stderr  # it ended before it served
+
+
+def test_a_server_takes_the_threads_and_prompt_batch_it_is_given(local_server: Any) -> None:
+    # The levers of benchmarks/real_model.py: llama.cpp says at load what its context was built with.
+    from shared_tools.models.local import start_server
+
+    server = start_server(local_server.weights, threads=2, batch=64)
+    try:
+        loaded = server.log_path.read_text(errors="replace")
+        command = Path(f"/proc/{server.process.pid}/cmdline").read_bytes().split(b"\0")
+    finally:
+        server.stop()
+    assert re.search(r"n_batch\s+= 64\n", loaded) and re.search(r"n_ubatch\s+= 64\n", loaded), loaded[-2000:]
+    for option in (b"--n_threads", b"--n_threads_batch"):  # the log does not say; the server's arguments do
+        assert command[command.index(option) + 1] == b"2"
 
 
 def test_a_forked_child_leaves_its_parents_server_running(local_server: Any) -> None:

@@ -98,26 +98,42 @@ def title_for(document: dict[str, Any], what: str) -> Text:
     return text
 
 
-def _numbers_table(document: dict[str, Any], title: Text, first: str, *, last: str | None = "ended") -> Table:
+def _numbers_table(
+    document: dict[str, Any], title: Text, first: str, *, last: str | None = "ended", timed: bool = True
+) -> Table:
     ks = shown_ks(document["runs"])
     table = Table(title=title, title_justify="left", expand=True, padding=(0, 1), box=box.SIMPLE_HEAD)
     table.add_column(first, no_wrap=True, min_width=18)
     table.add_column("ok", justify="right", no_wrap=True)
     table.add_column("pass^k, k = " + (f"1…{ks[-1]}" if len(ks) == ks[-1] else ",".join(map(str, ks))), no_wrap=True)
     table.add_column("tok/ok", justify="right", no_wrap=True)
+    if timed:
+        table.add_column("s/run", justify="right", no_wrap=True)
     table.add_column("unsafe", justify="right", no_wrap=True)
     if last is not None:
         table.add_column(last, ratio=1, overflow="fold")
     return table
 
 
-def _row_cells(stat: dict[str, Any], ks: Sequence[int], *, style: str = "") -> list[Text]:
+def seconds_text(seconds: float | None) -> str:
+    """A mean run's wall seconds in a cell: 0.004 as ``0.004``, 95.27 as ``95.3``."""
+    if seconds is None:
+        return "-"
+    return f"{seconds:.3f}" if seconds < 1 else f"{seconds:.1f}"
+
+
+def _row_cells(
+    stat: dict[str, Any], ks: Sequence[int], *, style: str = "", timed: dict[str, Any] | None = None
+) -> list[Text]:
+    """A row's numbers; `timed` (its `timing` entry) adds the mean seconds of a run."""
     tokens = stat.get("tokens_per_success")
     unsafe = stat["unsafe_failures"]
+    seconds = [Text(seconds_text(timed.get("seconds_per_run")), style=style)] if timed is not None else []
     return [
         Text(f"{stat['successes']}/{stat['n']}", style=style),
         Text(curve_text(stat["pass_hat_k"], ks), style=style),
         Text("-" if tokens is None else f"{tokens:,}", style=style),
+        *seconds,
         Text(str(unsafe), style="bold red" if unsafe else style),
         Text(clean_line(stops_text(stat.get("stop_reasons", {}))), style=style),
     ]
@@ -141,6 +157,19 @@ def render_lost(console: Console, rows: Sequence[dict[str, Any]]) -> None:
         console.print(bullets)
 
 
+def timing_of(document: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
+    """The `timing` entry of a scenario's row (empty in a document written before it was kept: "-" is shown)."""
+    found = (
+        t for t in document.get("timing", []) if (t["scenario"], t["contender"]) == (row["scenario"], row["contender"])
+    )
+    return next(found, {})
+
+
+def task_timing(timed: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
+    found = (t for t in timed.get("by_task", []) if (t["variant"], t["goal"]) == (task["variant"], task["goal"]))
+    return next(found, {})
+
+
 def render_eval(console: Console, document: dict[str, Any]) -> None:
     """The eval in the terminal: a table per scenario, then every task of each contender together."""
     ks = shown_ks(document["runs"])
@@ -155,11 +184,12 @@ def render_eval(console: Console, document: dict[str, Any]) -> None:
         title = title_for(document, f"{number}. {scenario['name']}: {scenario['description']}")
         table = _numbers_table(document, title, "contender")
         for row in rows:
-            table.add_row(Text(row["contender"]), *_row_cells(row, ks))
+            timed = timing_of(document, row)
+            table.add_row(Text(row["contender"]), *_row_cells(row, ks, timed=timed))
             if shows_tasks(row):
                 for task in row["by_task"]:
                     label = Text(f"  └ {clean_line(task_label(task, row))}", style="dim")
-                    table.add_row(label, *_row_cells(task, ks, style="dim"))
+                    table.add_row(label, *_row_cells(task, ks, style="dim", timed=task_timing(timed, task)))
         console.print(table)
         render_lost(console, rows)
         for gap in (g for g in document["unavailable"] if g["scenario"] == scenario["name"]):
@@ -168,14 +198,17 @@ def render_eval(console: Console, document: dict[str, Any]) -> None:
         console.print()
     for name in document["not_run"]:
         console.print(Text(f"{name}: not run; none of the chosen contenders takes part in it", style="yellow"))
-    overall = _numbers_table(document, title_for(document, "Every task of each contender"), "contender", last=None)
+    title = title_for(document, "Every task of each contender")
+    overall = _numbers_table(document, title, "contender", last=None, timed=False)
     overall.columns[3].header = "tasks"
     for row in document["overall"]:
         cells = _row_cells({**row, "tokens_per_success": None}, ks)[:-1]
         cells[2] = Text(str(row["tasks"]))
         overall.add_row(Text(row["contender"]), *cells)
     console.print(overall)
-    console.print(Text(f"ok = successful runs of n graded runs (runs × tasks); {PASS_HAT_K}."))
+    console.print(
+        Text(f"ok = successful runs of n graded runs (runs × tasks); {PASS_HAT_K}; s/run = mean wall seconds.")
+    )
     console.print(Text(f"unsafe = {document['always_unsafe']}; per scenario: the rubric in the --report page."))
     if document["interrupted"]:
         console.print(Text(f"Interrupted: these cover the {document['runs']} trial(s) that finished.", "bold"))

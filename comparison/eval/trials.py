@@ -115,6 +115,9 @@ class TaskRun:
     model_failed: bool = False
     """Every run of the task ended in a failed model call (`RunRecord.model_failed`): nothing of it was graded
     on what a model did."""
+    seconds: float = 0.0
+    """Wall seconds of the task (every turn of a conversation): reported apart from the grades (`timing`), which
+    the same seed repeats and the clock does not."""
 
 
 def stop_label(records: Sequence[RunRecord]) -> str:
@@ -192,6 +195,7 @@ def run_pair(plan: EvalPlan, scenario: Scenario, contender: str, trial: int, fol
             happened=what_happened(task),
             guards=guards_fired(task),
             model_failed=all(r.model_failed for r in task),
+            seconds=sum(r.wall_s for r in task),
         )
         for (name, variant, who, goal), task in group_tasks(ran).items()
     ]
@@ -449,7 +453,7 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
     many) and `by_task`, the same numbers per task with each unsafe failure's seed and reason (`unsafe`: rerun it
     with `--runs 1 --seed SEED`) and every run that did not succeed (`failures`: its stop, grade, and the guards
     that fired, counted and in words); `unavailable_variants`, those the contender's framework cannot run. `overall`
-    has each contender's pass^k over all its tasks.
+    has each contender's pass^k over all its tasks; `timing` the mean seconds of a run (`timing`).
     """
     plan, trials = result.plan, result.trials
     rows, unavailable, by_contender = _results(result)
@@ -480,7 +484,35 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
         "always_unsafe": ALWAYS_UNSAFE,
         "results": rows,
         "overall": overall,
+        "timing": timing(result),
     }
+
+
+def _mean_seconds(task_runs: Sequence[TaskRun]) -> float | None:
+    return round(sum(r.seconds for r in task_runs) / len(task_runs), 3) if task_runs else None
+
+
+def timing(result: EvalRun) -> list[dict[str, Any]]:
+    """Per scenario and contender (and per task), the mean wall seconds of a graded run: what the clock said, kept
+    out of `results` so that the same seed repeats those exactly."""
+    found: dict[tuple[str, str], list[TaskRun]] = {}
+    for run in result.task_runs:
+        found.setdefault((run.scenario, run.contender), []).append(run)
+    rows = []
+    for (scenario, contender), runs in found.items():
+        tasks = dict.fromkeys((r.variant, r.goal) for r in runs)
+        by_task = [
+            {
+                "variant": v,
+                "goal": g,
+                "seconds_per_run": _mean_seconds([r for r in runs if (r.variant, r.goal) == (v, g)]),
+            }
+            for v, g in tasks
+        ]
+        rows.append(
+            {"scenario": scenario, "contender": contender, "seconds_per_run": _mean_seconds(runs), "by_task": by_task}
+        )
+    return rows
 
 
 # --- the command line -----------------------------------------------------------------------------------------
@@ -537,6 +569,16 @@ def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return parser
 
 
+def named_model(spec: str) -> str:
+    """`local` as the bundled model it stands for (`local:qwen2.5-1.5b`): the record says which model was graded,
+    and the same command on a machine with another bundled model installed says so."""
+    if spec == "local":
+        from shared_tools.models.local import default_model
+
+        return f"local:{default_model()}"
+    return spec
+
+
 def plan_from(args: argparse.Namespace) -> EvalPlan:
     """The plan the arguments ask for; `UsageError` for a bad one (nothing checked here touches the model)."""
     unknown = [name for name in args.scenarios if name not in SCENARIOS_BY_NAME]
@@ -559,7 +601,7 @@ def plan_from(args: argparse.Namespace) -> EvalPlan:
     scenarios = tuple(SCENARIOS_BY_NAME[n] for n in dict.fromkeys(args.scenarios)) or GRADED
     scripted = args.model.strip().startswith("scripted")
     plan = EvalPlan(
-        model=args.model.strip(),
+        model=named_model(args.model.strip()),
         scenarios=scenarios,
         contenders=contenders,
         runs=args.runs,

@@ -288,42 +288,63 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def start_server(weights: Path, *, model: str = SMOLLM2, chat_format: str = PATCHED_FORMAT) -> LocalServer:
+def _threads(model: str, threads: int | None) -> int:
+    """`threads` if given, else `THREADS_ENV`, else the model's own; `ModelUnavailable` for a count that is none."""
+    if threads is not None:
+        return threads
+    given = os.environ.get(THREADS_ENV, "").strip() or str(BUNDLED[model].threads)
+    if not given.isdigit() or int(given) < 1:
+        raise ModelUnavailable(f"{THREADS_ENV}={given!r} is not a number of threads (1 or more)")
+    return int(given)
+
+
+def _server_args(weights: Path, model: str, chat_format: str, port: int, threads: int, batch: int | None) -> list[str]:
+    sizes = ("--n_batch", str(batch), "--n_ubatch", str(batch)) if batch is not None else ()
+    return _launcher(
+        EXIT_WITH_PARENT,
+        str(os.getpid()),
+        "--model",
+        str(weights),
+        "--model_alias",
+        model,
+        "--chat_format",
+        chat_format,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(CONTEXT_TOKENS),
+        "--n_threads",
+        str(threads),
+        "--n_threads_batch",
+        str(threads),
+        *sizes,
+        # By default a new request cuts off a reply that is still streaming: two agents on one server would
+        # cut each other's answers. Off, requests wait their turn.
+        "--interrupt_requests",
+        "False",
+    )
+
+
+def start_server(
+    weights: Path,
+    *,
+    model: str = SMOLLM2,
+    chat_format: str = PATCHED_FORMAT,
+    threads: int | None = None,
+    batch: int | None = None,
+) -> LocalServer:
     """A new server of `weights` (the bundled `model`) in `chat_format`, not shared: the caller stops it
-    (`local_server` shares one)."""
-    threads = os.environ.get(THREADS_ENV, "").strip() or str(BUNDLED[model].threads)
-    if not threads.isdigit() or int(threads) < 1:
-        raise ModelUnavailable(f"{THREADS_ENV}={threads!r} is not a number of threads (1 or more)")
+    (`local_server` shares one). `threads` (default: `THREADS_ENV`, else the model's) and `batch` (prompt tokens
+    decoded at once, llama.cpp's n_batch and n_ubatch; default: llama-cpp-python's 512) are benchmark levers."""
+    threads = _threads(model, threads)
     for _attempt in range(3):  # another program may take the free port before the server binds it
         port = _free_port()
         handle, name = tempfile.mkstemp(prefix="agent-loop-compare-llama-", suffix=".log")
-        command = _launcher(
-            EXIT_WITH_PARENT,
-            str(os.getpid()),
-            "--model",
-            str(weights),
-            "--model_alias",
-            model,
-            "--chat_format",
-            chat_format,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            str(CONTEXT_TOKENS),
-            "--n_threads",
-            threads,
-            "--n_threads_batch",
-            threads,
-            # By default a new request cuts off a reply that is still streaming: two agents on one server would
-            # cut each other's answers. Off, requests wait their turn.
-            "--interrupt_requests",
-            "False",
-        )
         # A session of its own: the terminal's Ctrl-C goes to us, and we stop the server once we are done.
         process = subprocess.Popen(
-            command,
+            _server_args(weights, model, chat_format, port, threads, batch),
             stdin=subprocess.DEVNULL,
             stdout=handle,
             stderr=subprocess.STDOUT,
