@@ -312,7 +312,8 @@ def notice_bookstore(records: list[RunRecord], settings: SettingsOf) -> list[str
             f"{_arrow(tps)}, growing every step (total {r.tokens:,}; about {resent:.0%} of it is history sent again)"
         )
 
-    lines = _grouped(records, describe)
+    variants = list(dict.fromkeys(r.variant for r in records))
+    lines = _grouped(records, describe) if len(variants) == 1 else _per_variant(records, describe)
     timed = records[0]
     model_s = sum(e["duration_s"] for e in timed.trace if e["name"] == "model")
     tools_s = sum(e["duration_s"] for e in timed.tool_events())
@@ -320,16 +321,80 @@ def notice_bookstore(records: list[RunRecord], settings: SettingsOf) -> list[str
         f"Time ({timed.contender}): model calls {_duration(model_s)}, tools {_duration(tools_s)} (the article, on a "
         "real model, measured 260 s of model time and under a millisecond of tools)."
     )
-    paths = {tuple((c.name, c.args) for c in calls(r)) for r in records}
-    carts = {cart_text(r) for r in records}
-    if len(records) > 1 and len(paths) == 1 and len(carts) == 1 and all(r.error is None for r in records):
-        lines.append(f"Every contender made the same tool calls in the same order; cart: {carts.pop()}.")
+    for variant in variants:
+        lines += _same_path(pick(records, variant=variant), len(variants) > 1)
+    lines += wording_points(records)
     grew = [r for r in records if _grows(r.tokens_per_step)]
     if grew:
         lines.append(
             f"The tokens per call grow ({_names(grew)}) because every model call re-sends the whole history: system "
             "message, goal, tool definitions and every call and result so far. That is why a step limit alone is "
             "not a budget."
+        )
+    return lines
+
+
+def _same_path(records: list[RunRecord], labelled: bool) -> list[str]:
+    """ "Every contender made the same tool calls", when the records of one variant say so."""
+    paths = {tuple((c.name, c.args) for c in calls(r)) for r in records}
+    carts = {cart_text(r) for r in records}
+    if len(records) < 2 or len(paths) > 1 or len(carts) > 1 or any(r.error is not None for r in records):
+        return []
+    where = f"[{records[0].variant_label}] " if labelled else ""
+    return [f"{where}Every contender made the same tool calls in the same order; cart: {carts.pop()}."]
+
+
+def call_path(record: RunRecord) -> str:
+    """The tool calls in order, each with the book it was about: "search_books -> add_to_cart(2)"."""
+    parts = []
+    for c in calls(record):
+        args = json.loads(c.args) if c.args is not None else None
+        book = args.get("book_id") if isinstance(args, dict) else None
+        parts.append(c.name if book is None else f"{c.name}({book})")
+    return _ARROW.join(parts) or "no tool call"
+
+
+def answer_verdict(record: RunRecord) -> str:
+    """How a run ended, as far as its answer goes: stopped, no answer, contradicted by its records or not."""
+    if record.stop_reason != StopReason.DONE:
+        return f"ended {short_outcome(record)}"
+    if not record.answer:
+        return "ended done without an answer"
+    if contradictions(record):
+        return "answered FALSE (the records contradict it)"
+    return "answered true (nothing in the records contradicts it)"
+
+
+def wording_points(records: list[RunRecord]) -> list[str]:
+    """When the variants differ only in their instructions (the same text for every contender): what each contender
+    did under each wording, and whether the wording changed it. Nothing for a scenario with one variant."""
+    variants = list(dict.fromkeys(r.variant for r in records))
+    if len(variants) < 2:
+        return []
+    lines, changed = [], []
+    for contender in dict.fromkeys(r.contender for r in records):
+        runs = [first(records, contender=contender, variant=v) for v in variants]
+        ran = [r for r in runs if r is not None]
+        if len(ran) < 2:
+            continue
+        said = "; ".join(
+            f"[{r.variant_label}] {r.model_calls} model calls, {call_path(r)}, cart {cart_text(r)}, {answer_verdict(r)}"
+            for r in ran
+        )
+        lines.append(f"Wording, {contender}: {said}.")
+        if len({(tuple(c.key for c in calls(r)), cart_text(r), answer_verdict(r)) for r in ran}) > 1:
+            changed.append(contender)
+    if not lines:
+        return []
+    if changed:
+        lines.append(
+            f"Only the instructions differ between the variants, and every contender got the same text, so what "
+            f"changed for {', '.join(changed)} (calls, cart or answer) is the wording's doing, not the framework's."
+        )
+    else:
+        lines.append(
+            "Under every wording each contender made the same tool calls, ended with the same cart, and its answer "
+            "got the same verdict."
         )
     return lines
 

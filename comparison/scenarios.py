@@ -35,6 +35,14 @@ INSTRUCTIONS = (
 )
 """The system message every contender gets (the article's `Instructions`)."""
 
+PRECISE_INSTRUCTIONS = (
+    "You are a bookstore assistant. Use the tools; never guess a book id: find it with search_books first, then "
+    "check_stock before add_to_cart. As soon as a book has been added, stop calling tools and reply to the customer "
+    "with a message."
+)
+"""The bookstore scenario's other wording: the same job, with the order of the calls and the moment to stop spelt
+out (the reference notes' instructions, docs/real-models.md)."""
+
 SEED_GOAL = "Add The Last Lighthouse to my cart. If it is not available, add another novel by the same author."
 CART_QUESTION = "What is my cart total now?"
 
@@ -53,6 +61,9 @@ class Variant:
     parallel_tools: bool = False
     max_tool_result_chars: int | None = None
     search_max_results: int = 5
+    instructions: str | None = None
+    """Instructions that replace the scenario's for this variant, the same text for every contender (a wording
+    experiment)."""
     fresh_cart_instruction: bool = False
     """Append `FRESH_CART_INSTRUCTION` to the instructions, so the model re-reads the cart with view_cart."""
     persistent: bool = False
@@ -139,9 +150,10 @@ class Scenario:
     """Many turns: shown as one row per contender (tokens, storage, time as the turns go by), not one per turn."""
 
     def instructions_for(self, variant: Variant) -> str:
+        instructions = variant.instructions or self.instructions
         if variant.fresh_cart_instruction:
-            return f"{self.instructions} {FRESH_CART_INSTRUCTION}"
-        return self.instructions
+            return f"{instructions} {FRESH_CART_INSTRUCTION}"
+        return instructions
 
     def limits_for(self, variant: Variant) -> AgentLimits:
         return variant.limits or self.limits
@@ -322,6 +334,14 @@ SCENARIOS: tuple[Scenario, ...] = (
         ),
         what_to_notice=lessons.notice_bookstore,
         goals=(SEED_GOAL,),
+        variants=(
+            Variant(name="default", label="default instructions"),
+            Variant(
+                name="precise-instructions",
+                label="precise instructions",
+                instructions=PRECISE_INSTRUCTIONS,
+            ),
+        ),
     ),
     Scenario(
         name="orders",
