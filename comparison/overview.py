@@ -140,9 +140,13 @@ def bookstore_headline(records: list[RunRecord], settings: SettingsOf) -> str | 
     grew = [r for r in records if _grows(r.tokens_per_step)]
     if not grew:
         return "The tokens per model call did not grow every step in any run."
+    # A contender runs once per variant: it is named when every one of its runs grew.
+    contenders = list(dict.fromkeys(r.contender for r in records))
+    every = [c for c in contenders if all(_grows(r.tokens_per_step) for r in records if r.contender == c)]
+    where = _names(every, len(contenders)) if every else f"{len(grew)} of {len(records)} runs"
     steps = grew[0].tokens_per_step
     return (
-        f"Tokens per model call grew every step in {_names([r.contender for r in grew], len(records))} "
+        f"Tokens per model call grew every step in {where} "
         f"({steps[0]:,} -> {steps[-1]:,} in {grew[0].contender}): each call re-sends the whole history, so a step "
         "limit alone is no budget."
     )
