@@ -330,7 +330,9 @@ SCENARIOS: tuple[Scenario, ...] = (
             "How many model calls does one customer request take, and does the prompt stay the same size? "
             "The loop is four parts: the model plans, asks for a tool, the code runs it and appends the result "
             "(the observation), and a stop condition ends it. Every model call re-sends the whole history: "
-            "system message, goal, tool definitions and every call and result so far."
+            "system message, goal, tool definitions and every call and result so far. The second variant words the "
+            "instructions precisely (search, check the stock, add, then stop and reply), the same text for every "
+            "contender: what changes between the two is the wording's doing."
         ),
         what_to_notice=lessons.notice_bookstore,
         goals=(SEED_GOAL,),
