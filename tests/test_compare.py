@@ -103,7 +103,7 @@ def test_every_scenario_ran_on_every_contender(full_run: dict[str, Any]) -> None
 
 @pytest.mark.parametrize("contender", list(CONTENDERS))
 def test_bookstore_reproduces_the_seed_trace(full_run: dict[str, Any], contender: str) -> None:
-    run = one(full_run, "bookstore", contender=contender)
+    run = one(full_run, "bookstore", contender=contender, variant="default")
     assert run["stop_reason"] == StopReason.DONE
     assert (run["model_calls"], run["tool_calls"]) == (5, 4)
     calls = [(e["name"], e["detail"].split(" -> ")[0]) for e in tool_events(run)]
@@ -121,7 +121,7 @@ def test_bookstore_reproduces_the_seed_trace(full_run: dict[str, Any], contender
 
 def test_bookstore_notice_explains_the_growth_with_the_measured_numbers(full_run: dict[str, Any]) -> None:
     notice = next(s["notice"] for s in full_run["doc"]["scenarios"] if s["name"] == "bookstore")
-    tokens = one(full_run, "bookstore", contender="handwritten")["tokens_per_step"]
+    tokens = one(full_run, "bookstore", contender="handwritten", variant="default")["tokens_per_step"]
     assert " -> ".join(f"{t:,}" for t in tokens) in notice
     assert "re-sends the whole history" in notice
 
@@ -200,7 +200,7 @@ def test_big_results_truncation_saves_tokens_where_it_exists(full_run: dict[str,
         else:
             assert "[truncated" not in search["detail"]
             assert cut["tokens"] == full["tokens"]
-    small = one(full_run, "bookstore", contender="handwritten")
+    small = one(full_run, "bookstore", contender="handwritten", variant="default")
     assert one(full_run, "big-results", variant="full", contender="handwritten")["tokens"] > small["tokens"]
 
 

@@ -7,6 +7,8 @@ prints about wording is derived from its records; what a real model does with th
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,3 +97,20 @@ def test_a_false_answer_under_one_wording_is_named_as_the_wordings_doing(
     assert "[precise instructions] 5 model calls" in said and "answered true" in said
     assert points[-1].startswith("Only the instructions differ") and "for langgraph (calls" in points[-1]
     check_points(SCENARIOS_BY_NAME["bookstore"], records)
+
+
+SNAPSHOT = Path(__file__).parent / "snapshots" / "qwen_bookstore_wording.json"
+"""The records of `compare.py bookstore --model local` on Qwen2.5-Coder-1.5B, both wordings (docs/real-models.md)."""
+
+
+def test_the_real_models_run_is_told_as_the_wordings_lesson() -> None:
+    """On the 1.5B model both wordings gave the same calls and cart; the default one gave a false answer."""
+    data = json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+    fields = {f.name for f in dataclasses.fields(RunRecord)}
+    records = [RunRecord(**{k: v for k, v in run.items() if k in fields}) for run in data["runs"]]
+    points = check_points(SCENARIOS_BY_NAME["bookstore"], records)
+    for contender in ("handwritten", "langgraph"):
+        said = next(p for p in points if p.startswith(f"Wording, {contender}: "))
+        default, precise = said.split("; [precise instructions")
+        assert "answered FALSE" in default and "answered true" in precise, said
+    assert any(p.startswith("Only the instructions differ") and "handwritten, langgraph" in p for p in points)
