@@ -69,13 +69,13 @@ try:
     from comparison.runner import parallel_workers
     from comparison.sanitize import clean_line
     from comparison.scenarios import (
-        LONG_SESSION_TURNS,
         SCENARIOS,
         SCENARIOS_BY_NAME,
         Scenario,
         contenders_running,
         nothing_to_run,
     )
+    from comparison.scenarios.s13_long_session import LONG_SESSION_TURNS
     from shared_tools.bookstore.store import BookStore, StoreError, is_postgres_url
     from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url
     from shared_tools.models.factory import BASE_URL_ENV, BASE_URL_HELP

@@ -1,8 +1,8 @@
 """The harness behind `compare.py`, the one package that imports both agents: the same goals, side by side.
 
-One file per concern: `scenarios` (the experiments as data), `contenders`, `approvals` (the humans),
+One file per concern: `scenarios/` (the course, one file per scenario), `contenders`, `approvals` (the humans),
 `conversations`, `run_setup` (what every run is given), `runner` (a scenario's runs, the fork pool),
-`experiments`, `records`, `lessons` and `closing` (what the numbers say), `render`, `document`, `report`,
+`experiments`, `records`, `closing` (the guard matrix), `render`, `document`, `report`,
 `sanitize`, `files`, `chat`, `command` (the work behind the command line), and `eval/`.
 """
 

@@ -1,8 +1,8 @@
 """What a run's answer claims that its records contradict: a book the cart holds called out of stock, a total other
 than the cart's. Read by pattern, sentence by sentence; an answer that names no book or figure is never called wrong.
 
-Both the run's points (`lessons`) and the grades (`eval.grading`) read it, so a run that ended "done" with a false
-answer is named as such and graded a failure.
+Both the run's points (`scenarios.model.answer_points`) and the grades (`scenarios.grading`) read it, so a run
+that ended "done" with a false answer is named as such and graded a failure.
 """
 
 from __future__ import annotations

@@ -7,9 +7,8 @@ full traces, tables and notes of a scenario are `compare.py SCENARIO` (`render.r
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,14 +16,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from comparison import lessons
 from comparison.closing import FIRED, GUARD_LEGEND, MISSING, NOT_EXERCISED, NOT_MEASURED, NOT_RUN, RAISED
 from comparison.contenders import CONTENDERS
-from comparison.lessons import SettingsOf, answered_from_memory
-from comparison.records import RunRecord, cart_text, duration_text, first, short_outcome
+from comparison.records import RunRecord, cart_text, short_outcome
 from comparison.render import STATUS_STYLE
 from comparison.sanitize import clean_line
 from comparison.scenarios import Scenario, contenders_for, contenders_running
+from comparison.scenarios.phrases import names_or_all
+from comparison.scenarios.queries import not_available
 from shared_tools.results import StopReason
 
 # --- one line per contender ----------------------------------------------------------------------------------
@@ -65,7 +64,7 @@ def stop_name(record: RunRecord) -> str:
 
 def ran(records: Sequence[RunRecord]) -> list[RunRecord]:
     """The records of runs that happened (not a contender's stand-in for a variant it has no API for)."""
-    return [r for r in records if lessons.not_available(r) is None]
+    return [r for r in records if not_available(r) is None]
 
 
 def overview_rows(scenario: Scenario, records: Sequence[RunRecord], contenders: Sequence[str]) -> list[OverviewRow]:
@@ -75,7 +74,7 @@ def overview_rows(scenario: Scenario, records: Sequence[RunRecord], contenders: 
         mine = [r for r in records if r.scenario == scenario.name and r.contender == contender]
         runs = ran(mine)
         if not runs:
-            reasons = [lessons.not_available(r) for r in mine] or [
+            reasons = [not_available(r) for r in mine] or [
                 contenders_for(scenario, v, [contender])[1].get(contender) for v in scenario.variants
             ]
             reason = next((r for r in reasons if r), "it made no run")
@@ -101,13 +100,6 @@ def overview_rows(scenario: Scenario, records: Sequence[RunRecord], contenders: 
 STATUS_ORDER = (FIRED, MISSING, RAISED, NOT_EXERCISED, NOT_MEASURED)
 
 
-def _names(names: Sequence[str], of: int) -> str:
-    """The contenders of a group, or "both" / "all 5" when the group is every one of `of`."""
-    if len(names) == of > 1:
-        return "both" if of == 2 else f"all {of}"
-    return ", ".join(names)
-
-
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -123,144 +115,8 @@ def guard_sentence(row: dict[str, Any]) -> str:
             continue
         texts = {cells[c]["text"].removeprefix(f"{status}: ").removeprefix(f"{status} ") for c in group}
         detail = f" ({texts.pop()})" if len(texts) == 1 else ""
-        parts.append(f"{status} in {_names(group, len(cells))}{detail}")
+        parts.append(f"{status} in {names_or_all(group, len(cells))}{detail}")
     return f"{row['guard'].capitalize()}: " + "; ".join(parts) + "."
-
-
-def _span(values: Sequence[float]) -> str:
-    low, high = duration_text(min(values)), duration_text(max(values))
-    return low if low == high else f"{low} to {high}"
-
-
-def _grows(values: Sequence[int]) -> bool:
-    return len(values) > 1 and all(b > a for a, b in itertools.pairwise(values))
-
-
-def bookstore_headline(records: list[RunRecord], settings: SettingsOf) -> str | None:
-    grew = [r for r in records if _grows(r.tokens_per_step)]
-    if not grew:
-        return "The tokens per model call did not grow every step in any run."
-    # A contender runs once per variant: it is named when every one of its runs grew.
-    contenders = list(dict.fromkeys(r.contender for r in records))
-    every = [c for c in contenders if all(_grows(r.tokens_per_step) for r in records if r.contender == c)]
-    where = _names(every, len(contenders)) if every else f"{len(grew)} of {len(records)} runs"
-    steps = grew[0].tokens_per_step
-    return (
-        f"Tokens per model call grew every step in {where} "
-        f"({steps[0]:,} -> {steps[-1]:,} in {grew[0].contender}): each call re-sends the whole history, so a step "
-        "limit alone is no budget."
-    )
-
-
-def orders_headline(records: list[RunRecord], settings: SettingsOf) -> str | None:
-    found = [r for r in records if any(lessons.not_found_result(c) for c in lessons.calls(r))]
-    if not found:
-        return "No run got a 'not found' result from get_order_status."
-    done = sum(r.stop_reason == StopReason.DONE for r in found)
-    return (
-        f"An unknown order came back as a normal result ('not found') in {len(found)} runs, and {done} of them "
-        "ended 'done' with an answer: a fact for the model, not an error."
-    )
-
-
-def session_headline(records: list[RunRecord], settings: SettingsOf) -> str | None:
-    second = [r for r in records if r.turn == 2 and r.error is None]
-    if not second:
-        return None
-    memory = [r for r in second if answered_from_memory(r)]
-    text = f"Turn 2 was answered from the history, without a tool call, in {len(memory)} of {len(second)} conversations"
-    reopened = [r for r in second if "survived_restart" in r.facts]
-    if reopened:
-        whole = sum(bool(r.facts["survived_restart"]) for r in reopened)
-        text += f"; {whole} of {len(reopened)} reopened after a restart held the whole conversation"
-    return text + "."
-
-
-def parallel_headline(records: list[RunRecord], settings: SettingsOf) -> str | None:
-    several = [r for r in records if lessons.several_calls_in_one_reply(r)]
-    if not several:
-        return "Every reply asked for one tool call, so there was nothing to run in parallel."
-    faster = []
-    for contender in dict.fromkeys(r.contender for r in several):
-        seq = first(several, contender=contender, variant="sequential")
-        par = first(several, contender=contender, variant="parallel")
-        if seq is not None and par is not None and par.wall_s < seq.wall_s:
-            faster.append(contender)
-    who = (
-        f"ran them faster together than one by one: {', '.join(faster)}"
-        if faster
-        else ("was faster running them together here")
-    )
-    return f"One reply asked for several tool calls; {len(faster) or 'no'} contender(s) {who}."
-
-
-def streaming_headline(records: list[RunRecord], settings: SettingsOf) -> str | None:
-    streamed = [r for r in records if r.facts.get("streamed") and r.facts.get("text_chunks") and r.error is None]
-    plain = [r for r in records if r.facts.get("streamed") is False and r.error is None]
-    if not streamed:
-        return "No streamed run passed any answer text to on_token." if plain else None
-    text = f"Streamed, the first words reached the user after {_span([r.facts['first_text_s'] for r in streamed])}"
-    if plain:
-        waited = _span([r.facts["answer_s"] for r in plain])
-        text += f"; not streamed, nothing showed until the whole answer, after {waited}"
-    return text + "."
-
-
-def time_travel_headline(records: list[RunRecord], settings: SettingsOf) -> str | None:
-    parts = []
-    rewound = [r for r in records if "rewound_turns" in r.facts]
-    if rewound:
-        kept = sum(bool(r.facts.get("copies_before_rewind")) and bool(r.cart) for r in rewound)
-        parts.append(f"a rewind took back the conversation but not the cart in {kept} of {len(rewound)} runs")
-    again = [r for r in records if ("replayed_from" in r.facts or "retried_by" in r.facts) and r.error is None]
-    said = []
-    for idempotent, how in ((True, "with the call id as request id"), (False, "without it")):
-        runs = [r for r in again if bool(r.facts.get("idempotent")) == idempotent]
-        doubled = sum(sum((r.facts.get("copies") or {}).values()) > 1 for r in runs)
-        if runs:
-            said.append(f"{doubled} of {len(runs)} {how}")
-    if said:
-        parts.append("add_to_cart run again (a replay or a retry) doubled the book in " + ", ".join(said))
-    if not parts:
-        return None
-    text = "; ".join(parts)
-    return text[0].upper() + text[1:] + "."
-
-
-def long_session_headline(records: list[RunRecord], settings: SettingsOf) -> str | None:
-    stopped = [r for r in records if r.stop_reason == StopReason.TOKEN_BUDGET]
-    if stopped:
-        hit = min(stopped, key=lambda r: r.turn)
-        return (
-            f"The token budget stopped {hit.contender} at turn {hit.turn} ({hit.tokens:,} tokens): the question was "
-            "no harder, the history it re-sends was longer."
-        )
-    done = [r for r in records if r.error is None]
-    if not done:
-        return None
-    top = max(done, key=lambda r: r.tokens)
-    limits = settings(top)
-    budget = None if limits is None else limits.limits.max_tokens
-    turns = max(r.turn for r in records)
-    if budget is None:
-        return f"Over {turns} turns, the costliest turn ({top.contender}, turn {top.turn}) used {top.tokens:,} tokens."
-    return (
-        f"Over {turns} turns no turn hit the token budget: the costliest ({top.contender}, turn {top.turn}) used "
-        f"{top.tokens:,} of max_tokens={budget:,} ({top.tokens / budget:.0%})."
-    )
-
-
-HEADLINES: dict[str, Callable[[list[RunRecord], SettingsOf], str | None]] = {
-    "bookstore": bookstore_headline,
-    "orders": orders_headline,
-    "session": session_headline,
-    "parallel-tools": parallel_headline,
-    "long-session": long_session_headline,
-    "streaming": streaming_headline,
-    "time-travel": time_travel_headline,
-}
-"""Scenario -> its one-sentence lesson, for the scenarios that test no guard of the matrix (those say what the
-matrix row says, `guard_sentence`)."""
 
 
 def outcome_sentence(records: list[RunRecord]) -> str:
@@ -283,7 +139,7 @@ def headline(scenario: Scenario, records: list[RunRecord], matrix: Sequence[dict
     rows = [row for row in matrix if row["scenario"] == scenario.name]
     if rows:
         return " ".join(guard_sentence(row) for row in rows)
-    made = HEADLINES.get(scenario.name, lambda records, settings: None)(runs, scenario.settings_of)
+    made = None if scenario.headline is None else scenario.headline(runs, scenario.settings_of)
     return made or outcome_sentence(runs)
 
 

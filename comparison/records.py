@@ -57,7 +57,7 @@ class RunRecord:
     facts: dict[str, Any] = field(default_factory=dict)
     """Scenario-specific measurements: session message and checkpoint counts, the true cart, ..."""
     settings: dict[str, Any] = field(default_factory=dict)
-    """What the run was given: its limits and the variant's switches (`lessons.RunSettings.as_dict`), so every
+    """What the run was given: its limits and the variant's switches (`scenarios.RunSettings.as_dict`), so every
     statement about a limit is judged against the limit that ran."""
     model_failed: bool = False
     """The run ended because a call to the real model failed (`ModelCallFailed`: a timeout, a server that went

@@ -201,12 +201,15 @@ def _run_session(
     return records
 
 
+STORAGE_OPTIONS: dict[str, dict[str, Any]] = {"full": {"storage": "full"}}
+"""Checkpoint storage options of `GraphSession.sqlite` the long-session scenario compares, by name
+(`Variant.storage`): the keyword arguments each passes."""
+
+
 def storage_options(name: str | None) -> dict[str, Any] | None:
-    """The `GraphSession.sqlite` keyword arguments of a variant's storage option (`scenarios.STORAGE_OPTIONS`)."""
+    """The `GraphSession.sqlite` keyword arguments of a variant's storage option (`STORAGE_OPTIONS`)."""
     if name is None:
         return None
-    from comparison.scenarios import STORAGE_OPTIONS
-
     return dict(STORAGE_OPTIONS[name])
 
 

@@ -17,18 +17,15 @@ import compare
 from comparison.approvals import DemoHuman
 from comparison.closing import OWNERS, WHO_OWNS_WHAT
 from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, NO_APPROVAL_GATE, NO_SEQUENTIAL_TOOLS, build_contender
-from comparison.conversations import open_conversation, run_gated_graph
+from comparison.conversations import NO_MAF_SUMMARY, open_conversation, run_gated_graph
 from comparison.records import RunRecord
 from comparison.runner import NOT_AVAILABLE, RunOptions, run_scenario
 from comparison.scenarios import (
     CART_QUESTION,
-    INJECTED_BOOK,
-    INJECTION,
     INSTRUCTIONS,
     NO_CHECKPOINTS,
     NO_MAF_REPLAY,
     NO_MAF_STORAGE,
-    NO_MAF_SUMMARY,
     NO_REPLAY,
     NO_REWIND,
     NO_STORAGE_OPTION,
@@ -37,6 +34,7 @@ from comparison.scenarios import (
     SEED_GOAL,
     contenders_for,
 )
+from comparison.scenarios.s12_prompt_injection import INJECTED_BOOK, INJECTION
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model

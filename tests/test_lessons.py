@@ -2,7 +2,7 @@
 
 Every scenario runs through the public runner under its persona, `scripted:shopper` and the seeded noisy model;
 each "what to notice" point and guard-matrix cell must match a claim form below, checked against the records by
-code written here, independently of `lessons` and `closing`. A sentence that matches no form fails.
+code written here, independently of `comparison.scenarios` and `closing`. A sentence that matches no form fails.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ import pytest
 from comparison.answers import contradictions
 from comparison.closing import GUARD_LEGEND, guard_matrix
 from comparison.contenders import CONTENDERS
-from comparison.lessons import RunSettings
 from comparison.records import RunRecord, cart_text
 from comparison.runner import RunOptions, run_scenario
-from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, Scenario
+from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, RunSettings, Scenario
 from shared_tools.bookstore.faults import Faults
 from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.results import AgentLimits, Guard, StopReason
@@ -1248,7 +1247,7 @@ def _time_travel_raised(m: re.Match[str], records: list[RunRecord], s: Scenario)
 
 
 ANY_SCENARIO = "*"
-"""The claims `lessons.framework_points` can make in any scenario."""
+"""The claims `model.framework_points` can make in any scenario."""
 MAYBE_LABEL = r"(?:" + LABEL + r")?"
 
 

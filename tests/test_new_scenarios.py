@@ -30,12 +30,8 @@ from comparison.experiments import (
 )
 from comparison.records import RunRecord, pick
 from comparison.runner import RunOptions, run_scenario
-from comparison.scenarios import (
-    CART_QUESTION,
-    LONG_SESSION_TURNS,
-    SCENARIOS_BY_NAME,
-    long_session_goals,
-)
+from comparison.scenarios import CART_QUESTION, SCENARIOS_BY_NAME
+from comparison.scenarios.s13_long_session import LONG_SESSION_TURNS, long_session_goals
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.results import StopReason

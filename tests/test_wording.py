@@ -17,10 +17,10 @@ from langchain_core.messages import BaseMessage, SystemMessage
 
 from comparison import runner
 from comparison.contenders import CONTENDERS
-from comparison.lessons import wording_points
 from comparison.records import RunRecord
 from comparison.runner import RunOptions, run_scenario
-from comparison.scenarios import INSTRUCTIONS, PRECISE_INSTRUCTIONS, SCENARIOS_BY_NAME
+from comparison.scenarios import INSTRUCTIONS, SCENARIOS_BY_NAME
+from comparison.scenarios.s01_bookstore import PRECISE_INSTRUCTIONS, wording_points
 from shared_tools.models import make_model
 from tests.test_lessons import check_points
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from comparison.contenders import (
     CONTENDERS,
 )
-from comparison.scenarios import INJECTED_BOOK, INJECTION
+from comparison.scenarios.s12_prompt_injection import INJECTED_BOOK, INJECTION
 from shared_tools.bookstore.store import BookStore, load_catalog, money
 from webdemo.events import BadRequest, Hub, for_page
 from webdemo.panes import Pane, TurnRunner, thread_name

@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from comparison.lessons import calls
 from comparison.records import RunRecord
+from comparison.scenarios.queries import calls
 from shared_tools.results import Guard
 
 GUARD_DID: dict[Guard, str] = {
