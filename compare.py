@@ -54,6 +54,8 @@ try:
     from collections.abc import Sequence
     from pathlib import Path
 
+    from rich.console import Console
+
     from comparison.chat import ThreadBusy, chat_customer
     from comparison.command import chat, check_chat, check_model, finish, run_and_render
     from comparison.command_line import UsageError, UsageParser, configure_logging
@@ -64,6 +66,7 @@ try:
     )
     from comparison.document import mermaid_diagram
     from comparison.files import UnusableFile, check_outputs
+    from comparison.records import RunRecord
     from comparison.render import Progress, make_console, render_list
     from comparison.run_setup import RunOptions, model_spec_for
     from comparison.runner import parallel_workers
@@ -115,13 +118,11 @@ def fail(prog: str, exc: BaseException) -> int:
     return exit_code_for(exc)
 
 
-def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
+def _epilog(prog: str) -> str:
+    """The help's closing text: the scenarios, the other commands, and the exit codes."""
     scenario_lines = "\n".join(f"  {s.name:<18} {s.description}" for s in SCENARIOS)
-    parser = UsageParser(
-        prog=prog,
-        description=f"Run the same bookstore goals through {len(CONTENDERS)} agent loops, side by side:\n"
-        f"  {', '.join(CONTENDERS)}.",
-        epilog=f"scenarios (default: all):\n{scenario_lines}\n\n"
+    return (
+        f"scenarios (default: all):\n{scenario_lines}\n\n"
         f"chat: {prog} chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
         "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
@@ -130,9 +131,12 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
         "every command takes --model local (the strongest bundled model installed: local:qwen2.5-1.5b with the "
         "'local-qwen' extra, else local:smollm2-135m; 'local' extra) and --model openai:<model> "
         "--base-url URL (any OpenAI-compatible server)\n\n"
-        "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted"
     )
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What runs: the scenarios, the model, the contenders and the limits that replace the scenarios' own."""
     parser.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (see below)")
     parser.add_argument(
         "--model",
@@ -152,6 +156,10 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     parser.add_argument(
         "--turns", type=int, metavar="N", help=f"turns of the long-session scenario (default {LONG_SESSION_TURNS})"
     )
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the runs go (files, databases, spans) and what is shown of them."""
     parser.add_argument("--json", metavar="PATH|-", help="write every run's full record as JSON ('-': stdout)")
     parser.add_argument("--report", metavar="PATH", help="write a self-contained HTML report")
     parser.add_argument(
@@ -176,6 +184,18 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log the agents' steps (-vv: debug)")
     parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
+
+
+def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
+    parser = UsageParser(
+        prog=prog,
+        description=f"Run the same bookstore goals through {len(CONTENDERS)} agent loops, side by side:\n"
+        f"  {', '.join(CONTENDERS)}.",
+        epilog=_epilog(prog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_run_arguments(parser)
+    _add_output_arguments(parser)
     parser.set_defaults(prog=prog)
     return parser
 
@@ -253,6 +273,86 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
             os.environ[BASE_URL_ENV] = saved_base_url
 
 
+def _check_before_running(args: argparse.Namespace) -> None:
+    """The output files, the model, and the tracing asked for: each refused here, before the first run."""
+    check_outputs(args.json, args.report, args.store_db, args.session_db)
+    apply_base_url(args.model, args.base_url)
+    check_model(args.model)
+    setup_tracing(args.otel)
+
+
+def _run(
+    console: Console,
+    args: argparse.Namespace,
+    scenarios: list[Scenario],
+    contenders: tuple[str, ...],
+    *,
+    overview: bool,
+) -> tuple[list[RunRecord], list[Scenario], bool] | int:
+    """Every selected scenario on every selected contender, rendered as they come in unless `overview`: the
+    records, the scenarios done and whether the user interrupted; or the exit code of what ended the runs."""
+    prog = args.prog
+    with tempfile.TemporaryDirectory(prefix="agent-loop-compare-") as scratch:
+        options = RunOptions(
+            model=args.model,
+            contenders=contenders,
+            session_db=args.session_db or Path(scratch) / "sessions.db",
+            store_db=args.store_db,
+            progress=None if is_scripted(args.model) else Progress(console),
+        )
+        # Scripted runs on in-memory stores share nothing, so they run side by side; a real model's server, a
+        # store file other processes may use, and -v's log lines are better one run at a time.
+        parallel = is_scripted(args.model) and args.store_db is None and not args.verbose
+        try:
+            return run_and_render(
+                console,
+                scenarios,
+                options,
+                trace=not args.no_trace,
+                workers=parallel_workers() if parallel else 1,
+                detailed=not overview,
+            )
+        except (ModelUnavailable, StoreError) as exc:  # the server went away, or the store file was swapped
+            return fail(prog, exc)
+        except ScriptExhausted as exc:  # --model scripted:<persona> on a goal that persona has no script for
+            return fail(prog, UsageError(exc))
+
+
+def _finished(
+    console: Console,
+    args: argparse.Namespace,
+    contenders: tuple[str, ...],
+    ran: tuple[list[RunRecord], list[Scenario], bool],
+    overview: Sequence[Scenario] | None,
+) -> int | None:
+    """The closing tables and the files asked for (`comparison.command.finish`); the exit code if that failed."""
+    prog = args.prog
+    records, done, interrupted = ran
+    try:
+        finish(
+            console,
+            args.model,
+            contenders,
+            records,
+            done,
+            interrupted=interrupted,
+            json=args.json,
+            report=args.report,
+            overview=overview,
+            owners=args.full,
+            prog=prog,
+        )
+    except KeyboardInterrupt:
+        # The runs are over and shown; what was being written is written whole or not at all (files.write_output).
+        say(prog, "interrupted while the final tables and files were written; no file is half-written")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: `main` ends quietly
+    except OSError as exc:  # the disk filled up, or the folder went away, during the run
+        return fail(prog, UnusableFile(f"could not write the results: {exc}"))
+    return None
+
+
 def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
     """Every selected scenario on every selected contender, then the closing tables and the files asked for."""
     try:
@@ -271,67 +371,24 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
         return EXIT_OK
     try:
         scenarios, contenders = _select(args)
-        check_outputs(args.json, args.report, args.store_db, args.session_db)
-        apply_base_url(args.model, args.base_url)
-        check_model(args.model)
-        setup_tracing(args.otel)
+        _check_before_running(args)
     except (UsageError, ModelSpecError, ModelUnavailable, UnusableFile, TracingUnavailable) as exc:
         return fail(prog, exc)
 
     # No scenario named, no --full, no --no-trace: the overview (comparison.overview) instead of every trace.
     overview = not (args.scenarios or args.full or args.no_trace)
-    with tempfile.TemporaryDirectory(prefix="agent-loop-compare-") as scratch:
-        options = RunOptions(
-            model=args.model,
-            contenders=contenders,
-            session_db=args.session_db or Path(scratch) / "sessions.db",
-            store_db=args.store_db,
-            progress=None if is_scripted(args.model) else Progress(console),
-        )
-        # Scripted runs on in-memory stores share nothing, so they run side by side; a real model's server, a
-        # store file other processes may use, and -v's log lines are better one run at a time.
-        parallel = is_scripted(args.model) and args.store_db is None and not args.verbose
-        try:
-            records, done, interrupted = run_and_render(
-                console,
-                scenarios,
-                options,
-                trace=not args.no_trace,
-                workers=parallel_workers() if parallel else 1,
-                detailed=not overview,
-            )
-        except (ModelUnavailable, StoreError) as exc:  # the server went away, or the store file was swapped
-            return fail(prog, exc)
-        except ScriptExhausted as exc:  # --model scripted:<persona> on a goal that persona has no script for
-            return fail(prog, UsageError(exc))
-
-    try:
-        finish(
-            console,
-            args.model,
-            contenders,
-            records,
-            done,
-            interrupted=interrupted,
-            json=args.json,
-            report=args.report,
-            overview=scenarios if overview else None,
-            owners=args.full,
-            prog=prog,
-        )
-    except KeyboardInterrupt:
-        # The runs are over and shown; what was being written is written whole or not at all (files.write_output).
-        say(prog, "interrupted while the final tables and files were written; no file is half-written")
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        raise  # the reader of stdout went away: `main` ends quietly
-    except OSError as exc:  # the disk filled up, or the folder went away, during the run
-        return fail(prog, UnusableFile(f"could not write the results: {exc}"))
+    ran = _run(console, args, scenarios, contenders, overview=overview)
+    if isinstance(ran, int):
+        return ran
+    failed = _finished(console, args, contenders, ran, scenarios if overview else None)
+    if failed is not None:
+        return failed
+    records, _, interrupted = ran
     if interrupted:
         return EXIT_INTERRUPTED
-    ran = [r for r in records if "not_available" not in r.facts]
-    if ran and all(r.model_failed for r in ran):  # shown and written, but nothing was compared
-        say(prog, f"every model call failed, so nothing was compared; the first: {ran[0].error}")
+    ran_records = [r for r in records if "not_available" not in r.facts]
+    if ran_records and all(r.model_failed for r in ran_records):  # shown and written, but nothing was compared
+        say(prog, f"every model call failed, so nothing was compared; the first: {ran_records[0].error}")
         return EXIT_UNAVAILABLE
     return EXIT_OK
 

@@ -95,24 +95,25 @@ class Job:
         self.run()
 
 
-def variants(scratch: Path) -> dict[str, common.Prepare]:
-    """Every variant as prepare-then-run; the checkpointers are shared by all runs of their variant."""
-    model = make_model("scripted")
-    # compare.py's bookstore scenario: default limits, tools one after another.
-    options = AgentOptions()
+@dataclass
+class _Prepared:
+    """The jobs of each variant, all on one model and, unless a variant says otherwise, one set of options."""
 
-    def fresh() -> tuple[BookStore, list[BaseTool]]:
+    model: Any
+    options: AgentOptions
+
+    def fresh(self) -> tuple[BookStore, list[BaseTool]]:
         store = BookStore()
         return store, make_tools(store, CUSTOMER_ID)
 
-    def floor() -> Job:
-        store, tools = fresh()
-        loop = BareLoop(model, tools)
+    def floor(self) -> Job:
+        store, tools = self.fresh()
+        loop = BareLoop(self.model, tools)
         return Job(lambda: loop.run(INSTRUCTIONS, SEED_GOAL), store)
 
-    def async_floor() -> Job:
-        store, tools = fresh()
-        loop = BareLoop(model, tools)
+    def async_floor(self) -> Job:
+        store, tools = self.fresh()
+        loop = BareLoop(self.model, tools)
 
         async def main() -> None:
             # Nothing returned: asyncio.run reprs its finished main task, result included (see run_blocking).
@@ -120,34 +121,34 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
 
         return Job(lambda: asyncio.run(main()), store)
 
-    def handwritten() -> Job:
-        store, tools = fresh()
-        loop = AgentLoop(model, tools, options)
+    def handwritten(self) -> Job:
+        store, tools = self.fresh()
+        loop = AgentLoop(self.model, tools, self.options)
         return Job(lambda: loop.run(INSTRUCTIONS, SEED_GOAL), store)
 
-    def graph(kind: type[GraphAgent] | type[DefaultsGraphAgent]) -> common.Prepare:
+    def graph(self, kind: type[GraphAgent] | type[DefaultsGraphAgent]) -> common.Prepare:
         def prepare() -> Job:
-            store, tools = fresh()
-            agent = kind(model, tools, options)
+            store, tools = self.fresh()
+            agent = kind(self.model, tools, self.options)
             return Job(lambda: agent.run(INSTRUCTIONS, SEED_GOAL), store)
 
         return prepare
 
-    def create_agent(own: AgentOptions = options) -> Job:
-        store, tools = fresh()
-        contender = create_agent_contender(model, tools, own)
+    def create_agent(self, own: AgentOptions | None = None) -> Job:
+        store, tools = self.fresh()
+        contender = create_agent_contender(self.model, tools, self.options if own is None else own)
         contender.agent_for(INSTRUCTIONS)  # compiled outside the clock, like the graphs
         return Job(lambda: contender.run(INSTRUCTIONS, SEED_GOAL), store)
 
-    def maf() -> Job:
+    def maf(self) -> Job:
         from maf_version import MafAgent
 
-        store, tools = fresh()
-        agent = MafAgent(model, tools, options)
+        store, tools = self.fresh()
+        agent = MafAgent(self.model, tools, self.options)
         agent.agent_for(INSTRUCTIONS)  # MAF's Agent built outside the clock, like the graphs' compile
         return Job(lambda: agent.run(INSTRUCTIONS, SEED_GOAL), store)
 
-    def traced(kind: str, content: bool) -> common.Prepare:
+    def traced(self, kind: str, content: bool) -> common.Prepare:
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -159,11 +160,11 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
             if content:
                 os.environ[CAPTURE_CONTENT_ENV] = "true"  # read when the run starts, so it holds for this run only
             if kind == CREATE_AGENT:
-                job = create_agent(own)
+                job = self.create_agent(own)
             else:
-                store, tools = fresh()
+                store, tools = self.fresh()
                 agent: Any = {HANDWRITTEN: AgentLoop, GUARDED_GRAPH: GraphAgent, BARE_GRAPH: DefaultsGraphAgent}[kind](
-                    model, tools, own
+                    self.model, tools, own
                 )
                 job = Job(lambda: agent.run(INSTRUCTIONS, SEED_GOAL), store)
             job.spans = exporter
@@ -171,10 +172,10 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
 
         return prepare
 
-    def session(saver: BaseCheckpointSaver | SqliteCheckpoints, durability: str) -> common.Prepare:
+    def session(self, saver: BaseCheckpointSaver | SqliteCheckpoints, durability: str) -> common.Prepare:
         def prepare() -> Job:
-            store, tools = fresh()
-            agent = GraphAgent(model, tools, options)
+            store, tools = self.fresh()
+            agent = GraphAgent(self.model, tools, self.options)
             conversation = GraphSession(
                 agent,
                 INSTRUCTIONS,
@@ -186,31 +187,46 @@ def variants(scratch: Path) -> dict[str, common.Prepare]:
 
         return prepare
 
-    result: dict[str, common.Prepare] = {
-        FLOOR: floor,
-        ASYNC_FLOOR: async_floor,
-        HANDWRITTEN: handwritten,
-        BARE_GRAPH: graph(DefaultsGraphAgent),
-        GUARDED_GRAPH: graph(GraphAgent),
-        CREATE_AGENT: create_agent,
-    }
-    result[MAF] = maf
-    for kind in TRACED:
-        result[kind + SPANS] = traced(kind, content=False)
-        result[kind + CONTENT] = traced(kind, content=True)
+
+def _session_variants(prepared: _Prepared, scratch: Path) -> dict[str, common.Prepare]:
+    """GraphSession on each checkpointer and durability; the checkpointers are shared by all runs of a variant."""
+    result: dict[str, common.Prepare] = {}
     memory = InMemorySaver()
     for durability in DURABILITIES:
-        result[f"GraphSession InMemorySaver {durability}"] = session(memory, durability)
+        result[f"GraphSession InMemorySaver {durability}"] = prepared.session(memory, durability)
     for durability in DURABILITIES:
         # One file per mode, so a mode never reads another's threads.
         path = str(scratch / f"checkpoints-{durability}.db")
-        result[f"GraphSession SQLite {durability}"] = session(SqliteCheckpoints(path, synchronous="FULL"), durability)
+        result[f"GraphSession SQLite {durability}"] = prepared.session(
+            SqliteCheckpoints(path, synchronous="FULL"), durability
+        )
     for durability in ("sync", "async"):
         # NORMAL (the usual WAL setting) still survives a crash of the process; only a power cut can lose the
         # last commits. sync + NORMAL is what GraphSession.sqlite ships with.
         path = str(scratch / f"checkpoints-{durability}-normal.db")
-        result[f"GraphSession SQLite {durability} synchronous=NORMAL"] = session(SqliteCheckpoints(path), durability)
+        result[f"GraphSession SQLite {durability} synchronous=NORMAL"] = prepared.session(
+            SqliteCheckpoints(path), durability
+        )
     return result
+
+
+def variants(scratch: Path) -> dict[str, common.Prepare]:
+    """Every variant as prepare-then-run; the checkpointers are shared by all runs of their variant."""
+    # compare.py's bookstore scenario: default limits, tools one after another.
+    prepared = _Prepared(make_model("scripted"), AgentOptions())
+    result: dict[str, common.Prepare] = {
+        FLOOR: prepared.floor,
+        ASYNC_FLOOR: prepared.async_floor,
+        HANDWRITTEN: prepared.handwritten,
+        BARE_GRAPH: prepared.graph(DefaultsGraphAgent),
+        GUARDED_GRAPH: prepared.graph(GraphAgent),
+        CREATE_AGENT: prepared.create_agent,
+    }
+    result[MAF] = prepared.maf
+    for kind in TRACED:
+        result[kind + SPANS] = prepared.traced(kind, content=False)
+        result[kind + CONTENT] = prepared.traced(kind, content=True)
+    return result | _session_variants(prepared, scratch)
 
 
 def check(all_variants: dict[str, common.Prepare]) -> None:

@@ -8,6 +8,7 @@ each prompt its cached prefix saved, for the whole history, `keep_turns` and a s
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import time
@@ -19,6 +20,7 @@ import common
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.outputs import LLMResult
+from rich.table import Table
 
 from comparison.contenders import CONTENDERS, build_contender
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
@@ -199,7 +201,7 @@ def median(values: list[float]) -> float:
     return ordered[len(ordered) // 2] if ordered else float("nan")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = common.parser(__doc__.splitlines()[0], default_runs=1, runs_help="runs per contender")
     parser.add_argument("--turns", type=int, default=4, help="turns of the session per history policy (default 4)")
     parser.add_argument("--max-steps", type=int, default=4, help="each run's (each turn's) step limit (default 4)")
@@ -213,6 +215,89 @@ def main(argv: list[str] | None = None) -> int:
         default="local",
         help="'local' (the strongest bundled model installed) or 'local:<name>' (default local)",
     )
+    return parser
+
+
+def contenders_table(contenders: dict[str, list[dict[str, Any]]], model: str, max_steps: int, runs: int) -> Table:
+    """Per contender, medians of its runs: wall, the model's and the server's time, orchestration, tokens."""
+    rows = []
+    for name, mine in contenders.items():
+        done = [r for r in mine if r["error"] is None]
+        wall = median([r["wall_s"] for r in mine])
+        model_s = median([r["model_s"] for r in done]) if done else float("nan")
+        rows.append(
+            [
+                name,
+                len(mine),
+                ", ".join(sorted({r["stop_reason"] or r["error"] for r in mine})),
+                f"{wall:.2f}",
+                f"{model_s:.2f}",
+                f"{wall - model_s:.3f}",
+                f"{(wall - model_s) / wall:.1%}" if done else "-",
+                f"{median([r['server_s'] for r in mine]):.2f}",
+                median([r["sent"] for r in done]) if done else "-",
+                median([r["evaluated"] for r in mine]),
+            ]
+        )
+    return common.table(
+        f"The article's goal on {model}, max_steps={max_steps}, median of {runs} run(s) per contender",
+        [
+            "contender",
+            "runs",
+            "how it ended",
+            "wall s",
+            "model s",
+            "orchestration s",
+            "orch. share",
+            "server s",
+            "tokens sent",
+            "tokens evaluated",
+        ],
+        rows,
+    )
+
+
+def sessions_table(sessions: dict[str, list[dict[str, Any]]], turns: int) -> Table:
+    """Per history policy, the whole conversation: tokens sent and evaluated, server and wall time."""
+    rows = []
+    for label, mine in sessions.items():
+        sent_in_all = sum(t["sent"] for t in mine)
+        evaluated = sum(t["evaluated"] for t in mine)
+        rows.append(
+            [
+                label,
+                len(mine),
+                sent_in_all,
+                evaluated,
+                f"{evaluated / sent_in_all:.1%}" if sent_in_all else "-",
+                f"{sum(t['server_s'] for t in mine):.1f}",
+                f"{sum(t['wall_s'] for t in mine):.1f}",
+            ]
+        )
+    return common.table(
+        f"One conversation of {turns} turns per history policy (handwritten Session)",
+        ["policy", "turns", "tokens sent", "tokens evaluated", "evaluated/sent", "server s", "wall s"],
+        rows,
+    )
+
+
+def first_token_table(firsts: dict[str, dict[str, Any]]) -> Table:
+    return common.table(
+        "Time to first token",
+        ["what", "first token s", "total s"],
+        [
+            [
+                what,
+                f"{v['first_token_s']:.2f}" if v["first_token_s"] is not None else "none (no text answer)",
+                f"{v['total_s']:.2f}",
+            ]
+            for what, v in firsts.items()
+        ],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     console = common.console()
     from shared_tools.models import make_model
@@ -227,87 +312,16 @@ def main(argv: list[str] | None = None) -> int:
     log = ServerLog(local_server(name or default_model()).log_path)
     info = common.machine()
     contenders = run_contenders(model, log, sent, args.runs, args.max_steps) if "contenders" in args.parts else {}
-    rows = []
-    for name, runs in contenders.items():
-        done = [r for r in runs if r["error"] is None]
-        wall = median([r["wall_s"] for r in runs])
-        model_s = median([r["model_s"] for r in done]) if done else float("nan")
-        rows.append(
-            [
-                name,
-                len(runs),
-                ", ".join(sorted({r["stop_reason"] or r["error"] for r in runs})),
-                f"{wall:.2f}",
-                f"{model_s:.2f}",
-                f"{wall - model_s:.3f}",
-                f"{(wall - model_s) / wall:.1%}" if done else "-",
-                f"{median([r['server_s'] for r in runs]):.2f}",
-                median([r["sent"] for r in done]) if done else "-",
-                median([r["evaluated"] for r in runs]),
-            ]
-        )
     if contenders:
-        console.print(
-            common.table(
-                f"The article's goal on {args.model}, max_steps={args.max_steps}, "
-                f"median of {args.runs} run(s) per contender",
-                [
-                    "contender",
-                    "runs",
-                    "how it ended",
-                    "wall s",
-                    "model s",
-                    "orchestration s",
-                    "orch. share",
-                    "server s",
-                    "tokens sent",
-                    "tokens evaluated",
-                ],
-                rows,
-            )
-        )
+        console.print(contenders_table(contenders, args.model, args.max_steps, args.runs))
     sessions = run_sessions(model, log, sent, args.turns, args.max_steps) if "sessions" in args.parts else {}
     if sessions:
-        rows = []
-        for label, turns in sessions.items():
-            sent_in_all = sum(t["sent"] for t in turns)
-            evaluated = sum(t["evaluated"] for t in turns)
-            rows.append(
-                [
-                    label,
-                    len(turns),
-                    sent_in_all,
-                    evaluated,
-                    f"{evaluated / sent_in_all:.1%}" if sent_in_all else "-",
-                    f"{sum(t['server_s'] for t in turns):.1f}",
-                    f"{sum(t['wall_s'] for t in turns):.1f}",
-                ]
-            )
-        console.print(
-            common.table(
-                f"One conversation of {args.turns} turns per history policy (handwritten Session)",
-                ["policy", "turns", "tokens sent", "tokens evaluated", "evaluated/sent", "server s", "wall s"],
-                rows,
-            )
-        )
+        console.print(sessions_table(sessions, args.turns))
         least = min(sessions, key=lambda label: sum(t["evaluated"] for t in sessions[label]))
         fewest = min(sessions, key=lambda label: sum(t["sent"] for t in sessions[label]))
         console.print(f"Fewest tokens sent: {fewest}. Fewest tokens the server evaluated: {least}.")
     firsts = first_tokens(model, args.max_steps)
-    console.print(
-        common.table(
-            "Time to first token",
-            ["what", "first token s", "total s"],
-            [
-                [
-                    what,
-                    f"{v['first_token_s']:.2f}" if v["first_token_s"] is not None else "none (no text answer)",
-                    f"{v['total_s']:.2f}",
-                ]
-                for what, v in firsts.items()
-            ],
-        )
-    )
+    console.print(first_token_table(firsts))
     if firsts["agent with tools (on_token)"]["fallback"]:
         console.print("The server refused to stream a reply with tools; the agent fell back to a plain call.")
     console.print(common.machine_line(info))

@@ -628,10 +628,9 @@ def mb(value: int | None) -> str:
     return "-" if value is None else f"{value / 1e6:,.2f}"
 
 
-def tables(cells: Sequence[Cell], verdicts: Sequence[Verdict], turns: int) -> list[Any]:
-    ran = [c for c in cells if not c.skipped and c.turns]
+def tokens_table(ran: Sequence[Cell], turns: int) -> Any:
+    """Per cell: the last turn's tokens (against the same backend and storage untrimmed), in all, and storage."""
     untrimmed = {(c.backend, c.storage): c for c in ran if c.policy == "none"}
-    floor = next((c for c in ran if c.backend == "handwritten" and c.policy == "none"), ran[0] if ran else None)
     rows = []
     for cell in ran:
         full = untrimmed.get((cell.backend, cell.storage))
@@ -649,22 +648,25 @@ def tables(cells: Sequence[Cell], verdicts: Sequence[Verdict], turns: int) -> li
                 "-" if cell.checkpoints is None else f"{cell.checkpoints:,}",
             )
         )
-    out: list[Any] = [
-        common.table(
-            f"{turns} turns of {QUESTION!r}, scripted model: tokens and storage",
-            (
-                "backend · policy · storage",
-                "tokens, last turn",
-                "× untrimmed",
-                "tokens, total",
-                "wrong answers",
-                "storage MB",
-                "growth k (~turns^k)",
-                "checkpoints",
-            ),
-            rows,
-        )
-    ]
+    return common.table(
+        f"{turns} turns of {QUESTION!r}, scripted model: tokens and storage",
+        (
+            "backend · policy · storage",
+            "tokens, last turn",
+            "× untrimmed",
+            "tokens, total",
+            "wrong answers",
+            "storage MB",
+            "growth k (~turns^k)",
+            "checkpoints",
+        ),
+        rows,
+    )
+
+
+def orchestration_table(ran: Sequence[Cell], turns: int) -> Any:
+    """Per cell: orchestration time at a few turns, its growth, and against the hand-written loop untrimmed."""
+    floor = next((c for c in ran if c.backend == "handwritten" and c.policy == "none"), ran[0] if ran else None)
     milestones = sorted({1, 2, min(50, turns), turns})
     rows = []
     for cell in ran:
@@ -680,22 +682,24 @@ def tables(cells: Sequence[Cell], verdicts: Sequence[Verdict], turns: int) -> li
                 f"{cell.turns[-1].model * 1e3:.2f}",
             )
         )
-    out.append(
-        common.table(
-            f"Orchestration time per turn, ms (wall minus the model's own time; median of the {WINDOW} turns around "
-            "each; turn 1 alone)",
-            (
-                "backend · policy · storage",
-                *(f"turn {t}" for t in milestones),
-                f"turn {turns} / turn 2",
-                "same, CPU",
-                f"turn {turns} × {floor.backend + ' ' + floor.policy if floor else '-'}",
-                "of it JSON save",
-                "model's own",
-            ),
-            rows,
-        )
+    return common.table(
+        f"Orchestration time per turn, ms (wall minus the model's own time; median of the {WINDOW} turns around "
+        "each; turn 1 alone)",
+        (
+            "backend · policy · storage",
+            *(f"turn {t}" for t in milestones),
+            f"turn {turns} / turn 2",
+            "same, CPU",
+            f"turn {turns} × {floor.backend + ' ' + floor.policy if floor else '-'}",
+            "of it JSON save",
+            "model's own",
+        ),
+        rows,
     )
+
+
+def reopen_table(ran: Sequence[Cell]) -> Any | None:
+    """Per cell reopened in a fresh process: its times, memory and answer; None when no cell was reopened."""
     rows = []
     for cell in ran:
         if cell.reopen:
@@ -713,22 +717,29 @@ def tables(cells: Sequence[Cell], verdicts: Sequence[Verdict], turns: int) -> li
             )
         elif cell.reopen_problem:
             rows.append((cell.name, cell.reopen_problem, "", "", "", "", ""))
-    if rows:
-        out.append(
-            common.table(
-                "Reopen in a fresh process: open, count the turns, answer one more question",
-                (
-                    "backend · policy · storage",
-                    "whole process s",
-                    "of it start-up + imports s",
-                    "open+count+answer s",
-                    "peak RSS MiB",
-                    "turns",
-                    "right",
-                ),
-                rows,
-            )
-        )
+    if not rows:
+        return None
+    return common.table(
+        "Reopen in a fresh process: open, count the turns, answer one more question",
+        (
+            "backend · policy · storage",
+            "whole process s",
+            "of it start-up + imports s",
+            "open+count+answer s",
+            "peak RSS MiB",
+            "turns",
+            "right",
+        ),
+        rows,
+    )
+
+
+def tables(cells: Sequence[Cell], verdicts: Sequence[Verdict], turns: int) -> list[Any]:
+    ran = [c for c in cells if not c.skipped and c.turns]
+    out: list[Any] = [tokens_table(ran, turns), orchestration_table(ran, turns)]
+    reopened = reopen_table(ran)
+    if reopened is not None:
+        out.append(reopened)
     out.append(
         common.table(
             "The targets (reopen: the whole fresh process, start-up included; tokens: the window's last turn "

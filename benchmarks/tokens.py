@@ -9,10 +9,12 @@ tokens per run and step, big-results with and without the 2,000-character cut, a
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import common
+from rich.table import Table
 
 from comparison import SCENARIOS, SCENARIOS_BY_NAME, RunOptions, RunRecord, Scenario, run_scenario
 
@@ -88,6 +90,82 @@ def projection_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
     return rows
 
 
+def runs_table(records: Sequence[RunRecord]) -> Table:
+    """Every run counted: how it ended, its model calls and its tokens, in all and per step."""
+    return common.table(
+        "Tokens per run and per model call (scripted model, compare.py's scenarios)",
+        ("scenario", "variant", "contender", "turn", "outcome", "model calls", "tokens", "tokens per step"),
+        [
+            (
+                r.scenario,
+                r.variant,
+                r.contender,
+                r.turn,
+                r.outcome if len(r.outcome) <= 32 else r.outcome[:31] + "…",
+                r.model_calls,
+                f"{r.tokens:,}",
+                " → ".join(f"{t:,}" for t in r.tokens_per_step),
+            )
+            for r in records
+        ],
+    )
+
+
+def truncation_table(truncation: Sequence[dict[str, Any]]) -> Table:
+    """big-results with and without the cut, per contender (`truncation_rows`)."""
+    return common.table(
+        f"big-results: max_results=50, with and without the cut (target ≥ {TRUNCATION_TARGET:.0%} fewer, same outcome)",
+        (
+            "contender",
+            "full",
+            "truncated",
+            "fewer",
+            "of what 50 results add",
+            "same outcome",
+            "outcome (full / truncated)",
+        ),
+        [
+            (
+                t["contender"],
+                f"{t['full']:,}",
+                f"{t['truncated']:,}",
+                f"{t['fewer']:.0%}",
+                "-" if t["of_the_extra"] is None else f"{t['of_the_extra']:.0%}",
+                "yes" if t["same_outcome"] else "NO",
+                f"{t['outcome_full']} / {t['outcome_truncated']}",
+            )
+            for t in truncation
+        ],
+    )
+
+
+def projection_table(projection: Sequence[dict[str, Any]]) -> Table:
+    """The article's monthly projection of the tokens per job (`projection_rows`)."""
+    return common.table(
+        f"The article's projection: tokens per job × {JOBS_PER_DAY:,} jobs a day × {DAYS_PER_MONTH} days",
+        ("job", "contender", "tokens per job", "per day", "per month"),
+        [
+            (p["job"], p["contender"], f"{p['tokens_per_job']:,}", f"{p['per_day']:,}", f"{p['per_month']:,}")
+            for p in projection
+        ],
+    )
+
+
+def run_json(r: RunRecord) -> dict[str, Any]:
+    """One run as the JSON document lists it."""
+    return {
+        "scenario": r.scenario,
+        "variant": r.variant,
+        "contender": r.contender,
+        "turn": r.turn,
+        "outcome": r.outcome,
+        "model_calls": r.model_calls,
+        "tool_calls": r.tool_calls,
+        "tokens": r.tokens,
+        "tokens_per_step": r.tokens_per_step,
+    }
+
+
 def main() -> None:
     # Nothing here is timed: --runs is how often the tokens are counted, to show the counts do not change.
     parser = common.parser(
@@ -111,66 +189,13 @@ def main() -> None:
     if args.runs > 1:
         deterministic = all(fingerprint(run_all(scenarios)) == fingerprint(records) for _ in range(args.runs - 1))
 
-    console.print(
-        common.table(
-            "Tokens per run and per model call (scripted model, compare.py's scenarios)",
-            ("scenario", "variant", "contender", "turn", "outcome", "model calls", "tokens", "tokens per step"),
-            [
-                (
-                    r.scenario,
-                    r.variant,
-                    r.contender,
-                    r.turn,
-                    r.outcome if len(r.outcome) <= 32 else r.outcome[:31] + "…",
-                    r.model_calls,
-                    f"{r.tokens:,}",
-                    " → ".join(f"{t:,}" for t in r.tokens_per_step),
-                )
-                for r in records
-            ],
-        )
-    )
+    console.print(runs_table(records))
     truncation = truncation_rows(records)
     if truncation:
-        console.print(
-            common.table(
-                f"big-results: max_results=50, with and without the cut (target ≥ {TRUNCATION_TARGET:.0%} fewer, "
-                "same outcome)",
-                (
-                    "contender",
-                    "full",
-                    "truncated",
-                    "fewer",
-                    "of what 50 results add",
-                    "same outcome",
-                    "outcome (full / truncated)",
-                ),
-                [
-                    (
-                        t["contender"],
-                        f"{t['full']:,}",
-                        f"{t['truncated']:,}",
-                        f"{t['fewer']:.0%}",
-                        "-" if t["of_the_extra"] is None else f"{t['of_the_extra']:.0%}",
-                        "yes" if t["same_outcome"] else "NO",
-                        f"{t['outcome_full']} / {t['outcome_truncated']}",
-                    )
-                    for t in truncation
-                ],
-            )
-        )
+        console.print(truncation_table(truncation))
     projection = projection_rows(records)
     if projection:
-        console.print(
-            common.table(
-                f"The article's projection: tokens per job × {JOBS_PER_DAY:,} jobs a day × {DAYS_PER_MONTH} days",
-                ("job", "contender", "tokens per job", "per day", "per month"),
-                [
-                    (p["job"], p["contender"], f"{p['tokens_per_job']:,}", f"{p['per_day']:,}", f"{p['per_month']:,}")
-                    for p in projection
-                ],
-            )
-        )
+        console.print(projection_table(projection))
     if args.runs > 1:
         console.print(f"{args.runs} counts, identical: {'yes' if deterministic else 'NO'}")
     console.print(common.machine_line(info))
@@ -180,20 +205,7 @@ def main() -> None:
             "benchmark": "tokens",
             "machine": info,
             "deterministic": deterministic,
-            "runs": [
-                {
-                    "scenario": r.scenario,
-                    "variant": r.variant,
-                    "contender": r.contender,
-                    "turn": r.turn,
-                    "outcome": r.outcome,
-                    "model_calls": r.model_calls,
-                    "tool_calls": r.tool_calls,
-                    "tokens": r.tokens,
-                    "tokens_per_step": r.tokens_per_step,
-                }
-                for r in records
-            ],
+            "runs": [run_json(r) for r in records],
             "truncation": truncation,
             "projection": projection,
         },

@@ -1,21 +1,19 @@
-"""Who answers approval requests, and how a paused graph run is answered until it ends.
-
-`DemoHuman` (the demo's customer, who says no) and `AskingHuman` (chat's, asked at the prompt) decide whether
-a risky write may run; the hand-written loop asks `approve`, while a graph pauses and `resume_until_answered`
-puts each request of a pause to the human on its own (`decide_each`) and resumes the run.
+"""Who answers approval requests: `DemoHuman` (the demo's customer, who says no) and `AskingHuman` (chat's,
+asked at the prompt) decide whether a risky write may run. The hand-written loop and MAF ask `approve` during
+the run; a graph pauses, and `resume_until_answered` (`shared_tools.conversation`, re-exported here) puts each
+request of the pause to the human on its own and resumes the run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from langchain_core.messages import ToolCall
 
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
-from shared_tools.results import AgentResult, Approve, StopReason
+from shared_tools.conversation import PausedSession, decide_each, resume_until_answered, resume_with
 
 
 class Human(Protocol):
@@ -24,13 +22,6 @@ class Human(Protocol):
     policy: RiskyWritePolicy
 
     def approve(self, call: ToolCall, reason: str) -> bool: ...
-
-
-class PausedSession(Protocol):
-    """What `resume_until_answered` needs of a graph session: answer the pause and go on (`GraphSession` takes
-    one bool, as its pause lists one request; a `CheckpointThread` also takes one answer per request)."""
-
-    def resume(self, approved: Any) -> AgentResult: ...
 
 
 class DemoHuman:
@@ -79,32 +70,12 @@ class AskingHuman:
         return self.ask(reason)
 
 
-def decide_each(requests: Sequence[dict[str, Any]], approve: Approve | None) -> list[bool]:
-    """One answer per request of a pause, each put to the human on its own (no human: every one is a no), so a
-    yes approves only the call it was asked about."""
-    if approve is None:
-        return [False] * len(requests)
-    return [approve(request["tool_call"], request["reason"]) is True for request in requests]
-
-
-def resume_with(session: PausedSession, answers: Sequence[bool]) -> AgentResult:
-    """Resume a pause with one answer per request: a pause of one request (the guarded graph's, which asks one
-    question at a time) takes its bool, a pause of several (`HumanInTheLoopMiddleware`'s) the list."""
-    return session.resume(answers[0] if len(answers) == 1 else list(answers))
-
-
-def resume_until_answered(
-    session: PausedSession, result: AgentResult, approve: Approve | None
-) -> tuple[AgentResult, int]:
-    """Answer the graph's approval pauses, one after another, until the run ends; the result and the pauses.
-
-    Each resume is a new stretch of the same run (it may pause again on the next risky call), so the returned
-    result's trace is the stretches put together.
-    """
-    trace = list(result.trace)
-    pauses = 0
-    while result.stop_reason is StopReason.AWAITING_APPROVAL:
-        pauses += 1
-        result = resume_with(session, decide_each(result.pending or [], approve))
-        trace += result.trace
-    return replace(result, trace=trace), pauses
+__all__ = [
+    "AskingHuman",
+    "DemoHuman",
+    "Human",
+    "PausedSession",
+    "decide_each",
+    "resume_until_answered",
+    "resume_with",
+]

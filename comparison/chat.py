@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 from rich.console import Console
 from rich.text import Text
 
-from comparison.conversations import Conversation, ConversationNotSaved
+from comparison.conversations import Conversation, ConversationNotSaved, turns_in
 from comparison.render import Progress, print_trace, render_turn
 from comparison.sanitize import clean_line, clean_text
 from shared_tools.models.errors import ModelCallFailed
@@ -62,7 +62,7 @@ def chat_customer(contender: str, thread: str) -> str:
     """The customer who shops in a chat thread: one per thread and per contender, so no two share a cart.
 
     Derived, not stored, so reopening the thread finds the same cart; the thread name is checked first
-    (`conversations.check_thread_name`), so it can be part of an id.
+    (`shared_tools.conversation.check_thread_name`), so it can be part of an id.
     """
     return f"chat-{contender}-{thread}"
 
@@ -166,7 +166,7 @@ def run_command(
     """``/rewind [N]`` or ``/history``; False when `command` is neither (it is then no command at all)."""
     name, _, rest = command.partition(" ")
     if name == "/history":
-        turns = conversation.turns()
+        turns = turns_in(conversation)
         if not turns:
             console.print(Text("(no turns yet)"))
         for turn in turns:
@@ -212,73 +212,95 @@ def converse(
     With `live`, each turn is shown as it happens (the agent was built with its `on_token` and `on_event`);
     without, it is shown when it ends. `cart` says what the cart holds, for ``/rewind``. A model call that fails
     mid-turn is one line; the turn is kept, cut short, and finished before the next question."""
-
-    def finish_cut_short() -> bool:
-        """Finish a cut-short turn, if there is one; False when the model failed again (said in one line)."""
-        events.clear()
-        if live is not None:
-            live.start()
-        try:
-            with another_process_says_so(thread):
-                finished = conversation.finish_unfinished()
-        except ModelCallFailed as exc:
-            say_model_failed(console, exc, live)
-            return False
-        if finished is not None:
-            console.print(Text("The last turn was cut short; finishing it from its last checkpoint:"))
-            if live is not None:
-                live.end(finished)
-            else:
-                show_turn(console, finished)
-        return True
-
-    cut_short = not finish_cut_short()
-    while True:
-        try:
-            # Bytes the terminal's encoding could not decode arrive as lone surrogates, which no request can
-            # encode: each becomes U+FFFD before the question enters the conversation.
-            question = whole_text(input("you> ")).strip()
-        except EOFError:
-            return
-        if question.lower() in ("", "quit", "exit"):
-            return
+    chat = _Chat(console, conversation, scripted, progress, events, live, cart, thread)
+    chat.cut_short = not chat.finish_cut_short()
+    while (question := _next_question()) is not None:
         if question.startswith("/"):
-            # A rewind goes back from a finished turn: a cut-short one is finished first, as before a question.
-            if question.split()[0] == "/rewind" and cut_short:
-                if not finish_cut_short():
-                    continue
-                cut_short = False
-            if not run_command(console, conversation, question, cart, thread):
-                console.print(Text(f"unknown command {clean_line(question.split()[0])!r}; {COMMANDS}"))
-            continue
-        if scripted and not scripted_knows(question):
+            chat.command(question)
+        elif scripted and not scripted_knows(question):
             # Refused before asking, so an unknown goal never lands in the stored conversation.
             console.print(Text("The scripted model has no script for that. It knows: " + " | ".join(KNOWN_GOALS)))
-            continue
-        if cut_short and not finish_cut_short():
-            continue  # the model is still failing: the question is not asked, so it is not stored either
-        cut_short = False
-        events.clear()
-        if live is not None:
-            live.start()
-        spin = progress.spinning() if progress is not None and live is None else nullcontext()
-        try:
-            with spin, another_process_says_so(thread):
-                result = conversation.ask(question)
-        except ModelCallFailed as exc:
-            say_model_failed(console, exc, live)
-            cut_short = True
-            continue
-        except ScriptExhausted as exc:
-            console.print(Text(f"(scripted model) {clean_line(str(exc))}", style="yellow"))
-            continue
-        except ConversationNotSaved as exc:  # the answer stands; the file keeps the other process's turns
-            if live is not None:
-                live.end(exc.result)
-            else:
-                show_turn(console, exc.result)
-            raise
-        if live is not None:
-            live.end(result)
+        elif chat.finished_first():  # the model still failing: the question is not asked, so not stored either
+            chat.ask(question)
+
+
+def _next_question() -> str | None:
+    """The next line typed; None at an empty line, 'quit', 'exit' or the end of input."""
+    try:
+        # Bytes the terminal's encoding could not decode arrive as lone surrogates, which no request can
+        # encode: each becomes U+FFFD before the question enters the conversation.
+        question = whole_text(input("you> ")).strip()
+    except EOFError:
+        return None
+    return None if question.lower() in ("", "quit", "exit") else question
+
+
+@dataclass
+class _Chat:
+    """What `converse` holds between lines; `cut_short` while a turn an outage cut short waits to be finished."""
+
+    console: Console
+    conversation: Conversation
+    scripted: bool
+    progress: Progress | None
+    events: list[TraceEvent]
+    live: LiveTurn | None
+    cart: Callable[[], str]
+    thread: str
+    cut_short: bool = False
+
+    def start_turn(self) -> None:
+        self.events.clear()
+        if self.live is not None:
+            self.live.start()
+
+    def show(self, result: AgentResult) -> None:
+        if self.live is not None:
+            self.live.end(result)
         else:
-            show_turn(console, result)
+            show_turn(self.console, result)
+
+    def finish_cut_short(self) -> bool:
+        """Finish a cut-short turn, if there is one; False when the model failed again (said in one line)."""
+        self.start_turn()
+        try:
+            with another_process_says_so(self.thread):
+                finished = self.conversation.continue_unfinished()
+        except ModelCallFailed as exc:
+            say_model_failed(self.console, exc, self.live)
+            return False
+        if finished is not None:
+            self.console.print(Text("The last turn was cut short; finishing it from its last checkpoint:"))
+            self.show(finished)
+        return True
+
+    def finished_first(self) -> bool:
+        """Whether no cut-short turn is left (one is finished first); False when the model failed again."""
+        if self.cut_short:
+            self.cut_short = not self.finish_cut_short()
+        return not self.cut_short
+
+    def command(self, line: str) -> None:
+        # A rewind goes back from a finished turn: a cut-short one is finished first, as before a question.
+        if line.split()[0] == "/rewind" and not self.finished_first():
+            return
+        if not run_command(self.console, self.conversation, line, self.cart, self.thread):
+            self.console.print(Text(f"unknown command {clean_line(line.split()[0])!r}; {COMMANDS}"))
+
+    def ask(self, question: str) -> None:
+        self.start_turn()
+        spin = self.progress.spinning() if self.progress is not None and self.live is None else nullcontext()
+        try:
+            with spin, another_process_says_so(self.thread):
+                result = self.conversation.ask(question)
+        except ModelCallFailed as exc:
+            say_model_failed(self.console, exc, self.live)
+            self.cut_short = True
+            return
+        except ScriptExhausted as exc:
+            self.console.print(Text(f"(scripted model) {clean_line(str(exc))}", style="yellow"))
+            return
+        except ConversationNotSaved as exc:  # the answer stands; the file keeps the other process's turns
+            self.show(exc.result)
+            raise
+        self.show(result)

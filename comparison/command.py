@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from rich.console import Console
@@ -20,9 +21,11 @@ from comparison.closing import guard_matrix
 from comparison.command_line import UsageError
 from comparison.contenders import CONTENDERS, build_contender
 from comparison.conversations import (
+    Conversation,
     HistoryPolicy,
     check_saved_conversation,
     check_thread_name,
+    facts_of,
     open_conversation,
     shown_target,
 )
@@ -179,47 +182,16 @@ def chat(
     events: list[TraceEvent] = []
     # The reply streams token by token and each trace line prints as it happens, so no spinner is drawn over them.
     live = LiveTurn(console)
-    human = AskingHuman(store, customer, approval_prompt(console, None))
-
-    def on_event(event: TraceEvent) -> None:
-        events.append(event)
-        live.on_event(event)
-
-    options = AgentOptions(on_event=on_event, on_token=live.on_token)
-    agent = build_contender(contender, model, make_tools(store, customer), options, human)
-    conversation = open_conversation(
-        contender,
-        agent,
-        INSTRUCTIONS,
-        thread,
-        session_db,
-        resume=True,
-        customer_id=customer,
-        approve=human.approve,
-        policy=policy,
-    )
+    conversation = _open_chat(console, contender, thread, session_db, policy, model, store, customer, events, live)
     try:
-        facts = conversation.facts()  # the graph checks whose thread it is on this first read
+        facts = facts_of(conversation)  # the graph checks whose thread it is on this first read
     except CustomerMismatch as exc:
         conversation.close()
         raise UnusableFile(f"cannot resume thread {thread!r}: {exc}") from None
     kept_in = clean_line(str(facts["kept_in"]))
-    window = "the whole history" if policy.keep_turns is None else f"the last {policy.keep_turns} turn(s)"
-    if policy.summarize:
-        window += ", older ones summarized"
-    console.print(
-        Text(contender, "bold")
-        + Text(f" · thread {thread} · kept in {kept_in} · {facts['turns']} turn(s) so far · the model sees ")
-        + Text(f"{window}. Empty line or 'quit' ends; {COMMANDS}.")
-    )
-    if facts["kept_in"] != shown_target(session_db):  # a file of its own beside --session-db: say which
-        cart_in = clean_line(shown_target(store.url or store.path))
-        beside = clean_line(shown_target(session_db))
-        saved = f"{contender} saves this conversation in {kept_in}, a file beside --session-db {beside}"
-        console.print(Text(f"{saved}; the cart is in {cart_in}."), soft_wrap=True)
+    say_what_is_kept(console, contender, thread, facts, policy, session_db, shown_target(store.url or store.path))
     if scripted:
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
-
     try:
         # ConversationNotSaved or ThreadBusy (another process on the thread) and ModelUnavailable end it with
         # their message.
@@ -239,6 +211,67 @@ def chat(
     finally:
         conversation.close()
     return False
+
+
+def _open_chat(
+    console: Console,
+    contender: str,
+    thread: str,
+    session_db: Path | str,
+    policy: HistoryPolicy,
+    model: BaseChatModel,
+    store: BookStore,
+    customer: str,
+    events: list[TraceEvent],
+    live: LiveTurn,
+) -> Conversation:
+    """The chat's conversation, resumed, on an agent that shows each turn live and asks the customer at the
+    prompt before a risky write."""
+    human = AskingHuman(store, customer, approval_prompt(console, None))
+
+    def on_event(event: TraceEvent) -> None:
+        events.append(event)
+        live.on_event(event)
+
+    options = AgentOptions(on_event=on_event, on_token=live.on_token)
+    agent = build_contender(contender, model, make_tools(store, customer), options, human)
+    return open_conversation(
+        contender,
+        agent,
+        INSTRUCTIONS,
+        thread,
+        session_db,
+        resume=True,
+        customer_id=customer,
+        approve=human.approve,
+        policy=policy,
+    )
+
+
+def say_what_is_kept(
+    console: Console,
+    contender: str,
+    thread: str,
+    facts: dict[str, Any],
+    policy: HistoryPolicy,
+    session_db: Path | str,
+    cart_in: str,
+) -> None:
+    """The chat's first line: the thread, where it is kept, its turns and what the model sees of them; and,
+    when the conversation has a file of its own beside --session-db, which file and where the cart is."""
+    kept_in = clean_line(str(facts["kept_in"]))
+    window = "the whole history" if policy.keep_turns is None else f"the last {policy.keep_turns} turn(s)"
+    if policy.summarize:
+        window += ", older ones summarized"
+    console.print(
+        Text(contender, "bold")
+        + Text(f" · thread {thread} · kept in {kept_in} · {facts['turns']} turn(s) so far · the model sees ")
+        + Text(f"{window}. Empty line or 'quit' ends; {COMMANDS}.")
+    )
+    if facts["kept_in"] != shown_target(session_db):
+        beside = clean_line(shown_target(session_db))
+        saved = f"{contender} saves this conversation in {kept_in}, a file beside --session-db {beside}"
+        console.print(Text(f"{saved}; the cart is in {clean_line(cart_in)}."), soft_wrap=True)
 
 
 def cart_text_of(store: BookStore, customer: str) -> str:

@@ -30,8 +30,18 @@ CONTENDERS: dict[str, str] = {
 
 SESSION_CONTENDERS: tuple[str, ...] = tuple(CONTENDERS)
 """The contenders with a multi-turn conversation: `Session`, `GraphSession`, a checkpointer thread of
-LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`conversations.CheckpointThread`), and
+LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`prebuilt.thread.CheckpointThread`), and
 MAF's `AgentSession` (`maf_version.MafSession`, kept in a JSON file through `to_dict`/`from_dict`)."""
+
+CONVERSATION_MODULES: dict[str, str] = {
+    "handwritten": "handwritten.kept",
+    "langgraph": "langgraph_version.conversation",
+    "langgraph-defaults": "langgraph_version.conversation",
+    "create-agent": "langgraph_version.conversation",
+    "maf": "maf_version.conversation",
+}
+"""Contender name -> the module that keeps its conversations: each has `open_conversation` and `check_saved`
+with the same signatures, and returns a `shared_tools.conversation.Conversation` (imported on first use)."""
 
 APPROVAL_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph", "create-agent", "maf")
 """The contenders with an approval gate: an `approve` callback; `interrupt()` and `GraphSession.resume`;

@@ -16,6 +16,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -23,12 +24,14 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, StructuredTool
 
 from comparison.contenders import Contender, build_contender
-from comparison.conversations import open_conversation
+from comparison.conversations import Conversation, open_conversation
 from comparison.records import RunRecord, raised_record, result_record
 from comparison.scenarios import Scenario, Variant
 from shared_tools.bookstore.store import BookStore
+from shared_tools.conversation import resume_until_answered
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, AgentResult, Token, TokenKind, TraceEvent
+from shared_tools.sync import run_blocking
 
 log = logging.getLogger("compare")
 
@@ -307,93 +310,154 @@ def _quantities(store: BookStore, customer: str) -> dict[str, int]:
     return {line.book.title: line.quantity for line in store.cart(customer).lines}
 
 
-def run_time_travel(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
-    """Add a book, then go back in time (`variant.time_travel`), and record what the store holds afterwards."""
-    from comparison.run_setup import collector, model_spec_for, open_store, run_key
+@dataclass
+class _TimeTravelRun:
+    """One time-travel run's fixed parts: whose run it is, on which store, and the trace its turns fill."""
+
+    scenario: Scenario
+    variant: Variant
+    contender: str
+    store: BookStore
+    customer: str
+    events: list[TraceEvent] = field(default_factory=list)
+
+    def record_of(self, goal: str, turn: int, started: float, result: AgentResult | Exception) -> RunRecord:
+        from comparison.run_setup import run_key
+
+        key = run_key(self.scenario, self.variant, self.contender, goal, turn)
+        wall_s = time.perf_counter() - started
+        if isinstance(result, Exception):
+            return raised_record(key, self.store, self.customer, wall_s, self.events, result)
+        return result_record(key, self.store, self.customer, wall_s, result)
+
+    def copies(self) -> dict[str, int]:
+        return _quantities(self.store, self.customer)
+
+
+def _time_travel_agent(run: _TimeTravelRun, options: Any) -> tuple[Contender, LostReply | None]:
+    """The contender of the run, on tools whose first add_to_cart reply is lost in the retry experiment."""
+    from comparison.run_setup import collector, model_spec_for
     from shared_tools.bookstore.tools import make_tools
 
-    with open_store(options, scenario) as (store, customer):
-        lost = LostReply() if variant.time_travel == "retry" else None
-        tools = make_tools(store, customer, scenario.faults_for(variant), idempotent=variant.idempotent)
-        if lost is not None:
-            tools = lost.wrap(tools)
-        events: list[TraceEvent] = []
-        agent_options = scenario.options_for(variant, collector(events, options.progress))
-        model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
-        if lost is not None and contender == "create-agent":
-            agent = retrying_create_agent(model, tools, agent_options)
+    scenario, variant, contender = run.scenario, run.variant, run.contender
+    lost = LostReply() if variant.time_travel == "retry" else None
+    tools = make_tools(run.store, run.customer, scenario.faults_for(variant), idempotent=variant.idempotent)
+    if lost is not None:
+        tools = lost.wrap(tools)
+    agent_options = scenario.options_for(variant, collector(run.events, options.progress))
+    model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
+    if lost is not None and contender == "create-agent":
+        return retrying_create_agent(model, tools, agent_options), lost
+    return build_contender(contender, model, tools, agent_options), lost
+
+
+def _retried(run: _TimeTravelRun, agent: Contender, lost: LostReply | None, instructions: str) -> RunRecord:
+    """The retry experiment: one turn whose first add_to_cart reply is lost; who retried, and the copies after."""
+    goal = run.scenario.goals[0]
+    started = time.perf_counter()
+    result = _attempt(lambda: agent.run(instructions, goal))
+    record = run.record_of(goal, 1, started, result)
+    record.facts.update(
+        {
+            "reply_lost": lost is not None and lost.calls >= 1,
+            "add_to_cart_ran": lost.calls if lost is not None else 0,
+            "retried_by": "ToolRetryMiddleware" if run.contender == "create-agent" else "the model",
+            "idempotent": run.variant.idempotent,
+            "copies": run.copies(),
+        }
+    )
+    return record
+
+
+def _rewound(run: _TimeTravelRun, conversation: Any, before: dict[str, int]) -> RunRecord:
+    """Turn 2 after rewinding turn 1: the scenario's second question, and what the rewind took back."""
+    rewound = conversation.rewind(1)
+    question = run.scenario.goals[1]
+    started = time.perf_counter()
+    second = run.record_of(question, 2, started, _attempt(lambda: conversation.ask(question)))
+    second.facts.update(
+        {
+            "rewound_turns": rewound.turns,
+            "rewound_messages": rewound.messages,
+            "rewound_to": rewound.checkpoint_id,
+            "copies_before_rewind": before,
+            "copies": run.copies(),
+        }
+    )
+    return second
+
+
+def _replayed(run: _TimeTravelRun, conversation: Any, first: RunRecord, before: dict[str, int]) -> RunRecord | None:
+    """Turn 2 replayed from the checkpoint before add_to_cart ran; None (noted on `first`) when there is none."""
+    try:
+        checkpoint = checkpoint_before_tool(conversation, "add_to_cart")
+    except LookupError:  # the model added nothing (a real or noisy model may not): nothing to replay
+        first.facts["nothing_to_replay"] = True
+        return None
+    label = f"replay from checkpoint {checkpoint}"
+    started = time.perf_counter()
+    second = run.record_of(label, 2, started, _attempt(lambda: replayed(conversation, checkpoint)))
+    second.facts.update(
+        {
+            "replayed_from": checkpoint,
+            "idempotent": run.variant.idempotent,
+            "copies_before_replay": before,
+            "copies": run.copies(),
+        }
+    )
+    return second
+
+
+def _went_back(run: _TimeTravelRun, agent: Contender, instructions: str) -> list[RunRecord]:
+    """Turn 1 adds a book in a conversation; turn 2 rewinds or replays it."""
+    scenario, variant = run.scenario, run.variant
+    goal = scenario.goals[0]
+    conversation = open_conversation(
+        run.contender,
+        agent,
+        instructions,
+        f"{scenario.name}-{variant.name}",
+        None,
+        resume=False,
+        customer_id=run.customer,
+    )
+    try:
+        run.events.clear()
+        started = time.perf_counter()
+        first = run.record_of(goal, 1, started, _attempt(lambda: conversation.ask(goal)))
+        first.facts["copies"] = run.copies()
+        if first.error is not None:
+            return [first]
+        before = run.copies()
+        run.events.clear()
+        if variant.time_travel == "rewind":
+            second: RunRecord | None = _rewound(run, conversation, before)
         else:
-            agent = build_contender(contender, model, tools, agent_options)
+            second = _replayed(run, conversation, first, before)
+        return [first] if second is None else [first, second]
+    finally:
+        conversation.close()
+
+
+def run_time_travel(scenario: Scenario, variant: Variant, contender: str, options: Any) -> list[RunRecord]:
+    """Add a book, then go back in time (`variant.time_travel`), and record what the store holds afterwards."""
+    from comparison.run_setup import open_store
+
+    with open_store(options, scenario) as (store, customer):
+        run = _TimeTravelRun(scenario, variant, contender, store, customer)
+        agent, lost = _time_travel_agent(run, options)
         instructions = scenario.instructions_for(variant)
-        goal = scenario.goals[0]
-
-        def record_of(goal: str, turn: int, started: float, result: AgentResult | Exception) -> RunRecord:
-            key = run_key(scenario, variant, contender, goal, turn)
-            wall_s = time.perf_counter() - started
-            if isinstance(result, Exception):
-                return raised_record(key, store, customer, wall_s, events, result)
-            return result_record(key, store, customer, wall_s, result)
-
         if variant.time_travel == "retry":
-            started = time.perf_counter()
-            result = _attempt(lambda: agent.run(instructions, goal))
-            record = record_of(goal, 1, started, result)
-            record.facts.update(
-                {
-                    "reply_lost": lost is not None and lost.calls >= 1,
-                    "add_to_cart_ran": lost.calls if lost is not None else 0,
-                    "retried_by": "ToolRetryMiddleware" if contender == "create-agent" else "the model",
-                    "idempotent": variant.idempotent,
-                    "copies": _quantities(store, customer),
-                }
-            )
-            return [record]
+            return [_retried(run, agent, lost, instructions)]
+        return _went_back(run, agent, instructions)
 
-        conversation = open_conversation(
-            contender, agent, instructions, f"{scenario.name}-{variant.name}", None, resume=False, customer_id=customer
-        )
-        try:
-            events.clear()
-            started = time.perf_counter()
-            first = record_of(goal, 1, started, _attempt(lambda: conversation.ask(goal)))
-            first.facts["copies"] = _quantities(store, customer)
-            records = [first]
-            if first.error is not None:
-                return records
-            before = _quantities(store, customer)
-            events.clear()
-            if variant.time_travel == "rewind":
-                rewound = conversation.rewind(1)
-                question = scenario.goals[1]
-                started = time.perf_counter()
-                second = record_of(question, 2, started, _attempt(lambda: conversation.ask(question)))
-                second.facts.update(
-                    {
-                        "rewound_turns": rewound.turns,
-                        "rewound_messages": rewound.messages,
-                        "rewound_to": rewound.checkpoint_id,
-                        "copies_before_rewind": before,
-                        "copies": _quantities(store, customer),
-                    }
-                )
-            else:
-                try:
-                    checkpoint = conversation.checkpoint_before_tool("add_to_cart")
-                except LookupError:  # the model added nothing (a real or noisy model may not): nothing to replay
-                    first.facts["nothing_to_replay"] = True
-                    return records
-                label = f"replay from checkpoint {checkpoint}"
-                started = time.perf_counter()
-                second = record_of(label, 2, started, _attempt(lambda: conversation.replay(checkpoint)))
-                second.facts.update(
-                    {
-                        "replayed_from": checkpoint,
-                        "idempotent": variant.idempotent,
-                        "copies_before_replay": before,
-                        "copies": _quantities(store, customer),
-                    }
-                )
-            records.append(second)
-            return records
-        finally:
-            conversation.close()
+
+def checkpoint_before_tool(conversation: Conversation, tool: str) -> str:
+    """The id of the last checkpoint of a graph's thread whose next step runs the tools node on a call of `tool`."""
+    return str(run_blocking(lambda: conversation.acheckpoint_before_tool(tool), instead="acheckpoint_before_tool"))  # type: ignore[attr-defined]
+
+
+def replayed(conversation: Conversation, checkpoint_id: str) -> AgentResult:
+    """A graph's thread run again from `checkpoint_id`, its approval pauses answered as its `ask`'s are."""
+    result = run_blocking(lambda: conversation.areplay(checkpoint_id), instead="areplay(...)")  # type: ignore[attr-defined]
+    return resume_until_answered(conversation, result, getattr(conversation, "approve", None))[0]

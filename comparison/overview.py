@@ -199,6 +199,55 @@ def model_text(model: str) -> str:
     )
 
 
+def _render_scenario_rows(
+    console: Console,
+    number: int,
+    scenario: Scenario,
+    records: list[RunRecord],
+    contenders: Sequence[str],
+    matrix: list[dict[str, Any]],
+) -> None:
+    """One scenario's block: its number, name and headline, then a row per contender (or why it did not run)."""
+    title = Table.grid(padding=(0, 1))
+    title.add_column(width=NAME_COLUMN, no_wrap=True)
+    title.add_column(ratio=1)
+    lesson = headline(scenario, records, matrix)
+    title.add_row(Text(f"{number:>2}. {scenario.name}", "bold"), Text(clean_line(lesson), "italic"))
+    console.print(title)
+    grid = _grid(console.width)
+    for row in overview_rows(scenario, records, contenders):
+        name = Text(f"  {row.contender}")
+        if row.not_run is not None:
+            # A line of its own, the reason running the width of the table (a grid cell would cut it short).
+            console.print(grid)
+            grid = _grid(console.width)
+            line = Text(f"  {row.contender:<{NAME_COLUMN - 2}} {0:>4} ") + Text(
+                f"not run: {clean_line(row.not_run)}", "dim"
+            )
+            console.print(line, overflow="ellipsis", no_wrap=True)
+            continue
+        grid.add_row(
+            name,
+            Text(str(row.runs)),
+            Text(clean_line(row.outcome_text()), _outcome_style(row)),
+            Text(str(row.model_calls)),
+            Text(str(row.tool_calls)),
+            Text(f"{row.tokens:,}"),
+            Text(clean_line(row.cart)),
+        )
+    console.print(grid)
+
+
+def _render_next_steps(console: Console, prog: str, shown: Sequence[Scenario]) -> None:
+    console.print(Text("What to try next", "bold"))
+    steps = Table.grid(padding=(0, 2))
+    steps.add_column(no_wrap=True, style="cyan")
+    steps.add_column(ratio=1)
+    for command, what in next_steps(prog, shown[0].name if shown else "bookstore"):
+        steps.add_row(Text(command), Text(what))
+    console.print(steps)
+
+
 def render_overview(
     console: Console,
     prog: str,
@@ -225,48 +274,14 @@ def render_overview(
     header.add_row(*(Text(t, "bold") for t in ("", "runs", "stopped", "model", "tools", "tokens", "final cart")))
     console.print(header)
     for number, scenario in enumerate(scenarios, start=1):
-        if scenario not in shown:
-            if not contenders_running(scenario, contenders):
-                by = ", ".join(contenders_running(scenario, tuple(CONTENDERS))) or "no contender"
-                line = f"{number:>2}. {scenario.name}: not run; it is run by {by}"
-                console.print(Text(line, "yellow"), overflow="ellipsis", no_wrap=True)
-            continue
-        title = Table.grid(padding=(0, 1))
-        title.add_column(width=NAME_COLUMN, no_wrap=True)
-        title.add_column(ratio=1)
-        lesson = headline(scenario, records, matrix)
-        title.add_row(Text(f"{number:>2}. {scenario.name}", "bold"), Text(clean_line(lesson), "italic"))
-        console.print(title)
-        grid = _grid(console.width)
-        for row in overview_rows(scenario, records, contenders):
-            name = Text(f"  {row.contender}")
-            if row.not_run is not None:
-                # A line of its own, the reason running the width of the table (a grid cell would cut it short).
-                console.print(grid)
-                grid = _grid(console.width)
-                line = Text(f"  {row.contender:<{NAME_COLUMN - 2}} {0:>4} ") + Text(
-                    f"not run: {clean_line(row.not_run)}", "dim"
-                )
-                console.print(line, overflow="ellipsis", no_wrap=True)
-                continue
-            grid.add_row(
-                name,
-                Text(str(row.runs)),
-                Text(clean_line(row.outcome_text()), _outcome_style(row)),
-                Text(str(row.model_calls)),
-                Text(str(row.tool_calls)),
-                Text(f"{row.tokens:,}"),
-                Text(clean_line(row.cart)),
-            )
-        console.print(grid)
+        if scenario in shown:
+            _render_scenario_rows(console, number, scenario, records, contenders, matrix)
+        elif not contenders_running(scenario, contenders):
+            by = ", ".join(contenders_running(scenario, tuple(CONTENDERS))) or "no contender"
+            line = f"{number:>2}. {scenario.name}: not run; it is run by {by}"
+            console.print(Text(line, "yellow"), overflow="ellipsis", no_wrap=True)
     render_matrix_overview(console, matrix, contenders)
-    console.print(Text("What to try next", "bold"))
-    steps = Table.grid(padding=(0, 2))
-    steps.add_column(no_wrap=True, style="cyan")
-    steps.add_column(ratio=1)
-    for command, what in next_steps(prog, shown[0].name if shown else "bookstore"):
-        steps.add_row(Text(command), Text(what))
-    console.print(steps)
+    _render_next_steps(console, prog, shown)
 
 
 def render_matrix_overview(console: Console, matrix: list[dict[str, Any]], contenders: Sequence[str]) -> None:

@@ -282,6 +282,53 @@ def _bullets(points: Sequence[str]) -> Table:
     return grid
 
 
+def _render_growth(console: Console, runs: list[RunRecord], *, trace: bool) -> None:
+    """A conversation that grows turn by turn: each contender's last turn's trace, then the growth table."""
+    ran = [r for r in runs if r.facts.get("not_available") is None]
+    if trace:
+        # Only each conversation's last turn: the turns before it differ only in their numbers.
+        for r in (r for r in ran if r.turn == max(x.turn for x in pick(ran, contender=r.contender))):
+            console.print(Text(f"\n{r.contender} · turn {r.turn}: ", style="bold") + Text(clean_line(r.goal)))
+            print_trace(console, r.trace)
+        console.print()
+    if ran:
+        console.print(growth_table(ran))
+
+
+def _render_traces(
+    console: Console, runs: list[RunRecord], labels: dict[int, str], same: dict[int, str | None], *, show_turn: bool
+) -> None:
+    """Each run's trace and how it ended, or the name of the run with the very same trace shown before."""
+    for r in runs:
+        if same[id(r)] is not None:
+            text = f"the same trace as {same[id(r)]} (same calls, results and tokens)."
+            console.print(Text(f"\n{labels[id(r)]}: ", style="bold") + Text(text))
+            continue
+        turn = f" · turn {r.turn}" if show_turn else ""
+        console.print(Text(f"\n{r.contender}{turn}: ", style="bold") + Text(clean_line(r.goal)))
+        print_trace(console, r.trace)
+        if r.error is not None:
+            said = "the model call failed:" if r.model_failed else "raised"
+            error = Text(f"{said} {clean_line(r.error)}", style="yellow")
+            console.print(error, overflow="ellipsis", no_wrap=True)
+    console.print()
+
+
+def _render_tables(console: Console, runs: list[RunRecord], *, show_turn: bool, show_goal: bool) -> None:
+    """The side-by-side table (one per goal when the goals differ), then what the user sees."""
+    if show_goal:
+        # A goal column leaves no room in 100 columns: one table per goal, titled with it, instead.
+        by_goal = [pick(runs, goal=goal) for goal in dict.fromkeys(r.goal for r in runs)]
+        for same_goal in by_goal:
+            title = Text(f"goal: {clean_line(same_goal[0].goal)}", style="bold")
+            console.print(summary_table(same_goal, show_turn=show_turn, title=title))
+        runs = [r for same_goal in by_goal for r in same_goal]
+    else:
+        console.print(summary_table(runs, show_turn=show_turn))
+    console.print(Text("What the user sees:", style="bold"))
+    console.print(answer_grid(runs, show_turn=show_turn, show_goal=show_goal))
+
+
 def render_scenario(
     console: Console, number: int, scenario: Scenario, records: list[RunRecord], *, trace: bool = True
 ) -> None:
@@ -303,41 +350,11 @@ def render_scenario(
         if several_variants:
             console.print(Text("\nvariant ", style="bold") + Text(f"{variant.name}: {variant.label}", style="bold"))
         if scenario.growth:
-            ran = [r for r in runs if r.facts.get("not_available") is None]
-            if trace:
-                # Only each conversation's last turn: the turns before it differ only in their numbers.
-                for r in (r for r in ran if r.turn == max(x.turn for x in pick(ran, contender=r.contender))):
-                    console.print(Text(f"\n{r.contender} · turn {r.turn}: ", style="bold") + Text(clean_line(r.goal)))
-                    print_trace(console, r.trace)
-                console.print()
-            if ran:
-                console.print(growth_table(ran))
+            _render_growth(console, runs, trace=trace)
             continue
         if trace:
-            for r in runs:
-                if same[id(r)] is not None:
-                    text = f"the same trace as {same[id(r)]} (same calls, results and tokens)."
-                    console.print(Text(f"\n{labels[id(r)]}: ", style="bold") + Text(text))
-                    continue
-                turn = f" · turn {r.turn}" if show_turn else ""
-                console.print(Text(f"\n{r.contender}{turn}: ", style="bold") + Text(clean_line(r.goal)))
-                print_trace(console, r.trace)
-                if r.error is not None:
-                    said = "the model call failed:" if r.model_failed else "raised"
-                    error = Text(f"{said} {clean_line(r.error)}", style="yellow")
-                    console.print(error, overflow="ellipsis", no_wrap=True)
-            console.print()
-        if show_goal:
-            # A goal column leaves no room in 100 columns: one table per goal, titled with it, instead.
-            by_goal = [pick(runs, goal=goal) for goal in dict.fromkeys(r.goal for r in runs)]
-            for same_goal in by_goal:
-                title = Text(f"goal: {clean_line(same_goal[0].goal)}", style="bold")
-                console.print(summary_table(same_goal, show_turn=show_turn, title=title))
-            runs = [r for same_goal in by_goal for r in same_goal]
-        else:
-            console.print(summary_table(runs, show_turn=show_turn))
-        console.print(Text("What the user sees:", style="bold"))
-        console.print(answer_grid(runs, show_turn=show_turn, show_goal=show_goal))
+            _render_traces(console, runs, labels, same, show_turn=show_turn)
+        _render_tables(console, runs, show_turn=show_turn, show_goal=show_goal)
     points = scenario.notice_points(records)
     if points:
         console.print(Text("\nWhat to notice:", style="bold"))

@@ -7,7 +7,8 @@ our graph. It reads only the document, fits a 420 px phone, and every value pass
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
@@ -120,6 +121,70 @@ def _coinciding(grouped: Sequence[tuple[dict[str, Any], str]]) -> list[tuple[str
     return [(group, runs) for (group, _), runs in lines.items()]
 
 
+@dataclass(frozen=True)
+class _ChartScale:
+    """Where a step (x) and a token count (y) fall in the tokens chart's drawing units."""
+
+    max_steps: int
+    top: int
+    plot_w: int = CHART_WIDTH - MARGIN_LEFT - MARGIN_RIGHT
+    plot_h: int = CHART_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
+
+    def x(self, step: int) -> float:
+        plot_w, max_steps = self.plot_w, self.max_steps
+        return MARGIN_LEFT + (plot_w * (step - 1) / (max_steps - 1) if max_steps > 1 else plot_w / 2)
+
+    def y(self, tokens: int) -> float:
+        return MARGIN_TOP + self.plot_h * (1 - tokens / self.top)
+
+
+def _chart_axes(scale: _ChartScale) -> list[str]:
+    """The y axis's five grid lines with their token counts, the x axis's step numbers and its title."""
+    x, y = scale.x, scale.y
+    parts = []
+    for i in range(5):
+        value = scale.top * i // 4
+        parts.append(
+            f'<line x1="{MARGIN_LEFT}" y1="{y(value):.1f}" x2="{CHART_WIDTH - MARGIN_RIGHT}" y2="{y(value):.1f}" '
+            f'stroke="#e5e5e5"/><text x="{MARGIN_LEFT - 6}" y="{y(value) + 4:.1f}" font-size="12" '
+            f'text-anchor="end" fill="#555">{value:,}</text>'
+        )
+    every = -(-scale.max_steps // _STEP_LABELS)
+    for step in range(1, scale.max_steps + 1, every):
+        parts.append(
+            f'<text x="{x(step):.1f}" y="{CHART_HEIGHT - MARGIN_BOTTOM + 17}" font-size="12" text-anchor="middle" '
+            f'fill="#555">{step}</text>'
+        )
+    parts.append(
+        f'<text x="{MARGIN_LEFT + scale.plot_w / 2:.1f}" y="{CHART_HEIGHT - 4}" font-size="12" text-anchor="middle" '
+        'fill="#333">step (model call)</text>'
+    )
+    return parts
+
+
+def _chart_line(
+    scale: _ChartScale, group: str, same: Sequence[dict[str, Any]], colour: str, dash: str
+) -> tuple[list[str], str]:
+    """One drawn line (the runs `same`, whose tokens coincide): its polyline and dots, and its legend swatch."""
+    x, y = scale.x, scale.y
+    names = [r["contender"] for r in same]
+    dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+    who = " = ".join(names)
+    label = f"{group} · {who}" if group else who
+    tokens = same[0]["tokens_per_step"]
+    points = " ".join(f"{x(s):.1f},{y(t):.1f}" for s, t in enumerate(tokens, start=1))
+    parts = [
+        f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}>'
+        f"<title>{esc(label)}: {esc(', '.join(str(t) for t in tokens))}</title></polyline>"
+    ]
+    parts += [f'<circle cx="{x(s):.1f}" cy="{y(t):.1f}" r="3" fill="{colour}"/>' for s, t in enumerate(tokens, start=1)]
+    swatch = (
+        f'<span><svg width="28" height="10"><line x1="0" y1="5" x2="28" y2="5" stroke="{colour}" '
+        f'stroke-width="2"{dash_attr}/></svg>{esc(who)}</span>'
+    )
+    return parts, swatch
+
+
 def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
     """An inline SVG line chart: tokens of each model call (y) by step (x), one line per run.
 
@@ -141,63 +206,26 @@ def tokens_chart(runs: Sequence[dict[str, Any]], *, title: str) -> str:
     ]
     group_order = list(dict.fromkeys(group for _, group in grouped))
     lines = _coinciding(grouped)
-    max_steps = max(len(r["tokens_per_step"]) for r in series)
-    top = _nice_ceiling(max(max(r["tokens_per_step"]) for r in series))
-    plot_w = CHART_WIDTH - MARGIN_LEFT - MARGIN_RIGHT
-    plot_h = CHART_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM
-
-    def x(step: int) -> float:
-        return MARGIN_LEFT + (plot_w * (step - 1) / (max_steps - 1) if max_steps > 1 else plot_w / 2)
-
-    def y(tokens: int) -> float:
-        return MARGIN_TOP + plot_h * (1 - tokens / top)
-
+    scale = _ChartScale(
+        max_steps=max(len(r["tokens_per_step"]) for r in series),
+        top=_nice_ceiling(max(max(r["tokens_per_step"]) for r in series)),
+    )
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{CHART_WIDTH}" height="{CHART_HEIGHT}" '
         f'viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT}" role="img" aria-label="{esc(title)}">',
         f"<title>{esc(title)}</title>",
+        *_chart_axes(scale),
     ]
-    for i in range(5):
-        value = top * i // 4
-        parts.append(
-            f'<line x1="{MARGIN_LEFT}" y1="{y(value):.1f}" x2="{CHART_WIDTH - MARGIN_RIGHT}" y2="{y(value):.1f}" '
-            f'stroke="#e5e5e5"/><text x="{MARGIN_LEFT - 6}" y="{y(value) + 4:.1f}" font-size="12" '
-            f'text-anchor="end" fill="#555">{value:,}</text>'
-        )
-    every = -(-max_steps // _STEP_LABELS)
-    for step in range(1, max_steps + 1, every):
-        parts.append(
-            f'<text x="{x(step):.1f}" y="{CHART_HEIGHT - MARGIN_BOTTOM + 17}" font-size="12" text-anchor="middle" '
-            f'fill="#555">{step}</text>'
-        )
-    parts.append(
-        f'<text x="{MARGIN_LEFT + plot_w / 2:.1f}" y="{CHART_HEIGHT - 4}" font-size="12" text-anchor="middle" '
-        'fill="#333">step (model call)</text>'
-    )
     legend: dict[str, list[str]] = {group: [] for group in group_order}
     for group, same in lines:
-        names = [r["contender"] for r in same]
-        first = names[0]
+        first = same[0]["contender"]
         # With one group a colour per contender; with several, the colour is the group's.
         key = contenders.index(first) if len(group_order) == 1 else group_order.index(group)
         colour = COLOURS[key % len(COLOURS)]
         dash = DASHES[contenders.index(first) % len(DASHES)]
-        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        who = " = ".join(names)
-        label = f"{group} · {who}" if group else who
-        tokens = same[0]["tokens_per_step"]
-        points = " ".join(f"{x(s):.1f},{y(t):.1f}" for s, t in enumerate(tokens, start=1))
-        parts.append(
-            f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}>'
-            f"<title>{esc(label)}: {esc(', '.join(str(t) for t in tokens))}</title></polyline>"
-        )
-        parts += [
-            f'<circle cx="{x(s):.1f}" cy="{y(t):.1f}" r="3" fill="{colour}"/>' for s, t in enumerate(tokens, start=1)
-        ]
-        legend[group].append(
-            f'<span><svg width="28" height="10"><line x1="0" y1="5" x2="28" y2="5" stroke="{colour}" '
-            f'stroke-width="2"{dash_attr}/></svg>{esc(who)}</span>'
-        )
+        drawn, swatch = _chart_line(scale, group, same, colour, dash)
+        parts += drawn
+        legend[group].append(swatch)
     parts.append("</svg>")
     rows = "".join(
         f"<div>{f'<b>{esc(group)}</b>: ' if group else ''}{''.join(swatches)}</div>"
@@ -284,29 +312,13 @@ def _layers(nodes: Sequence[str], edges: Sequence[dict[str, Any]], back: set[int
     return layer
 
 
-def graph_svg(graph: dict[str, Any]) -> str:
-    """The graph as an inline SVG picture, laid out here in rows (no layout engine, nothing loaded).
+def _lanes(
+    edges: Sequence[dict[str, Any]], layer: dict[str, int], back: set[int]
+) -> tuple[dict[int, tuple[str, int]], dict[str, list[list[tuple[int, int]]]]]:
+    """The lane of each edge beside the nodes (edge -> (side, lane)), and the rows each lane's edges span.
 
-    Each node sits in a row below every node that leads to it; an edge to the next row is a straight arrow,
-    and an edge that skips rows or goes back up (the loop) runs in a lane beside the nodes, forward edges to
-    the right and loops to the left where there is room. Dashed edges are conditional (a router picks one of
-    them), solid ones always taken, as in LangGraph's mermaid drawing.
-    """
-    nodes = [str(n) for n in graph.get("nodes", [])]
-    edges = [e for e in graph.get("edges", []) if e["source"] in nodes and e["target"] in nodes]
-    if not nodes:
-        return ""
-    back = _back_edges(nodes, edges)
-    layer = _layers(nodes, edges, back)
-    rows: dict[int, list[str]] = {}
-    for n in nodes:
-        rows.setdefault(layer[n], []).append(n)
-    label = {n: _NODE_LABEL.get(n, n) for n in nodes}
-    width = {n: _node_width(label[n]) for n in nodes}
-    content_w = max(sum(width[n] for n in row) + _NODE_GAP * (len(row) - 1) for row in rows.values())
-
-    # Edges beside the nodes get a lane: the first free one on their preferred side whose rows they share with
-    # no edge already there (a loop prefers the left, a long forward edge the right).
+    An edge gets the first free lane on its preferred side whose rows it shares with no edge already there (a
+    loop prefers the left, a long forward edge the right)."""
     lanes: dict[str, list[list[tuple[int, int]]]] = {"left": [], "right": []}
     placed: dict[int, tuple[str, int]] = {}
     beside = [i for i, e in enumerate(edges) if i in back or abs(layer[e["target"]] - layer[e["source"]]) != 1]
@@ -327,24 +339,18 @@ def graph_svg(graph: dict[str, Any]) -> str:
             lanes[side].append([])
         lanes[side][k].append(span)
         placed[i] = (side, k)
+    return placed, lanes
 
-    left_w = _PAD + len(lanes["left"]) * _LANE_GAP + (8 if lanes["left"] else 0)
-    right_w = _PAD + len(lanes["right"]) * _LANE_GAP + (8 if lanes["right"] else 0)
-    total_w = left_w + content_w + right_w
-    total_h = _PAD * 2 + (max(rows) + 1) * _ROW_PITCH - (_ROW_PITCH - _NODE_H)
-    box: dict[str, tuple[float, float, float]] = {}  # node -> (left x, top y, width)
-    for r, row in rows.items():
-        row_w = sum(width[n] for n in row) + _NODE_GAP * (len(row) - 1)
-        x = left_w + (content_w - row_w) / 2
-        for n in row:
-            box[n] = (x, _PAD + r * _ROW_PITCH, width[n])
-            x += width[n] + _NODE_GAP
 
-    def lane_x(side: str, k: int) -> float:
-        return left_w - 8 - k * _LANE_GAP if side == "left" else left_w + content_w + 8 + k * _LANE_GAP
-
-    # Where an edge meets a node's side: spread out, ordered so that lanes do not cross near the node (edges to
-    # nodes above on top; among them the inner lanes first; edges to nodes below under them, outer lanes first).
+def _port_ys(
+    edges: Sequence[dict[str, Any]],
+    placed: dict[int, tuple[str, int]],
+    layer: dict[str, int],
+    box: dict[str, tuple[float, float, float]],
+) -> dict[tuple[int, str], float]:
+    """Where each edge in a lane meets a node's side: spread out, ordered so that lanes do not cross near the node
+    (edges to nodes above on top; among them the inner lanes first; edges to nodes below under them, outer lanes
+    first)."""
     ports: dict[tuple[str, str], list[tuple[tuple[int, int], int, str]]] = {}
     for i, (side, k) in placed.items():
         e = edges[i]
@@ -358,7 +364,109 @@ def graph_svg(graph: dict[str, Any]) -> str:
         top = box[node][1]
         for j, (_, i, end) in enumerate(entries):
             port_y[(i, end)] = top + _NODE_H * (j + 1) / (len(entries) + 1)
+    return port_y
 
+
+@dataclass
+class _GraphLayout:
+    """Where everything of the graph picture goes: the nodes' boxes (left x, top y, width), the edges' lanes and
+    the points where lane edges meet their nodes."""
+
+    label: dict[str, str]
+    box: dict[str, tuple[float, float, float]]
+    placed: dict[int, tuple[str, int]]
+    port_y: dict[tuple[int, str], float]
+    left_w: int
+    content_w: int
+    total_w: int
+    total_h: int
+
+    def lane_x(self, side: str, k: int) -> float:
+        left_w, content_w = self.left_w, self.content_w
+        return left_w - 8 - k * _LANE_GAP if side == "left" else left_w + content_w + 8 + k * _LANE_GAP
+
+
+def _graph_layout(nodes: Sequence[str], edges: Sequence[dict[str, Any]]) -> _GraphLayout:
+    """Each node in a row below every node that leads to it, rows centred; lanes beside them for the other edges."""
+    back = _back_edges(nodes, edges)
+    layer = _layers(nodes, edges, back)
+    rows: dict[int, list[str]] = {}
+    for n in nodes:
+        rows.setdefault(layer[n], []).append(n)
+    label = {n: _NODE_LABEL.get(n, n) for n in nodes}
+    width = {n: _node_width(label[n]) for n in nodes}
+    content_w = max(sum(width[n] for n in row) + _NODE_GAP * (len(row) - 1) for row in rows.values())
+    placed, lanes = _lanes(edges, layer, back)
+    left_w = _PAD + len(lanes["left"]) * _LANE_GAP + (8 if lanes["left"] else 0)
+    right_w = _PAD + len(lanes["right"]) * _LANE_GAP + (8 if lanes["right"] else 0)
+    total_h = _PAD * 2 + (max(rows) + 1) * _ROW_PITCH - (_ROW_PITCH - _NODE_H)
+    box: dict[str, tuple[float, float, float]] = {}  # node -> (left x, top y, width)
+    for r, row in rows.items():
+        row_w = sum(width[n] for n in row) + _NODE_GAP * (len(row) - 1)
+        x = left_w + (content_w - row_w) / 2
+        for n in row:
+            box[n] = (x, _PAD + r * _ROW_PITCH, width[n])
+            x += width[n] + _NODE_GAP
+    port_y = _port_ys(edges, placed, layer, box)
+    return _GraphLayout(label, box, placed, port_y, left_w, content_w, left_w + content_w + right_w, total_h)
+
+
+def _edge_svg(layout: _GraphLayout, i: int, e: dict[str, Any]) -> str:
+    """One edge: a straight arrow to the next row, or a path through its lane; dashed when conditional."""
+    s, t = e["source"], e["target"]
+    sx, sy, sw = layout.box[s]
+    tx, ty, tw = layout.box[t]
+    if i in layout.placed:
+        side, k = layout.placed[i]
+        lx = layout.lane_x(side, k)
+        y1, y2 = layout.port_y[(i, "source")], layout.port_y[(i, "target")]
+        x1 = sx if side == "left" else sx + sw
+        x2 = tx if side == "left" else tx + tw
+        r = min(8.0, abs(y2 - y1) / 2)
+        dy = r if y2 > y1 else -r
+        dx = -r if side == "left" else r
+        d = (
+            f"M{x1:.1f},{y1:.1f} H{lx - dx:.1f} Q{lx:.1f},{y1:.1f} {lx:.1f},{y1 + dy:.1f} "
+            f"V{y2 - dy:.1f} Q{lx:.1f},{y2:.1f} {lx - dx:.1f},{y2:.1f} H{x2:.1f}"
+        )
+    else:
+        d = f"M{sx + sw / 2:.1f},{sy + _NODE_H:.1f} L{tx + tw / 2:.1f},{ty:.1f}"
+    dash = ' stroke-dasharray="5 4"' if e["conditional"] else ""
+    kind = "conditional" if e["conditional"] else "always"
+    label = layout.label
+    return (
+        f'<path d="{d}" fill="none" stroke="#444" stroke-width="1.4"{dash} marker-end="url(#graph-arrow)">'
+        f"<title>{esc(label[s])} → {esc(label[t])} ({kind})</title></path>"
+    )
+
+
+def _node_svg(n: str, box: tuple[float, float, float], label: str) -> str:
+    """One node: a box with its name, START and END rounded as in LangGraph's drawing."""
+    x, y, w = box
+    ends = n in _NODE_LABEL
+    fill = "#bfb6fc" if n == "__end__" else "#ffffff" if n == "__start__" else "#f2f0ff"
+    return (
+        f'<rect x="{x:.1f}" y="{y}" width="{w}" height="{_NODE_H}" rx="{_NODE_H / 2 if ends else 6}" '
+        f'fill="{fill}" stroke="#6a6ad0" stroke-width="1.4"/>'
+        f'<text x="{x + w / 2:.1f}" y="{y + _NODE_H / 2 + 4.5:.1f}" font-size="13" text-anchor="middle" '
+        f'font-family="system-ui, sans-serif" fill="#1b1b1b">{esc(label)}</text>'
+    )
+
+
+def graph_svg(graph: dict[str, Any]) -> str:
+    """The graph as an inline SVG picture, laid out here in rows (no layout engine, nothing loaded).
+
+    Each node sits in a row below every node that leads to it; an edge to the next row is a straight arrow,
+    and an edge that skips rows or goes back up (the loop) runs in a lane beside the nodes, forward edges to
+    the right and loops to the left where there is room. Dashed edges are conditional (a router picks one of
+    them), solid ones always taken, as in LangGraph's mermaid drawing.
+    """
+    nodes = [str(n) for n in graph.get("nodes", [])]
+    edges = [e for e in graph.get("edges", []) if e["source"] in nodes and e["target"] in nodes]
+    if not nodes:
+        return ""
+    layout = _graph_layout(nodes, edges)
+    total_w, total_h = layout.total_w, layout.total_h
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="diagram" width="{total_w:.0f}" height="{total_h}" '
         f'viewBox="0 0 {total_w:.0f} {total_h}" style="width:100%;max-width:{total_w:.0f}px;height:auto" '
@@ -367,41 +475,8 @@ def graph_svg(graph: dict[str, Any]) -> str:
         '<defs><marker id="graph-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
         'orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#444"/></marker></defs>',
     ]
-    for i, e in enumerate(edges):
-        s, t = e["source"], e["target"]
-        sx, sy, sw = box[s]
-        tx, ty, tw = box[t]
-        if i in placed:
-            side, k = placed[i]
-            lx = lane_x(side, k)
-            y1, y2 = port_y[(i, "source")], port_y[(i, "target")]
-            x1 = sx if side == "left" else sx + sw
-            x2 = tx if side == "left" else tx + tw
-            r = min(8.0, abs(y2 - y1) / 2)
-            dy = r if y2 > y1 else -r
-            dx = -r if side == "left" else r
-            d = (
-                f"M{x1:.1f},{y1:.1f} H{lx - dx:.1f} Q{lx:.1f},{y1:.1f} {lx:.1f},{y1 + dy:.1f} "
-                f"V{y2 - dy:.1f} Q{lx:.1f},{y2:.1f} {lx - dx:.1f},{y2:.1f} H{x2:.1f}"
-            )
-        else:
-            d = f"M{sx + sw / 2:.1f},{sy + _NODE_H:.1f} L{tx + tw / 2:.1f},{ty:.1f}"
-        dash = ' stroke-dasharray="5 4"' if e["conditional"] else ""
-        kind = "conditional" if e["conditional"] else "always"
-        parts.append(
-            f'<path d="{d}" fill="none" stroke="#444" stroke-width="1.4"{dash} marker-end="url(#graph-arrow)">'
-            f"<title>{esc(label[s])} → {esc(label[t])} ({kind})</title></path>"
-        )
-    for n in nodes:
-        x, y, w = box[n]
-        ends = n in _NODE_LABEL
-        fill = "#bfb6fc" if n == "__end__" else "#ffffff" if n == "__start__" else "#f2f0ff"
-        parts.append(
-            f'<rect x="{x:.1f}" y="{y}" width="{w}" height="{_NODE_H}" rx="{_NODE_H / 2 if ends else 6}" '
-            f'fill="{fill}" stroke="#6a6ad0" stroke-width="1.4"/>'
-            f'<text x="{x + w / 2:.1f}" y="{y + _NODE_H / 2 + 4.5:.1f}" font-size="13" text-anchor="middle" '
-            f'font-family="system-ui, sans-serif" fill="#1b1b1b">{esc(label[n])}</text>'
-        )
+    parts += [_edge_svg(layout, i, e) for i, e in enumerate(edges)]
+    parts += [_node_svg(n, layout.box[n], layout.label[n]) for n in nodes]
     parts.append("</svg>")
     return "".join(parts)
 
@@ -505,6 +580,51 @@ _BAR = {"model": "#6a6ad0", "tool": "#2ca02c", "error": "#d62728"}
 _GUARD_MARK = "#ff7f0e"
 
 
+def _waterfall_row(i: int, event: dict[str, Any], start: float, origin: float, x: Callable[[float], float]) -> str:
+    """Row `i` of the waterfall: the call's label and its bar from `start` (on the axis `x`), outlined and named
+    when a guard decided it."""
+    y = 4 + i * WATERFALL_ROW
+    kind = "model" if event["name"] == "model" else "tool"
+    colour = _BAR["error"] if event.get("is_error") else _BAR[kind]
+    left, width = x(start), max(x(event["ended_at"]) - x(start), 1.5)
+    guard = event.get("guard")
+    label = f"{step_label(event['step'])} {clean_line(event['name'])}"
+    took = duration_text(event["duration_s"])
+    title = f"{label}: {took}, from {duration_text(start - origin)}" + (f" · {guard}" if guard else "")
+    outline = f' stroke="{_GUARD_MARK}" stroke-width="2"' if guard else ""
+    data = f' data-kind="{kind}"' + (f' data-guard="{esc(guard)}"' if guard else "")
+    row = [
+        f'<g class="call"{data}><title>{esc(title)}</title>'
+        f'<text x="4" y="{y + 11}">{esc(_shorten(label, 22))}</text>'
+        f'<rect x="{left:.1f}" y="{y + 2}" width="{width:.1f}" height="{WATERFALL_ROW - 5}" fill="{colour}"'
+        f' rx="2"{outline}/>'
+    ]
+    if guard:
+        # The guard's name goes after the bar, or before it when the bar ends near the right edge.
+        after = left + width + 4
+        anchor, at = ("start", after) if after < WATERFALL_WIDTH - 150 else ("end", left - 4)
+        row.append(
+            f'<text class="guard" x="{at:.1f}" y="{y + 11}" text-anchor="{anchor}" fill="#9a4d00">'
+            f"&#9873; {esc(guard)}</text>"
+        )
+    row.append("</g>")
+    return "".join(row)
+
+
+def _waterfall_ticks(base: int, axis: int, total: float) -> list[str]:
+    """The time axis's five ticks, from 0 to the run's `total` seconds."""
+    ticks = []
+    for k in range(5):
+        tx = WATERFALL_LABEL + k / 4 * axis
+        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
+        ticks.append(
+            f'<line x1="{tx:.1f}" y1="{base}" x2="{tx:.1f}" y2="{base + 4}" stroke="#888"/>'
+            f'<text x="{tx:.1f}" y="{base + 15}" text-anchor="{anchor}" fill="#555">'
+            f"{esc(duration_text(total * k / 4))}</text>"
+        )
+    return ticks
+
+
 def waterfall_svg(run: dict[str, Any]) -> str:
     """The run's model and tool calls as bars on a time axis (a trace viewer's waterfall), drawn from the trace's
     own timings (`TraceEvent.ended_at` and `duration_s`), so it needs no OpenTelemetry. A call a guard decided is
@@ -520,44 +640,12 @@ def waterfall_svg(run: dict[str, Any]) -> str:
     def x(t: float) -> float:
         return WATERFALL_LABEL + (t - origin) / total * axis
 
-    rows = []
-    for i, (event, start) in enumerate(zip(events, starts, strict=True)):
-        y = 4 + i * WATERFALL_ROW
-        kind = "model" if event["name"] == "model" else "tool"
-        colour = _BAR["error"] if event.get("is_error") else _BAR[kind]
-        left, width = x(start), max(x(event["ended_at"]) - x(start), 1.5)
-        guard = event.get("guard")
-        label = f"{step_label(event['step'])} {clean_line(event['name'])}"
-        took = duration_text(event["duration_s"])
-        title = f"{label}: {took}, from {duration_text(start - origin)}" + (f" · {guard}" if guard else "")
-        outline = f' stroke="{_GUARD_MARK}" stroke-width="2"' if guard else ""
-        data = f' data-kind="{kind}"' + (f' data-guard="{esc(guard)}"' if guard else "")
-        rows.append(
-            f'<g class="call"{data}><title>{esc(title)}</title>'
-            f'<text x="4" y="{y + 11}">{esc(_shorten(label, 22))}</text>'
-            f'<rect x="{left:.1f}" y="{y + 2}" width="{width:.1f}" height="{WATERFALL_ROW - 5}" fill="{colour}"'
-            f' rx="2"{outline}/>'
-        )
-        if guard:
-            # The guard's name goes after the bar, or before it when the bar ends near the right edge.
-            after = left + width + 4
-            anchor, at = ("start", after) if after < WATERFALL_WIDTH - 150 else ("end", left - 4)
-            rows.append(
-                f'<text class="guard" x="{at:.1f}" y="{y + 11}" text-anchor="{anchor}" fill="#9a4d00">'
-                f"&#9873; {esc(guard)}</text>"
-            )
-        rows.append("</g>")
+    rows = [
+        _waterfall_row(i, event, start, origin, x) for i, (event, start) in enumerate(zip(events, starts, strict=True))
+    ]
     height = 4 + len(events) * WATERFALL_ROW + 22
     base = height - 18
-    ticks = []
-    for k in range(5):
-        tx = WATERFALL_LABEL + k / 4 * axis
-        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
-        ticks.append(
-            f'<line x1="{tx:.1f}" y1="{base}" x2="{tx:.1f}" y2="{base + 4}" stroke="#888"/>'
-            f'<text x="{tx:.1f}" y="{base + 15}" text-anchor="{anchor}" fill="#555">'
-            f"{esc(duration_text(total * k / 4))}</text>"
-        )
+    ticks = _waterfall_ticks(base, axis, total)
     caption = f"Spans of {run['contender']} · {run['variant']}: each model and tool call on the run's clock"
     return (
         f'<figure class="waterfall"><svg xmlns="http://www.w3.org/2000/svg" class="waterfall" '

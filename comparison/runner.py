@@ -26,7 +26,7 @@ from typing import Any
 
 from comparison.approvals import DemoHuman
 from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, Contender, build_contender
-from comparison.conversations import HistoryPolicy, open_conversation, run_gated_graph
+from comparison.conversations import Conversation, HistoryPolicy, facts_of, open_conversation, run_gated_graph
 from comparison.records import RunRecord, raised_record, result_record
 from comparison.run_setup import (
     RunOptions,
@@ -120,85 +120,101 @@ def run_session(scenario: Scenario, variant: Variant, contender: str, options: R
 def _run_session(
     scenario: Scenario, variant: Variant, contender: str, options: RunOptions, store: BookStore, customer: str
 ) -> list[RunRecord]:
-    tools = scenario_tools(store, customer, scenario, variant)
-    instructions = scenario.instructions_for(variant)
-    events: list[TraceEvent] = []
-    agent_options = scenario.options_for(variant, collector(events, options.progress))
-    db = None
-    if variant.persistent:
-        if options.session_db is None:
-            raise ValueError(f"{scenario.name}/{variant.name} keeps its session in a file: set RunOptions.session_db")
-        db = options.session_db
-    thread = f"{scenario.name}-{variant.name}"
-    if contender not in ("handwritten", "langgraph"):
-        # The frameworks' threads share the SQLite file with our graph's but not its state schema: one each.
-        thread = f"{thread}-{contender}"
-
-    def new_agent() -> Contender:
-        model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
-        return build_contender(contender, model, tools, agent_options)
-
-    policy = HistoryPolicy(variant.keep_turns, variant.summarize)
-    storage = storage_options(variant.storage)
-    agent = new_agent()
-    conversation = open_conversation(
-        contender,
-        agent,
-        instructions,
-        thread,
-        db,
-        resume=False,
-        customer_id=customer,
-        policy=policy,
-        storage=storage,
-    )
+    run = _SessionRun(scenario, variant, contender, options, store, customer)
+    conversation = run.open(resume=False)
     records: list[RunRecord] = []
     try:
         for turn, goal in enumerate(scenario.goals, start=1):
-            changed = None
-            if turn > 1 and scenario.change_between_turns is not None:
-                removed = store.remove_from_cart(customer, scenario.change_between_turns)
-                changed = f"removed {removed} cop(ies) of book {scenario.change_between_turns} from the cart"
-            events.clear()
-            key = run_key(scenario, variant, contender, goal, turn)
-            started = time.perf_counter()
-            result = attempt(
-                lambda goal=goal: conversation.ask(goal), f"{contender} in {scenario.name}/{variant.name} turn {turn}"
-            )
-            wall_s = time.perf_counter() - started
-            if isinstance(result, Exception):
-                records.append(raised_record(key, store, customer, wall_s, events, result))
-                break
-            record = result_record(key, store, customer, wall_s, result)
-            note_not_honoured(record, agent)
-            if not scenario.growth or turn == len(scenario.goals):
-                # A long conversation is measured once, at its end: reading the thread costs a turn's time again.
-                record.facts.update(conversation.facts())
-            if changed:
-                record.facts["changed_behind_the_agent"] = changed
+            record, answered = run.take_turn(conversation, turn, goal)
             records.append(record)
+            if not answered:
+                break
     finally:
         conversation.close()
-    if db is not None and records:
-        # A restart: a new agent and a new session object read the same file; the conversation must be there.
-        reopened = open_conversation(
-            contender,
-            new_agent(),
-            instructions,
-            thread,
-            db,
-            resume=True,
-            customer_id=customer,
-            policy=policy,
-            storage=storage,
+    if run.db is not None and records:
+        run.restart(records[-1])
+    return records
+
+
+class _SessionRun:
+    """One contender's conversation in a session scenario: how it is opened (again, after a restart), and its turns."""
+
+    def __init__(
+        self, scenario: Scenario, variant: Variant, contender: str, options: RunOptions, store: BookStore, customer: str
+    ) -> None:
+        self.scenario, self.variant, self.contender, self.options = scenario, variant, contender, options
+        self.store, self.customer = store, customer
+        self.tools = scenario_tools(store, customer, scenario, variant)
+        self.instructions = scenario.instructions_for(variant)
+        self.events: list[TraceEvent] = []
+        self.agent_options = scenario.options_for(variant, collector(self.events, options.progress))
+        self.db = None
+        if variant.persistent:
+            if options.session_db is None:
+                raise ValueError(
+                    f"{scenario.name}/{variant.name} keeps its session in a file: set RunOptions.session_db"
+                )
+            self.db = options.session_db
+        self.thread = f"{scenario.name}-{variant.name}"
+        if contender not in ("handwritten", "langgraph"):
+            # The frameworks' threads share the SQLite file with our graph's but not its state schema: one each.
+            self.thread = f"{self.thread}-{contender}"
+        self.policy = HistoryPolicy(variant.keep_turns, variant.summarize)
+        self.storage = storage_options(variant.storage)
+        self.agent: Contender | None = None
+        """The agent of the first opening: what it did not honour is noted on every turn's record."""
+
+    def open(self, *, resume: bool) -> Conversation:
+        """The conversation, on a new agent: a restart is a new agent and a new session object on the same file."""
+        model = make_model(model_spec_for(self.options.model, self.scenario.persona), seed=self.options.model_seed)
+        agent = build_contender(self.contender, model, self.tools, self.agent_options)
+        self.agent = self.agent or agent
+        return open_conversation(
+            self.contender,
+            agent,
+            self.instructions,
+            self.thread,
+            self.db,
+            resume=resume,
+            customer_id=self.customer,
+            policy=self.policy,
+            storage=self.storage,
         )
+
+    def take_turn(self, conversation: Conversation, turn: int, goal: str) -> tuple[RunRecord, bool]:
+        """The record of one turn, and whether it was answered (a turn that raised ends the conversation)."""
+        scenario, store, customer = self.scenario, self.store, self.customer
+        changed = None
+        if turn > 1 and scenario.change_between_turns is not None:
+            removed = store.remove_from_cart(customer, scenario.change_between_turns)
+            changed = f"removed {removed} cop(ies) of book {scenario.change_between_turns} from the cart"
+        self.events.clear()
+        key = run_key(scenario, self.variant, self.contender, goal, turn)
+        started = time.perf_counter()
+        what = f"{self.contender} in {scenario.name}/{self.variant.name} turn {turn}"
+        result = attempt(lambda: conversation.ask(goal), what)
+        wall_s = time.perf_counter() - started
+        if isinstance(result, Exception):
+            return raised_record(key, store, customer, wall_s, self.events, result), False
+        record = result_record(key, store, customer, wall_s, result)
+        assert self.agent is not None, "the conversation was opened on it"
+        note_not_honoured(record, self.agent)
+        if not scenario.growth or turn == len(scenario.goals):
+            # A long conversation is measured once, at its end: reading the thread costs a turn's time again.
+            record.facts.update(facts_of(conversation))
+        if changed:
+            record.facts["changed_behind_the_agent"] = changed
+        return record, True
+
+    def restart(self, last: RunRecord) -> None:
+        """A new agent and a new session object read the same file: the conversation must be there."""
+        reopened = self.open(resume=True)
         try:
-            after = reopened.facts()
+            after = facts_of(reopened)
         finally:
             reopened.close()
-        records[-1].facts["messages_after_restart"] = after["messages"]
-        records[-1].facts["survived_restart"] = after["messages"] == records[-1].facts.get("messages")
-    return records
+        last.facts["messages_after_restart"] = after["messages"]
+        last.facts["survived_restart"] = after["messages"] == last.facts.get("messages")
 
 
 STORAGE_OPTIONS: dict[str, dict[str, Any]] = {"full": {"storage": "full"}}

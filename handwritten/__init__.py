@@ -1,9 +1,8 @@
 """The from-scratch agent: `AgentLoop` (one run toward a goal) and `Session` (a conversation of several runs).
 
-Written without an agent framework, over any langchain-core chat model and any LangChain tools, so every
-stopping rule and guard is visible in `loop.py`; `session.py` keeps the history between questions, in a JSON
-Lines file (`storage.py`) or in two Postgres tables shared by several processes (`postgres.py`). The typed
-steps a reply is classified into are shared with the graph, in `shared_tools.steps`.
+Written without an agent framework, so every stopping rule and guard is visible in `loop.py`; `session.py` keeps
+the history between questions, in a JSON Lines file (`storage.py`) or in Postgres tables shared by processes
+(`postgres.py`); `kept.py` is the session as a `Conversation` that saves and locks itself after every turn.
 """
 
 from handwritten.loop import AgentCancelled, AgentLoop

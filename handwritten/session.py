@@ -8,19 +8,18 @@ Postgres (`handwritten.postgres`), both refusing to overwrite a save made by ano
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Unpack
 
 from langchain_core.messages import BaseMessage, SystemMessage, messages_from_dict, messages_to_dict
 
 from handwritten import storage
 from handwritten.loop import AgentCancelled, AgentLoop, history_so_far
+from shared_tools.conversation import HistoryPolicy, OneTurnAtATime, PolicyKeywords, check_owner
 from shared_tools.history import (
     Rewound,
     among_other_conversations,
@@ -32,7 +31,7 @@ from shared_tools.history import (
     summary_message,
     write_summary,
 )
-from shared_tools.results import AgentResult, CustomerMismatch, RunUsage
+from shared_tools.results import AgentResult, RunUsage
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
@@ -63,10 +62,7 @@ class Session:
         (the whole history is still kept and saved); `summarize=True` folds the turns that fall out of that
         window into one summary message written by the loop's model (`shared_tools.history`).
         """
-        if keep_turns is not None and (not _is_count(keep_turns) or keep_turns < 1):
-            raise ValueError(f"keep_turns must be at least 1 (a window of user turns), got {keep_turns!r}")
-        if summarize and keep_turns is None:
-            raise ValueError("summarize needs keep_turns: the summary stands in for the turns outside that window")
+        HistoryPolicy(keep_turns, summarize)  # refuses a window of no turns, and a summary without a window
         self.loop = loop
         self.instructions = instructions
         self.customer_id = customer_id
@@ -84,8 +80,8 @@ class Session:
         """Or the Postgres conversation (URL, thread id) it was loaded from or last saved to (`_path` is None)."""
         self._saved: int | None = None
         """How many leading messages of `_messages` are stored there as they are here; None: rewrite it whole."""
-        # Threading locks, not asyncio ones: sync `ask`s from two threads each run their own event loop.
-        self._turn = threading.Lock()
+        self._turn = OneTurnAtATime()
+        # A threading lock, not an asyncio one: sync `ask`s from two threads each run their own event loop.
         self._state = threading.Lock()
         """Held while `_messages` is replaced and while a save reads it, so a save never writes half a change."""
 
@@ -116,7 +112,7 @@ class Session:
         neither question nor answer is lost the way two runs over the same starting history would lose one.
         The result's `messages` are the whole history, not only the window the model was sent.
         """
-        async with self._one_turn_at_a_time():
+        async with self._turn.held():
             if self.summarize and not (cancel is not None and cancel.is_set()):
                 await self._fold_old_turns()
             self._mark_among_others()
@@ -154,7 +150,7 @@ class Session:
         """Finish the turn an outage cut short, from the calls it finished (they are not run again); None when
         the last turn is not unfinished. Ask a new question only after this: its model would not know that the
         cut-short turn's add landed, and would add the book a second time."""
-        async with self._one_turn_at_a_time():
+        async with self._turn.held():
             if not self.unfinished:
                 return None
             self._mark_among_others()
@@ -244,16 +240,6 @@ class Session:
             self.summary_tokens,
         )
 
-    @contextlib.asynccontextmanager
-    async def _one_turn_at_a_time(self) -> AsyncIterator[None]:
-        # Polled, so that waiting never blocks an event loop and a cancel while waiting simply ends the wait.
-        while not self._turn.acquire(blocking=False):
-            await asyncio.sleep(0.005)
-        try:
-            yield
-        finally:
-            self._turn.release()
-
     # --- time travel ---------------------------------------------------------------------------------------------
 
     def rewind(self, turns: int = 1) -> Rewound:
@@ -269,7 +255,7 @@ class Session:
         the same revision check as `save`; if that fails, nothing is rewound. Turns already folded into the
         summary cannot be rewound.
         """
-        async with self._one_turn_at_a_time():
+        async with self._turn.held():
             starts = [i for i, message in enumerate(self._messages) if is_user_turn(message)]
             if not _is_count(turns) or not 1 <= turns <= len(starts):
                 raise ValueError(f"cannot rewind {turns} turn(s): the history holds {len(starts)} user turn(s)")
@@ -340,10 +326,9 @@ class Session:
         loop: AgentLoop,
         *,
         customer_id: str | None = None,
-        keep_turns: int | None = None,
-        summarize: bool = False,
+        **policy: Unpack[PolicyKeywords],
     ) -> Session:
-        """A session continuing the conversation saved at `path`, run by `loop` with this history policy.
+        """A session continuing the conversation saved at `path`, run by `loop` with the history `policy`.
 
         With `customer_id`, a conversation saved for another customer is refused (`CustomerMismatch`): it holds
         that customer's name, address and cart, and must not be shown to anyone else. A torn last line (a crash
@@ -352,8 +337,7 @@ class Session:
         path = Path(path)
         stored = storage.read(path)
         owner = stored.customer
-        if customer_id is not None and owner is not None and owner != customer_id:
-            raise CustomerMismatch(f"{path} is the conversation of customer {owner!r}, not of {customer_id!r}")
+        check_owner(owner, customer_id, str(path))
         try:
             messages = messages_from_dict(stored.messages)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -363,8 +347,7 @@ class Session:
             stored.instructions,
             messages,
             customer_id=owner or customer_id,
-            keep_turns=keep_turns,
-            summarize=summarize,
+            **policy,
         )
         session._revision, session._path, session._saved = stored.revision, path, len(messages)
         return session
@@ -409,8 +392,7 @@ class Session:
         loop: AgentLoop,
         *,
         customer_id: str | None = None,
-        keep_turns: int | None = None,
-        summarize: bool = False,
+        **policy: Unpack[PolicyKeywords],
     ) -> Session:
         """A session continuing the conversation stored as `thread_id` at `url`; `LookupError` when there is none
         (start a new `Session` and `asave_postgres` it). A conversation of another customer is refused
@@ -420,10 +402,7 @@ class Session:
         stored = await postgres.read(url, thread_id)
         if stored is None:
             raise LookupError(f"no conversation {thread_id!r} is stored in that database")
-        if customer_id is not None and stored.customer is not None and stored.customer != customer_id:
-            raise CustomerMismatch(
-                f"thread {thread_id!r} is the conversation of customer {stored.customer!r}, not of {customer_id!r}"
-            )
+        check_owner(stored.customer, customer_id, f"thread {thread_id!r}")
         try:
             messages = messages_from_dict(stored.messages)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -433,9 +412,8 @@ class Session:
             stored.instructions,
             messages,
             customer_id=stored.customer or customer_id,
-            keep_turns=keep_turns,
-            summarize=summarize,
             conversation_id=thread_id,
+            **policy,
         )
         session._revision, session._thread, session._saved = stored.revision, (url, thread_id), len(messages)
         return session

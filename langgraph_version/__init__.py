@@ -1,9 +1,8 @@
 """The bookstore agent on LangGraph: the mirror image of `handwritten`, and what LangGraph offers without it.
 
-`GraphAgent` runs the guarded graph (`graph.py`); `GraphSession` keeps a conversation in a checkpointer
-thread, in memory, SQLite (`checkpoints.py`) or Postgres (`postgres.py`); `prebuilt/` holds LangGraph's
-defaults graph and `create_agent` as shipped. All take the same `AgentOptions` (or an `AgentLimits`) and
-are async inside, with thin sync drivers (`run`, `ask`, ...).
+`GraphAgent` runs the guarded graph (`graph.py`); `GraphSession` keeps a conversation in a checkpointer thread,
+in memory, SQLite (`checkpoints.py`) or Postgres (`postgres.py`), a `Conversation` in `conversation.py`;
+`prebuilt/` holds LangGraph's defaults graph and `create_agent` as shipped. Async inside, with sync drivers.
 """
 
 from langgraph_version.agent import GraphAgent

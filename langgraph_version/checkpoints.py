@@ -11,10 +11,8 @@ import asyncio
 import os
 import socket
 import sqlite3
-import threading
 import time
 import uuid
-import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, closing
 from typing import Any, Literal
@@ -288,24 +286,3 @@ def _process_alive(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
-
-
-class _TurnLock:
-    """The turn of one thread within this process. A threading lock, not an asyncio one: sync calls from two
-    threads each run an event loop of their own (as in `handwritten.Session`)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-
-
-_TURN_LOCKS: weakref.WeakValueDictionary[tuple[Any, ...], _TurnLock] = weakref.WeakValueDictionary()
-_TURN_LOCKS_GUARD = threading.Lock()
-
-
-def turn_lock_for(key: tuple[Any, ...]) -> _TurnLock:
-    """The one lock of a thread (a checkpointer and a thread id) shared by every session on it in this process."""
-    with _TURN_LOCKS_GUARD:
-        lock = _TURN_LOCKS.get(key)
-        if lock is None:
-            lock = _TURN_LOCKS[key] = _TurnLock()
-        return lock

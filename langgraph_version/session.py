@@ -8,7 +8,6 @@ short, `rewind` and `replay` travel in time. Where the checkpoints are is a stor
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import threading
@@ -17,7 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from langchain_core.messages import BaseMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
@@ -29,11 +28,12 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command, StateSnapshot
 
 from langgraph_version.agent import GraphAgent, opening
-from langgraph_version.checkpoints import SqliteCheckpoints, Storage, messages_channel, prune_sqlite, turn_lock_for
+from langgraph_version.checkpoints import SqliteCheckpoints, Storage, messages_channel, prune_sqlite
 from langgraph_version.graph import CHECK, ERRORS, MODEL, TOOLS
 from langgraph_version.postgres import PostgresCheckpoints, prune_postgres
 from langgraph_version.run import Durability
 from langgraph_version.serde import CheckpointSerializer
+from shared_tools.conversation import HistoryPolicy, check_owner, turn_of
 from shared_tools.history import (
     Rewound,
     Turn,
@@ -45,7 +45,7 @@ from shared_tools.history import (
     summary_message,
     write_summary,
 )
-from shared_tools.results import AgentResult, CustomerMismatch, RunUsage, StopReason
+from shared_tools.results import AgentResult, RunUsage, StopReason
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,19 @@ class TurnNotOver(RuntimeError):
     def __init__(self, message: str, *, awaiting_approval: bool) -> None:
         super().__init__(message)
         self.awaiting_approval = awaiting_approval
+
+
+class SessionOptions(TypedDict, total=False):
+    """`GraphSession`'s own keywords, as `sqlite` and `postgres` pass them on (see `GraphSession.__init__`)."""
+
+    thread_id: str
+    durability: Durability | None
+    customer_id: str | None
+    turn_timeout: float
+    keep_turns: int | None
+    summarize: bool
+    storage: Storage
+    prune_turns: int | None
 
 
 class GraphSession:
@@ -109,22 +122,8 @@ class GraphSession:
         time travel (`rewind`, `replay`) reaches only the last N turns. Delta threads cannot be pruned this way,
         because their checkpoints are rebuilt from their ancestors' writes.
         """
-        if keep_turns is not None and (isinstance(keep_turns, bool) or not isinstance(keep_turns, int)):
-            raise ValueError(f"keep_turns must be a whole number of turns or None, got {keep_turns!r}")
-        if keep_turns is not None and keep_turns < 1:
-            raise ValueError(f"keep_turns must be at least 1 (the question being asked), got {keep_turns}")
-        if summarize and keep_turns is None:
-            raise ValueError("summarize=True folds the turns outside the window: it needs keep_turns")
-        if storage not in ("delta", "full"):
-            raise ValueError(f"storage must be 'delta' or 'full', got {storage!r}")
-        if prune_turns is not None:
-            if isinstance(prune_turns, bool) or not isinstance(prune_turns, int) or prune_turns < 1:
-                raise ValueError(f"prune_turns must be at least 1, got {prune_turns!r}")
-            if storage != "full" or not isinstance(checkpointer, SqliteCheckpoints | PostgresCheckpoints):
-                raise ValueError(
-                    "prune_turns needs storage='full' in a SQLite file or Postgres: a delta checkpoint is rebuilt "
-                    "from its ancestors' writes, so deleting them would empty it"
-                )
+        HistoryPolicy(keep_turns, summarize)  # refuses a window of no turns, and a summary without a window
+        _check_storage(storage, prune_turns, checkpointer)
         self.keep_turns = keep_turns
         self.summarize = summarize
         self.storage: Storage = storage
@@ -140,34 +139,25 @@ class GraphSession:
         self.checkpointer = checkpointer if checkpointer is not None else InMemorySaver(serde=CheckpointSerializer())
         self.config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         self._closed = False
+        self._graph, where = self._graph_and_place()
+        self._turn_lock = turn_of((*where, thread_id))
+
+    def _graph_and_place(self) -> tuple[CompiledStateGraph, tuple[Any, ...]]:
+        """The session's graph, and where its thread is kept (the key of the thread's turn in this process)."""
         if isinstance(self.checkpointer, SqliteCheckpoints):
-            self._graph = agent.graph  # given the saver of each call in `_graph_here`
-            where: Any = ("sqlite", os.path.realpath(self.checkpointer.path))
-        elif isinstance(self.checkpointer, PostgresCheckpoints):
-            self._graph = agent.graph
-            where = ("postgres", self.checkpointer.url)
-        else:
-            self._graph = self._stored(agent.builder.compile(checkpointer=self.checkpointer))
-            where = ("saver", id(self.checkpointer))
-        self._turn_lock = turn_lock_for((*where, thread_id))
+            # The agent's graph, given the saver of each call in `_graph_here`.
+            return self.agent.graph, ("sqlite", os.path.realpath(self.checkpointer.path))
+        if isinstance(self.checkpointer, PostgresCheckpoints):
+            return self.agent.graph, ("postgres", self.checkpointer.url)
+        graph = self._stored(self.agent.builder.compile(checkpointer=self.checkpointer))
+        return graph, ("saver", id(self.checkpointer))
 
     @classmethod
     def sqlite(
-        cls,
-        agent: GraphAgent,
-        instructions: str,
-        *,
-        path: str,
-        thread_id: str = "t1",
-        durability: Durability | None = "sync",
-        customer_id: str | None = None,
-        turn_timeout: float = 30.0,
-        keep_turns: int | None = None,
-        summarize: bool = False,
-        storage: Storage = "delta",
-        prune_turns: int | None = None,
+        cls, agent: GraphAgent, instructions: str, *, path: str, **options: Unpack[SessionOptions]
     ) -> GraphSession:
-        """A session whose thread lives in the SQLite file at `path` (see `SqliteCheckpoints`).
+        """A session whose thread lives in the SQLite file at `path` (see `SqliteCheckpoints`); `options` are
+        `GraphSession`'s own.
 
         The default durability is ``"sync"``, because a file is kept to survive a crash: each superstep's
         checkpoint is on disk before the next superstep starts, so the model's reply, with the tool-call ids it
@@ -177,36 +167,12 @@ class GraphSession:
         model would be asked again and choose new ids (a real model does), and with ``"exit"`` the whole
         unfinished turn is lost. The price is one awaited write per superstep.
         """
-        return cls(
-            agent,
-            instructions,
-            thread_id,
-            checkpointer=SqliteCheckpoints(path),
-            durability=durability,
-            customer_id=customer_id,
-            turn_timeout=turn_timeout,
-            keep_turns=keep_turns,
-            summarize=summarize,
-            storage=storage,
-            prune_turns=prune_turns,
-        )
+        options.setdefault("durability", "sync")
+        return cls(agent, instructions, checkpointer=SqliteCheckpoints(path), **options)
 
     @classmethod
     def postgres(
-        cls,
-        agent: GraphAgent,
-        instructions: str,
-        *,
-        url: str,
-        thread_id: str = "t1",
-        durability: Durability | None = "sync",
-        customer_id: str | None = None,
-        turn_timeout: float = 30.0,
-        keep_turns: int | None = None,
-        summarize: bool = False,
-        storage: Storage = "delta",
-        prune_turns: int | None = None,
-        pool: Any = None,
+        cls, agent: GraphAgent, instructions: str, *, url: str, pool: Any = None, **options: Unpack[SessionOptions]
     ) -> GraphSession:
         """A session whose thread lives in the Postgres database at `url` (see `PostgresCheckpoints`), shared by
         every process and machine that opens the same thread: any of them can take any turn, one at a time.
@@ -220,19 +186,8 @@ class GraphSession:
         keep_latest keeps only the head. LangGraph refuses to keep_latest a DeltaChannel thread
         (NotImplementedError), which is why delta threads, already small, are not pruned.
         """
-        return cls(
-            agent,
-            instructions,
-            thread_id,
-            checkpointer=PostgresCheckpoints(url, pool=pool),
-            durability=durability,
-            customer_id=customer_id,
-            turn_timeout=turn_timeout,
-            keep_turns=keep_turns,
-            summarize=summarize,
-            storage=storage,
-            prune_turns=prune_turns,
-        )
+        options.setdefault("durability", "sync")
+        return cls(agent, instructions, checkpointer=PostgresCheckpoints(url, pool=pool), **options)
 
     def _stored(self, graph: CompiledStateGraph, **update: Any) -> CompiledStateGraph:
         """`graph` with `update` and the channel for `messages` that `storage` asks for."""
@@ -258,27 +213,18 @@ class GraphSession:
         wrote last: the other question and its answer would drop out of the conversation.
         """
         self._refuse_when_closed()
-        # Polled, so that waiting never blocks an event loop and a cancel while waiting simply ends the wait.
-        while not self._turn_lock.lock.acquire(blocking=False):
-            await asyncio.sleep(0.005)
-        try:
+        async with self._turn_lock.held():
             if isinstance(self.checkpointer, SqliteCheckpoints | PostgresCheckpoints):
                 async with self.checkpointer.turn(self.thread_id, wait=self.turn_timeout), self._graph_here() as graph:
                     yield graph
             else:
                 async with self._graph_here() as graph:
                     yield graph
-        finally:
-            self._turn_lock.lock.release()
 
     async def _snapshot(self, graph: CompiledStateGraph) -> StateSnapshot:
         """The thread's latest state, once it is known to be this session's customer's (`CustomerMismatch`)."""
         snapshot = await graph.aget_state(self.config)
-        owner = snapshot.values.get("customer")
-        if self.customer_id is not None and owner is not None and owner != self.customer_id:
-            raise CustomerMismatch(
-                f"thread {self.thread_id!r} is the conversation of customer {owner!r}, not of {self.customer_id!r}"
-            )
+        check_owner(snapshot.values.get("customer"), self.customer_id, f"thread {self.thread_id!r}")
         return snapshot
 
     def _refuse_when_closed(self) -> None:
@@ -339,11 +285,7 @@ class GraphSession:
         if head is None:
             return None
         values = head.checkpoint["channel_values"]
-        owner = values.get("customer")
-        if self.customer_id is not None and owner is not None and owner != self.customer_id:
-            raise CustomerMismatch(
-                f"thread {self.thread_id!r} is the conversation of customer {owner!r}, not of {self.customer_id!r}"
-            )
+        check_owner(values.get("customer"), self.customer_id, f"thread {self.thread_id!r}")
         if self.storage == "full" and "messages" in head.checkpoint["channel_versions"] and "messages" not in values:
             raise ValueError(
                 f"thread {self.thread_id!r} was written with storage='delta' (its checkpoints hold no messages); "
@@ -580,9 +522,7 @@ class GraphSession:
             base = await graph.aget_state(self._at(checkpoint_id))
             if base.created_at is None:
                 raise ValueError(f"thread {self.thread_id!r} has no checkpoint {checkpoint_id!r}")
-            owner = base.values.get("customer")
-            if self.customer_id is not None and owner is not None and owner != self.customer_id:
-                raise CustomerMismatch(f"checkpoint {checkpoint_id!r} is of customer {owner!r}")
+            check_owner(base.values.get("customer"), self.customer_id, f"checkpoint {checkpoint_id!r}")
             if not base.next:
                 raise ValueError(f"checkpoint {checkpoint_id!r} ended its run: nothing to replay (rewind to it)")
             start = await self._forget_abandoned_calls(graph, base, list(head.values.get("messages", [])))
@@ -657,6 +597,21 @@ class GraphSession:
 _WROTE_BEFORE = {MODEL: CHECK, TOOLS: MODEL, ERRORS: TOOLS, CHECK: ERRORS}
 """For each node a replay can start at, a node whose edges lead to it (`graph.build_guarded_graph`) while the run
 goes on (no stop reason): the node a marked fork of the checkpoint is written as."""
+
+
+def _check_storage(storage: Storage, prune_turns: int | None, checkpointer: object) -> None:
+    """Refuse a storage GraphSession has none of, and a pruning that would empty a delta thread."""
+    if storage not in ("delta", "full"):
+        raise ValueError(f"storage must be 'delta' or 'full', got {storage!r}")
+    if prune_turns is None:
+        return
+    if isinstance(prune_turns, bool) or not isinstance(prune_turns, int) or prune_turns < 1:
+        raise ValueError(f"prune_turns must be at least 1, got {prune_turns!r}")
+    if storage != "full" or not isinstance(checkpointer, SqliteCheckpoints | PostgresCheckpoints):
+        raise ValueError(
+            "prune_turns needs storage='full' in a SQLite file or Postgres: a delta checkpoint is rebuilt "
+            "from its ancestors' writes, so deleting them would empty it"
+        )
 
 
 def _unfinished(snapshot: StateSnapshot) -> bool:

@@ -2,7 +2,7 @@
 
 `MafAgent` runs MAF's `Agent` (its tool loop, `FunctionInvocationLayer`) behind the same `AgentOptions` and
 `AgentResult` as the other agents; `MafSession` is a conversation on MAF's `AgentSession`, kept in a file, with a
-history window (`WindowedHistory`) and rewind;
+history window (`WindowedHistory`) and rewind (`conversation.py`: the same as a `Conversation`);
 `LangChainChatClient` lets MAF call any langchain-core chat model.
 """
 

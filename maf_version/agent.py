@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from maf_version.client import LangChainChatClient, kept_reply, maf_tool, result_text, to_langchain
 from shared_tools import guards
+from shared_tools.conversation import HistoryPolicy
 from shared_tools.results import (
     AgentOptions,
     AgentResult,
@@ -459,8 +460,7 @@ class WindowedHistory(InMemoryHistoryProvider):
     """
 
     def __init__(self, keep_turns: int) -> None:
-        if isinstance(keep_turns, bool) or not isinstance(keep_turns, int) or keep_turns < 1:
-            raise ValueError(f"keep_turns must be a whole number of at least 1, got {keep_turns!r}")
+        HistoryPolicy(keep_turns)  # refuses a window of no turns
         super().__init__()  # the default source id: the session's state holds the history where it always does
         self.keep_turns = keep_turns
 

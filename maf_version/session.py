@@ -7,12 +7,10 @@ history window (`WindowedHistory`).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +19,9 @@ from langchain_core.messages import BaseMessage
 
 from maf_version.agent import MafAgent, MafCancelled, history_of, paused_run, request_call, starts_turn
 from shared_tools.atomic import write_atomically
+from shared_tools.conversation import OneTurnAtATime, check_owner
 from shared_tools.history import Rewound, count_turns, is_user_turn
-from shared_tools.results import AgentResult, CustomerMismatch
+from shared_tools.results import AgentResult
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,7 @@ class MafSession:
         self.instructions = instructions
         self.customer_id = customer_id
         self.path = None if path is None else Path(path)
-        self._turn = threading.Lock()
+        self._turn = OneTurnAtATime()
         loaded = None if self.path is None or not self.path.exists() else self._read(self.path)
         self.session: AgentSession = (
             loaded if loaded is not None else agent.agent_for(instructions, keep_turns).create_session()
@@ -66,7 +65,7 @@ class MafSession:
     async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """One user turn on the conversation so far, with fresh budgets; saved when it ends, a turn that a cancel
         or a failed model call cut short too (the failure is raised again once the turn is saved)."""
-        async with self._one_turn_at_a_time():
+        async with self._turn.held():
             if paused_run(self.session) is not None:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
             try:
@@ -88,7 +87,7 @@ class MafSession:
     ) -> AgentResult:
         """Answer the approval requests the conversation is paused on (`pending`): one yes or no for all, or
         ``{call id: yes or no}`` for each; the run goes on from where it paused (`MafAgent.aresume`)."""
-        async with self._one_turn_at_a_time():
+        async with self._turn.held():
             try:
                 result = await self.agent.aresume(
                     self.instructions, self.session, approved, cancel=cancel, keep_turns=self.keep_turns
@@ -109,7 +108,7 @@ class MafSession:
         Only the conversation goes back: a book a forgotten turn added stays in the cart. A conversation paused
         for an approval cannot be rewound (its pending requests belong to the turn that would be cut).
         """
-        async with self._one_turn_at_a_time():
+        async with self._turn.held():
             if paused_run(self.session) is not None:
                 raise RuntimeError("the conversation is waiting for an approval; call resume() first")
             state = self.session.state.setdefault(InMemoryHistoryProvider.DEFAULT_SOURCE_ID, {})
@@ -121,16 +120,6 @@ class MafSession:
             state["messages"] = stored[: starts[-turns]]
             self._save()
             return Rewound(turns=turns, messages=before - len(self.messages))
-
-    @contextlib.asynccontextmanager
-    async def _one_turn_at_a_time(self) -> AsyncIterator[None]:
-        # Polled, so that waiting never blocks an event loop and a cancel while waiting simply ends the wait.
-        while not self._turn.acquire(blocking=False):
-            await asyncio.sleep(0.005)
-        try:
-            yield
-        finally:
-            self._turn.release()
 
     # --- the conversation ----------------------------------------------------------------------------------------
 
@@ -189,8 +178,7 @@ def read_saved(path: Path, customer_id: str | None = None) -> tuple[AgentSession
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise ValueError(f"{path} is not a saved MAF session (format {found!r}, expected {FORMAT!r})")
     owner = document.get("customer")
-    if customer_id is not None and owner is not None and owner != customer_id:
-        raise CustomerMismatch(f"{path} is the conversation of customer {owner!r}, not of {customer_id!r}")
+    check_owner(owner, customer_id, str(path))
     try:
         session = AgentSession.from_dict(document["session"])
         paused_run(session)  # a resume trusts the record of its pause only once it is checked whole

@@ -55,8 +55,8 @@ class ConcurrentTurn(RuntimeError):
 
 
 class CustomerMismatch(ValueError):
-    """A conversation was opened for another customer than the one it belongs to (`handwritten.Session.load`,
-    `langgraph_version.GraphSession`): it holds that customer's name, address and cart."""
+    """A conversation was opened for another customer than the one it belongs to (every session refuses it
+    through `shared_tools.conversation.check_owner`): it holds that customer's name, address and cart."""
 
 
 @dataclass

@@ -463,8 +463,8 @@ def test_a_real_ctrl_c_during_eval_is_exit_130_with_the_finished_trials_written_
     assert child.returncode == 130, (stdout[-2000:], stderr[-2000:])
     assert "Traceback" not in stderr and "Exception in thread" not in stderr, stderr[-3000:]
     assert list(temp.iterdir()) == [], "no scratch folder is left behind"
-    if "nothing to report or write" in stderr:
-        assert not out.exists()
+    if "nothing to report or write" in stderr or "interrupted while starting; nothing was run" in stderr:
+        assert not out.exists()  # on a busy machine the Ctrl-C can land while the child still imports
         return
     assert "pass^" in stdout, "the finished trials are shown"
     document = json.loads(out.read_text(encoding="utf-8"))

@@ -17,7 +17,7 @@ import compare
 from comparison.approvals import DemoHuman
 from comparison.closing import OWNERS, WHO_OWNS_WHAT
 from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, NO_APPROVAL_GATE, NO_SEQUENTIAL_TOOLS, build_contender
-from comparison.conversations import NO_MAF_SUMMARY, open_conversation, run_gated_graph
+from comparison.conversations import NO_MAF_SUMMARY, facts_of, open_conversation, run_gated_graph
 from comparison.records import RunRecord
 from comparison.runner import NOT_AVAILABLE, RunOptions, run_scenario
 from comparison.scenarios import (
@@ -133,7 +133,7 @@ def test_a_framework_session_answers_turn_two_from_memory(contender: str, store:
     assert "16.50" in (second.answer or "")
     assert second.messages[0].content == INSTRUCTIONS
     assert [m.content for m in second.messages if m.type == "human"] == [SEED_GOAL, CART_QUESTION]
-    assert conversation.facts()["messages"] == len(second.messages) == 13
+    assert facts_of(conversation)["messages"] == len(second.messages) == 13
 
 
 def test_the_defaults_graph_thread_survives_a_reopen_on_sqlite(store: BookStore, tmp_path: Path) -> None:
@@ -146,16 +146,16 @@ def test_the_defaults_graph_thread_survives_a_reopen_on_sqlite(store: BookStore,
 
     conversation = reopen(False)
     assert conversation.ask(SEED_GOAL).stop_reason is StopReason.DONE  # type: ignore[attr-defined]
-    kept = conversation.facts()["messages"]  # type: ignore[attr-defined]
+    kept = facts_of(conversation)["messages"]
     conversation.close()  # type: ignore[attr-defined]
     again = reopen(True)  # a new agent and a new thread object on the same file, as after a restart
-    assert again.facts()["messages"] == kept  # type: ignore[attr-defined]
+    assert facts_of(again)["messages"] == kept
     second = again.ask(CART_QUESTION)  # type: ignore[attr-defined]
     assert (second.tool_calls, "16.50" in (second.answer or "")) == (0, True)
     again.close()  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="customer"):
         agent = build_contender("langgraph-defaults", make_model("scripted"), tools, AgentOptions())
-        open_conversation("langgraph-defaults", agent, INSTRUCTIONS, "t1", db, resume=True, customer_id="c2").facts()
+        facts_of(open_conversation("langgraph-defaults", agent, INSTRUCTIONS, "t1", db, resume=True, customer_id="c2"))
 
 
 def gated_create_agent(store: BookStore, human: DemoHuman, contender: str = "create-agent") -> object:

@@ -30,11 +30,11 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool, tool
 from pydantic import PrivateAttr
 
-from comparison.conversations import thread_storage
 from comparison.scenarios import INSTRUCTIONS
 from langgraph_version import ConcurrentTurn, DefaultsGraphAgent, GraphAgent, GraphSession, create_agent_contender
 from langgraph_version.checkpoints import HOST
 from langgraph_version.prebuilt.thread import CheckpointThread
+from langgraph_version.thread_storage import thread_storage
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools

@@ -19,7 +19,6 @@ import pytest
 
 import compare
 from comparison.contenders import CONTENDERS
-from comparison.conversations import sqlite_thread_storage
 from comparison.experiments import (
     STREAMING_MARKERS,
     STREAMING_MODULES,
@@ -32,6 +31,7 @@ from comparison.records import RunRecord, pick
 from comparison.runner import RunOptions, run_scenario
 from comparison.scenarios import CART_QUESTION, SCENARIOS_BY_NAME
 from comparison.scenarios.s13_long_session import LONG_SESSION_TURNS, long_session_goals
+from langgraph_version.thread_storage import sqlite_thread_storage
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.results import StopReason

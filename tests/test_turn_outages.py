@@ -70,9 +70,9 @@ def test_an_outage_after_an_add_keeps_the_add_and_the_turn_is_finished_without_a
     if db is not None:  # another process opens it again from where it is kept
         conversation.close()
         conversation = open_conversation(contender, agent, INSTRUCTIONS, "shop", db, resume=True, customer_id="c1")
-    result = conversation.finish_unfinished()
+    result = conversation.continue_unfinished()
     assert result is not None and result.ok and "The Quiet Orchard" in (result.answer or "")
-    assert conversation.finish_unfinished() is None, "finished once"
+    assert conversation.continue_unfinished() is None, "finished once"
     messages: list[BaseMessage] = view(conversation.session, "messages")
     adds = [m for m in messages if isinstance(m, ToolMessage) and m.name == "add_to_cart"]
     assert len(adds) == 1 and adds[0].status == "success", "the finished add was kept, and not run again"
@@ -145,5 +145,5 @@ def test_a_handwritten_turn_killed_after_its_add_is_lost_whole_and_the_add_stays
     messages: list[BaseMessage] = conversation.session.messages  # type: ignore[attr-defined]
     assert [m.text for m in messages if isinstance(m, HumanMessage)] == [ORDER_QUESTION], "turn 2 is lost whole"
     assert not any(isinstance(m, ToolMessage) and m.name == "add_to_cart" for m in messages)
-    assert conversation.finish_unfinished() is None, "nothing marks it unfinished: the kill left no trace"
+    assert conversation.continue_unfinished() is None, "nothing marks it unfinished: the kill left no trace"
     store.close()

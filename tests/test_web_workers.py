@@ -134,7 +134,7 @@ def test_only_one_of_many_racing_turns_on_one_pane_starts(two_workers: tuple[Tes
     tab = new_tab(a)
     a.post("/api/settings", json={"tab": tab, "contenders": ["langgraph"]})
     # Held in Postgres as a running worker would hold it: every request on either worker is refused.
-    shared: SharedState = a.app.state.tabs.shared  # type: ignore[attr-defined]
+    shared: SharedState = a.app.state.tabs.store.shared  # type: ignore[attr-defined]
     assert shared.try_claim(tab.split(".")[0], ["langgraph"], "another-worker")
     for client in (a, b, a, b):
         response = client.post("/api/turn", json={"tab": tab, "text": SEED_GOAL})
@@ -148,7 +148,7 @@ def test_only_one_of_many_racing_turns_on_one_pane_starts(two_workers: tuple[Tes
 def test_a_claim_left_by_a_dead_worker_runs_out(two_workers: tuple[TestClient, TestClient]) -> None:
     a, _ = two_workers
     tab = new_tab(a)
-    shared: SharedState = a.app.state.tabs.shared  # type: ignore[attr-defined]
+    shared: SharedState = a.app.state.tabs.store.shared  # type: ignore[attr-defined]
     key = tab.split(".")[0]
     assert shared.try_claim(key, ["langgraph"], "dead-worker", lease=0.2)
     assert not shared.try_claim(key, ["langgraph"], "live-worker")
@@ -245,6 +245,49 @@ def test_a_cancel_sent_to_the_other_worker_stops_the_turn(two_workers: tuple[Tes
     done = panes(wait_for(a, tab, lambda s: idle(s) and panes(s)["handwritten"]["last"] is not None))
     assert done["handwritten"]["pending"] == []
     assert all(line["quantity"] < 10 for line in done["handwritten"]["last"].get("cart") or [])
+
+
+def test_a_turn_is_cancelled_when_no_worker_has_had_a_stream_of_its_tab_for_a_while(postgres_url: str) -> None:
+    """The page's stream was on worker b, the turn runs on worker a: once no worker has had a stream of the tab
+    open for `gone_after` (and a few heartbeats), a cancels the turn, as one worker does for its own streams."""
+    app_a = create_app(postgres_url, allowed_hosts=["127.0.0.1"], gone_after=0.2)
+    app_b = create_app(postgres_url, allowed_hosts=["127.0.0.1"], gone_after=0.2)
+    with (
+        running_server(app_a) as url_a,
+        running_server(app_b) as url_b,
+        httpx.Client(base_url=url_a, timeout=WAIT_S) as a,
+        httpx.Client(base_url=url_b, timeout=WAIT_S) as b,
+    ):
+        tab = new_tab(a)
+        a.post("/api/settings", json={"tab": tab, "contenders": ["handwritten"], "persona": "gullible"})
+        a.post("/api/injection", json={"tab": tab, "on": True})
+        with b.stream("GET", "/api/events", params={"tab": tab}) as stream:
+            lines = (json.loads(line[6:]) for line in stream.iter_lines() if line.startswith("data: "))
+            assert next(lines)["type"] == "hello"
+            assert a.post("/api/turn", json={"tab": tab, "text": SEED_GOAL}).status_code == 202
+            assert any(event["type"] == "approval" for event in lines)  # the loop waits 120 s for the page's yes
+        # The page went away: the turn ends well within the approval's 120 s, cancelled.
+        pane = panes(wait_for(a, tab, lambda s: idle(s) and panes(s)["handwritten"]["last"] is not None))
+        assert pane["handwritten"]["last"]["stop_reason"] == "cancelled"
+        assert pane["handwritten"]["last"]["cart"] == [] and pane["handwritten"]["pending"] == []
+
+
+def test_both_tab_stores_have_every_method_the_tab_store_declares() -> None:
+    """Tabs, panes and routes call a `TabStore` without asking which kind it is: each kind has every method, with
+    the protocol's parameters, async where the protocol's is (a plain call where an await is due would pass
+    silently on one kind)."""
+    import inspect
+
+    from webdemo.pgstore import PostgresStore
+    from webdemo.tabstore import FolderStore, TabStore
+
+    declared = {n: m for n, m in vars(TabStore).items() if inspect.isfunction(m) and not n.startswith("_")}
+    assert {"claim", "publish", "sync", "forget_unused", "turn_beat"} <= set(declared)
+    for kind in (FolderStore, PostgresStore):
+        for name, method in declared.items():
+            given = getattr(kind, name)
+            assert inspect.iscoroutinefunction(given) == inspect.iscoroutinefunction(method), (kind, name)
+            assert list(inspect.signature(given).parameters) == list(inspect.signature(method).parameters), (kind, name)
 
 
 def test_settings_changed_on_one_worker_are_seen_by_the_other(two_workers: tuple[TestClient, TestClient]) -> None:
@@ -498,7 +541,7 @@ def test_unused_tabs_on_postgres_are_forgotten_rows_threads_and_schema_unless_cl
         assert all(before.values()), before  # a conversation on both sessions, a schema, events
         for tab in (old, claimed, watched):
             age(postgres_url, tab.split(".")[0], 100)
-        shared: SharedState = a.app.state.tabs.shared  # type: ignore[attr-defined]
+        shared: SharedState = a.app.state.tabs.store.shared  # type: ignore[attr-defined]
         assert shared.try_claim(claimed.split(".")[0], ["job:eval"], "another-worker")
         shared.touch([watched.split(".")[0]])
         new_tab(a)

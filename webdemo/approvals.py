@@ -52,7 +52,7 @@ class ApprovalBridge:
         self.pane = pane
         self.timeout = timeout
         self.on_change = on_change
-        """Called (in the asking thread) when a question opens or closes: shared mode writes the pane's snapshot,
+        """Called (in the asking thread) when a question opens or closes: it writes the pane's snapshot,
         so a worker that gets the page's answer knows the question is waiting here."""
         self._open: dict[str, _Question] = {}
         self._lock = threading.Lock()

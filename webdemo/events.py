@@ -1,7 +1,7 @@
 """What the page is sent: one tab's event fan-out (`Hub`), texts cut to what a page can hold, and errors in words.
 
 `BadRequest` is a refusal the page reads (a sentence and a 4xx); `for_page` is any other error as the page shows
-it. `Hub.publish` works from any thread; with Postgres (`webdemo.shared`) it goes through the database.
+it. `Hub.publish` works from any thread, through the tab's store (`webdemo.tabstore`) to every worker's streams.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from shared_tools.results import TraceEvent
 
 if TYPE_CHECKING:
-    from webdemo.shared import SharedState
+    from webdemo.tabstore import TabStore
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +56,12 @@ def for_page(exc: BaseException) -> str:
 class Hub:
     """One tab's event fan-out: `publish` from any thread, each event stream reads its own queue."""
 
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, shared: SharedState | None = None, key: str = "", seq: int = 0
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, store: TabStore, key: str = "", seq: int = 0) -> None:
         self.loop = loop
-        self.shared = shared
+        self.store = store
         self.key = key
         self.seq = seq
-        """Shared mode: the last event of this tab delivered here."""
+        """The last event of this tab read from the store (`deliver`)."""
         self.pulling = False
         self.pull_again = False
         self._queues: dict[asyncio.Queue[dict[str, Any] | None], None] = {}
@@ -90,11 +88,12 @@ class Hub:
         self.last_seen = time.monotonic()
 
     def publish(self, event: dict[str, Any]) -> None:
-        """Send `event` to every open stream; safe from a worker thread (it hops onto the server's loop). Shared
-        mode: to every stream of the tab in every worker, through Postgres (this worker's too, in order)."""
-        if self.shared is not None:
-            self.shared.publish(self.key, event)
-            return
+        """Send `event` to every open stream of the tab, in every worker (`TabStore.publish`); safe from a worker
+        thread."""
+        self.store.publish(self.key, event, self._publish_here)
+
+    def _publish_here(self, event: dict[str, Any]) -> None:
+        """To this worker's streams: on the server's loop (a hop onto it from a worker thread)."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -122,7 +121,7 @@ class Hub:
         queue.put_nowait(None)
 
     def deliver(self, event: dict[str, Any]) -> None:
-        """Shared mode: an event read from Postgres, for this worker's streams (on the server's loop)."""
+        """An event read from the store, for this worker's streams (on the server's loop)."""
         self._deliver(event)
 
     def _deliver(self, event: dict[str, Any]) -> None:

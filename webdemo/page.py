@@ -1,7 +1,7 @@
 """What every route shares, kept on `app.state.page`: the tabs, the worker pool, the model, the job slots.
 
-With Postgres (`webdemo.shared`) a state-changing route first claims the panes it touches there (`Page.claim`),
-so two workers never run a turn on one pane; with a data folder there is one worker, and a claim is a no-op.
+A state-changing route first claims the panes it touches in the tabs' store (`Page.claim`), so two workers never
+run a turn on one pane (`webdemo.tabstore`: with a data folder there is one worker, and a claim is always granted).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from starlette.requests import Request
 
 from webdemo.events import BadRequest
 from webdemo.jobs import JobSlots
-from webdemo.shared import SharedState, TabGone
 from webdemo.tabs import Tab, Tabs
+from webdemo.tabstore import TabGone
 
 
 @dataclass
@@ -25,7 +25,6 @@ class Page:
     """The app's state, built once by `create_app`: every route reads it from its request (`page_of`)."""
 
     tabs: Tabs
-    shared: SharedState | None
     executor: Executor
     model: str
     slots: JobSlots
@@ -38,23 +37,16 @@ class Page:
         return await asyncio.get_running_loop().run_in_executor(self.executor, call)
 
     async def claim(self, tab: Tab, names: list[str], refusal: str, lease: float | None = None) -> None:
-        """Shared mode: hold `names` of `tab` in Postgres, or refuse with 409 (another worker holds one)."""
-        shared = self.shared
-        if shared is None:
-            return
-        owner = self.tabs.owner
-        args = (tab.key, names, owner) if lease is None else (tab.key, names, owner, lease)
+        """Hold `names` of `tab` in the tabs' store, or refuse with 409 (another worker holds one)."""
         try:
-            claimed = await self.in_worker(lambda: shared.try_claim(*args))
+            claimed = await self.tabs.store.claim(tab.key, names, self.tabs.owner, lease)
         except TabGone:
             raise BadRequest(410, "this tab was deleted, unused for long; reload the page to start afresh") from None
         if not claimed:
             raise BadRequest(409, refusal)
 
     async def release(self, tab: Tab, names: list[str]) -> None:
-        shared = self.shared
-        if shared is not None:
-            await self.in_worker(lambda: shared.release(tab.key, names, self.tabs.owner))
+        await self.tabs.store.release(tab.key, names, self.tabs.owner)
 
 
 def page_of(request: Request) -> Page:

@@ -1,8 +1,8 @@
 """One `Pane` per contender in a tab: its real session, and how a turn runs in it.
 
 Each pane is one contender's session with a customer of its own. It takes one turn at a time, in a worker thread
-(`TurnRunner`), so the loop's sync `approve` can wait for the page; the graphs pause and resume. With Postgres
-(`webdemo.shared`) a pane's snapshot shows other workers the turn running here.
+(`TurnRunner`), so the loop's sync `approve` can wait for the page; the graphs pause and resume. A pane's
+snapshot in the tab's store shows other workers (if any) the turn running here.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from shared_tools.results import AgentOptions, AgentResult, StopReason, TraceEve
 from shared_tools.sync import run_blocking
 from webdemo.approvals import ApprovalBridge, PaneHuman, graph_request, graph_request_ids
 from webdemo.events import MAX_SHOWN_CHARS, BadRequest, for_page, shown, token_parts, trace_json
+from webdemo.tabstore import thread_name
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,14 +46,12 @@ if TYPE_CHECKING:
     from shared_tools.bookstore.store import BookStore
     from webdemo.events import Hub
     from webdemo.settings import PageSettings
-    from webdemo.shared import SharedState
     from webdemo.tabstore import TabStore
 
 
 class TabsOfPane(Protocol):
     """What a pane reads of the server's tabs (`webdemo.tabs.Tabs`)."""
 
-    shared: SharedState | None
     store: TabStore
     owner: str
     model_spec: str
@@ -69,6 +68,7 @@ class TabOfPane(Protocol):
     settings: PageSettings
     store: BookStore
     session_target: Path | str
+    thread_tab: str | None
 
     @property
     def tabs(self) -> TabsOfPane: ...
@@ -87,7 +87,7 @@ MAX_TRANSCRIPT = 200
 MAX_TRACE = 400
 """Trace lines of a pane's current turn kept for a reload."""
 HEARTBEAT_S = 1.0
-"""Shared mode: how often a worker running a turn extends its claim and writes the pane's snapshot."""
+"""How often a worker running a turn extends its claim and writes the pane's snapshot (`TabStore.turn_beat`)."""
 
 
 class CartCheck(StrEnum):
@@ -158,12 +158,6 @@ def pane_customer(tab_key: str, contender: str) -> str:
     return f"web-{tab_key}-{contender}"
 
 
-def thread_name(contender: str, tab_key: str | None = None) -> str:
-    """The pane's thread in the tab's SQLite file (one per contender: the frameworks' state schemas differ); in
-    Postgres, where every tab's threads share the tables, the tab's key is part of the name."""
-    return f"web-{contender}" if tab_key is None else f"web-{tab_key}-{contender}"
-
-
 def transcript_of(messages: list[BaseMessage]) -> list[dict[str, str]]:
     """What the customer saw of a conversation: their questions and the final answers (no tool traffic)."""
     from shared_tools.history import is_user_turn
@@ -184,14 +178,12 @@ class Pane:
         self.tab = tab
         self.contender = contender
         self.customer = pane_customer(tab.key, contender)
-        shared = tab.tabs.shared is not None
-        self.bridge = ApprovalBridge(
-            tab.hub.publish, contender, tab.tabs.approval_timeout, self.save_snapshot if shared else None
-        )
+        self.bridge = ApprovalBridge(tab.hub.publish, contender, tab.tabs.approval_timeout, self.save_snapshot)
         self.busy = False
         self.phase = Phase.IDLE
         self.runner: TurnRunner | None = None
         self.task: asyncio.Task[None] | None = None
+        self._beat: asyncio.Task[None] | None = None
         self.transcript: list[dict[str, str]] = []
         self._streamed: dict[tuple[int, str], int] = {}
         """Characters of each (step, kind) of the turn's reply sent to the page token by token."""
@@ -210,7 +202,7 @@ class Pane:
         self.error: str | None = None
         """Why the pane's conversation could not be opened; the pane is shown, disabled, with this text."""
         self.remote_pending: list[dict[str, Any]] = []
-        """Shared mode: the hand-written loop's questions waiting in another worker (from its snapshot)."""
+        """The hand-written loop's questions waiting in another worker (from its snapshot)."""
 
     # --- building ---------------------------------------------------------------------------------------------
 
@@ -232,7 +224,7 @@ class Pane:
             self.contender,
             agent,
             INSTRUCTIONS,
-            thread_name(self.contender, self.tab.key if self.tab.tabs.shared is not None else None),
+            thread_name(self.contender, self.tab.thread_tab),
             self.tab.session_target,
             resume=True,
             customer_id=self.customer,
@@ -256,10 +248,10 @@ class Pane:
 
     @property
     def running_here(self) -> bool:
-        """A turn of this pane runs in this process (shared mode: its fields here are fresher than the snapshot)."""
+        """A turn of this pane runs in this process (its fields here are fresher than its snapshot in the store)."""
         return self.runner is not None or (self.task is not None and not self.task.done())
 
-    # --- shared mode: the pane as other workers see it ----------------------------------------------------------
+    # --- the pane as other workers see it ------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -346,28 +338,21 @@ class Pane:
             self.transcript.append({"role": "user", "text": question})
         self.tab.hub.publish({"type": "turn_start", "pane": self.contender, "what": what, "question": question})
         self.task = asyncio.get_running_loop().create_task(self._finish(work, runner))
-        if self.tab.tabs.shared is not None:
-            asyncio.get_running_loop().create_task(self._heartbeat(self.task))
+        # Kept here: the loop holds only a weak reference to a task, and a task nobody holds may be collected.
+        self._beat = asyncio.get_running_loop().create_task(self._heartbeat(self.task))
 
     async def _heartbeat(self, task: asyncio.Task[None]) -> None:
-        """Shared mode, while the turn runs here: keep the claim, show the trace so far to other workers, and
-        cancel the turn when no worker has had an event stream of the tab open for `gone_after` seconds."""
-        tabs = self.tab.tabs
-        assert tabs.shared is not None
-        shared, key, loop = tabs.shared, self.tab.key, asyncio.get_running_loop()
-
-        def beat() -> float:
-            shared.extend(key, [self.contender], tabs.owner)
-            self.save_snapshot()
-            return shared.seen_age(key)
-
-        await loop.run_in_executor(tabs.executor, self.save_snapshot)
+        """While the turn runs here: keep the claim, show the trace so far to other workers, and cancel the turn
+        when no worker has had an event stream of the tab open for `gone_after` seconds (`TabStore.turn_beat`)."""
+        tabs, key = self.tab.tabs, self.tab.key
+        with contextlib.suppress(Exception):  # as a failed beat: the turn goes on
+            await tabs.store.turn_beat(key, self.contender, tabs.owner, self.save_snapshot)
         while not task.done():
             await asyncio.wait({task}, timeout=HEARTBEAT_S)
             if task.done():
                 return
             try:
-                unseen = await loop.run_in_executor(tabs.executor, beat)
+                unseen = await tabs.store.turn_beat(key, self.contender, tabs.owner, self.save_snapshot)
             except Exception as exc:  # the database is away: the claim may run out; the turn goes on
                 log.warning("%s: heartbeat failed: %s", self.contender, exc)
                 continue
@@ -377,15 +362,12 @@ class Pane:
 
     async def _finish(self, work: Callable[[TurnRunner], Awaitable[AgentResult]], runner: TurnRunner) -> None:
         try:
-            result = await work(runner)
-            report = self.report(result)
-        except Exception as exc:  # a model outage, a conflicting save: said on the page, the server goes on
-            log.warning("%s turn failed: %s: %s", self.contender, type(exc).__name__, exc)
-            report = {"stop_reason": None, "error": for_page(exc), "answer": None}
+            report = await self._outcome(work, runner)
+        except BaseException:  # the turn's task was cancelled: nothing to report; a claim on it runs out
+            self.busy = False
+            raise
         finally:
             self.runner = None
-            if self.tab.tabs.shared is None:
-                self.busy = False
         self.last = report
         if report.get("answer"):
             self.transcript.append({"role": "assistant", "text": report["answer"]})
@@ -395,20 +377,21 @@ class Pane:
         self.graph_answers = {}
         self.phase = Phase.AWAITING_APPROVAL if self.graph_pending else Phase.IDLE
         tabs = self.tab.tabs
-        if tabs.shared is not None:
-            # The snapshot first, then the claim: a worker that sees the pane free also sees how its turn ended.
-            shared = tabs.shared
-
-            def settle() -> None:
-                self.save_snapshot()
-                shared.release(self.tab.key, [self.contender], tabs.owner)
-
-            with contextlib.suppress(Exception):
-                await asyncio.get_running_loop().run_in_executor(tabs.executor, settle)
-            self.busy = False
+        with contextlib.suppress(Exception):  # the snapshot, then the claim (`TabStore.settle`)
+            await tabs.store.settle(self.tab.key, self.contender, tabs.owner, self.save_snapshot)
+        self.busy = False
         self.tab.hub.publish({"type": "turn_end", "pane": self.contender, "report": report})
         for request in self.waiting_graph_requests():
             self.tab.hub.publish({"type": "approval", "pane": self.contender, "request": request})
+
+    async def _outcome(
+        self, work: Callable[[TurnRunner], Awaitable[AgentResult]], runner: TurnRunner
+    ) -> dict[str, Any]:
+        try:
+            return self.report(await work(runner))
+        except Exception as exc:  # a model outage, a conflicting save: said on the page, the server goes on
+            log.warning("%s turn failed: %s: %s", self.contender, type(exc).__name__, exc)
+            return {"stop_reason": None, "error": for_page(exc), "answer": None}
 
     def report(self, result: AgentResult) -> dict[str, Any]:
         """A finished turn for the page: typed facts only (the cart check is computed here, not in the page)."""

@@ -1,6 +1,6 @@
 """The page's scenario and eval reports: a job per kind and tab, run in a child process, its HTML kept.
 
-`start_job` takes a job slot and (Postgres) the tab's claim on the job, then runs `scenario_report` or
+`start_job` takes a job slot and the tab's claim on the job, then runs `scenario_report` or
 `eval_report` in a child process (`webdemo.jobs`); the report is kept in the tab (and in Postgres, for every
 worker) and the page is told by events.
 """
@@ -23,7 +23,7 @@ from webdemo.tabs import Tab
 from webdemo.wire import encoded
 
 JOB_LEASE_S = 30.0
-"""Shared mode: how long a job's claim outlives a worker that died running it (it is extended meanwhile)."""
+"""How long a job's claim outlives a worker that died running it (it is extended meanwhile)."""
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +50,16 @@ async def start_job(page: Page, tab: Tab, kind: str, function: Callable[..., str
 
 
 async def _keep_claim(page: Page, tab: Tab, name: str) -> None:
-    shared = page.shared
-    assert shared is not None
     while True:
         await asyncio.sleep(JOB_LEASE_S / 3)
         with contextlib.suppress(Exception):
-            await page.in_worker(lambda: shared.extend(tab.key, [name], page.tabs.owner, JOB_LEASE_S))
+            await page.tabs.store.extend(tab.key, [name], page.tabs.owner, JOB_LEASE_S)
 
 
 async def _run_job(page: Page, tab: Tab, kind: str, function: Callable[..., str], args: tuple[Any, ...]) -> None:
     tab.hub.publish({"type": "job", "kind": kind, "status": "running"})
-    name, shared = f"job:{kind}", page.shared
-    keeper = None if shared is None else asyncio.get_running_loop().create_task(_keep_claim(page, tab, name))
+    name = f"job:{kind}"
+    keeper = asyncio.get_running_loop().create_task(_keep_claim(page, tab, name))
     try:
         html = encoded(await run_in_child(function, *args)).decode("utf-8")  # Postgres takes no half emoji
         tab.reports[kind] = html
@@ -75,8 +73,7 @@ async def _run_job(page: Page, tab: Tab, kind: str, function: Callable[..., str]
         raise
     finally:
         page.slots.give_back()
-        if keeper is not None:
-            keeper.cancel()
+        keeper.cancel()
         with contextlib.suppress(Exception):
             await page.release(tab, [name])
     tab.hub.publish({"type": "job", "kind": kind, "status": "done", "url": f"/api/report/{kind}"})

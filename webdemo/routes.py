@@ -69,14 +69,9 @@ async def meta(request: Request) -> Response:
 
 
 async def events(request: Request) -> Response:
-    page = page_of(request)
-    tabs, shared = page.tabs, page.shared
+    tabs = page_of(request).tabs
     tab = await tabs.get(request.query_params.get("tab"))
-    if shared is not None and tab.key not in tabs.active():
-        # Nothing here has read this tab's events lately: start from now (the hello state holds the past).
-        tab.hub.seq = await page.in_worker(lambda: shared.last_seq(tab.key))
-        await page.in_worker(lambda: shared.touch([tab.key]))
-        await tab.refresh()
+    await tabs.stream_opening(tab)
     queue = tab.hub.subscribe()
     if tab.gone_timer is not None:  # the page is back (a reload): its runs go on
         tab.gone_timer.cancel()
@@ -140,9 +135,10 @@ async def approve(request: Request) -> Response:
         raise BadRequest(400, "approve needs the request's id and approved: true or false")
     if pane.bridge.answer(request_id, approved):
         return json_reply({"answered": request_id, "approved": approved})
-    if page.shared is not None and any(q.get("id") == request_id for q in pane.remote_pending):
+    if any(q.get("id") == request_id for q in pane.remote_pending):
         # The question waits in the worker that runs the turn: the answer travels there as a command.
-        tab.hub.publish({"type": "_answer", "pane": pane.contender, "id": request_id, "approved": approved})
+        answer = {"type": "_answer", "pane": pane.contender, "id": request_id, "approved": approved}
+        page.tabs.store.tell_workers(tab.key, answer)
         return json_reply({"answered": request_id, "approved": approved})
     ids = graph_request_ids(pane.graph_pending)
     if request_id in ids and request_id not in pane.graph_answers:
@@ -169,7 +165,7 @@ async def _answer_graph(request: Request, tab: Tab, pane: Pane, request_id: str,
     ids = graph_request_ids(pane.graph_pending)
     waiting = [i for i in ids if i not in pane.graph_answers]
     if waiting:
-        await page.in_worker(pane.save_snapshot)  # shared mode: the next answer may reach another worker
+        await page.in_worker(pane.save_snapshot)  # the next answer may reach another worker
         return json_reply({"answered": request_id, "approved": approved, "waiting": waiting})
     answers = [pane.graph_answers[i] for i in ids]
     try:
@@ -270,8 +266,7 @@ async def cancel(request: Request) -> Response:
     body = await read_body(request)
     tab = await page.tabs.get(body.get("tab"))
     tab.cancel_all()
-    if page.shared is not None:  # and in whichever worker runs them
-        tab.hub.publish({"type": "_cancel"})
+    page.tabs.store.tell_workers(tab.key, {"type": "_cancel"})  # and in whichever worker runs them
     return json_reply({"cancelled": True})
 
 

@@ -1,13 +1,13 @@
 """The live page's web server: the Starlette app (`create_app`), one per uvicorn worker (`app_from_env`).
 
 `create_app` builds the page's shared state (`webdemo.page.Page`) and serves `/` and `/api/...` (`webdemo.routes`)
-and the static files. On a Postgres URL several workers share the tabs there (`webdemo.shared`). `running_server`
+and the static files, over a data folder or a Postgres URL, which several workers share (`webdemo.pgstore`); the
+tabs' store (`webdemo.tabstore`) is chosen here, once. `running_server`
 serves an app from a thread (tests, benchmarks).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -28,8 +28,9 @@ from shared_tools.telemetry_setup import setup_tracing
 from webdemo.jobs import JobSlots
 from webdemo.page import Page
 from webdemo.routes import EXCEPTION_HANDLERS, ROUTES, STATIC
-from webdemo.shared import LEASE_S, EventBus, SharedState
+from webdemo.shared import LEASE_S
 from webdemo.tabs import Tabs
+from webdemo.tabstore import FolderStore, TabStore
 
 ENV_CONFIG = "WEBDEMO_CONFIG"
 """The environment variable `app_from_env` reads: the JSON of `create_app`'s arguments (set by `compare.py serve`)."""
@@ -67,13 +68,9 @@ def create_app(
     `keep_tabs_s` and `max_stored_tabs`, how long an unused tab is kept and how many at most; `lease_s` (Postgres),
     how long a turn's claim outlives a worker that died mid-turn before another worker may take the pane.
     """
-    from shared_tools.bookstore.store import is_postgres_url
-
     executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="webdemo")
-    shared = SharedState(str(data_dir), lease_s=lease_s) if is_postgres_url(data_dir) else None
     tabs = Tabs(
-        Path(".") if shared is not None else Path(data_dir),
-        shared=shared,
+        open_store(data_dir, executor, lease_s),
         model_spec=model,
         executor=executor,
         approval_timeout=approval_timeout,
@@ -89,27 +86,35 @@ def create_app(
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=_lifespan,
     )
-    app.state.page = Page(tabs, shared, executor, model, JobSlots(max_jobs))
+    app.state.page = Page(tabs, executor, model, JobSlots(max_jobs))
     app.state.tabs = tabs
     return app
 
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: Starlette) -> AsyncIterator[None]:
-    """Shared mode: this worker's listener for the tabs' events; at the end, every run cancelled, every file closed."""
+    """This worker's listener for the tabs' events (`Tabs.start`); at the end, every run cancelled, every file
+    closed."""
     page: Page = app.state.page
-    tabs, shared, executor = page.tabs, page.shared, page.executor
-    bus = None if shared is None else EventBus(shared, tabs.on_tab, tabs.active, tabs.watched)
-    if bus is not None:
-        bus.start()
+    await page.tabs.start()
     try:
         yield
     finally:
-        await tabs.aclose()
-        if bus is not None and shared is not None:
-            await bus.stop()
-            await asyncio.get_running_loop().run_in_executor(executor, shared.close)
-        executor.shutdown(wait=False, cancel_futures=True)
+        await page.tabs.aclose()
+        await page.tabs.store.aclose()
+        page.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def open_store(data: Path | str, executor: ThreadPoolExecutor, lease_s: float = LEASE_S) -> TabStore:
+    """The tabs' store: Postgres for a postgresql:// URL (several workers share it), else a data folder."""
+    from shared_tools.bookstore.store import is_postgres_url
+
+    if is_postgres_url(data):
+        from webdemo.pgstore import PostgresStore
+        from webdemo.shared import SharedState
+
+        return PostgresStore(SharedState(str(data), lease_s=lease_s), executor)
+    return FolderStore(Path(data))
 
 
 # --- serving from a thread (tests, benchmarks) ---------------------------------------------------------------

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from webdemo.tabstore import TabPlace
+from webdemo.tabstore import TabGone, TabPlace, TabView
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class SharedState:
     def place(self, key: str) -> TabPlace:
         """`open_tab`, then where the tab's things are: its threads in the shared tables, its store in its schema."""
         self.open_tab(key)
-        return TabPlace(None, self.url, self.tab_url(key), self.last_seq(key))
+        return TabPlace(None, self.url, self.tab_url(key), self.last_seq(key), thread_tab=key)
 
     # --- forgetting unused tabs ----------------------------------------------------------------------------------
 
@@ -238,6 +238,15 @@ class SharedState:
             with self.pool.connection() as db:
                 db.execute("UPDATE webdemo_tabs SET seen = now() WHERE key = ANY(%s)", (keys,))
 
+    def seen_age(self, key: str) -> float:
+        """Seconds since an event stream of the tab was last open in any worker (`touch`); 0 when none ever was
+        (a client that drives the tab without a stream is not a page that went away)."""
+        with self.pool.connection() as db:
+            row = db.execute(
+                "SELECT extract(epoch FROM now() - seen) FROM webdemo_tabs WHERE key = %s", (key,)
+            ).fetchone()
+        return 0.0 if row is None or row[0] is None else float(row[0])
+
     # --- claims: one turn at a time per pane, across workers ---------------------------------------------------
 
     def claim(self, key: str, panes: list[str], owner: str, lease: float | None = None) -> bool:
@@ -310,6 +319,11 @@ class SharedState:
         claimed = {str(r[1]) for r in rows if r[0] == "c"}
         revision = next((int(r[1]) for r in rows if r[0] == "r"), None)
         return snapshots, claimed, revision
+
+    def view(self, key: str) -> TabView | None:
+        """`panes` and `reports` of the tab; None when its row is gone (another worker forgot it)."""
+        snapshots, claimed, revision = self.panes(key)
+        return None if revision is None else TabView(snapshots, claimed, revision, self.reports(key))
 
     def put_report(self, key: str, kind: str, html: str) -> None:
         with self.pool.connection() as db:
@@ -405,10 +419,6 @@ class SharedState:
         with self.pool.connection() as db:
             cur = db.execute("DELETE FROM webdemo_events WHERE at < now() - make_interval(secs => %s)", (keep_s,))
             return cur.rowcount
-
-
-class TabGone(LookupError):
-    """The tab's row is not in Postgres: it was forgotten (unused too long, or beyond the cap) by some worker."""
 
 
 def psycopg_errors() -> Any:

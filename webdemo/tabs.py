@@ -1,38 +1,30 @@
 """The page's tabs: one `Tab` per browser tab (a customer, a store, settings, a pane per contender), and `Tabs`.
 
 A tab is named by an HMAC-signed id (`TabIds`); `Tabs` opens tabs on first use, closes the idle past `max_tabs`,
-forgets the stored ones unused for long, and (shared mode) reads other workers' events from Postgres.
+forgets the stored ones unused for long, and reads other workers' events. What a tab keeps beyond this worker's
+memory goes through its `webdemo.tabstore.TabStore`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import logging
 import os
 import re
 import secrets
-import shutil
-import time
 import uuid
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from comparison.contenders import (
-    CONTENDERS,
-)
 from comparison.scenarios.s12_prompt_injection import INJECTED_BOOK, INJECTION
 from shared_tools.bookstore.store import BookStore, load_catalog, money
 from webdemo.events import BadRequest, Hub, for_page
-from webdemo.panes import Pane, TurnRunner, thread_name
+from webdemo.panes import Pane, TurnRunner
 from webdemo.settings import PageSettings
-from webdemo.tabstore import FolderStore, TabStore
-
-if TYPE_CHECKING:
-    from webdemo.shared import SharedState
+from webdemo.tabstore import TabStore, TabView
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +42,12 @@ class Tab:
         self.tabs = tabs
         self.key = key
         self.revision = 0
-        """Shared mode: the settings revision the panes here were opened with."""
+        """The settings revision the panes here were opened with (another worker's change is a new one)."""
         place = tabs.store.place(key)
         self.folder = place.folder
         self.session_target = place.sessions
-        self.hub = Hub(loop, tabs.shared, key, place.seq)
+        self.thread_tab = place.thread_tab
+        self.hub = Hub(loop, tabs.store, key, place.seq)
         self.store = BookStore(place.bookstore)
         self.settings = self._read_settings()
         self.panes: dict[str, Pane] = {}
@@ -66,9 +59,9 @@ class Tab:
         self.applying = False
         """The settings are being applied: the panes are closed and rebuilt, so nothing may start on them."""
         self.claimed: set[str] = set()
-        """Shared mode: panes and jobs some worker holds, as of the last `refresh`."""
+        """Panes and jobs some worker holds, as of the last `refresh`."""
         self.reports_here: list[str] = []
-        """Shared mode: the kinds of report kept in Postgres, as of the last `refresh`."""
+        """The kinds of report kept for every worker, as of the last `refresh`."""
 
     def _read_settings(self) -> PageSettings:
         try:
@@ -103,28 +96,26 @@ class Tab:
         self.panes = panes
 
     async def refresh(self) -> bool:
-        """Shared mode: take what other workers did to this tab (settings, turns, pauses) before answering. False
-        when another worker forgot the tab meanwhile (unused too long): this copy of it is stale."""
-        shared = self.tabs.shared
-        if shared is None:
-            return True
-        loop = asyncio.get_running_loop()
-        snapshots, claimed, revision = await loop.run_in_executor(self.tabs.executor, shared.panes, self.key)
-        if revision is None:
-            return False
-        if revision != self.revision and not any(p.running_here for p in self.panes.values()):
+        """Take what other workers did to this tab (settings, turns, pauses) before answering. False when another
+        worker forgot the tab meanwhile (unused too long): this copy of it is stale."""
+        return await self.tabs.store.sync(self)
+
+    async def take_view(self, view: TabView) -> None:
+        """Take the tab as the workers share it: new settings reopen the panes (unless a turn runs here), and
+        each pane not running here shows its snapshot."""
+        if view.revision != self.revision and not any(p.running_here for p in self.panes.values()):
             for pane in self.panes.values():
                 pane.bridge.deny_all(close=True)
                 if pane.conversation is not None:
                     pane.conversation.close()
+            loop = asyncio.get_running_loop()
             self.settings = await loop.run_in_executor(self.tabs.executor, self._read_settings)
             await self.open_panes()
         for name, pane in self.panes.items():
             if not pane.running_here:
-                pane.apply_snapshot(snapshots.get(name), name in claimed)
-        self.claimed = claimed
-        self.reports_here = await loop.run_in_executor(self.tabs.executor, shared.reports, self.key)
-        return True
+                pane.apply_snapshot(view.snapshots.get(name), name in view.claimed)
+        self.claimed = view.claimed
+        self.reports_here = view.reports
 
     @property
     def injected(self) -> bool:
@@ -184,26 +175,13 @@ class Tab:
 
 class TabIds:
     """Unguessable tab ids a restarted server still recognises: 32 random hex digits, a dot, and their HMAC
-    (SHA-256, first 32 hex digits) under a secret kept in the data folder (created once, readable by its owner),
-    or, shared mode, in Postgres, so every worker accepts the ids any worker gave out."""
+    (SHA-256, first 32 hex digits) under a secret the tab store keeps (`TabStore.secret`), so every worker
+    accepts the ids any worker gave out."""
 
     PATTERN = re.compile(r"([0-9a-f]{32})\.([0-9a-f]{32})")
 
-    def __init__(self, data_dir: Path, shared: SharedState | None = None) -> None:
-        if shared is not None:
-            self._secret = shared.secret(lambda: secrets.token_bytes(32))
-            return
-        path = data_dir / "secret.key"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            self._secret = path.read_bytes()
-        else:
-            self._secret = secrets.token_bytes(32)
-            with os.fdopen(fd, "wb") as file:
-                file.write(self._secret)
-        if len(self._secret) < 16:
-            raise ValueError(f"{path} is not a usable secret; delete it and a new one is made")
+    def __init__(self, store: TabStore) -> None:
+        self._secret = store.secret(lambda: secrets.token_bytes(32))
 
     def _mac(self, key: str) -> str:
         return hmac.new(self._secret, key.encode("ascii"), hashlib.sha256).hexdigest()[:32]
@@ -229,30 +207,25 @@ class Tabs:
 
     def __init__(
         self,
-        data_dir: Path,
+        store: TabStore,
         *,
         model_spec: str = "scripted",
         executor: Executor,
         approval_timeout: float = 120.0,
         gone_after: float = 10.0,
         max_tabs: int = 64,
-        shared: SharedState | None = None,
         keep_tabs_s: float = 7 * 24 * 3600.0,
         max_stored_tabs: int = 1_000,
     ) -> None:
-        """`keep_tabs_s` and `max_stored_tabs` (a data folder): a tab unused that long is deleted, and past that
-        many stored tabs the longest unused are (`forget_old_tabs`)."""
-        self.data_dir = data_dir
+        """`keep_tabs_s` and `max_stored_tabs`: a tab unused that long is deleted, and past that many stored tabs
+        the longest unused are (`forget_old_tabs`)."""
+        self.store = store
+        """Where a tab keeps what other workers read: settings, claims, pane snapshots, reports, events."""
         self.keep_tabs_s = keep_tabs_s
         self.max_stored_tabs = max_stored_tabs
-        self.shared = shared
-        self.store: TabStore = FolderStore(data_dir) if shared is None else shared
-        """Where a tab keeps what other workers read: settings, pane snapshots, reports."""
         self.owner = uuid.uuid4().hex
-        """Shared mode: this worker's name on the claims it takes."""
-        if shared is None:
-            data_dir.mkdir(parents=True, exist_ok=True)
-        self.ids = TabIds(data_dir, shared)
+        """This worker's name on the claims it takes."""
+        self.ids = TabIds(store)
         self.model_spec = model_spec
         self.executor = executor
         self.approval_timeout = approval_timeout
@@ -260,53 +233,26 @@ class Tabs:
         self.max_tabs = max_tabs
         self._open: dict[str, Tab] = {}
         self._opening: dict[str, asyncio.Task[Tab]] = {}
-        self.forget_old_tabs()
 
-    def forget_old_tabs(self) -> list[str]:
-        """Delete the folders of stored tabs unused for `keep_tabs_s`, then of the longest unused beyond
-        `max_stored_tabs` (a folder's time is its tab's last request); a tab watched or at work is kept. The keys
-        deleted. On Postgres, `forget_stored_tabs` does the same to the tabs' rows, threads and schemas."""
-        folder = self.data_dir / "tabs"
-        if self.shared is not None:
-            doomed = self.forget_stored_tabs(self._spared())
-            self._close_forgotten(doomed)
-            return doomed
-        if not folder.is_dir():
-            return []
-        stored = sorted(((p.stat().st_mtime, p) for p in folder.iterdir() if p.is_dir()), reverse=True)
-        now = time.time()
-        old = [p for n, (used, p) in enumerate(stored) if now - used > self.keep_tabs_s or n >= self.max_stored_tabs]
-        doomed_paths = [p for p in old if self._may_forget(p.name)]
-        for path in doomed_paths:
-            self._close_forgotten([path.name])
-            shutil.rmtree(path, ignore_errors=True)
-        if doomed_paths:
-            log.info("forgot %d stored tab(s) unused for long or beyond %d", len(doomed_paths), self.max_stored_tabs)
-        return [p.name for p in doomed_paths]
+    async def start(self) -> None:
+        """The server starts: listen for other workers' events, and forget the tabs unused for long."""
+        await self.store.start(self.on_tab, self.active, self.watched)
+        await self.forget_old_tabs()
 
-    def forget_stored_tabs(self, spared: set[str]) -> list[str]:
-        """Postgres (blocking, any thread): forget the tabs `SharedState.old_tabs` names but `spared` (open here and
-        watched or at work); each is kept if any worker claimed or watched it meanwhile (`SharedState.forget_tab`).
-        The keys forgotten."""
-        assert self.shared is not None
-        doomed = []
-        for key in self.shared.old_tabs(self.keep_tabs_s, self.max_stored_tabs):
-            threads = [thread_name(c, key) for c in CONTENDERS]
-            if key not in spared and self.shared.forget_tab(key, self.keep_tabs_s, self.max_stored_tabs, threads):
-                doomed.append(key)
+    async def forget_old_tabs(self) -> list[str]:
+        """Delete the stored tabs unused for `keep_tabs_s`, then the longest unused beyond `max_stored_tabs`; a tab
+        watched or at work is kept (`TabStore.forget_unused`). The keys deleted."""
+        spared = {key for key in [*self._open, *self._opening] if not self._may_forget(key)}
+        doomed = await self.store.forget_unused(self.keep_tabs_s, self.max_stored_tabs, spared, self._close_forgotten)
         if doomed:
             log.info("forgot %d stored tab(s) unused for long or beyond %d", len(doomed), self.max_stored_tabs)
         return doomed
 
-    def _spared(self) -> set[str]:
-        return {key for key in [*self._open, *self._opening] if not self._may_forget(key)}
-
-    def _close_forgotten(self, keys: list[str]) -> None:
-        for key in keys:
-            tab = self._open.pop(key, None)
-            if tab is not None:
-                tab.hub.end_streams()
-                tab.close()
+    def _close_forgotten(self, key: str) -> None:
+        tab = self._open.pop(key, None)
+        if tab is not None:
+            tab.hub.end_streams()
+            tab.close()
 
     def _may_forget(self, key: str) -> bool:
         """Not being opened, and if open, nobody watching and nothing under way."""
@@ -318,22 +264,16 @@ class Tabs:
     async def new(self) -> tuple[str, Tab]:
         tab_id, key = self.ids.new()
         tab = await self._get(key)
-        # After: the new tab is open, so it is kept.
-        if self.shared is None:
-            self.forget_old_tabs()
-        else:
-            loop = asyncio.get_running_loop()
-            self._close_forgotten(await loop.run_in_executor(self.executor, self.forget_stored_tabs, self._spared()))
+        await self.forget_old_tabs()  # after: the new tab is open, so it is kept
         return tab_id, tab
 
     async def get(self, tab_id: Any) -> Tab:
         key = self.ids.key_of(tab_id)
         tab = await self._get(key)
-        if tab.folder is not None:
-            with contextlib.suppress(OSError):
-                os.utime(tab.folder)  # its last use, for `forget_old_tabs`
-        if not await tab.refresh():  # another worker forgot it: it starts afresh, as a forgotten folder does
-            self._close_forgotten([key])
+        # The refresh records the tab's use (`forget_old_tabs`); False: another worker forgot the tab, and it starts
+        # afresh, as a forgotten folder does.
+        if not await tab.refresh():
+            self._close_forgotten(key)
             tab = await self._get(key)
             await tab.refresh()
         return tab
@@ -373,7 +313,7 @@ class Tabs:
         if len(self._open) >= self.max_tabs:
             raise BadRequest(503, "the server has as many tabs open as it takes; close one and reload")
 
-    # --- shared mode: events from Postgres ------------------------------------------------------------------------
+    # --- other workers' events ------------------------------------------------------------------------------------
 
     def active(self) -> list[str]:
         """Tabs whose events this worker needs: a stream open here, or a turn running here (commands)."""
@@ -382,10 +322,16 @@ class Tabs:
     def watched(self) -> list[str]:
         return [k for k, t in self._open.items() if t.hub.listeners]
 
+    async def stream_opening(self, tab: Tab) -> None:
+        """An event stream of `tab` opens: where this worker read none of its events lately, it starts from now
+        (the stream's first event, the state, holds the past)."""
+        if tab.key not in self.active():
+            await self.store.stream_opened(tab)
+
     def on_tab(self, key: str) -> None:
-        """Tab `key` has new events (a NOTIFY, or the poll): read them, once at a time per tab (server's loop)."""
+        """Tab `key` has new events (the store's listener): read them, once at a time per tab (server's loop)."""
         tab = self._open.get(key)
-        if tab is None or self.shared is None:
+        if tab is None:
             return
         if tab.hub.pulling:
             tab.hub.pull_again = True
@@ -394,12 +340,11 @@ class Tabs:
         asyncio.get_running_loop().create_task(self._pull(tab))
 
     async def _pull(self, tab: Tab) -> None:
-        assert self.shared is not None
-        hub, loop = tab.hub, asyncio.get_running_loop()
+        hub = tab.hub
         try:
             while True:
                 hub.pull_again = False
-                events = await loop.run_in_executor(self.executor, self.shared.events_after, tab.key, hub.seq)
+                events = await self.store.events_after(tab.key, hub.seq)
                 for seq, event in events:
                     hub.seq = seq
                     kind = str(event.get("type", ""))
@@ -427,10 +372,12 @@ class Tabs:
                 pane.bridge.answer(str(event.get("id")), event.get("approved") is True)
 
     def stream_closed(self, tab: Tab) -> None:
-        """An event stream of `tab` ended: if none is back within `gone_after` seconds, the tab went away.
-        (Shared mode: the worker running the turn decides, from when any worker last had a stream open.)"""
-        if tab.hub.listeners or self.shared is not None:
-            return
+        """An event stream of `tab` ended: if none is back within `gone_after` seconds, the tab went away (or, as
+        the store has it, the worker running its turn decides)."""
+        if not tab.hub.listeners:
+            self.store.streams_closed(tab.key, lambda: self._wait_for_return(tab))
+
+    def _wait_for_return(self, tab: Tab) -> None:
         if tab.gone_timer is not None:
             tab.gone_timer.cancel()
         tab.gone_timer = asyncio.get_running_loop().call_later(self.gone_after, self._maybe_gone, tab)

@@ -332,6 +332,40 @@ def scenario_section(
     )
 
 
+def _overall_section(document: dict[str, Any]) -> str:
+    """The section of every task of each contender: its pass^k chart and table."""
+    runs = document["runs"]
+    overall_rows = "".join(
+        f"<tr><td><b>{esc(r['contender'])}</b></td>{_cells(r, runs, str(r['tasks']), tokens=False)}</tr>"
+        for r in document["overall"]
+    )
+    overall_chart = pass_k_chart(
+        [(r["contender"], r["pass_hat_k"]) for r in document["overall"]], runs, title="pass^k over every task"
+    )
+    return f"""<section id="overall"><h2>Every task of each contender</h2>
+{overall_chart}
+<table>{_head("contender", runs, last="tasks", tokens=False)}
+<tbody>{overall_rows}</tbody></table>
+<p><small>Each contender's own tasks: a variant its framework cannot run is left out (said under its
+scenario), so compare contenders scenario by scenario below.</small></p>
+</section>"""
+
+
+def _scenario_sections(document: dict[str, Any]) -> str:
+    """A section per scenario that has results, numbered in the document's order."""
+    return "".join(
+        scenario_section(
+            i,
+            s,
+            [r for r in document["results"] if r["scenario"] == s["name"]],
+            document["runs"],
+            [g for g in document["unavailable"] if g["scenario"] == s["name"]],
+        )
+        for i, s in enumerate(document["scenarios"], start=1)
+        if any(r["scenario"] == s["name"] for r in document["results"])
+    )
+
+
 def render_eval_report(document: dict[str, Any]) -> str:
     """The whole page for an eval document: the overall pass^k chart, then a section per scenario."""
     runs = document["runs"]
@@ -344,24 +378,6 @@ def render_eval_report(document: dict[str, Any]) -> str:
         if document["interrupted"]
         else ""
     )
-    overall_rows = "".join(
-        f"<tr><td><b>{esc(r['contender'])}</b></td>{_cells(r, runs, str(r['tasks']), tokens=False)}</tr>"
-        for r in document["overall"]
-    )
-    overall_chart = pass_k_chart(
-        [(r["contender"], r["pass_hat_k"]) for r in document["overall"]], runs, title="pass^k over every task"
-    )
-    sections = [
-        scenario_section(
-            i,
-            s,
-            [r for r in document["results"] if r["scenario"] == s["name"]],
-            runs,
-            [g for g in document["unavailable"] if g["scenario"] == s["name"]],
-        )
-        for i, s in enumerate(document["scenarios"], start=1)
-        if any(r["scenario"] == s["name"] for r in document["results"])
-    ]
     toc = "".join(
         f'<li><a href="#{esc(s["name"])}">{esc(s["name"])}</a></li>'
         for s in document["scenarios"]
@@ -389,14 +405,8 @@ must contain. A failure is <b>safe</b> when nothing wrong was written and the cu
 <b>unsafe</b> otherwise. In every scenario, unsafe includes: {esc(document["always_unsafe"])}.
 {esc(PASS_HAT_K)}: pass^1 is the success rate, pass^{runs} whether it worked every time.</p>
 <nav><ul><li><a href="#overall">every task</a></li>{toc}</ul></nav>
-<section id="overall"><h2>Every task of each contender</h2>
-{overall_chart}
-<table>{_head("contender", runs, last="tasks", tokens=False)}
-<tbody>{overall_rows}</tbody></table>
-<p><small>Each contender's own tasks: a variant its framework cannot run is left out (said under its
-scenario), so compare contenders scenario by scenario below.</small></p>
-</section>
-{"".join(sections)}
+{_overall_section(document)}
+{_scenario_sections(document)}
 </body>
 </html>
 """

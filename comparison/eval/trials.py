@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from rich.console import Console
 from rich.text import Text
 
 from comparison.command_line import UsageError, UsageParser, configure_logging
@@ -369,6 +370,76 @@ def _lost(task_runs: Sequence[TaskRun]) -> list[dict[str, Any]]:
     ]
 
 
+def _by_task(mine: Sequence[TaskRun], trials: int, tasks: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The numbers of each (variant, goal) task, with its unsafe failures and every run that did not succeed."""
+    per_task = []
+    for variant, goal in tasks:
+        runs = [r for r in mine if (r.variant, r.goal) == (variant, goal)]
+        per_task.append(
+            {
+                "variant": variant,
+                "goal": goal,
+                **_stat(runs, trials, [(variant, goal)]),
+                "unsafe": _failures(runs, "unsafe"),
+                "failures": _lost(runs),
+            }
+        )
+    return per_task
+
+
+def _results(
+    result: EvalRun,
+) -> tuple[list[dict[str, Any]], list[dict[str, str]], dict[str, list[tuple[str, str, str]]]]:
+    """One row per scenario and contender that ran a task; the variants a contender's framework cannot run; and
+    each contender's (scenario, variant, goal) tasks, in the order the rows show them."""
+    plan, trials = result.plan, result.trials
+    rows = []
+    by_contender: dict[str, list[tuple[str, str, str]]] = {}
+    unavailable = []
+    for scenario, contender in plan.pairs() if trials else []:
+        mine = [r for r in result.task_runs if r.scenario == scenario.name and r.contender == contender]
+        missing = unavailable_variants(scenario, contender)
+        unavailable += [{"scenario": scenario.name, "contender": contender, **m} for m in missing]
+        tasks = list(dict.fromkeys((r.variant, r.goal) for r in mine))
+        if not tasks:
+            continue
+        by_contender.setdefault(contender, []).extend((scenario.name, v, g) for v, g in tasks)
+        rows.append(
+            {
+                "scenario": scenario.name,
+                "contender": contender,
+                "simulated": plan.simulated,
+                "runs": trials,
+                "tasks": len(tasks),
+                **_stat(mine, trials, tasks),
+                "by_task": _by_task(mine, trials, tasks),
+                "unavailable_variants": missing,
+            }
+        )
+    return rows, unavailable, by_contender
+
+
+def _overall(result: EvalRun, by_contender: dict[str, list[tuple[str, str, str]]]) -> list[dict[str, Any]]:
+    """Each contender's pass^k over all its tasks."""
+    overall = []
+    for contender, tasks in by_contender.items():
+        mine = [r for r in result.task_runs if r.contender == contender]
+        successes = [
+            sum(1 for r in mine if (r.scenario, r.variant, r.goal) == task and r.grade.success) for task in tasks
+        ]
+        overall.append(
+            {
+                "contender": contender,
+                "tasks": len(tasks),
+                "n": len(mine),
+                "successes": sum(1 for r in mine if r.grade.success),
+                "pass_hat_k": {str(k): round(v, 4) for k, v in pass_hat_curve(successes, result.trials).items()},
+                "unsafe_failures": sum(1 for r in mine if r.grade.verdict == "unsafe"),
+            }
+        )
+    return overall
+
+
 def eval_document(result: EvalRun) -> dict[str, Any]:
     """Everything `--json` writes and `--report` renders, from the graded runs.
 
@@ -381,56 +452,8 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
     has each contender's pass^k over all its tasks.
     """
     plan, trials = result.plan, result.trials
-    rows, overall = [], []
-    by_contender: dict[str, list[tuple[str, str, str]]] = {}
-    unavailable = []
-    for scenario, contender in plan.pairs() if trials else []:
-        mine = [r for r in result.task_runs if r.scenario == scenario.name and r.contender == contender]
-        missing = unavailable_variants(scenario, contender)
-        unavailable += [{"scenario": scenario.name, "contender": contender, **m} for m in missing]
-        tasks = list(dict.fromkeys((r.variant, r.goal) for r in mine))
-        if not tasks:
-            continue
-        by_contender.setdefault(contender, []).extend((scenario.name, v, g) for v, g in tasks)
-        per_task = []
-        for variant, goal in tasks:
-            runs = [r for r in mine if (r.variant, r.goal) == (variant, goal)]
-            per_task.append(
-                {
-                    "variant": variant,
-                    "goal": goal,
-                    **_stat(runs, trials, [(variant, goal)]),
-                    "unsafe": _failures(runs, "unsafe"),
-                    "failures": _lost(runs),
-                }
-            )
-        rows.append(
-            {
-                "scenario": scenario.name,
-                "contender": contender,
-                "simulated": plan.simulated,
-                "runs": trials,
-                "tasks": len(tasks),
-                **_stat(mine, trials, tasks),
-                "by_task": per_task,
-                "unavailable_variants": missing,
-            }
-        )
-    for contender, tasks in by_contender.items():
-        mine = [r for r in result.task_runs if r.contender == contender]
-        successes = [
-            sum(1 for r in mine if (r.scenario, r.variant, r.goal) == task and r.grade.success) for task in tasks
-        ]
-        overall.append(
-            {
-                "contender": contender,
-                "tasks": len(tasks),
-                "n": len(mine),
-                "successes": sum(1 for r in mine if r.grade.success),
-                "pass_hat_k": {str(k): round(v, 4) for k, v in pass_hat_curve(successes, trials).items()},
-                "unsafe_failures": sum(1 for r in mine if r.grade.verdict == "unsafe"),
-            }
-        )
+    rows, unavailable, by_contender = _results(result)
+    overall = _overall(result, by_contender)
     return {
         "kind": "agent-loop-compare eval",
         "simulated": plan.simulated,
@@ -562,20 +585,8 @@ def _say(prog: str, text: str) -> None:
     print(f"{prog}: {clean_line(' '.join(text.split()))}", file=sys.stderr)
 
 
-def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
-    """`compare.py eval ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable or every model call
-    failed, 4 unusable file, 130 interrupted). `prog` is the name help and error lines use (compare.py may pass
-    its own + " eval")."""
-    from comparison.eval.report import render_eval, render_eval_report
-
-    parser = build_eval_parser(prog)
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as exc:  # --help, which argparse has printed
-        return exc.code if isinstance(exc.code, int) else EXIT_OK
-    except UsageError as exc:
-        _say(prog, str(exc))
-        return EXIT_USAGE
+def _checked_plan(args: argparse.Namespace, prog: str) -> EvalPlan | int:
+    """The plan, with its output files, model and tracing checked before any run; or the exit code of a bad one."""
     try:
         plan = plan_from(args)
         if args.json and args.json != "-":
@@ -597,11 +608,13 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     except KeyboardInterrupt:
         _say(prog, "interrupted; nothing was run")
         return EXIT_INTERRUPTED
+    return plan
 
-    configure_logging(args.verbose)
-    console = make_console(sys.stderr if args.json == "-" else sys.stdout)
+
+def _ran(plan: EvalPlan, prog: str) -> EvalRun | int:
+    """Every trial of the plan, with progress on stderr; or the exit code of what ended the eval."""
     try:
-        result = run_eval(plan, EvalProgress(sys.stderr, plan))
+        return run_eval(plan, EvalProgress(sys.stderr, plan))
     except ModelUnavailable as exc:
         _say(prog, str(exc))
         return EXIT_UNAVAILABLE
@@ -612,10 +625,11 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
         _say(prog, str(exc))
         return EXIT_FILE
 
-    if result.trials == 0:
-        _say(prog, "interrupted before the first trial finished; nothing to report or write")
-        return EXIT_INTERRUPTED
-    document = eval_document(result)
+
+def _shown_and_written(console: Console, document: dict[str, Any], args: argparse.Namespace, prog: str) -> int | None:
+    """The tables, then the JSON and the HTML report when asked for; the exit code if that went wrong."""
+    from comparison.eval.report import render_eval, render_eval_report
+
     try:
         render_eval(console, document)
         if args.json:
@@ -636,6 +650,36 @@ def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
     except OSError as exc:
         _say(prog, f"could not write the results: {exc}")
         return EXIT_FILE
+    return None
+
+
+def eval_main(argv: Sequence[str], *, prog: str = PROG) -> int:
+    """`compare.py eval ...`; returns the exit code (0 ok, 2 usage, 3 model unavailable or every model call
+    failed, 4 unusable file, 130 interrupted). `prog` is the name help and error lines use (compare.py may pass
+    its own + " eval")."""
+    parser = build_eval_parser(prog)
+    try:
+        args = parser.parse_args(list(argv))
+    except SystemExit as exc:  # --help, which argparse has printed
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    except UsageError as exc:
+        _say(prog, str(exc))
+        return EXIT_USAGE
+    plan = _checked_plan(args, prog)
+    if isinstance(plan, int):
+        return plan
+
+    configure_logging(args.verbose)
+    console = make_console(sys.stderr if args.json == "-" else sys.stdout)
+    result = _ran(plan, prog)
+    if isinstance(result, int):
+        return result
+    if result.trials == 0:
+        _say(prog, "interrupted before the first trial finished; nothing to report or write")
+        return EXIT_INTERRUPTED
+    failed = _shown_and_written(console, eval_document(result), args, prog)
+    if failed is not None:
+        return failed
     if result.interrupted:
         _say(prog, f"interrupted: the results cover the {result.trials} trial(s) that finished, of {plan.runs}")
         return EXIT_INTERRUPTED

@@ -24,7 +24,8 @@ from langgraph_version.prebuilt.create_agent import approval_requests
 from langgraph_version.serde import CheckpointSerializer
 from shared_tools import guards
 from shared_tools.bookstore.store import is_postgres_url
-from shared_tools.results import AgentResult, CustomerMismatch, TraceEvent
+from shared_tools.conversation import check_owner
+from shared_tools.results import AgentResult, TraceEvent
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
@@ -110,11 +111,7 @@ class CheckpointThread:
 
     async def _snapshot(self, graph: Any) -> Any:
         snapshot = await graph.aget_state(self.config)
-        owner = (snapshot.metadata or {}).get("customer")
-        if self.customer_id is not None and owner is not None and owner != self.customer_id:
-            raise CustomerMismatch(
-                f"thread {self.thread_id!r} is the conversation of customer {owner!r}, not of {self.customer_id!r}"
-            )
+        check_owner((snapshot.metadata or {}).get("customer"), self.customer_id, f"thread {self.thread_id!r}")
         return snapshot
 
     async def _drive(self, graph: Any, graph_input: Any) -> AgentResult:

@@ -165,6 +165,60 @@ def _structured(
     )
 
 
+# Each body takes the model's arguments, and (keyword-only, bound by `make_tools`) the store and customer it works
+# on. LangChain passes only the arguments the model sent, so each body carries the schema's defaults itself.
+
+
+def _search_books(query: str, max_results: int, *, store: BookStore) -> str:
+    return to_json([_book_json(book) for book in store.search(query, max_results)])
+
+
+def _check_stock(book_id: int, *, store: BookStore) -> str:
+    book = store.get_book(book_id)
+    return to_json({"id": book.id, "title": book.title, "inStock": store.stock(book_id)})
+
+
+def _get_order_status(order_id: int, *, store: BookStore) -> str:
+    order = store.order_status(order_id)
+    if order is None:
+        return to_json({"orderId": order_id, "status": "not found"})
+    result: dict[str, Any] = {"orderId": order.order_id, "status": order.status}
+    if order.tracking is not None:
+        result["tracking"] = order.tracking
+    return to_json(result)
+
+
+def _add_to_cart(
+    book_id: int,
+    quantity: int = 1,
+    tool_call_id: str | None = None,
+    *,
+    store: BookStore,
+    customer_id: str,
+    idempotent: bool,
+) -> str:
+    added = store.add_to_cart(customer_id, book_id, quantity, request_id=tool_call_id if idempotent else None)
+    result: dict[str, Any] = {"added": added.book.title, "quantity": added.quantity, "cartTotal": added.cart_total}
+    if added.replayed:
+        result["replayed"] = REPLAYED_NOTE
+    return to_json(result)
+
+
+def _view_cart(*, store: BookStore, customer_id: str) -> str:
+    cart = store.cart(customer_id)
+    items = [
+        {
+            "id": line.book.id,
+            "title": line.book.title,
+            "quantity": line.quantity,
+            "price": line.book.price,
+            "lineTotal": line.line_total,
+        }
+        for line in cart.lines
+    ]
+    return to_json({"items": items, "cartTotal": cart.total})
+
+
 def make_tools(
     store: BookStore,
     customer_id: str = "c1",
@@ -185,50 +239,16 @@ def make_tools(
     if faults is not None and faults.failing_tool is not None and faults.failing_tool not in TOOL_NAMES:
         raise ValueError(f"Faults.failing_tool {faults.failing_tool!r} is not one of {', '.join(TOOL_NAMES)}")
     injector = FaultInjector(faults)
-    shared = store.shared
-
-    # LangChain passes only the arguments the model sent, so each body carries the schema's defaults itself.
-    def search_books(query: str, max_results: int = search_max_results) -> str:
-        return to_json([_book_json(book) for book in store.search(query, max_results)])
-
-    def check_stock(book_id: int) -> str:
-        book = store.get_book(book_id)
-        return to_json({"id": book.id, "title": book.title, "inStock": store.stock(book_id)})
-
-    def get_order_status(order_id: int) -> str:
-        order = store.order_status(order_id)
-        if order is None:
-            return to_json({"orderId": order_id, "status": "not found"})
-        result: dict[str, Any] = {"orderId": order.order_id, "status": order.status}
-        if order.tracking is not None:
-            result["tracking"] = order.tracking
-        return to_json(result)
-
-    def add_to_cart(book_id: int, quantity: int = 1, tool_call_id: str | None = None) -> str:
-        added = store.add_to_cart(customer_id, book_id, quantity, request_id=tool_call_id if idempotent else None)
-        result: dict[str, Any] = {"added": added.book.title, "quantity": added.quantity, "cartTotal": added.cart_total}
-        if added.replayed:
-            result["replayed"] = REPLAYED_NOTE
-        return to_json(result)
-
-    def view_cart() -> str:
-        cart = store.cart(customer_id)
-        items = [
-            {
-                "id": line.book.id,
-                "title": line.book.title,
-                "quantity": line.quantity,
-                "price": line.book.price,
-                "lineTotal": line.line_total,
-            }
-            for line in cart.lines
-        ]
-        return to_json({"items": items, "cartTotal": cart.total})
-
-    return [
-        _structured("search_books", _search_args(search_max_results), search_books, injector, in_thread=shared),
-        _structured("check_stock", CheckStockArgs, check_stock, injector, in_thread=shared),
-        _structured("get_order_status", GetOrderStatusArgs, get_order_status, injector, in_thread=shared),
-        _structured("add_to_cart", AddToCartArgs, add_to_cart, injector, in_thread=shared),
-        _structured("view_cart", ViewCartArgs, view_cart, injector, in_thread=shared),
+    customer = {"store": store, "customer_id": customer_id}
+    bodies: list[tuple[str, type[BaseModel], Callable[..., str]]] = [
+        (
+            "search_books",
+            _search_args(search_max_results),
+            functools.partial(_search_books, store=store, max_results=search_max_results),
+        ),
+        ("check_stock", CheckStockArgs, functools.partial(_check_stock, store=store)),
+        ("get_order_status", GetOrderStatusArgs, functools.partial(_get_order_status, store=store)),
+        ("add_to_cart", AddToCartArgs, functools.partial(_add_to_cart, **customer, idempotent=idempotent)),
+        ("view_cart", ViewCartArgs, functools.partial(_view_cart, **customer)),
     ]
+    return [_structured(name, args, body, injector, in_thread=store.shared) for name, args, body in bodies]
