@@ -49,7 +49,7 @@ def truncation_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
     by_key = {(r.variant, r.contender): r for r in records if r.scenario == "big-results"}
     # The article job with 5 results: what the job costs without a big result, so the cut can be judged on the
     # part of the bill the big result adds.
-    seed = {r.contender: r.tokens for r in records if r.scenario == "bookstore"}
+    seed = {r.contender: r.tokens for r in records if (r.scenario, r.variant) == ("bookstore", "default")}
     rows = []
     for (variant, contender), full in by_key.items():
         if variant != "full" or ("truncated", contender) not in by_key:

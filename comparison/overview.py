@@ -183,7 +183,10 @@ def next_steps(prog: str, example: str) -> list[tuple[str, str]]:
         (command_text(prog, "chat"), "talk to the agent; the conversation and cart are kept"),
         (command_text(prog, "serve"), "the live page: the contenders side by side in a browser"),
         (command_text(prog, "--report report.html"), "every run's full record as one HTML page"),
-        (command_text(prog, "--model local"), "the same runs on the bundled real model ('local' extra)"),
+        (
+            command_text(prog, "--model local"),
+            "the same runs on the bundled real model (the 'local' and 'local-qwen' extras)",
+        ),
         (command_text(prog, f"eval {example} --runs 3"), "repeated runs, graded: who reached the goal, and why not"),
     ]
 

@@ -103,7 +103,7 @@ def test_every_scenario_ran_on_every_contender(full_run: dict[str, Any]) -> None
 
 @pytest.mark.parametrize("contender", list(CONTENDERS))
 def test_bookstore_reproduces_the_seed_trace(full_run: dict[str, Any], contender: str) -> None:
-    run = one(full_run, "bookstore", contender=contender)
+    run = one(full_run, "bookstore", contender=contender, variant="default")
     assert run["stop_reason"] == StopReason.DONE
     assert (run["model_calls"], run["tool_calls"]) == (5, 4)
     calls = [(e["name"], e["detail"].split(" -> ")[0]) for e in tool_events(run)]
@@ -121,7 +121,7 @@ def test_bookstore_reproduces_the_seed_trace(full_run: dict[str, Any], contender
 
 def test_bookstore_notice_explains_the_growth_with_the_measured_numbers(full_run: dict[str, Any]) -> None:
     notice = next(s["notice"] for s in full_run["doc"]["scenarios"] if s["name"] == "bookstore")
-    tokens = one(full_run, "bookstore", contender="handwritten")["tokens_per_step"]
+    tokens = one(full_run, "bookstore", contender="handwritten", variant="default")["tokens_per_step"]
     assert " -> ".join(f"{t:,}" for t in tokens) in notice
     assert "re-sends the whole history" in notice
 
@@ -200,7 +200,7 @@ def test_big_results_truncation_saves_tokens_where_it_exists(full_run: dict[str,
         else:
             assert "[truncated" not in search["detail"]
             assert cut["tokens"] == full["tokens"]
-    small = one(full_run, "bookstore", contender="handwritten")
+    small = one(full_run, "bookstore", contender="handwritten", variant="default")
     assert one(full_run, "big-results", variant="full", contender="handwritten")["tokens"] > small["tokens"]
 
 
@@ -340,6 +340,7 @@ def test_store_db_keeps_every_run_in_one_file_as_its_own_customer(tmp_path: Path
         carts = {(r["scenario"], r["variant"]): r["cart"] for r in runs}
         assert carts == {
             ("bookstore", "default"): QUIET_ORCHARD,
+            ("bookstore", "precise-instructions"): QUIET_ORCHARD,
             ("prompt-injection", "no-gate"): ELEVEN_ORCHARDS,
             ("prompt-injection", "gate"): QUIET_ORCHARD,
         }
@@ -348,7 +349,7 @@ def test_store_db_keeps_every_run_in_one_file_as_its_own_customer(tmp_path: Path
         assert store.get_book(12).description == original, "the injected note was taken out again"
     with closing(sqlite3.connect(store_db)) as db:
         customers = db.execute("SELECT COUNT(DISTINCT customer_id) FROM cart_lines").fetchone()[0]
-    assert customers == 2 * 6, "two invocations x six runs, each with a cart of its own"
+    assert customers == 2 * 8, "two invocations x eight runs, each with a cart of its own"
 
 
 def test_guard_matrix_is_built_from_the_runs(full_run: dict[str, Any]) -> None:
@@ -597,7 +598,7 @@ def test_max_steps_option_and_contender_selection(tmp_path: Path) -> None:
     runs = json.loads(path.read_text(encoding="utf-8"))["runs"]
     assert [(r["contender"], r["stop_reason"], r["model_calls"]) for r in runs] == [
         ("handwritten", StopReason.MAX_STEPS, 2)
-    ]
+    ] * len(SCENARIOS_BY_NAME["bookstore"].variants)
 
 
 def test_json_to_stdout_keeps_stdout_pure(capsys: pytest.CaptureFixture[str]) -> None:

@@ -325,7 +325,7 @@ def test_an_eval_writes_the_promised_json_and_the_same_seed_repeats_it(capsys: p
     ]
     for row in rows:
         assert set(row) >= ROW_FIELDS
-        tasks = 2 if row["scenario"] == "orders" else 1  # orders asks two questions: two tasks
+        tasks = 2  # orders asks two questions, bookstore is asked under two wordings: two tasks each
         assert (row["tasks"], row["n"]) == (tasks, 3 * tasks)
         assert list(row["pass_hat_k"]) == ["1", "2", "3"]
         curve = list(row["pass_hat_k"].values())
@@ -375,10 +375,12 @@ def test_the_shopper_succeeds_every_time_for_every_contender(capsys: pytest.Capt
     assert document["simulated"] is True  # a scripted persona is no language model either
     assert {r["contender"] for r in document["results"]} == set(CONTENDERS)  # maf among them, with its extra
     for row in document["results"]:
-        assert (row["successes"], row["n"], row["unsafe_failures"]) == (3, 3, 0)
+        # Two tasks (the default and the precise wording), three runs each.
+        assert (row["successes"], row["n"], row["unsafe_failures"]) == (6, 6, 0)
         assert row["pass_hat_k"] == {"1": 1.0, "2": 1.0, "3": 1.0}
-        assert row["stop_reasons"] == {"done": 3}
-        assert row["tokens_per_success"] == 6335  # the article's job: 779 rising to 1,478 tokens per step
+        assert row["stop_reasons"] == {"done": 6}
+        # The article's job: 779 rising to 1,478 tokens per step, and 766 to 1,465 under the shorter instructions.
+        assert row["tokens_per_success"] == (6335 + 6270) // 2
 
 
 def test_the_table_and_the_report_say_simulated(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -451,7 +453,7 @@ def test_ctrl_c_keeps_the_trials_that_finished(
     document = json.loads(out.read_text(encoding="utf-8"))
     assert document["interrupted"] is True
     assert (document["runs"], document["runs_asked"]) == (1, 3)
-    assert all(row["n"] == 1 and list(row["pass_hat_k"]) == ["1"] for row in document["results"])
+    assert all(row["n"] == row["tasks"] and list(row["pass_hat_k"]) == ["1"] for row in document["results"])
     assert "interrupted" in capsys.readouterr().err
 
 

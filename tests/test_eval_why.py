@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from comparison.eval import trials as evaluation
 from comparison.eval.grading import grade, group_tasks
+from comparison.eval.report import shows_tasks, task_label
 from comparison.eval.trials import EXIT_OK, EvalPlan, eval_main
 from comparison.eval.why import GUARD_DID, MAX_GROUPS, call_text, lost_runs, what_happened
 from comparison.records import RunRecord
@@ -94,24 +96,29 @@ def test_the_eval_table_is_followed_by_why_each_contender_lost_its_runs(
     )
     for row in rows:
         lost = row["n"] - row["successes"]
-        [task] = row["by_task"]
-        assert len(task["failures"]) == lost
+        failures = [f for task in row["by_task"] for f in task["failures"]]
+        assert len(failures) == lost
         if not lost:
             assert f"{row['contender']} lost" not in shown
             continue
         assert f"{row['contender']} lost {lost} of {row['n']}:" in shown
-        for failure in task["failures"]:
+        for failure in failures:
             assert failure["happened"].startswith("no guard fired") == (not failure["guards"])
             for guard in failure["guards"]:
                 assert GUARD_DID[Guard(guard)] in failure["happened"]
-        lines = lost_runs(row)
+        label = partial(task_label, row=row) if shows_tasks(row) else None
+        lines = lost_runs(row, label=label)
         assert len(lines) <= MAX_GROUPS + 1
         for line in lines:
             assert " ".join(line.split()) in shown
-        # The most common kind of loss is shown: its stop and the first such run's seed.
-        stops = Counter((f["stop"], f["verdict"], tuple(sorted(f["guards"]))) for f in task["failures"])
-        (stop, verdict, _), count = stops.most_common(1)[0]
-        assert f"{count} of {row['n']} runs ended '{stop}', graded {verdict}" in shown
+        # The most common kind of loss is shown: its task, its stop and the first such run's seed.
+        stops = Counter(
+            (i, f["stop"], f["verdict"], tuple(sorted(f["guards"])))
+            for i, task in enumerate(row["by_task"])
+            for f in task["failures"]
+        )
+        (i, stop, verdict, _), count = stops.most_common(1)[0]
+        assert f"{count} of {row['by_task'][i]['n']} runs ended '{stop}', graded {verdict}" in shown
 
 
 def test_the_eval_document_counts_the_guards_of_each_lost_run(tmp_path: Path) -> None:
@@ -123,10 +130,12 @@ def test_the_eval_document_counts_the_guards_of_each_lost_run(tmp_path: Path) ->
             model="scripted:noisy", contenders=("handwritten",), session_db=tmp_path / "again.db", model_seed=seed
         )
         run_scenario(BOOKSTORE, options, records.append)
-        [run] = runs
-        fired = Counter(str(e["guard"]) for r in records for e in r.trace if e["guard"])
-        assert run.guards == dict(fired)
-        assert run.happened == what_happened(records)
-        if fired and not run.grade.success:
-            return
+        assert len(runs) == len(BOOKSTORE.variants)  # one task per wording
+        for run, variant in zip(runs, BOOKSTORE.variants, strict=True):
+            task = [r for r in records if r.variant == variant.name]
+            fired = Counter(str(e["guard"]) for r in task for e in r.trace if e["guard"])
+            assert run.guards == dict(fired)
+            assert run.happened == what_happened(task)
+            if fired and not run.grade.success:
+                return
     pytest.fail(f"no lost hand-written run with a guard firing on seeds {SEEDS}")

@@ -198,7 +198,7 @@ def test_compare_shows_every_contender_after_a_reply_nested_600_deep() -> None:
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     runs = json.loads(done.stdout)["runs"]
-    assert [r["contender"] for r in runs] == ALL
+    assert [r["contender"] for r in runs] == ALL * 2  # the default and the precise wording
     assert {r["contender"]: r["stop_reason"] for r in runs} == dict.fromkeys(ALL, "invalid model response")
     assert all(r["cart"] == [] for r in runs)
 

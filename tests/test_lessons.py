@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from comparison.answers import contradictions
 from comparison.closing import GUARD_LEGEND, guard_matrix
 from comparison.contenders import CONTENDERS
 from comparison.records import RunRecord, cart_text
@@ -201,7 +202,11 @@ def claim(scenario: str, pattern: str) -> Callable[[Check], Check]:
 
 @claim(
     "bookstore",
-    NAMES + r": (?P<outcome>.+?) after (?P<m>\d+) model calls and (?P<t>\d+) tool calls; tokens per call "
+    r"(?:"
+    + LABEL
+    + r")?"
+    + NAMES
+    + r": (?P<outcome>.+?) after (?P<m>\d+) model calls and (?P<t>\d+) tool calls; tokens per call "
     r"(?P<arrow>[\d,]+(?: -> [\d,]+)*), (?P<grows>growing|NOT growing) every step \(total (?P<total>[\d,]+)"
     r"(?:; about (?P<pct>\d+)% of it is history sent again)?\)",
 )
@@ -237,10 +242,64 @@ def _bookstore_time(m: re.Match[str], records: list[RunRecord], s: Scenario) -> 
     assert used_value(m["tools"]) == pytest.approx(sum(e["duration_s"] for e in tool_lines(r)), abs=0.006)
 
 
-@claim("bookstore", r"Every contender made the same tool calls in the same order; cart: (?P<cart>.+)\.")
+@claim(
+    "bookstore", r"(?:" + LABEL + r")?Every contender made the same tool calls in the same order; cart: (?P<cart>.+)\."
+)
 def _bookstore_same(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
-    assert len({tuple(call_keys(r)) for r in records}) == 1
-    assert {cart_text(r) for r in records} == {m["cart"]}
+    runs = [r for r in records if m["label"] in (None, r.variant_label)]
+    assert len(runs) > 1 and len({tuple(call_keys(r)) for r in runs}) == 1
+    assert {cart_text(r) for r in runs} == {m["cart"]}
+    if m["label"] is None:
+        assert len({r.variant for r in records}) == 1
+
+
+def what_wording_changed(records: list[RunRecord], contender: str) -> set[tuple[Any, ...]]:
+    """Per variant: the tool calls, the cart and whether the answer is contradicted (the grader's own check)."""
+    runs = [r for r in records if r.contender == contender]
+    return {(tuple(call_keys(r)), cart_text(r), r.stop_reason, bool(r.answer), bool(contradictions(r))) for r in runs}
+
+
+@claim("bookstore", r"Wording, (?P<c>[a-z-]+): (?P<said>.+)\.")
+def _bookstore_wording(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = [r for r in records if r.contender == m["c"]]
+    assert len({r.variant for r in runs}) > 1
+    said = m["said"].split("; [")
+    assert len(said) == len(runs)
+    for r, part in zip(runs, said, strict=True):
+        head = f"{r.variant_label}] {r.model_calls} model calls, "
+        assert part.lstrip("[").startswith(head), (part, r.variant_label)
+        rest = part.lstrip("[")[len(head) :]
+        path = rest.split(", ")[0]
+        assert [c.split("(")[0] for c in path.split(" -> ")] == [
+            e["name"] for e in tool_lines(r)
+        ] or path == "no tool call"
+        assert f"cart {cart_text(r)}, " in rest
+        false = bool(contradictions(r))
+        assert ("answered FALSE" in part) == false and ("answered true" in part) == (
+            r.stop_reason == "done" and not false
+        )
+
+
+@claim(
+    "bookstore",
+    r"Only the instructions differ between the variants, and every contender got the same text, so what changed "
+    r"for " + NAMES + r" \(calls, cart or answer\) is the wording's doing, not the framework's\.",
+)
+def _bookstore_wording_changed(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    names = m["names"].split(", ")
+    for contender in dict.fromkeys(r.contender for r in records):
+        assert (len(what_wording_changed(records, contender)) > 1) == (contender in names), contender
+
+
+@claim(
+    "bookstore",
+    r"Under every wording each contender made the same tool calls, ended with the same cart, and its answer got "
+    r"the same verdict\.",
+)
+def _bookstore_wording_same(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    assert len({r.variant for r in records}) > 1
+    for contender in {r.contender for r in records}:
+        assert len(what_wording_changed(records, contender)) == 1, contender
 
 
 @claim(
@@ -1632,18 +1691,24 @@ FALSE_ANSWER = "The Quiet Orchard is out of stock (0 copies). Your cart total is
 
 def test_an_answer_the_records_contradict_is_named_and_shown_false(tmp_path: Path) -> None:
     scenario = SCENARIOS_BY_NAME["bookstore"]
-    ran = [r for r in run_all([scenario], "scripted", 0, tmp_path) if r.contender in ("handwritten", "langgraph")]
+    ran = [
+        r
+        for r in run_all([scenario], "scripted", 0, tmp_path)
+        if r.contender in ("handwritten", "langgraph") and r.variant == "default"
+    ]
     lied = [
         replace(r, answer=FALSE_ANSWER, user_message=FALSE_ANSWER) if r.contender == "langgraph" else r for r in ran
     ]
     points = check_points(scenario, lied)
     false = [p for p in points if "contradicts the records" in p]
-    assert len(false) == 1 and false[0].startswith("langgraph: ended done")
+    assert len(false) == 1 and false[0].startswith("[default instructions] langgraph: ended done")
     assert "it says The Quiet Orchard is out of stock, and the cart holds 1 of it" in false[0]
     assert "it gives the total as 18.90 where the cart's is 16.50" in false[0]
     assert not [p for p in check_points(scenario, ran) if "contradicts" in p]  # the true answers: nothing said
     both = [replace(r, answer=FALSE_ANSWER, user_message=FALSE_ANSWER) for r in ran]
-    assert next(p for p in check_points(scenario, both) if "contradicts" in p).startswith("handwritten, langgraph: ")
+    assert next(p for p in check_points(scenario, both) if "contradicts" in p).startswith(
+        "[default instructions] handwritten, langgraph: "
+    )
 
     from io import StringIO
 

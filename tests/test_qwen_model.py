@@ -13,7 +13,7 @@ import pytest
 
 from comparison.eval.grading import grade
 from comparison.records import RunRecord
-from comparison.runner import RunOptions, run_scenario
+from comparison.runner import RunOptions, run_scenario_variant
 from comparison.scenarios import INSTRUCTIONS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
@@ -52,7 +52,8 @@ def seed_runs(tmp_path_factory: pytest.TempPathFactory) -> list[RunRecord]:
     options = RunOptions(
         model=MODEL, contenders=("handwritten", "langgraph"), session_db=tmp_path_factory.mktemp("qwen") / "sessions.db"
     )
-    run_scenario(SCENARIOS_BY_NAME["bookstore"], options, records.append)
+    bookstore = SCENARIOS_BY_NAME["bookstore"]
+    run_scenario_variant(bookstore, bookstore.variants[0], options, records.append)  # the default instructions
     return records
 
 

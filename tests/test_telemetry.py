@@ -994,8 +994,8 @@ def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     roots = [span for _, span in received if span.name.startswith("invoke_agent")]
-    # bookstore: 1 goal, orders: 2 questions; per contender.
-    assert sorted(span.name for span in roots) == sorted(f"invoke_agent {name}" for name in SPAN_CONTENDERS * 3)
+    # bookstore: 1 goal under 2 wordings, orders: 2 questions; per contender.
+    assert sorted(span.name for span in roots) == sorted(f"invoke_agent {name}" for name in SPAN_CONTENDERS * 4)
     # One tree per run: every other span hangs from one of those runs.
     run_ids = {span.span_id for span in roots}
     children = [span for _, span in received if span.span_id not in run_ids]
@@ -1044,7 +1044,8 @@ def test_spans_of_the_finished_runs_are_sent_when_ctrl_c_ends_the_program() -> N
         _, err = process.communicate(timeout=60)
         received = receiver.spans()
     assert process.returncode == 130, err
-    assert len([span for _, span in received if span.name.startswith("invoke_agent")]) == 6
+    # 2 contenders x (bookstore under 2 wordings + orders' 2 questions)
+    assert len([span for _, span in received if span.name.startswith("invoke_agent")]) == 8
 
 
 def test_otel_without_a_receiver_is_one_line_and_exit_2_before_anything_runs(tmp_path: Path) -> None:

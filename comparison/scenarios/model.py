@@ -148,6 +148,9 @@ class Variant:
     parallel_tools: bool = False
     max_tool_result_chars: int | None = None
     search_max_results: int = 5
+    instructions: str | None = None
+    """Instructions that replace the scenario's for this variant, the same text for every contender (a wording
+    experiment)."""
     fresh_cart_instruction: bool = False
     """Append `FRESH_CART_INSTRUCTION` to the instructions, so the model re-reads the cart with view_cart."""
     persistent: bool = False
@@ -245,9 +248,10 @@ class Scenario:
     """The goals for N turns (the --turns option), for a scenario whose turns can be chosen."""
 
     def instructions_for(self, variant: Variant) -> str:
+        instructions = variant.instructions or self.instructions
         if variant.fresh_cart_instruction:
-            return f"{self.instructions} {FRESH_CART_INSTRUCTION}"
-        return self.instructions
+            return f"{instructions} {FRESH_CART_INSTRUCTION}"
+        return instructions
 
     def limits_for(self, variant: Variant) -> AgentLimits:
         return variant.limits or self.limits

@@ -92,6 +92,16 @@ def calls(record: RunRecord) -> list[Call]:
     return found
 
 
+def call_path(record: RunRecord) -> str:
+    """The tool calls in order, each with the book it was about: "search_books -> add_to_cart(2)"."""
+    parts = []
+    for c in calls(record):
+        args = json.loads(c.args) if c.args is not None else None
+        book = args.get("book_id") if isinstance(args, dict) else None
+        parts.append(c.name if book is None else f"{c.name}({book})")
+    return " -> ".join(parts) or "no tool call"
+
+
 def guarded(record: RunRecord, guard: Guard) -> list[Call]:
     return [c for c in calls(record) if c.guard == guard]
 

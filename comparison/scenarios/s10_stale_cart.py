@@ -93,8 +93,8 @@ SCENARIO = Scenario(
     name="stale-cart",
     description="the cart changes behind the agent between turns: the remembered total is stale",
     lesson=(
-        "Memory is convenient but it is a copy: the model read the old tool result in the history, not the "
-        "cart as it is now. If data can change, the instructions must say so, so the model reads it with a "
+        "Memory is convenient but it is a copy: a model that answers from the history reads the old tool result, "
+        "not the cart as it is now. If data can change, the instructions must say so, so the model reads it with a "
         "tool. No framework guards against stale reads from history: no expiry, no re-validation."
     ),
     what_to_notice=notice_stale,
