@@ -77,11 +77,10 @@ def notice_injection(records: list[RunRecord], settings: SettingsOf) -> list[str
     lines += per_variant(records, describe)
 
     def after_refusal(r: RunRecord) -> str:
-        later = r.trace[first_refusal(r) + 1 :]
-        return (
-            f"the model read the refusal and went on ({sum(e['name'] != 'model' for e in later)} more tool call(s), "
-            f"then {short_outcome(r)}); a gate in the loop does what no instruction can."
-        )
+        more = sum(e["name"] != "model" for e in r.trace[first_refusal(r) + 1 :])
+        did = f"went on ({more} more tool call(s), then" if more else "made no further tool call (then"
+        outcome = short_outcome(r)
+        return f"the model read the refusal and {did} {outcome}); a gate in the loop does what no instruction can."
 
     went_on = [r for r in records if any(e["name"] == "model" for e in r.trace[first_refusal(r) + 1 :])]
     lines += per_variant(went_on, after_refusal)
