@@ -250,11 +250,7 @@ class MafAgent:
         responses = self._decide(run, requests, {**dict.fromkeys(paused.refused, False), **answers})
         if responses is None:  # a call the rule let through at the pause needs a human now
             return self._result(instructions, session, run, StopReason.AWAITING_APPROVAL)
-        for request in requests:
-            call = request_call(request)
-            run.calls[call["id"]] = call
-            run.steps[call["id"]] = run.usage.model_calls
-            run.resumed.append(Content.from_function_call(call["id"], call["name"], arguments=call["args"]))
+        run.answering(requests)
         del session.state[PENDING_KEY]
         agent = self.agent_for(instructions, keep_turns)
         return await self._drive(agent, instructions, Message("user", responses), session, run)
@@ -278,6 +274,7 @@ class MafAgent:
                 if decided is None:  # a human must answer: the run pauses
                     return self._result(instructions, session, run, StopReason.AWAITING_APPROVAL)
                 turn = Message("user", decided)
+                run.answering(requests)
         except RunStopped as stop:
             # A cancel before a model call, or mid-stream: MAF raised, so it stored nothing of this run.
             if run.model_in_flight is not None:
@@ -658,6 +655,17 @@ class _Run:
     """Why the last reply is unusable (`steps.InvalidResponse`: cut off, only unparsable calls, empty), or None:
     none of its calls reached MAF (`client.reply_message`), and the run stops on it."""
 
+    def answering(self, requests: Sequence[Content]) -> None:
+        """The next `Agent.run` begins with the answers to `requests`: MAF stored the runs before it, so what a cut
+        turn keeps of it starts at the results of these calls (`first_new`), never again at the question."""
+        self.start = None
+        self.resumed = []
+        for request in requests:
+            call = request_call(request)
+            self.calls[call["id"]] = call
+            self.steps.setdefault(call["id"], self.usage.model_calls)
+            self.resumed.append(Content.from_function_call(call["id"], call["name"], arguments=call["args"]))
+
     def first_new(self, messages: Sequence[Message]) -> int:
         """Where this run's own messages begin in what its first model call is sent: after the history, or, in a
         resumed run, at the results of the calls it was paused on (answered before that call)."""
@@ -723,6 +731,12 @@ class _Run:
         if self.round_open:
             self.usage.end_round(self.round_errors)
         self.round_open = self.round_errors = False
+
+    def over_max_steps(self) -> bool:
+        """Whether a call with tools on would pass max_steps: each approval MAF pauses on ends one `Agent.run` and
+        its answer starts another, so MAF's iteration count alone lets a model that keeps asking go on forever."""
+        max_steps = self.options.limits.max_steps
+        return max_steps is not None and self.usage.model_calls >= max_steps
 
     def forced(self) -> StopReason:
         """Why MAF disabled the tools for the call about to be made: in `AgentLimits.check`'s order."""
@@ -864,11 +878,14 @@ class _ModelWatch(ChatMiddleware):
             raise RunStopped(StopReason.CANCELLED)
         run.reconcile(context.messages)
         run.close_round()
-        if context.options.get("tool_choice") == "none" and run.forced_by is None:
+        forced = context.options.get("tool_choice") == "none"
+        if forced and run.forced_by is None:
             run.forced_by = run.forced()
         if run.start is None:
             run.start = run.first_new(context.messages)
         run.transcript = list(context.messages[run.start :])
+        if not forced and run.over_max_steps():
+            raise RunStopped(StopReason.MAX_STEPS)
         started = run.model_in_flight = time.perf_counter()
         await call_next()
         result = context.result

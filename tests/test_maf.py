@@ -144,6 +144,20 @@ def test_max_steps_is_maf_max_iterations_and_its_forced_answer_is_kept_as_such(s
     assert result.user_message() != FALLBACK
 
 
+@pytest.mark.parametrize("answer", [False, True])
+def test_max_steps_holds_across_the_approval_rounds_maf_runs_again(store: BookStore, answer: bool) -> None:
+    """A model that asks for the same gated add every time: each approval MAF pauses on ends one `Agent.run`
+    and the answer starts another, so MAF's own iteration count is not what bounds the run: ours is. At most
+    max_steps model calls plus MAF's forced last one, whatever the human answers."""
+    replies = [ai("", call("add_to_cart", f"add-{i}", book_id=7, quantity=10)) for i in range(30)]
+    options = AgentOptions(limits=AgentLimits(max_steps=3), needs_approval=RiskyWritePolicy(store))
+    agent = MafAgent(ScriptModel(replies=replies), make_tools(store), options, approve=lambda call, why: answer)
+    result = agent.run(INSTRUCTIONS, "Add ten copies of book 7.")
+    assert result.stop_reason is StopReason.MAX_STEPS, result.stop_reason
+    assert result.model_calls <= 4 and sum(e.is_model for e in result.trace) == result.model_calls
+    assert_valid_history(result.messages)
+
+
 def test_a_forced_answer_the_model_writes_is_kept_but_is_not_the_answer(store: BookStore) -> None:
     model = ScriptModel(replies=[ai("", call("check_stock", book_id=2)), ai("Book 2 is out of stock.")])
     result = MafAgent(model, make_tools(store), AgentOptions(limits=AgentLimits(max_steps=1))).run(INSTRUCTIONS, "?")

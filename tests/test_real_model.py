@@ -54,10 +54,9 @@ def scenario(name: str) -> Scenario:
     return replace(chosen, variants=tuple(v for v in chosen.variants if v.name in keep))
 
 
-RECORDED = tuple(c for c in APPROVAL_CONTENDERS if c != "maf")
-"""The approval gate's contenders but maf: on this model maf does not stop at max_steps=3 (measured: 153 model
-calls of add_to_cart in 339 s before the tools' descriptions reached the prompt, then 146 calls until the context
-was full and the server answered HTTP 400, 391 s), which would be most of CI's real-model time."""
+RECORDED = APPROVAL_CONTENDERS
+"""The approval gate's contenders, MAF among them: on this model MAF once ran 146 model calls past max_steps=3, each
+refused add an approval round that started MAF's count again (`test_maf.py::test_max_steps_holds_across_...`)."""
 
 SESSION_STEPS = 2
 """A conversation's step limit per turn: what is tested is that every turn is kept, whatever each turn did."""
