@@ -1,9 +1,8 @@
 """What the real model costs each contender on `--model local`: orchestration's share of wall time, prefix reuse,
 seconds a model call, the article's goal under each lever (threads, prompt batch, search results), `keep_turns`.
 
-Tokens sent are each call's `prompt_tokens`; tokens evaluated come from llama.cpp's own log, read after every call,
-so a call's cached share is 1 - evaluated / sent. Nothing here asserts.
-
+Tokens sent are each call's `prompt_tokens`; tokens evaluated, llama.cpp's log after every call (cached share:
+1 - evaluated / sent). Nothing here asserts.
     python benchmarks/real_model.py [--model local|local:NAME] [--runs 1] [--turns 4] [--max-steps 4] [--json PATH]
 """
 
@@ -115,7 +114,7 @@ class ServerLog:
 
 
 @dataclass
-class Call:
+class ServedCall:
     """One model call as the server served it."""
 
     sent: int
@@ -132,7 +131,7 @@ class CallMeter(BaseCallbackHandler):
 
     def __init__(self, log: ServerLog | None = None) -> None:
         self._log = log
-        self.calls: list[Call] = []
+        self.calls: list[ServedCall] = []
 
     @property
     def log(self) -> ServerLog:
@@ -157,9 +156,9 @@ class CallMeter(BaseCallbackHandler):
                         (message.response_metadata.get("token_usage") or {}).get("prompt_tokens", 0)
                     )
         work = self.log.read()
-        self.calls.append(Call(sent, work.evaluated, (work.prompt_ms + work.generate_ms) / 1000))
+        self.calls.append(ServedCall(sent, work.evaluated, (work.prompt_ms + work.generate_ms) / 1000))
 
-    def take(self) -> list[Call]:
+    def take(self) -> list[ServedCall]:
         """The calls since `start`, anything the log said after the last answer counted to the last call."""
         rest = self.log.read()
         if self.calls and rest.completions:
@@ -169,7 +168,7 @@ class CallMeter(BaseCallbackHandler):
         return calls
 
 
-def tally(calls: list[Call]) -> dict[str, Any]:
+def tally(calls: list[ServedCall]) -> dict[str, Any]:
     """A run's calls summed; `cached_after_first` is the share of prompt tokens the server did not evaluate, over
     every call but the first (whose prompt is new to the server by construction)."""
     later = calls[1:]
@@ -249,7 +248,7 @@ def run_sessions(model: Any, meter: CallMeter, turns: int, max_steps: int) -> di
         session = Session(AgentLoop(model, make_tools(store), options), INSTRUCTIONS, customer_id="c1", **policy)
         asked = [QUESTIONS[turn % len(QUESTIONS)] for turn in range(turns)]
         measured = [measure_run(lambda q=question, s=session: s.ask(q), meter, store) for question in asked]
-        calls = [Call(**call) for turn in measured for call in turn["per_call"]]
+        calls = [ServedCall(**call) for turn in measured for call in turn["per_call"]]
         found[label] = {"turns": measured, "conversation": tally(calls)}
     return found
 

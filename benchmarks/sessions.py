@@ -140,10 +140,10 @@ def storage_options() -> list[Storage]:
     is left out: it stores what "sync" stores, and overhead.py measures its time.
     """
     offered = [Storage("default", {}, "what GraphSession ships with")]
-    init, sqlite = GraphSession.__init__, GraphSession.sqlite
-    if accepts(init, "storage") and accepts(sqlite, "storage"):
+    init = GraphSession.__init__  # `sqlite` passes its keywords on to it (`SessionOptions`)
+    if accepts(init, "storage"):
         offered.append(Storage("storage=full", {"storage": "full"}, "LangGraph's default channel: the whole list"))
-        if accepts(sqlite, "prune_turns"):
+        if accepts(init, "prune_turns"):
             offered.append(
                 Storage(
                     f"storage=full+prune_turns={PRUNE_TURNS}",
@@ -154,7 +154,7 @@ def storage_options() -> list[Storage]:
             )
     else:
         note("GraphSession has no storage option yet: only its default and the durability modes are measured")
-    if accepts(sqlite, "durability"):
+    if accepts(init, "durability"):
         offered.append(Storage("durability=exit", {"durability": "exit"}, "one checkpoint per run"))
     return offered
 

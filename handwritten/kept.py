@@ -103,8 +103,8 @@ class KeptSession:
     # --- turns, async: saved under the turn lock -----------------------------------------------------------------
 
     async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        """One turn, saved where the conversation is kept; a cancelled turn is saved too (its history tells the
-        truth) and returned as its CANCELLED result."""
+        """One turn, saved where the conversation is kept; a turn the cancel event ended is saved and returned as
+        its CANCELLED result, and one a task cancel cut is saved before `AgentCancelled` (its `.result`) goes on."""
         result = await self._aturn(lambda: self.session.aask(question, cancel=cancel), asking=True)
         assert result is not None
         return result
@@ -138,7 +138,9 @@ class KeptSession:
                 try:
                     result = await run()
                 except AgentCancelled as cancelled:
-                    result = cancelled.result
+                    # Kept as far as it got, and the cancel goes on up: a Ctrl-C in `chat` must end the program.
+                    await self._asave_turn(cancelled.result, asking)
+                    raise
                 except Exception:
                     await self._asave_cut_short()  # an outage: what the turn did is saved, marked unfinished
                     raise

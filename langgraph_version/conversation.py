@@ -115,10 +115,9 @@ class GraphConversation:
         return result
 
     async def arewind(self, turns: int = 1) -> Rewound:
-        rewind = getattr(self.session, "arewind", None)
-        if rewind is None:
+        if not hasattr(self.session, "arewind"):
             raise NoRewind(f"this session ({type(self.session).__name__}) has no rewind")
-        rewound: Rewound = await rewind(turns)
+        rewound: Rewound = await self.session.arewind(turns)
         return rewound
 
     async def amessages(self) -> list[BaseMessage]:

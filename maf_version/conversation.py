@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from maf_version.agent import MafAgent, MafCancelled
+from maf_version.agent import MafAgent
 from maf_version.session import MafSession, read_saved
 from shared_tools.bookstore.store import is_postgres_url
 from shared_tools.conversation import HistoryPolicy, beside, resume_until_answered, shown_target
@@ -51,18 +51,13 @@ class MafConversation:
         return rewound
 
     async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        """One turn; a cancelled one is saved too (its history tells the truth) and returned as its CANCELLED
-        result. An approval pause comes back as AWAITING_APPROVAL (the page's agent asks its human instead)."""
-        try:
-            return await self.session.aask(question, cancel=cancel)
-        except MafCancelled as cancelled:
-            return cancelled.result
+        """One turn; a cancelled one is saved too (its history tells the truth): the cancel event's as its
+        CANCELLED result, a task cancel's as `MafCancelled` (its `.result`), never swallowed. An approval pause
+        comes back as AWAITING_APPROVAL (the page's agent asks its human instead)."""
+        return await self.session.aask(question, cancel=cancel)
 
     async def aresume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
-        try:
-            return await self.session.aresume(approved, cancel=cancel)
-        except MafCancelled as cancelled:
-            return cancelled.result
+        return await self.session.aresume(approved, cancel=cancel)
 
     async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
         return None

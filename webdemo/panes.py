@@ -483,8 +483,9 @@ async def _cancelled_or(call: Awaitable[AgentResult]) -> AgentResult:
     """The graph's result, or, when the turn was cancelled, a CANCELLED result (the thread records the cancel)."""
     try:
         return await call
-    except asyncio.CancelledError:
-        return AgentResult(StopReason.CANCELLED, None, 0, 0, 0, 0)
+    except asyncio.CancelledError as cancelled:  # the agents' own carry what the run did (`AgentCancelled`)
+        done = getattr(cancelled, "result", None)
+        return done if isinstance(done, AgentResult) else AgentResult(StopReason.CANCELLED, None, 0, 0, 0, 0)
 
 
 def cart_check(result: AgentResult, store_total: Decimal) -> CartCheck:
