@@ -79,21 +79,23 @@ def test_a_lost_run_where_no_guard_fired_says_so_and_what_the_model_called(tmp_p
             assert f"{errors} of {len(tools)} tool results were errors" in said
             most = Counter(e["name"] for e in tools).most_common(1)[0][0]
             assert f"{most}(" in said
-            raised = sorted({r.error_type for r in task if r.error is not None and r.error_type})
-            # A call that raised out of the run has no result: the clause says so rather than count it as no error.
-            assert (f"a call raised {', '.join(raised)} and came back as no result" in said) == bool(raised), said
+            raised = sorted({r.error_type for r in task if r.error_type and not r.model_failed})
+            # What a run raised is said, never counted as a tool result without an error.
+            assert (f"the run raised {', '.join(raised)}" in said) == bool(raised), said
 
 
-def test_a_call_that_raised_out_of_the_run_is_not_counted_as_a_result_without_error(tmp_path: Path) -> None:
+def test_what_a_run_raised_is_said_beside_the_tool_results_it_counts(tmp_path: Path) -> None:
     """A run a tool's exception ended (langgraph-defaults on a refused add) has no result for that call: the clause
-    names what was raised instead of saying "0 of N tool results were errors" as if every call came back."""
+    names what was raised beside "0 of N tool results were errors", never as if every call came back. A model
+    call that failed is the model's, not the run's: not said here."""
     from dataclasses import replace
 
     _seed, task = lost_tasks(tmp_path, "langgraph-defaults")[0]
     raised = [replace(task[0], error="ToolException: Only 0 copies in stock", stop_reason=None), *task[1:]]
-    said = what_happened(raised)
-    assert "a call raised ToolException and came back as no result" in said, said
-    assert "came back as no result" not in what_happened([replace(r, error=None) for r in task])
+    assert "the run raised ToolException" in what_happened(raised)
+    failed = [replace(r, error="ModelCallFailed: the server went away", model_failed=True) for r in task]
+    assert "the run raised" not in what_happened(failed)
+    assert "the run raised" not in what_happened([replace(r, error=None) for r in task])
 
 
 def test_the_eval_table_is_followed_by_why_each_contender_lost_its_runs(

@@ -144,12 +144,17 @@ def test_max_steps_is_maf_max_iterations_and_its_forced_answer_is_kept_as_such(s
     assert result.user_message() != FALLBACK
 
 
+@pytest.mark.parametrize("checks_first", [0, 3], ids=["adds-only", "checks-then-adds"])
 @pytest.mark.parametrize("answer", [False, True])
-def test_max_steps_holds_across_the_approval_rounds_maf_runs_again(store: BookStore, answer: bool) -> None:
+def test_max_steps_holds_across_the_approval_rounds_maf_runs_again(
+    store: BookStore, answer: bool, checks_first: int
+) -> None:
     """A model that asks for the same gated add every time: each approval MAF pauses on ends one `Agent.run`
     and the answer starts another, so MAF's own iteration count is not what bounds the run: ours is. At most
-    max_steps model calls plus MAF's forced last one, whatever the human answers."""
-    replies = [ai("", call("add_to_cart", f"add-{i}", book_id=7, quantity=10)) for i in range(30)]
+    max_steps model calls plus MAF's forced last one, whatever the human answers; also when the forced call
+    (tools off) is answered with a gated add anyway, after ungated calls used up the iterations."""
+    checks = [ai("", call("check_stock", f"check-{i}", book_id=7)) for i in range(checks_first)]
+    replies = checks + [ai("", call("add_to_cart", f"add-{i}", book_id=7, quantity=10)) for i in range(30)]
     options = AgentOptions(limits=AgentLimits(max_steps=3), needs_approval=RiskyWritePolicy(store))
     agent = MafAgent(ScriptModel(replies=replies), make_tools(store), options, approve=lambda call, why: answer)
     result = agent.run(INSTRUCTIONS, "Add ten copies of book 7.")

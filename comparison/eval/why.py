@@ -94,9 +94,9 @@ def what_happened(records: Sequence[RunRecord]) -> str:
     listed = ", ".join(f"{text} ×{n}" if n > 1 else text for text, n in counted.most_common(4))
     more = "" if len(counted) <= 4 else f" and {len(counted) - 4} other call(s)"
     errors = sum(c.is_error for c in made)
-    raised = sorted({r.error_type for r in records if r.error is not None and r.error_type})
-    # A tool call that raised out of the run never came back as a result, so it is not among those counted.
-    lost = f"; a call raised {', '.join(raised)} and came back as no result" if raised else ""
+    raised = sorted({r.error_type for r in records if r.error_type and not r.model_failed})
+    # What ended a run by raising (a tool's exception, a recursion limit) is no tool result: said, not counted.
+    lost = f"; the run raised {', '.join(raised)}" if raised else ""
     return f"no guard fired; {errors} of {len(made)} tool results were errors{lost}; the model called {listed}{more}"
 
 
