@@ -131,3 +131,16 @@ def guard_matrix(
         if any(c["status"] != NOT_RUN for c in cells.values()):
             rows.append({"guard": guard, "scenario": scenario, "variant": variant, "cells": cells})
     return rows
+
+
+def contradicted_claims(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The guards a contender claims (`ContenderSpec.guards`) that its runs contradict: the matrix cell says the
+    harm happened with nothing stopping it ("missing") or the contender raised instead. One line each."""
+    found = []
+    for row in rows:
+        for contender, shown in row["cells"].items():
+            spec = SPECS.get(contender)
+            claim = None if spec is None else spec.guards.get(row["guard"])
+            if claim is not None and shown["status"] in (MISSING, RAISED):
+                found.append(f"{contender} claims {row['guard']} ({claim}), but its run shows {shown['status']}")
+    return found
