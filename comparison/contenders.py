@@ -8,9 +8,11 @@ framework is imported when `build_contender` builds it, so `--list` and `--help`
 from __future__ import annotations
 
 import logging
+import tomllib
 from collections.abc import Sequence
 from dataclasses import replace
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from comparison.approvals import Human
@@ -56,14 +58,25 @@ def _load(entry: EntryPoint) -> ContenderSpec:
     return spec
 
 
+def _own_entries() -> list[EntryPoint]:
+    """Our entry points: from the checkout's pyproject.toml when the code runs from one (an editable install's
+    metadata is written at install time, so a contender added since would be missing), else the installed ones."""
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        if project.get("name") == PROJECT:
+            declared = project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
+            return [EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in declared.items()]
+    return [entry for entry in entry_points(group=ENTRY_POINT_GROUP) if _is_ours(entry)]
+
+
 def load_specs() -> dict[str, ContenderSpec]:
     """Every contender of the entry-point group, in table order. One of ours that cannot load raises (a bug
     here); an outside one is left out with one warning line, so a broken plug-in never stops every command."""
-    ours: list[ContenderSpec] = []
+    ours = [_load(entry) for entry in _own_entries()]
     outside: dict[str, ContenderSpec] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         if _is_ours(entry):
-            ours.append(_load(entry))
             continue
         try:
             spec = _load(entry)

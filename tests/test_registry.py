@@ -207,3 +207,32 @@ def test_our_contenders_are_this_projects_entry_points_each_pinned() -> None:
             assert declared[name].endswith(":SPEC")
             assert spec.requirement in config["dependencies"], f"{name}: {spec.requirement} is not pinned"
             assert all(spec.has(c) or spec.lacks[c] for c in Capability), name
+
+
+HELP_IMPORTS = textwrap.dedent(
+    """
+    import json, sys
+    import compare
+    from comparison.contenders import SPECS
+    compare.build_parser().format_help()
+    print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
+    """
+)
+
+
+def test_help_reads_every_spec_without_importing_a_framework(tmp_path: Path) -> None:
+    """A spec module imports its framework inside `build`: `--help` and `--list` read every spec, so one
+    framework imported at a spec's top would be paid by every command."""
+    from importlib.metadata import packages_distributions
+
+    done = run([], ROOT, tmp_path, script=HELP_IMPORTS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(json.loads(done.stdout))
+    provided = packages_distributions()
+    for name, spec in SPECS.items():
+        wanted = re.split(r"[<>=!~;\[ ]", spec.requirement, maxsplit=1)[0].lower().replace("_", "-")
+        if not wanted or wanted == "langchain-core":  # the model interface: every command has it
+            continue
+        tops = {top for top, dists in provided.items() if wanted in {d.lower().replace("_", "-") for d in dists}}
+        assert tops, f"{name}: {wanted} is not installed"
+        assert not tops & loaded, f"{name}'s spec imports {sorted(tops & loaded)} when --help reads it"
