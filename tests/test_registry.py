@@ -236,3 +236,15 @@ def test_help_reads_every_spec_without_importing_a_framework(tmp_path: Path) -> 
         tops = {top for top, dists in provided.items() if wanted in {d.lower().replace("_", "-") for d in dists}}
         assert tops, f"{name}: {wanted} is not installed"
         assert not tops & loaded, f"{name}'s spec imports {sorted(tops & loaded)} when --help reads it"
+
+
+def test_the_overhead_benchmark_times_the_plugin(plugin: Path, tmp_path: Path) -> None:
+    out = tmp_path / "overhead.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin), str(ROOT)])}
+    command = [sys.executable, str(ROOT / "benchmarks" / "overhead.py"), "--runs", "1", "--only", PLUGIN]
+    done = subprocess.run(
+        [*command, "--json", str(out)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    variants = json.loads(out.read_text(encoding="utf-8"))["variants"]
+    assert f"{PLUGIN} contender (built by its spec)" in variants, "checked (the article's cart) and timed"
