@@ -74,9 +74,13 @@ def load_specs() -> dict[str, ContenderSpec]:
     """Every contender of the entry-point group, in table order. One of ours that cannot load raises (a bug
     here); an outside one is left out with one warning line, so a broken plug-in never stops every command."""
     ours = [_load(entry) for entry in _own_entries()]
+    taken = {spec.name for spec in ours}
     outside: dict[str, ContenderSpec] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         if _is_ours(entry):
+            continue
+        if entry.name in taken:
+            log.warning("contender %r (%s) left out: the name is one of this project's", entry.name, entry.value)
             continue
         try:
             spec = _load(entry)
@@ -90,9 +94,6 @@ def load_specs() -> dict[str, ContenderSpec]:
     ours.sort(key=lambda s: (s.order is None, s.order or 0, s.name))
     specs = {s.name: s for s in ours}
     for name in sorted(outside):
-        if name in specs:
-            log.warning("contender %r (%s) left out: the name is one of this project's", name, outside[name].build)
-            continue
         specs[name] = outside[name]
     return specs
 

@@ -171,13 +171,17 @@ def test_the_page_offers_a_pane_of_the_plugin_and_runs_it(plugin: Path, tmp_path
 
 def test_a_broken_plugin_is_one_warning_line_and_every_command_goes_on(plugin: Path, tmp_path: Path) -> None:
     install(tmp_path / "site", "broken-agent", "1.0", {"broken-agent": "no_such_module:SPEC"})
+    install(tmp_path / "site", "clashing-agent", "1.0", {"handwritten": "my_agent:SPEC"})  # one of our names
     path = Path(os.pathsep.join([str(tmp_path / "site"), str(plugin)]))
     for args in (["--help"], ["orders", "--contenders", f"{PLUGIN},handwritten", "--no-trace"]):
         done = run(args, path, tmp_path)
         assert done.returncode == 0, done.stderr[-2000:]
-        [line] = done.stderr.splitlines()
-        assert "broken-agent" in line and "no_such_module" in line and "left out" in line
+        broken, clashing = sorted(done.stderr.splitlines())
+        assert "broken-agent" in broken and "no_such_module" in broken and "left out" in broken
+        assert "'handwritten' (my_agent:SPEC) left out: the name is one of this project's" in clashing
         assert PLUGIN in done.stdout and "broken-agent" not in done.stdout
+        if args == ["--help"]:  # ours kept, the clash and the broken one left out
+            assert f"side by side:\n  {', '.join([*SPECS, PLUGIN])}." in done.stdout
 
 
 def test_no_guard_one_of_ours_claims_is_contradicted_by_its_runs(full_run: dict[str, Any]) -> None:
