@@ -1,0 +1,523 @@
+"""The OpenAI Agents SDK (`openai-agents`) as a contender: its `Runner` runs the loop, its `max_turns` the step budget.
+
+`LangChainModel` is an Agents SDK `Model` that asks any langchain-core chat model (given through `RunConfig`, tracing
+off: nothing leaves the machine); `agents_tool` wraps one of our tools as a `FunctionTool` (the rule's calls behind
+`needs_approval`, the time budget as its per-tool `timeout_seconds`); `OpenAIAgentsAgent.run` maps how the run
+ended onto `StopReason`; `OpenAIAgentsConversation` keeps the conversation in the SDK's own `SQLiteSession`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agents import (
+    Agent,
+    FunctionTool,
+    MaxTurnsExceeded,
+    Model,
+    ModelResponse,
+    ModelSettings,
+    RunConfig,
+    RunContextWrapper,
+    Runner,
+    SQLiteSession,
+    Usage,
+)
+from agents.items import TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
+from agents.models.chatcmpl_converter import Converter
+from agents.tool import ToolContext, default_tool_timeout_error_message
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolCall, convert_to_messages
+from langchain_core.tools import BaseTool, ToolException
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+from shared_tools import guards
+from shared_tools.bookstore.store import is_postgres_url
+from shared_tools.conversation import HistoryPolicy, OneTurnAtATime, beside, check_owner, shown_target
+from shared_tools.history import Rewound, Turn, count_turns, turns_of
+from shared_tools.results import (
+    AgentOptions,
+    AgentResult,
+    Approve,
+    Guard,
+    RunStopped,
+    RunUsage,
+    StopReason,
+    TraceEvent,
+)
+from shared_tools.sync import run_blocking
+
+log = logging.getLogger(__name__)
+
+NOT_AVAILABLE: dict[str, str] = {
+    "max_tokens": "the Agents SDK has no token budget: max_turns counts model calls only",
+    "max_duration": "the Agents SDK has no run time budget: only each tool call is cut (FunctionTool.timeout_seconds)",
+    "max_repeats": "the Agents SDK has no repeated-call check (reset_tool_choice only stops forced tool choice)",
+    "max_consecutive_errors": "the Agents SDK does not count tool rounds with errors",
+    "max_tool_result_chars": "the Agents SDK does not cut tool results for the model",
+    "on_token": "this bridge calls the model whole (Runner.run, not run_streamed)",
+}
+"""Options the Agents SDK (or this bridge) cannot honour, and why (`OpenAIAgentsAgent.not_available`)."""
+
+
+# --- the model seam ------------------------------------------------------------------------------------------
+
+
+def to_langchain(instructions: str | None, items: str | Sequence[TResponseInputItem]) -> list[BaseMessage]:
+    """The SDK's input items as langchain-core messages, through the SDK's own Chat Completions converter."""
+    head: list[BaseMessage] = [SystemMessage(instructions)] if instructions else []
+    if isinstance(items, str) or items:
+        return [*head, *convert_to_messages(Converter.items_to_messages(items))]  # type: ignore[arg-type]
+    return head
+
+
+def to_output(reply: AIMessage) -> list[TResponseOutputItem]:
+    """A langchain-core reply as the SDK's output items: its text, then each call (an unparsable one as sent)."""
+    items: list[TResponseOutputItem] = []
+    if reply.text:
+        text = ResponseOutputText(text=reply.text, type="output_text", annotations=[], logprobs=[])
+        items.append(
+            ResponseOutputMessage(id="msg", type="message", role="assistant", status="completed", content=[text])
+        )
+    for call in reply.tool_calls:
+        arguments = json.dumps(call["args"], ensure_ascii=False, separators=(",", ":"))
+        items.append(_call_item(call["id"] or "", call["name"], arguments))
+    for bad in reply.invalid_tool_calls:
+        items.append(_call_item(bad["id"] or "", bad["name"] or "", bad["args"] or ""))
+    return items
+
+
+def _call_item(call_id: str, name: str, arguments: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(id=call_id, call_id=call_id, type="function_call", name=name, arguments=arguments)
+
+
+class LangChainModel(Model):
+    """An Agents SDK `Model` over any langchain-core chat model, our tools bound by their LangChain schemas."""
+
+    def __init__(self, model: BaseChatModel, tools: dict[str, BaseTool], run: _Run) -> None:
+        self.model = model
+        self.tools = tools
+        self.run = run
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Any],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: Any,
+        *,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+        prompt: Any = None,
+    ) -> ModelResponse:
+        run = self.run
+        run.check_cancel()
+        run.reconcile(input)
+        history = to_langchain(system_instructions, input)
+        bound = [self.tools[t.name] for t in tools if getattr(t, "name", None) in self.tools]
+        started = time.perf_counter()
+        reply = await (self.model.bind_tools(bound) if bound else self.model).ainvoke(history)
+        if not isinstance(reply, AIMessage):
+            raise TypeError(f"the model returned {type(reply).__name__}, not an AIMessage")
+        reply = guards.with_call_ids(reply, history)
+        run.model_called(reply, time.perf_counter() - started)
+        usage = reply.usage_metadata or {}
+        in_tokens = guards.token_count(usage.get("input_tokens"))
+        out_tokens = guards.token_count(usage.get("output_tokens"))
+        return ModelResponse(
+            output=to_output(reply),
+            usage=Usage(
+                requests=1, input_tokens=in_tokens, output_tokens=out_tokens, total_tokens=in_tokens + out_tokens
+            ),
+            response_id=None,
+        )
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+        raise NotImplementedError("this bridge answers whole replies only (Runner.run)")
+
+
+# --- one run's bookkeeping ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """What one `OpenAIAgentsAgent.arun` saw: the trace, the counts, the calls and what was decided about them."""
+
+    options: AgentOptions
+    tools: dict[str, BaseTool]
+    cancel: threading.Event | None
+    usage: RunUsage = field(default_factory=RunUsage)
+    trace: list[TraceEvent] = field(default_factory=list)
+    calls: dict[str, ToolCall] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=dict)
+    traced: set[str] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)
+    asked: dict[str, str] = field(default_factory=dict)
+    admitted: dict[int, list[ToolCall]] = field(default_factory=dict)
+
+    def emit(self, event: TraceEvent) -> None:
+        self.trace.append(event)
+        if self.options.on_event is not None:
+            self.options.on_event(event)
+
+    def check_cancel(self) -> None:
+        """The SDK has no cancel for a run that is not streamed: ours ends it from the model or tool seam."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise RunStopped(StopReason.CANCELLED)
+
+    def model_called(self, reply: AIMessage, seconds: float) -> None:
+        self.usage.model_calls += 1
+        step = self.usage.model_calls
+        for call in [*reply.tool_calls, *reply.invalid_tool_calls]:
+            if call["id"]:
+                self.calls[call["id"]] = ToolCall(name=call["name"] or "", args=call.get("args") or {}, id=call["id"])
+                self.steps[call["id"]] = step
+        event = guards.model_event(step, reply, seconds)
+        self.usage.tokens += event.tokens
+        self.emit(event)
+
+    def tool_line(self, call: ToolCall, text: str, seconds: float, *, is_error: bool, guard: Guard | None) -> None:
+        self.traced.add(call["id"])
+        self.usage.tool_calls += 1
+        step = self.steps.get(call["id"], self.usage.model_calls)
+        self.emit(guards.tool_event(step, call, text, seconds, is_error=is_error, guard=guard))
+
+    def reconcile(self, items: str | Sequence[TResponseInputItem]) -> None:
+        """A trace line for each result the SDK wrote without running our tool: a call the human refused."""
+        if isinstance(items, str):
+            return
+        for item in items:
+            if not isinstance(item, dict) or item.get("type") != "function_call_output":
+                continue
+            call = self.calls.get(str(item.get("call_id")))
+            if call is None or call["id"] in self.traced:
+                continue
+            guard = Guard.APPROVAL_REFUSED if call["id"] in self.refused else None
+            self.tool_line(call, str(item.get("output")), 0.0, is_error=guard is not None, guard=guard)
+
+
+# --- the tool bridge -----------------------------------------------------------------------------------------
+
+
+def agents_tool(tool: BaseTool, run: _Run) -> FunctionTool:
+    """One of our tools as the SDK's `FunctionTool`, with LangChain's own schema for the model.
+
+    A `ToolException` (a refusal written for the model) is returned as the tool's output, which is how an SDK tool
+    talks to the model; any other exception is left to the SDK, which ends the run with it for a `FunctionTool`
+    built by hand. With a time budget, each call is cut at it by the SDK (`timeout_seconds`)."""
+    schema = convert_to_openai_tool(tool)["function"]
+    rule = run.options.needs_approval
+    timeout = run.options.limits.max_duration
+
+    async def needs_approval(ctx: RunContextWrapper[Any], args: dict[str, Any], call_id: str) -> bool:
+        call = ToolCall(name=tool.name, args=args, id=call_id, type="tool_call")
+        step = run.steps.get(call_id, run.usage.model_calls)
+        earlier = run.admitted.setdefault(step, [])
+        reason = None if rule is None else rule(call, list(earlier))
+        if reason is None:
+            earlier.append(call)
+            return False
+        run.asked[call_id] = reason
+        return True
+
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+        run.check_cancel()
+        try:
+            args = json.loads(arguments) if arguments else {}
+        except json.JSONDecodeError:
+            args = {"<unparsable>": arguments}
+        call = ToolCall(name=tool.name, args=args, id=ctx.tool_call_id, type="tool_call")
+        if problem := guards.invalid_args_error(tool, args):
+            run.tool_line(call, problem, 0.0, is_error=True, guard=Guard.INVALID_ARGS)
+            return problem
+        started = time.perf_counter()
+        try:
+            output = await tool.ainvoke({**call, "type": "tool_call"})
+        except ToolException as exc:
+            text = guards.tool_failure_text(tool.name, exc, detailed=run.options.detailed_errors)
+            run.tool_line(call, text, time.perf_counter() - started, is_error=True, guard=None)
+            return text
+        except asyncio.CancelledError:
+            seconds = time.perf_counter() - started
+            if timeout is not None and seconds >= timeout * 0.99:  # the SDK's timeout, not a cancel of the run
+                text = default_tool_timeout_error_message(tool_name=tool.name, timeout_seconds=timeout)
+                run.tool_line(call, text, seconds, is_error=True, guard=Guard.TOOL_TIMEOUT)
+            else:
+                run.tool_line(call, guards.CANCELLED_WHILE_RUNNING_TEXT, seconds, is_error=True, guard=Guard.CANCELLED)
+            raise
+        except Exception as exc:
+            text = f"raised {type(exc).__name__}: the run ended"
+            run.tool_line(call, text, time.perf_counter() - started, is_error=True, guard=None)
+            raise
+        text, is_error = guards.output_text(output)
+        run.tool_line(call, text, time.perf_counter() - started, is_error=is_error, guard=None)
+        return text
+
+    return FunctionTool(
+        name=tool.name,
+        description=schema.get("description", ""),
+        params_json_schema=schema.get("parameters", {"type": "object", "properties": {}}),
+        on_invoke_tool=invoke,
+        strict_json_schema=False,
+        needs_approval=needs_approval if rule is not None else False,
+        timeout_seconds=timeout,
+    )
+
+
+# --- the contender -----------------------------------------------------------------------------------------------
+
+
+class OpenAIAgentsAgent:
+    """The bookstore agent on the Agents SDK's `Runner`, with the same `run`/`arun` -> `AgentResult` as the others."""
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        tools: Sequence[BaseTool],
+        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        *,
+        approve: Approve | None = None,
+    ) -> None:
+        """`approve` is the human behind `options.needs_approval`, asked at each of the SDK's interruptions;
+        without one, every call the rule asks about is rejected (nobody is there to say yes)."""
+        self.model = model
+        self.options = options
+        self.approve = approve
+        self.tools = {tool.name: tool for tool in tools}
+        if len(self.tools) != len(tools):
+            raise ValueError("tool names must be unique: " + ", ".join(tool.name for tool in tools))
+
+    @property
+    def not_available(self) -> dict[str, str]:
+        """The options these `AgentOptions` ask for that the SDK cannot honour, each with the reason."""
+        options, limits = self.options, self.options.limits
+        asked = {
+            "max_tokens": limits.max_tokens is not None,
+            "max_duration": limits.max_duration is not None,
+            "max_repeats": limits.max_repeats is not None,
+            "max_consecutive_errors": limits.max_consecutive_errors is not None,
+            "max_tool_result_chars": options.max_tool_result_chars is not None,
+            "on_token": options.on_token is not None,
+        }
+        return {name: NOT_AVAILABLE[name] for name, on in asked.items() if on}
+
+    def run(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """`arun` for sync callers. Inside a running event loop, await `arun` instead."""
+        return run_blocking(lambda: self.arun(instructions, goal, cancel=cancel), instead="OpenAIAgentsAgent.arun(...)")
+
+    async def arun(
+        self,
+        instructions: str,
+        goal: str,
+        *,
+        session: SQLiteSession | None = None,
+        cancel: threading.Event | None = None,
+    ) -> AgentResult:
+        """Work on `goal` until the SDK's run ends (`session` continues a conversation, which the SDK stores).
+
+        Each interruption for approval is answered here (`RunState.approve`/`reject`) and the run goes on from its
+        state, so `max_turns` holds across the answers. An exception the SDK raises (a model that called a tool
+        it does not have, a tool's own) is raised again."""
+        run = _Run(self.options, self.tools, cancel)
+        agent: Agent[Any] = Agent(
+            name="bookstore", instructions=instructions, tools=[agents_tool(t, run) for t in self.tools.values()]
+        )
+        config = RunConfig(model=LangChainModel(self.model, self.tools, run), tracing_disabled=True)
+        turn: Any = goal
+        answered: set[str] = set()
+        reason, answer, items = StopReason.DONE, None, []
+        while True:
+            try:
+                result = await Runner.run(
+                    agent, turn, max_turns=self.options.limits.max_steps, run_config=config, session=session
+                )
+            except MaxTurnsExceeded:
+                reason = StopReason.MAX_STEPS
+                break
+            except RunStopped as stop:
+                reason = stop.reason
+                break
+            items = result.to_input_list()
+            if not result.interruptions:
+                output = result.final_output
+                answer = output.strip() if isinstance(output, str) else None
+                reason = StopReason.DONE if answer else StopReason.INVALID_RESPONSE
+                break
+            state = result.to_state()
+            for item in result.interruptions:
+                self._answer(state, item, run, answered)
+            turn = state
+        if session is not None:
+            items = await session.get_items()
+        run.reconcile(items)
+        log.info("stop: %s after %d step(s), %d tool call(s)", reason, run.usage.model_calls, run.usage.tool_calls)
+        return AgentResult.of_run(
+            reason,
+            run.usage,
+            answer=answer if reason is StopReason.DONE else None,
+            trace=list(run.trace),
+            messages=to_langchain(instructions, items),
+        )
+
+    def _answer(self, state: Any, item: Any, run: _Run, answered: set[str]) -> None:
+        """The human's yes or no to one interruption, asked once per call: a call asked again is refused."""
+        raw = item.raw_item
+        call_id = str(getattr(raw, "call_id", None) or (raw.get("call_id") if isinstance(raw, dict) else ""))
+        call = run.calls.get(call_id) or ToolCall(name=item.tool_name or "", args={}, id=call_id)
+        reason = run.asked.get(call_id, "the approval rule asked about it")
+        yes = False
+        if call_id not in answered and self.approve is not None:
+            waited = time.monotonic()
+            yes = self.approve(call, reason) is True
+            run.usage.started += time.monotonic() - waited  # the human's time is not the agent's
+        answered.add(call_id)
+        log.info("approval for %s (%s): %s", call["name"], reason, "yes" if yes else "no")
+        if yes:
+            step = run.steps.get(call_id, run.usage.model_calls)
+            run.admitted.setdefault(step, []).append(call)
+            state.approve(item)
+        else:
+            run.refused.add(call_id)
+            state.reject(item, rejection_message=guards.approval_rejected(call["name"], reason))
+
+
+# --- the conversation: the SDK's SQLiteSession -------------------------------------------------------------------
+
+NO_POSTGRES = "the Agents SDK session here is its SQLiteSession; its SQLAlchemy session is not wired in"
+NO_WINDOW = "the Agents SDK session is sent whole here: no history window or summary is wired in"
+_OWNERS = "CREATE TABLE IF NOT EXISTS agent_loop_compare_owner (session_id TEXT PRIMARY KEY, customer TEXT)"
+
+
+class OpenAIAgentsConversation:
+    """A conversation on the SDK's `SQLiteSession` (in memory, or a SQLite file), bound to its customer."""
+
+    def __init__(
+        self,
+        agent: OpenAIAgentsAgent,
+        instructions: str,
+        thread_id: str,
+        *,
+        path: Path | None = None,
+        customer_id: str | None = None,
+    ) -> None:
+        self.agent = agent
+        self.instructions = instructions
+        self.path = path
+        self.thread_id = thread_id
+        if path is not None:
+            _claim(path, thread_id, customer_id)
+        self.session = SQLiteSession(thread_id, str(path) if path is not None else ":memory:")
+        self._turn = OneTurnAtATime()
+
+    async def aopen(self, *, resume: bool) -> None:
+        if not resume:
+            await self.session.clear_session()
+
+    async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        async with self._turn.held():
+            return await self.agent.arun(self.instructions, question, session=self.session, cancel=cancel)
+
+    async def aresume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
+        raise RuntimeError("an Agents SDK conversation never pauses here: its approvals are asked during the turn")
+
+    async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
+        return None
+
+    async def arewind(self, turns: int = 1) -> Rewound:
+        """Go back to before the last `turns` user turns (the cart keeps what they added)."""
+        async with self._turn.held():
+            items = await self.session.get_items()
+            starts = [i for i, item in enumerate(items) if isinstance(item, dict) and item.get("role") == "user"]
+            if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= len(starts):
+                raise ValueError(f"cannot rewind {turns!r} turn(s): the history holds {len(starts)} user turn(s)")
+            kept = items[: starts[-turns]]
+            await self.session.clear_session()
+            if kept:
+                await self.session.add_items(kept)
+            before, after = len(to_langchain(None, items)), len(to_langchain(None, kept))
+            return Rewound(turns=turns, messages=before - after)
+
+    async def amessages(self) -> list[BaseMessage]:
+        return to_langchain(self.instructions, await self.session.get_items())
+
+    async def apending(self) -> list[dict[str, Any]]:
+        return []
+
+    async def aturns(self) -> list[Turn]:
+        return turns_of(await self.amessages())
+
+    async def afacts(self) -> dict[str, Any]:
+        messages = await self.amessages()
+        stored = self.path.stat().st_size if self.path is not None and self.path.exists() else 0
+        return {
+            "messages": len(messages),
+            "turns": count_turns(messages),
+            "stored_bytes": stored,
+            "kept_in": shown_target(self.path),
+        }
+
+    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        return run_blocking(lambda: self.aask(question, cancel=cancel), instead="OpenAIAgentsConversation.aask(...)")
+
+    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
+        return run_blocking(lambda: self.aresume(approved, cancel=cancel), instead="aresume(...)")
+
+    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
+        return None
+
+    def rewind(self, turns: int = 1) -> Rewound:
+        return run_blocking(lambda: self.arewind(turns), instead="OpenAIAgentsConversation.arewind(...)")
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def _claim(path: Path, thread_id: str, customer_id: str | None) -> None:
+    """Bind the conversation `thread_id` in `path` to its customer on first use; `CustomerMismatch` for another."""
+    with sqlite3.connect(path) as db:
+        db.execute(_OWNERS)
+        row = db.execute("SELECT customer FROM agent_loop_compare_owner WHERE session_id = ?", (thread_id,)).fetchone()
+        check_owner(row[0] if row else None, customer_id, f"{path} conversation {thread_id!r}")
+        if row is None and customer_id is not None:
+            db.execute("INSERT INTO agent_loop_compare_owner VALUES (?, ?)", (thread_id, customer_id))
+    db.close()
+
+
+async def aopen_conversation(
+    agent: OpenAIAgentsAgent,
+    instructions: str,
+    thread_id: str,
+    where: Path | str | None,
+    *,
+    resume: bool,
+    customer_id: str | None = None,
+    approve: Approve | None = None,
+    policy: HistoryPolicy | None = None,
+) -> OpenAIAgentsConversation:
+    """The conversation `thread_id`, in memory (`where` None) or in a SQLite file beside the session database
+    `where`; a fresh one (not `resume`) is cleared. Approvals are the agent's `approve`, asked during the turn."""
+    if is_postgres_url(where):
+        raise ValueError(f"openai-agents: {NO_POSTGRES}")
+    if policy is not None and (policy.keep_turns is not None or policy.summarize):
+        raise ValueError(f"openai-agents: {NO_WINDOW}")
+    path = None if where is None else beside(Path(where), thread_id, ".openai-agents.db")
+    if path is not None and not resume:
+        path.unlink(missing_ok=True)
+    if approve is not None and agent.approve is None:
+        agent = OpenAIAgentsAgent(agent.model, list(agent.tools.values()), agent.options, approve=approve)
+    conversation = OpenAIAgentsConversation(agent, instructions, thread_id, path=path, customer_id=customer_id)
+    await conversation.aopen(resume=resume)
+    return conversation
