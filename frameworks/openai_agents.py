@@ -34,7 +34,7 @@ from agents import (
 )
 from agents.items import TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
 from agents.models.chatcmpl_converter import Converter
-from agents.tool import ToolContext, default_tool_timeout_error_message
+from agents.tool import ToolContext, default_tool_error_function, default_tool_timeout_error_message
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolCall, convert_to_messages
 from langchain_core.tools import BaseTool, ToolException
@@ -215,23 +215,13 @@ class _Run:
 def agents_tool(tool: BaseTool, run: _Run) -> FunctionTool:
     """One of our tools as the SDK's `FunctionTool`, with LangChain's own schema for the model.
 
-    A `ToolException` (a refusal written for the model) is returned as the tool's output, which is how an SDK tool
-    talks to the model; any other exception is left to the SDK, which ends the run with it for a `FunctionTool`
-    built by hand. With a time budget, each call is cut at it by the SDK (`timeout_seconds`)."""
+    Failures go back as the SDK's `function_tool` sends them: a `ToolException` (a refusal written for the model)
+    as its text, arguments that do not fit the schema and any other exception as `default_tool_error_function`'s
+    generic line (the exception's own text with `detailed_errors`). With a time budget, each call is cut at it
+    by the SDK (`timeout_seconds`)."""
     schema = convert_to_openai_tool(tool)["function"]
     rule = run.options.needs_approval
     timeout = run.options.limits.max_duration
-
-    async def needs_approval(ctx: RunContextWrapper[Any], args: dict[str, Any], call_id: str) -> bool:
-        call = ToolCall(name=tool.name, args=args, id=call_id, type="tool_call")
-        step = run.steps.get(call_id, run.usage.model_calls)
-        earlier = run.admitted.setdefault(step, [])
-        reason = None if rule is None else rule(call, list(earlier))
-        if reason is None:
-            earlier.append(call)
-            return False
-        run.asked[call_id] = reason
-        return True
 
     async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
         run.check_cancel()
@@ -240,9 +230,10 @@ def agents_tool(tool: BaseTool, run: _Run) -> FunctionTool:
         except json.JSONDecodeError:
             args = {"<unparsable>": arguments}
         call = ToolCall(name=tool.name, args=args, id=ctx.tool_call_id, type="tool_call")
-        if problem := guards.invalid_args_error(tool, args):
-            run.tool_line(call, problem, 0.0, is_error=True, guard=Guard.INVALID_ARGS)
-            return problem
+        if guards.invalid_args_error(tool, args):
+            text = default_tool_error_function(ctx, ValueError("invalid arguments"))
+            run.tool_line(call, text, 0.0, is_error=True, guard=Guard.INVALID_ARGS)
+            return text
         started = time.perf_counter()
         try:
             output = await tool.ainvoke({**call, "type": "tool_call"})
@@ -259,9 +250,10 @@ def agents_tool(tool: BaseTool, run: _Run) -> FunctionTool:
                 run.tool_line(call, guards.CANCELLED_WHILE_RUNNING_TEXT, seconds, is_error=True, guard=Guard.CANCELLED)
             raise
         except Exception as exc:
-            text = f"raised {type(exc).__name__}: the run ended"
-            run.tool_line(call, text, time.perf_counter() - started, is_error=True, guard=None)
-            raise
+            text, guard = _failure(tool.name, exc, ctx, detailed=run.options.detailed_errors)
+            log.warning("tool %s raised %s: %s", tool.name, type(exc).__name__, text)
+            run.tool_line(call, text, time.perf_counter() - started, is_error=True, guard=guard)
+            return text
         text, is_error = guards.output_text(output)
         run.tool_line(call, text, time.perf_counter() - started, is_error=is_error, guard=None)
         return text
@@ -272,9 +264,33 @@ def agents_tool(tool: BaseTool, run: _Run) -> FunctionTool:
         params_json_schema=schema.get("parameters", {"type": "object", "properties": {}}),
         on_invoke_tool=invoke,
         strict_json_schema=False,
-        needs_approval=needs_approval if rule is not None else False,
+        needs_approval=_approval_check(tool, run) if rule is not None else False,
         timeout_seconds=timeout,
     )
+
+
+def _approval_check(tool: BaseTool, run: _Run) -> Any:
+    """The SDK's per-call `needs_approval`: our rule, given the calls of the same reply admitted before this one."""
+    rule = run.options.needs_approval
+
+    async def needs_approval(ctx: RunContextWrapper[Any], args: dict[str, Any], call_id: str) -> bool:
+        call = ToolCall(name=tool.name, args=args, id=call_id, type="tool_call")
+        earlier = run.admitted.setdefault(run.steps.get(call_id, run.usage.model_calls), [])
+        reason = None if rule is None else rule(call, list(earlier))
+        if reason is None:
+            earlier.append(call)
+            return False
+        run.asked[call_id] = reason
+        return True
+
+    return needs_approval
+
+
+def _failure(name: str, exc: Exception, ctx: ToolContext[Any], *, detailed: bool) -> tuple[str, Guard | None]:
+    """What the model reads for a tool that raised: the SDK's generic line, or the exception with details on."""
+    if detailed:
+        return guards.tool_failure_text(name, exc, detailed=True), None
+    return default_tool_error_function(ctx, exc), Guard.ERROR_HIDDEN
 
 
 # --- the contender -----------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
     ToolReturnPart,
     UserPromptPart,
+    repair_messages,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
@@ -166,6 +167,8 @@ class _Run:
     asked: dict[str, str] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
     admitted: dict[int, list[ToolCall]] = field(default_factory=dict)
+    running: dict[str, float] = field(default_factory=dict)
+    """Calls a cancel or the timeout cut off while they ran, and how long they had run."""
     token: CancellationToken = field(default_factory=CancellationToken)
 
     def emit(self, event: TraceEvent) -> None:
@@ -185,9 +188,16 @@ class _Run:
         step = self.steps.get(call["id"], self.usage.model_calls)
         self.emit(guards.tool_event(step, call, text, seconds, is_error=is_error, guard=guard))
 
-    def reconcile(self, messages: Sequence[ModelMessage]) -> None:
-        """A trace line for each result PydanticAI wrote without running our tool: an unknown tool, arguments
-        the validator sent back, a call the human refused."""
+    def reconcile(self, messages: Sequence[ModelMessage], reason: StopReason | None = None) -> None:
+        """A trace line for each result PydanticAI wrote without running our tool to its end: an unknown tool,
+        arguments the validator sent back, a call the human refused, a call the run's stop (`reason`) cut off."""
+        if reason in (StopReason.TIME_BUDGET, StopReason.CANCELLED):
+            timed_out = reason is StopReason.TIME_BUDGET
+            for call_id, seconds in self.running.items():
+                if call_id in self.calls and call_id not in self.traced:
+                    text = guards.TOOL_CUT_RUNNING_TEXT if timed_out else guards.CANCELLED_WHILE_RUNNING_TEXT
+                    guard = Guard.TOOL_TIMEOUT if timed_out else Guard.CANCELLED
+                    self.tool_line(self.calls[call_id], text, seconds, is_error=True, guard=guard)
         for message in messages:
             if not isinstance(message, ModelRequest):
                 continue
@@ -197,7 +207,9 @@ class _Run:
                 call = self.calls.get(part.tool_call_id)
                 if call is None or call["id"] in self.traced:
                     continue
-                if call["id"] in self.refused:
+                if isinstance(part, ToolReturnPart) and part.outcome == "interrupted":
+                    guard = Guard.TOOL_TIMEOUT if reason is StopReason.TIME_BUDGET else Guard.CANCELLED
+                elif call["id"] in self.refused:
                     guard = Guard.APPROVAL_REFUSED
                 elif call["name"] not in self.tools:
                     guard = Guard.UNKNOWN_TOOL
@@ -235,6 +247,9 @@ def pydantic_tool(tool: BaseTool, run: _Run) -> Tool[Any]:
             text = guards.tool_failure_text(tool.name, exc, detailed=run.options.detailed_errors)
             run.tool_line(call, text, time.perf_counter() - started, is_error=True, guard=None)
             raise ToolFailed(text) from exc
+        except asyncio.CancelledError:
+            run.running[call["id"]] = time.perf_counter() - started  # its line says why once the run says it
+            raise
         except Exception as exc:
             # PydanticAI ends the run on any other exception: the line says so, the run raises it.
             text = f"raised {type(exc).__name__}: the run ended"
@@ -338,18 +353,13 @@ class PydanticAIAgent:
         history: Sequence[ModelMessage] = (),
         cancel: threading.Event | None = None,
     ) -> AgentResult:
-        result, _ = await self.arun_on(instructions, goal, history=history, cancel=cancel)
-        return result
+        return await self.arun_on(instructions, goal, list(history), cancel=cancel)
 
     async def arun_on(
-        self,
-        instructions: str,
-        goal: str,
-        *,
-        history: Sequence[ModelMessage] = (),
-        cancel: threading.Event | None = None,
-    ) -> tuple[AgentResult, list[ModelMessage]]:
-        """Work on `goal` after `history` until PydanticAI's run ends; the result and the history after it.
+        self, instructions: str, goal: str, messages: list[ModelMessage], *, cancel: threading.Event | None = None
+    ) -> AgentResult:
+        """Work on `goal` after the history `messages` until PydanticAI's run ends; `messages` becomes the history
+        after it, also when the run raises (a conversation keeps the turn a cancel or an exception cut short).
 
         Each approval the run stops for (`DeferredToolRequests`) is answered here and the run goes on with
         PydanticAI's `deferred_tool_results`, its usage carried on, so the budgets hold across the answers. An
@@ -361,7 +371,6 @@ class PydanticAIAgent:
             tools=[pydantic_tool(tool, run) for tool in self.tools.values()],
             output_type=[str, DeferredToolRequests],
         )
-        messages = list(history)
         prompt: str | None = goal
         deferred: DeferredToolResults | None = None
         spent = PydanticUsage()
@@ -381,14 +390,16 @@ class PydanticAIAgent:
                         cancellation_token=run.token,
                     )
                 except (UsageLimitExceeded, RunCancelled) as stop:
-                    messages = list(captured) or messages
+                    # PydanticAI's own repair answers the calls the stop left open ('interrupted'), so the
+                    # history is one its next run accepts.
+                    messages[:] = repair_messages(list(captured) or messages)
                     reason = self._stop_reason(stop, run)
                     break
                 except BaseException:
-                    messages[:] = list(captured) or messages
+                    messages[:] = repair_messages(list(captured) or messages)
                     run.reconcile(messages)
                     raise
-            messages = result.all_messages()
+            messages[:] = result.all_messages()
             spent = result.usage
             output = result.output
             if not isinstance(output, DeferredToolRequests):
@@ -396,9 +407,9 @@ class PydanticAIAgent:
                 reason = StopReason.DONE if answer else StopReason.INVALID_RESPONSE
                 break
             deferred, prompt = self._answer(output, run), None
-        run.reconcile(messages)
+        run.reconcile(messages, reason)
         answer = answer if reason is StopReason.DONE else None
-        return self._result(run, reason, answer, instructions, messages), messages
+        return self._result(run, reason, answer, instructions, messages)
 
     def _stop_reason(self, stop: BaseException, run: _Run) -> StopReason:
         """Which of PydanticAI's stops ended the run, as our `StopReason` (a token limit read off the counts)."""
@@ -474,7 +485,7 @@ class PydanticAIConversation:
         async with self._turn.held():
             history = list(self.history)
             try:
-                result, history = await self.agent.arun_on(self.instructions, question, history=history, cancel=cancel)
+                result = await self.agent.arun_on(self.instructions, question, history, cancel=cancel)
             except BaseException:
                 self._keep(history)  # what the raised run did (a cancel's cut turn too), then the raise
                 raise
