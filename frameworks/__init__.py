@@ -1,5 +1,6 @@
-"""Agent frameworks beside our own agents, one file each: the bridge from any langchain-core chat model to the
-framework's model seam, the bridge over our tools, and a contender with the shared `run(...) -> AgentResult`.
+"""Agent frameworks as contenders, one file each: the bridge (model seam, tools) and its `ContenderSpec`
+(`shared_tools.contender`), declared in pyproject.toml's "agent_loop_compare.contenders" entry points.
 
-Each file imports only `shared_tools` and its own framework; the framework runs the loop and its own guards.
+An agent floor like `handwritten/`: each file imports only `shared_tools` and its own framework, never another
+file here, another agent or the harness (the import contracts in pyproject.toml).
 """
