@@ -9,6 +9,7 @@ ended onto `StopReason`; `OpenAIAgentsConversation` keeps the conversation in th
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import sqlite3
@@ -17,32 +18,16 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agents import (
-    Agent,
-    FunctionTool,
-    MaxTurnsExceeded,
-    Model,
-    ModelResponse,
-    ModelSettings,
-    RunConfig,
-    RunContextWrapper,
-    Runner,
-    SQLiteSession,
-    Usage,
-)
-from agents.items import TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
-from agents.models.chatcmpl_converter import Converter
-from agents.tool import ToolContext, default_tool_error_function, default_tool_timeout_error_message
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolCall, convert_to_messages
 from langchain_core.tools import BaseTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from shared_tools import guards
 from shared_tools.bookstore.store import is_postgres_url
+from shared_tools.contender import Approval, Capability, ContenderSpec
 from shared_tools.conversation import HistoryPolicy, OneTurnAtATime, beside, check_owner, shown_target
 from shared_tools.history import Rewound, Turn, count_turns, turns_of
 from shared_tools.results import (
@@ -56,6 +41,21 @@ from shared_tools.results import (
     TraceEvent,
 )
 from shared_tools.sync import run_blocking
+
+if TYPE_CHECKING:  # the framework is imported where it is used: `--help` imports this file for its SPEC
+    from agents import (
+        Agent,
+        FunctionTool,
+        Model,
+        ModelResponse,
+        ModelSettings,
+        RunContextWrapper,
+        SQLiteSession,
+        ToolExecutionConfig,
+    )
+    from agents.items import TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
+    from agents.tool import ToolContext
+    from openai.types.responses import ResponseFunctionToolCall
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,8 @@ NOT_AVAILABLE: dict[str, str] = {
 
 def to_langchain(instructions: str | None, items: str | Sequence[TResponseInputItem]) -> list[BaseMessage]:
     """The SDK's input items as langchain-core messages, through the SDK's own Chat Completions converter."""
+    from agents.models.chatcmpl_converter import Converter
+
     head: list[BaseMessage] = [SystemMessage(instructions)] if instructions else []
     if isinstance(items, str) or items:
         return [*head, *convert_to_messages(Converter.items_to_messages(items))]  # type: ignore[arg-type]
@@ -83,6 +85,8 @@ def to_langchain(instructions: str | None, items: str | Sequence[TResponseInputI
 
 def to_output(reply: AIMessage) -> list[TResponseOutputItem]:
     """A langchain-core reply as the SDK's output items: its text, then each call (an unparsable one as sent)."""
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+
     items: list[TResponseOutputItem] = []
     if reply.text:
         text = ResponseOutputText(text=reply.text, type="output_text", annotations=[], logprobs=[])
@@ -98,55 +102,64 @@ def to_output(reply: AIMessage) -> list[TResponseOutputItem]:
 
 
 def _call_item(call_id: str, name: str, arguments: str) -> ResponseFunctionToolCall:
+    from openai.types.responses import ResponseFunctionToolCall
+
     return ResponseFunctionToolCall(id=call_id, call_id=call_id, type="function_call", name=name, arguments=arguments)
 
 
-class LangChainModel(Model):
-    """An Agents SDK `Model` over any langchain-core chat model, our tools bound by their LangChain schemas."""
+@functools.cache
+def _model_class() -> type[Model]:
+    """`LangChainModel`, made when first needed: the SDK is imported only where it is used."""
+    from agents import Model, ModelResponse, Usage
 
-    def __init__(self, model: BaseChatModel, tools: dict[str, BaseTool], run: _Run) -> None:
-        self.model = model
-        self.tools = tools
-        self.run = run
+    class LangChainModel(Model):
+        """An Agents SDK `Model` over any langchain-core chat model, our tools bound by their LangChain schemas."""
 
-    async def get_response(
-        self,
-        system_instructions: str | None,
-        input: str | list[TResponseInputItem],
-        model_settings: ModelSettings,
-        tools: list[Any],
-        output_schema: Any,
-        handoffs: list[Any],
-        tracing: Any,
-        *,
-        previous_response_id: str | None = None,
-        conversation_id: str | None = None,
-        prompt: Any = None,
-    ) -> ModelResponse:
-        run = self.run
-        run.check_cancel()
-        run.reconcile(input)
-        history = to_langchain(system_instructions, input)
-        bound = [self.tools[t.name] for t in tools if getattr(t, "name", None) in self.tools]
-        started = time.perf_counter()
-        reply = await (self.model.bind_tools(bound) if bound else self.model).ainvoke(history)
-        if not isinstance(reply, AIMessage):
-            raise TypeError(f"the model returned {type(reply).__name__}, not an AIMessage")
-        reply = guards.with_call_ids(reply, history)
-        run.model_called(reply, time.perf_counter() - started)
-        usage = reply.usage_metadata or {}
-        in_tokens = guards.token_count(usage.get("input_tokens"))
-        out_tokens = guards.token_count(usage.get("output_tokens"))
-        return ModelResponse(
-            output=to_output(reply),
-            usage=Usage(
-                requests=1, input_tokens=in_tokens, output_tokens=out_tokens, total_tokens=in_tokens + out_tokens
-            ),
-            response_id=None,
-        )
+        def __init__(self, model: BaseChatModel, tools: dict[str, BaseTool], run: _Run) -> None:
+            self.model = model
+            self.tools = tools
+            self.run = run
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
-        raise NotImplementedError("this bridge answers whole replies only (Runner.run)")
+        async def get_response(
+            self,
+            system_instructions: str | None,
+            input: str | list[TResponseInputItem],
+            model_settings: ModelSettings,
+            tools: list[Any],
+            output_schema: Any,
+            handoffs: list[Any],
+            tracing: Any,
+            *,
+            previous_response_id: str | None = None,
+            conversation_id: str | None = None,
+            prompt: Any = None,
+        ) -> ModelResponse:
+            run = self.run
+            run.check_cancel()
+            run.reconcile(input)
+            history = to_langchain(system_instructions, input)
+            bound = [self.tools[t.name] for t in tools if getattr(t, "name", None) in self.tools]
+            started = time.perf_counter()
+            reply = await (self.model.bind_tools(bound) if bound else self.model).ainvoke(history)
+            if not isinstance(reply, AIMessage):
+                raise TypeError(f"the model returned {type(reply).__name__}, not an AIMessage")
+            reply = guards.with_call_ids(reply, history)
+            run.model_called(reply, time.perf_counter() - started)
+            usage = reply.usage_metadata or {}
+            in_tokens = guards.token_count(usage.get("input_tokens"))
+            out_tokens = guards.token_count(usage.get("output_tokens"))
+            return ModelResponse(
+                output=to_output(reply),
+                usage=Usage(
+                    requests=1, input_tokens=in_tokens, output_tokens=out_tokens, total_tokens=in_tokens + out_tokens
+                ),
+                response_id=None,
+            )
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
+            raise NotImplementedError("this bridge answers whole replies only (Runner.run)")
+
+    return LangChainModel
 
 
 # --- one run's bookkeeping ---------------------------------------------------------------------------------------
@@ -219,6 +232,9 @@ def agents_tool(tool: BaseTool, run: _Run) -> FunctionTool:
     as its text, arguments that do not fit the schema and any other exception as `default_tool_error_function`'s
     generic line (the exception's own text with `detailed_errors`). With a time budget, each call is cut at it
     by the SDK (`timeout_seconds`)."""
+    from agents import FunctionTool
+    from agents.tool import default_tool_error_function, default_tool_timeout_error_message
+
     schema = convert_to_openai_tool(tool)["function"]
     rule = run.options.needs_approval
     timeout = run.options.limits.max_duration
@@ -288,6 +304,8 @@ def _approval_check(tool: BaseTool, run: _Run) -> Any:
 
 def _failure(name: str, exc: Exception, ctx: ToolContext[Any], *, detailed: bool) -> tuple[str, Guard | None]:
     """What the model reads for a tool that raised: the SDK's generic line, or the exception with details on."""
+    from agents.tool import default_tool_error_function
+
     if detailed:
         return guards.tool_failure_text(name, exc, detailed=True), None
     return default_tool_error_function(ctx, exc), Guard.ERROR_HIDDEN
@@ -330,6 +348,12 @@ class OpenAIAgentsAgent:
         }
         return {name: NOT_AVAILABLE[name] for name, on in asked.items() if on}
 
+    def _execution(self) -> ToolExecutionConfig:
+        """`parallel_tools` as the SDK's own setting: off, one function tool at a time, in the reply's order."""
+        from agents import ToolExecutionConfig
+
+        return ToolExecutionConfig(max_function_tool_concurrency=None if self.options.parallel_tools else 1)
+
     def run(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
         """`arun` for sync callers. Inside a running event loop, await `arun` instead."""
         return run_blocking(lambda: self.arun(instructions, goal, cancel=cancel), instead="OpenAIAgentsAgent.arun(...)")
@@ -347,11 +371,15 @@ class OpenAIAgentsAgent:
         Each interruption for approval is answered here (`RunState.approve`/`reject`) and the run goes on from its
         state, so `max_turns` holds across the answers. An exception the SDK raises (a model that called a tool
         it does not have, a tool's own) is raised again."""
+        from agents import Agent, MaxTurnsExceeded, RunConfig, Runner
+
         run = _Run(self.options, self.tools, cancel)
         agent: Agent[Any] = Agent(
             name="bookstore", instructions=instructions, tools=[agents_tool(t, run) for t in self.tools.values()]
         )
-        config = RunConfig(model=LangChainModel(self.model, self.tools, run), tracing_disabled=True)
+        config = RunConfig(
+            model=_model_class()(self.model, self.tools, run), tracing_disabled=True, tool_execution=self._execution()
+        )
         turn: Any = goal
         answered: set[str] = set()
         reason, answer, items = StopReason.DONE, None, []
@@ -429,6 +457,8 @@ class OpenAIAgentsConversation:
         path: Path | None = None,
         customer_id: str | None = None,
     ) -> None:
+        from agents import SQLiteSession
+
         self.agent = agent
         self.instructions = instructions
         self.path = path
@@ -522,6 +552,7 @@ async def aopen_conversation(
     customer_id: str | None = None,
     approve: Approve | None = None,
     policy: HistoryPolicy | None = None,
+    storage: dict[str, Any] | None = None,
 ) -> OpenAIAgentsConversation:
     """The conversation `thread_id`, in memory (`where` None) or in a SQLite file beside the session database
     `where`; a fresh one (not `resume`) is cleared. Approvals are the agent's `approve`, asked during the turn."""
@@ -537,3 +568,86 @@ async def aopen_conversation(
     conversation = OpenAIAgentsConversation(agent, instructions, thread_id, path=path, customer_id=customer_id)
     await conversation.aopen(resume=resume)
     return conversation
+
+
+async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
+    """Raise `CustomerMismatch` when the conversation `thread_id` beside `where` is another customer's, ValueError
+    when its file is no SQLite database. Reads, never writes; a Postgres `where` is refused when it opens."""
+    if is_postgres_url(where):
+        return
+    path = beside(Path(where), thread_id, ".openai-agents.db")
+    if not path.exists():
+        return
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            owner = None
+            if "agent_loop_compare_owner" in tables:
+                found = db.execute(
+                    "SELECT customer FROM agent_loop_compare_owner WHERE session_id = ?", (thread_id,)
+                ).fetchone()
+                owner = found[0] if found else None
+        db.close()
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{path} is not a saved Agents SDK session ({exc})") from None
+    check_owner(owner, customer_id, f"{path} conversation {thread_id!r}")
+
+
+# --- the declaration ---------------------------------------------------------------------------------------------
+
+
+def build(model: Any, tools: list[Any], options: AgentOptions, approve: Approve | None) -> OpenAIAgentsAgent:
+    """The SDK's run is interrupted for each call the rule names, answered from `approve` before it goes on (asked
+    in the run). No token or run time budget, no repeat check: `OpenAIAgentsAgent.not_available` names them."""
+    return OpenAIAgentsAgent(model, tools, options, approve=approve)
+
+
+def _asked_through(answer: bool) -> str:
+    verb = "approve" if answer else "reject"
+    return (
+        "FunctionTool.needs_approval for the call the rule named: Runner.run returned it in result.interruptions, "
+        f"answered with RunState.{verb}(item) and Runner.run on the same state"
+    )
+
+
+SPEC = ContenderSpec(
+    name="openai-agents",
+    description="The OpenAI Agents SDK's Runner: its turn loop runs the tools, max_turns is the step limit, "
+    "needs_approval interrupts for add_to_cart, its SQLiteSession keeps the conversation",
+    requirement="openai-agents==0.24.0",
+    build=build,
+    approval=Approval.ASKS,
+    capabilities=frozenset({Capability.REWIND, Capability.SEQUENTIAL_TOOLS}),
+    guards={
+        "step limit": "max_turns",
+        "error hiding": "default_tool_error_function (function_tool's failure_error_function)",
+        "approval gate": "FunctionTool.needs_approval, RunState.approve/reject",
+    },
+    lacks={
+        Capability.REPLAY: "the SDK's SQLiteSession is a list of items, with no checkpoints to replay from",
+        Capability.STREAMING: "this bridge runs Runner.run, whose model is asked whole (no run_streamed)",
+        Capability.HISTORY_WINDOW: NO_WINDOW,
+        Capability.SUMMARY: NO_WINDOW,
+        Capability.STORAGE_OPTIONS: "the SDK's SQLiteSession takes a file and table names, no storage options",
+    },
+    conversation="frameworks.openai_agents",
+    source_modules=("frameworks.openai_agents",),
+    asked_through=_asked_through,
+    owner="OpenAI Agents SDK",
+    owns={
+        "loop": "framework: Runner's turn loop",
+        "tool invocation": "framework: FunctionTool, every call of a turn at once unless max_function_tool_concurrency",
+        "error handling": "framework: function_tool's default_tool_error_function, a generic line; an unknown tool "
+        "raises ModelBehaviorError",
+        "step limit": "max_turns (default 10), raising MaxTurnsExceeded",
+        "token budget": "nobody (Usage is counted, never checked)",
+        "time budget": "per tool only (FunctionTool.timeout_seconds); a hung model call is yours to bound",
+        "reply cap": "nobody (ModelSettings.max_tokens is fixed)",
+        "repeat check": "nobody (reset_tool_choice only stops forced tool choice)",
+        "session memory": "Session (SQLiteSession here)",
+        "persistence": "SQLiteSession (a SQLite file), or the SQLAlchemy, Redis ... sessions",
+        "stale reads": "you",
+        "human approval": "needs_approval per tool or per call; RunState.approve/reject, then Runner.run(state)",
+        "tracing (OTel spans)": "its own tracing (off here, tracing_disabled), no OpenTelemetry in the package",
+    },
+)

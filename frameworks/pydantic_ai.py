@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -30,41 +30,25 @@ from langchain_core.messages import (
 )
 from langchain_core.tools import BaseTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic_ai import Agent, CancellationToken, RunContext, Tool, capture_run_messages
-from pydantic_ai.exceptions import (
-    ApprovalRequired,
-    ModelRetry,
-    RunCancelled,
-    RunTimedOut,
-    ToolFailed,
-    UsageLimitExceeded,
-)
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelMessagesTypeAdapter,
-    ModelRequest,
-    ModelResponse,
-    RetryPromptPart,
-    SystemPromptPart,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-    repair_messages,
-)
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
-from pydantic_ai.usage import RequestUsage, UsageLimits
-from pydantic_ai.usage import RunUsage as PydanticUsage
 
 from shared_tools import guards
 from shared_tools.atomic import write_atomically
 from shared_tools.bookstore.store import is_postgres_url
+from shared_tools.contender import Approval, Capability, ContenderSpec
 from shared_tools.conversation import HistoryPolicy, OneTurnAtATime, beside, check_owner, shown_target
 from shared_tools.history import Rewound, Turn, count_turns, is_user_turn, turns_of
 from shared_tools.results import AgentOptions, AgentResult, Approve, Guard, RunUsage, StopReason, TraceEvent
 from shared_tools.sync import run_blocking
+
+if TYPE_CHECKING:  # the framework is imported where it is used: `--help` imports this file for its SPEC
+    from pydantic_ai import CancellationToken, RunContext, Tool
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelResponse,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+    from pydantic_ai.usage import UsageLimits
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +66,8 @@ NOT_AVAILABLE: dict[str, str] = {
 
 def to_langchain(instructions: str | None, messages: Sequence[ModelMessage]) -> list[BaseMessage]:
     """PydanticAI's history as langchain-core messages, the instructions first as the system message."""
+    from pydantic_ai.messages import ModelResponse, RetryPromptPart, SystemPromptPart, ToolReturnPart, UserPromptPart
+
     out: list[BaseMessage] = [SystemMessage(instructions)] if instructions else []
     for message in messages:
         if isinstance(message, ModelResponse):
@@ -109,6 +95,8 @@ def _tool_message(call_id: str, name: str, text: str, failed: bool) -> ToolMessa
 
 
 def _reply_of(response: ModelResponse) -> AIMessage:
+    from pydantic_ai.messages import TextPart, ThinkingPart, ToolCallPart
+
     text = "".join(p.content for p in response.parts if isinstance(p, TextPart))
     plan = "".join(p.content for p in response.parts if isinstance(p, ThinkingPart))
     calls: list[ToolCall] = []
@@ -127,6 +115,9 @@ def _reply_of(response: ModelResponse) -> AIMessage:
 
 def to_response(reply: AIMessage, model_name: str) -> ModelResponse:
     """A langchain-core reply as PydanticAI's `ModelResponse`: plan, text, calls (unparsable ones as sent)."""
+    from pydantic_ai.messages import ModelResponse, TextPart, ThinkingPart, ToolCallPart
+    from pydantic_ai.usage import RequestUsage
+
     parts: list[Any] = []
     if plan := guards.plan_of(reply):
         parts.append(ThinkingPart(plan))
@@ -169,7 +160,8 @@ class _Run:
     admitted: dict[int, list[ToolCall]] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
     """Calls a cancel or the timeout cut off while they ran, and how long they had run."""
-    token: CancellationToken = field(default_factory=CancellationToken)
+    token: CancellationToken | None = None
+    """PydanticAI's cancellation of the run under way (single-use: one per `Agent.run`)."""
 
     def emit(self, event: TraceEvent) -> None:
         self.trace.append(event)
@@ -178,7 +170,7 @@ class _Run:
 
     async def check_cancel(self) -> None:
         """A cancel asked for through the event reaches PydanticAI as its own cancellation (`RunCancelled`)."""
-        if self.cancel is not None and self.cancel.is_set():
+        if self.cancel is not None and self.cancel.is_set() and self.token is not None:
             self.token.cancel()
             await asyncio.sleep(0)  # where PydanticAI delivers it
 
@@ -191,6 +183,8 @@ class _Run:
     def reconcile(self, messages: Sequence[ModelMessage], reason: StopReason | None = None) -> None:
         """A trace line for each result PydanticAI wrote without running our tool to its end: an unknown tool,
         arguments the validator sent back, a call the human refused, a call the run's stop (`reason`) cut off."""
+        from pydantic_ai.messages import ModelRequest, RetryPromptPart, ToolReturnPart
+
         if reason in (StopReason.TIME_BUDGET, StopReason.CANCELLED):
             timed_out = reason is StopReason.TIME_BUDGET
             for call_id, seconds in self.running.items():
@@ -224,6 +218,9 @@ class _Run:
 
 def pydantic_tool(tool: BaseTool, run: _Run) -> Tool[Any]:
     """One of our tools as a PydanticAI `Tool`, with LangChain's own schema for the model."""
+    from pydantic_ai import Tool
+    from pydantic_ai.exceptions import ApprovalRequired, ModelRetry, ToolFailed
+
     schema = convert_to_openai_tool(tool)["function"]
     rule = run.options.needs_approval
 
@@ -274,6 +271,7 @@ def pydantic_tool(tool: BaseTool, run: _Run) -> Tool[Any]:
 
 def model_function(model: BaseChatModel, tools: dict[str, BaseTool], run: _Run) -> FunctionModel:
     """A `FunctionModel` that asks `model` (any langchain-core chat model) with our tools bound."""
+    from pydantic_ai.models.function import FunctionModel
 
     async def call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         await run.check_cancel()
@@ -338,6 +336,8 @@ class PydanticAIAgent:
 
     def usage_limits(self) -> UsageLimits:
         """Our step and token budgets as PydanticAI's own `UsageLimits` (None: no limit, also for its default 50)."""
+        from pydantic_ai.usage import UsageLimits
+
         limits = self.options.limits
         return UsageLimits(request_limit=limits.max_steps, total_tokens_limit=limits.max_tokens)
 
@@ -364,6 +364,12 @@ class PydanticAIAgent:
         Each approval the run stops for (`DeferredToolRequests`) is answered here and the run goes on with
         PydanticAI's `deferred_tool_results`, its usage carried on, so the budgets hold across the answers. An
         exception PydanticAI raises (a tool's own, a model that broke its retries) is raised again."""
+        from pydantic_ai import Agent, CancellationToken, capture_run_messages
+        from pydantic_ai.exceptions import RunCancelled, UsageLimitExceeded
+        from pydantic_ai.messages import repair_messages
+        from pydantic_ai.tools import DeferredToolRequests
+        from pydantic_ai.usage import RunUsage as PydanticUsage
+
         run = _Run(self.options, self.tools, self.approve, cancel)
         agent = Agent(
             model_function(self.model, self.tools, run),
@@ -413,6 +419,8 @@ class PydanticAIAgent:
 
     def _stop_reason(self, stop: BaseException, run: _Run) -> StopReason:
         """Which of PydanticAI's stops ended the run, as our `StopReason` (a token limit read off the counts)."""
+        from pydantic_ai.exceptions import RunCancelled, RunTimedOut
+
         if isinstance(stop, RunTimedOut):
             return StopReason.TIME_BUDGET
         if isinstance(stop, RunCancelled):
@@ -423,6 +431,8 @@ class PydanticAIAgent:
 
     def _answer(self, requests: DeferredToolRequests, run: _Run) -> DeferredToolResults:
         """The human's yes or no to each call PydanticAI deferred for approval, asked once per call, in order."""
+        from pydantic_ai.tools import DeferredToolResults, ToolDenied
+
         approvals: dict[str, bool | ToolDenied] = {}
         for part in requests.approvals:
             call = run.calls.get(part.tool_call_id) or ToolCall(
@@ -545,6 +555,8 @@ class PydanticAIConversation:
         return [str(m.text) for m in to_langchain(None, self.history) if is_user_turn(m)]
 
     def _document(self) -> bytes:
+        from pydantic_ai.messages import ModelMessagesTypeAdapter
+
         document = {
             "format": FORMAT,
             "customer": self.customer_id,
@@ -559,11 +571,15 @@ class PydanticAIConversation:
 
 
 def _starts_turn(message: ModelMessage) -> bool:
+    from pydantic_ai.messages import ModelRequest, UserPromptPart
+
     return isinstance(message, ModelRequest) and any(isinstance(p, UserPromptPart) for p in message.parts)
 
 
 def read_saved(path: Path, customer_id: str | None = None) -> list[ModelMessage]:
     """The history saved at `path`; ValueError for a damaged file, `CustomerMismatch` for another customer's."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
     try:
         document = json.loads(path.read_bytes())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -587,9 +603,11 @@ async def aopen_conversation(
     customer_id: str | None = None,
     approve: Approve | None = None,
     policy: HistoryPolicy | None = None,
+    storage: dict[str, Any] | None = None,
 ) -> PydanticAIConversation:
     """The conversation `thread_id`, in memory (`where` None) or in a JSON file beside the session database `where`;
-    a fresh one (not `resume`) replaces the file's. Approvals are the agent's `approve`, asked during the turn."""
+    a fresh one (not `resume`) replaces the file's. Approvals are the agent's `approve`, asked during the turn. A
+    file has no storage options: `storage` is a graph's."""
     if is_postgres_url(where):
         raise ValueError(f"pydantic-ai: {NO_POSTGRES}")
     if policy is not None and (policy.keep_turns is not None or policy.summarize):
@@ -600,3 +618,74 @@ async def aopen_conversation(
     if approve is not None and agent.approve is None:
         agent = PydanticAIAgent(agent.model, list(agent.tools.values()), agent.options, approve=approve)
     return PydanticAIConversation(agent, instructions, path=path, customer_id=customer_id)
+
+
+async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
+    """Raise ValueError (`CustomerMismatch` among them) when the file of `thread_id` beside `where` is damaged or
+    another customer's. Reads, never writes; a Postgres `where` is refused when the conversation opens."""
+    if is_postgres_url(where):
+        return
+    path = beside(Path(where), thread_id, ".pydantic-ai.json")
+    if path.exists():
+        read_saved(path, customer_id)
+
+
+# --- the declaration ---------------------------------------------------------------------------------------------
+
+
+def build(model: Any, tools: list[Any], options: AgentOptions, approve: Approve | None) -> PydanticAIAgent:
+    """PydanticAI's run stops on a deferred approval, answered from `approve` before it goes on (asked in the run).
+    It has no repeat check, error-round count or result cut: `PydanticAIAgent.not_available` names what it ignores."""
+    return PydanticAIAgent(model, tools, options, approve=approve)
+
+
+def _asked_through(answer: bool) -> str:
+    answered = "True" if answer else "ToolDenied(...)"
+    return (
+        "ApprovalRequired raised by the tool for the call the rule named: PydanticAI's run ended with "
+        f"DeferredToolRequests, answered with DeferredToolResults(approvals={{id: {answered}}})"
+    )
+
+
+SPEC = ContenderSpec(
+    name="pydantic-ai",
+    description="PydanticAI's Agent: its graph runs the tools, UsageLimits and run(timeout=) are the budgets, "
+    "deferred tools (ApprovalRequired) gate add_to_cart, its message history keeps the conversation",
+    requirement="pydantic-ai-slim==2.78.0",
+    build=build,
+    approval=Approval.ASKS,
+    capabilities=frozenset({Capability.REWIND, Capability.SEQUENTIAL_TOOLS}),
+    guards={
+        "step limit": "UsageLimits.request_limit",
+        "token budget": "UsageLimits.total_tokens_limit",
+        "time budget": "run(timeout=)",
+        "unknown tool": "the retry prompt 'Unknown tool name' (UnexpectedModelBehavior past the tool's retries)",
+        "approval gate": "ApprovalRequired -> DeferredToolRequests / DeferredToolResults",
+    },
+    lacks={
+        Capability.REPLAY: "PydanticAI's message history is one list, with no checkpoints to replay from",
+        Capability.STREAMING: "this bridge asks the model whole (FunctionModel without a stream_function)",
+        Capability.HISTORY_WINDOW: NO_WINDOW,
+        Capability.SUMMARY: NO_WINDOW,
+        Capability.STORAGE_OPTIONS: "PydanticAI's history is one JSON file here, rewritten each turn",
+    },
+    conversation="frameworks.pydantic_ai",
+    source_modules=("frameworks.pydantic_ai",),
+    asked_through=_asked_through,
+    owner="PydanticAI",
+    owns={
+        "loop": "framework: Agent's graph (model request node, call tools node)",
+        "tool invocation": "framework: Tool (here Tool.from_schema over our tools), in parallel unless sequential",
+        "error handling": "framework: ModelRetry and ToolFailed go back to the model; any other exception ends the run",
+        "step limit": "UsageLimits.request_limit (default 50), raising UsageLimitExceeded",
+        "token budget": "UsageLimits.total_tokens_limit, checked after each reply",
+        "time budget": "run(timeout=), raising RunTimedOut (it cuts a running tool too)",
+        "reply cap": "nobody (ModelSettings.max_tokens is fixed, not what is left of the budget)",
+        "repeat check": "nobody (tool_calls_limit caps counts, not repeats)",
+        "session memory": "message_history / all_messages()",
+        "persistence": "ModelMessagesTypeAdapter to JSON (a file here)",
+        "stale reads": "you",
+        "human approval": "ApprovalRequired / requires_approval, answered with DeferredToolResults",
+        "tracing (OTel spans)": "the framework, with instrument=True (Logfire or any OpenTelemetry provider)",
+    },
+)

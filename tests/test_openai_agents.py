@@ -8,6 +8,8 @@ conversation; tracing is off (`RunConfig.tracing_disabled`), so nothing leaves t
 from __future__ import annotations
 
 import threading
+import tomllib
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,10 @@ import pytest
 from agents import ModelBehaviorError
 from langchain_core.messages import ToolMessage
 
-from frameworks.openai_agents import OpenAIAgentsAgent, OpenAIAgentsConversation, aopen_conversation
+from frameworks.openai_agents import SPEC, OpenAIAgentsAgent, OpenAIAgentsConversation, acheck_saved, aopen_conversation
 from shared_tools.bookstore import BookStore, Faults, RiskyWritePolicy, make_tools
 from shared_tools.bookstore.faults import FAKE_SECRET
+from shared_tools.contender import ENTRY_POINT_GROUP
 from shared_tools.models.scripted import ScriptedChatModel
 from shared_tools.results import AgentLimits, AgentOptions, CustomerMismatch, Guard, StopReason, TraceEvent
 from tests.conftest import assert_valid_history
@@ -157,4 +160,16 @@ async def test_a_two_turn_conversation_is_kept_in_an_sqlite_session_and_reopened
     assert rewound.turns == 1 and (await again.afacts())["turns"] == 1
     again.close()
     with pytest.raises(CustomerMismatch):
+        await acheck_saved(tmp_path / "s.db", "t1", "c2")
+    await acheck_saved(tmp_path / "s.db", "t1", "c1")
+    with pytest.raises(CustomerMismatch):
         OpenAIAgentsConversation(agent, INSTRUCTIONS, "t1", path=path, customer_id="c2")
+
+
+def test_declared_through_its_entry_point_and_pinned_exactly(store: BookStore) -> None:
+    (entry,) = [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == "openai-agents"]
+    assert entry.load() is SPEC and SPEC.name == "openai-agents"
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert SPEC.requirement in pyproject["project"]["dependencies"] and "==" in SPEC.requirement
+    agent = SPEC.build(ScriptedChatModel(), make_tools(store), AgentOptions(), None)
+    assert agent.run(INSTRUCTIONS, SEED_GOAL).stop_reason is StopReason.DONE and cart(store) == [(7, 1)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import threading
+import tomllib
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +17,10 @@ import pytest
 from langchain_core.messages import ToolMessage
 from pydantic_ai.exceptions import UnexpectedModelBehavior
 
-from frameworks.pydantic_ai import PydanticAIAgent, PydanticAIConversation, aopen_conversation
+from frameworks.pydantic_ai import SPEC, PydanticAIAgent, PydanticAIConversation, acheck_saved, aopen_conversation
 from shared_tools.bookstore import BookStore, Faults, RiskyWritePolicy, make_tools
 from shared_tools.bookstore.faults import FAKE_SECRET
+from shared_tools.contender import ENTRY_POINT_GROUP
 from shared_tools.models.scripted import ScriptedChatModel
 from shared_tools.results import AgentLimits, AgentOptions, CustomerMismatch, Guard, StopReason, TraceEvent
 from tests.conftest import assert_valid_history
@@ -169,4 +172,16 @@ async def test_a_two_turn_conversation_is_kept_in_a_file_and_reopened(store: Boo
     rewound = await again.arewind(1)
     assert rewound.turns == 1 and (await again.afacts())["turns"] == 1
     with pytest.raises(CustomerMismatch):
+        await acheck_saved(tmp_path / "s.db", "t1", "c2")
+    await acheck_saved(tmp_path / "s.db", "t1", "c1")
+    with pytest.raises(CustomerMismatch):
         PydanticAIConversation(agent, INSTRUCTIONS, path=path, customer_id="c2")
+
+
+def test_declared_through_its_entry_point_and_pinned_exactly(store: BookStore) -> None:
+    (entry,) = [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == "pydantic-ai"]
+    assert entry.load() is SPEC and SPEC.name == "pydantic-ai"
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert SPEC.requirement in pyproject["project"]["dependencies"] and "==" in SPEC.requirement
+    agent = SPEC.build(ScriptedChatModel(), make_tools(store), AgentOptions(), None)
+    assert agent.run(INSTRUCTIONS, SEED_GOAL).stop_reason is StopReason.DONE and cart(store) == [(7, 1)]
