@@ -41,7 +41,7 @@ from shared_tools.results import AgentOptions, AgentResult, Approve, Guard, RunU
 from shared_tools.sync import run_blocking
 
 if TYPE_CHECKING:  # the framework is imported where it is used: `--help` imports this file for its SPEC
-    from pydantic_ai import CancellationToken, RunContext, Tool
+    from pydantic_ai import Agent, CancellationToken, RunContext, Tool
     from pydantic_ai.messages import (
         ModelMessage,
         ModelResponse,
@@ -364,19 +364,14 @@ class PydanticAIAgent:
         Each approval the run stops for (`DeferredToolRequests`) is answered here and the run goes on with
         PydanticAI's `deferred_tool_results`, its usage carried on, so the budgets hold across the answers. An
         exception PydanticAI raises (a tool's own, a model that broke its retries) is raised again."""
-        from pydantic_ai import Agent, CancellationToken, capture_run_messages
+        from pydantic_ai import CancellationToken, capture_run_messages
         from pydantic_ai.exceptions import RunCancelled, UsageLimitExceeded
         from pydantic_ai.messages import repair_messages
         from pydantic_ai.tools import DeferredToolRequests
         from pydantic_ai.usage import RunUsage as PydanticUsage
 
         run = _Run(self.options, self.tools, self.approve, cancel)
-        agent = Agent(
-            model_function(self.model, self.tools, run),
-            instructions=instructions,
-            tools=[pydantic_tool(tool, run) for tool in self.tools.values()],
-            output_type=[str, DeferredToolRequests],
-        )
+        agent = self._agent(instructions, run)
         prompt: str | None = goal
         deferred: DeferredToolResults | None = None
         spent = PydanticUsage()
@@ -416,6 +411,18 @@ class PydanticAIAgent:
         run.reconcile(messages, reason)
         answer = answer if reason is StopReason.DONE else None
         return self._result(run, reason, answer, instructions, messages)
+
+    def _agent(self, instructions: str, run: _Run) -> Agent[None, str | DeferredToolRequests]:
+        """PydanticAI's `Agent` for one run: our model and tools through the bridges, approvals as deferred tools."""
+        from pydantic_ai import Agent
+        from pydantic_ai.tools import DeferredToolRequests
+
+        return Agent(
+            model_function(self.model, self.tools, run),
+            instructions=instructions,
+            tools=[pydantic_tool(tool, run) for tool in self.tools.values()],
+            output_type=[str, DeferredToolRequests],
+        )
 
     def _stop_reason(self, stop: BaseException, run: _Run) -> StopReason:
         """Which of PydanticAI's stops ended the run, as our `StopReason` (a token limit read off the counts)."""
