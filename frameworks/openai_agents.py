@@ -59,6 +59,9 @@ if TYPE_CHECKING:  # the framework is imported where it is used: `--help` import
 
 log = logging.getLogger(__name__)
 
+STOPPED_CALL_TEXT = "Not run: the run stopped (max_turns) before this call was answered."
+"""The result a call gets that the SDK's stop left without one (a refused call the next turn never answered)."""
+
 NOT_AVAILABLE: dict[str, str] = {
     "max_tokens": "the Agents SDK has no token budget: max_turns counts model calls only",
     "max_duration": "the Agents SDK has no run time budget: only each tool call is cut (FunctionTool.timeout_seconds)",
@@ -78,9 +81,39 @@ def to_langchain(instructions: str | None, items: str | Sequence[TResponseInputI
     from agents.models.chatcmpl_converter import Converter
 
     head: list[BaseMessage] = [SystemMessage(instructions)] if instructions else []
-    if isinstance(items, str) or items:
-        return [*head, *convert_to_messages(Converter.items_to_messages(items))]  # type: ignore[arg-type]
-    return head
+    if not (isinstance(items, str) or items):
+        return head
+    messages: list[Any] = Converter.items_to_messages(items)
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            # What the tool was given (`arguments`), so a call whose arguments do not parse stays a call that its
+            # result answers, not a message LangChain cannot read.
+            call["function"]["arguments"] = json.dumps(arguments(call["function"].get("arguments")))
+    return [*head, *convert_to_messages(messages)]
+
+
+UNPARSABLE = "<unparsable>"
+
+
+def arguments(raw: Any) -> dict[str, Any]:
+    """A call's arguments as the SDK hands them over (JSON text) read as an object; anything else is kept under
+    `UNPARSABLE`, which no tool's schema accepts."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) and raw else (raw or {})
+    except json.JSONDecodeError:
+        value = None
+    return value if isinstance(value, dict) else {UNPARSABLE: raw}
+
+
+def close_open_calls(items: list[Any], text: str) -> list[dict[str, Any]]:
+    """An output item for each function call in `items` that has none (a run a stop cut off between a reply and
+    its results), so the history is one a model accepts."""
+    answered = {i.get("call_id") for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"}
+    return [
+        {"type": "function_call_output", "call_id": i["call_id"], "output": text}
+        for i in items
+        if isinstance(i, dict) and i.get("type") == "function_call" and i.get("call_id") not in answered
+    ]
 
 
 def to_output(reply: AIMessage) -> list[TResponseOutputItem]:
@@ -135,6 +168,7 @@ def _model_class() -> type[Model]:
             prompt: Any = None,
         ) -> ModelResponse:
             run = self.run
+            run.seen = [*([] if isinstance(input, str) else input)]
             run.check_cancel()
             run.reconcile(input)
             history = to_langchain(system_instructions, input)
@@ -180,6 +214,8 @@ class _Run:
     refused: set[str] = field(default_factory=set)
     asked: dict[str, str] = field(default_factory=dict)
     admitted: dict[int, list[ToolCall]] = field(default_factory=dict)
+    seen: list[Any] = field(default_factory=list)
+    """The items of the last model call, with its reply: the history a stop that the SDK keeps nothing of ends on."""
 
     def emit(self, event: TraceEvent) -> None:
         self.trace.append(event)
@@ -208,8 +244,9 @@ class _Run:
         step = self.steps.get(call["id"], self.usage.model_calls)
         self.emit(guards.tool_event(step, call, text, seconds, is_error=is_error, guard=guard))
 
-    def reconcile(self, items: str | Sequence[TResponseInputItem]) -> None:
-        """A trace line for each result the SDK wrote without running our tool: a call the human refused."""
+    def reconcile(self, items: str | Sequence[TResponseInputItem], reason: StopReason | None = None) -> None:
+        """A trace line for each result our tool did not write: a call the human refused, a call a stop
+        (`reason`) left unanswered."""
         if isinstance(items, str):
             return
         for item in items:
@@ -218,8 +255,12 @@ class _Run:
             call = self.calls.get(str(item.get("call_id")))
             if call is None or call["id"] in self.traced:
                 continue
-            guard = Guard.APPROVAL_REFUSED if call["id"] in self.refused else None
-            self.tool_line(call, str(item.get("output")), 0.0, is_error=guard is not None, guard=guard)
+            if call["id"] in self.refused:
+                guard: Guard | None = Guard.APPROVAL_REFUSED
+            else:
+                guard = Guard.CANCELLED if reason is StopReason.CANCELLED else None
+            stopped = reason not in (None, StopReason.DONE)
+            self.tool_line(call, str(item.get("output")), 0.0, is_error=guard is not None or stopped, guard=guard)
 
 
 # --- the tool bridge -----------------------------------------------------------------------------------------
@@ -239,13 +280,14 @@ def agents_tool(tool: BaseTool, run: _Run) -> FunctionTool:
     rule = run.options.needs_approval
     timeout = run.options.limits.max_duration
 
-    async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
-        run.check_cancel()
-        try:
-            args = json.loads(arguments) if arguments else {}
-        except json.JSONDecodeError:
-            args = {"<unparsable>": arguments}
-        call = ToolCall(name=tool.name, args=args, id=ctx.tool_call_id, type="tool_call")
+    async def invoke(ctx: ToolContext[Any], raw: str) -> str:
+        call = ToolCall(name=tool.name, args=arguments(raw), id=ctx.tool_call_id, type="tool_call")
+        args = call["args"]
+        if run.cancel is not None and run.cancel.is_set():
+            # Not run, and said so to the model: the next model call ends the run (a raise here would reach the
+            # caller as the SDK's UserError around it).
+            run.tool_line(call, guards.CANCELLED_CALL_TEXT, 0.0, is_error=True, guard=Guard.CANCELLED)
+            return guards.CANCELLED_CALL_TEXT
         if guards.invalid_args_error(tool, args):
             text = default_tool_error_function(ctx, ValueError("invalid arguments"))
             run.tool_line(call, text, 0.0, is_error=True, guard=Guard.INVALID_ARGS)
@@ -388,11 +430,9 @@ class OpenAIAgentsAgent:
                 result = await Runner.run(
                     agent, turn, max_turns=self.options.limits.max_steps, run_config=config, session=session
                 )
-            except MaxTurnsExceeded:
-                reason = StopReason.MAX_STEPS
-                break
-            except RunStopped as stop:
-                reason = stop.reason
+            except (MaxTurnsExceeded, RunStopped) as stop:
+                reason = stop.reason if isinstance(stop, RunStopped) else StopReason.MAX_STEPS
+                items = await self._stopped_items(stop, run, session, reason)
                 break
             items = result.to_input_list()
             if not result.interruptions:
@@ -406,7 +446,7 @@ class OpenAIAgentsAgent:
             turn = state
         if session is not None:
             items = await session.get_items()
-        run.reconcile(items)
+        run.reconcile(items, reason)
         log.info("stop: %s after %d step(s), %d tool call(s)", reason, run.usage.model_calls, run.usage.tool_calls)
         return AgentResult.of_run(
             reason,
@@ -415,6 +455,25 @@ class OpenAIAgentsAgent:
             trace=list(run.trace),
             messages=to_langchain(instructions, items),
         )
+
+    async def _stopped_items(
+        self, stop: Exception, run: _Run, session: SQLiteSession | None, reason: StopReason
+    ) -> list[Any]:
+        """The history a stopped run leaves: the SDK's own record of it (`run_data`), else the last model call's
+        items; each call the stop left without a result gets one, in the session too, so the next turn is valid."""
+        data = getattr(stop, "run_data", None)
+        if data is not None:
+            done = [i.to_input_item() for i in data.new_items if getattr(i, "type", None) != "tool_approval_item"]
+            items = [*([] if isinstance(data.input, str) else data.input), *done]
+        else:
+            items = list(run.seen)
+        text = guards.CANCELLED_CALL_TEXT if reason is StopReason.CANCELLED else STOPPED_CALL_TEXT
+        closing = close_open_calls(items, text)
+        if session is not None:
+            stored = await session.get_items()
+            if missing := close_open_calls(stored, text):
+                await session.add_items(missing)  # type: ignore[arg-type]
+        return [*items, *closing]
 
     def _answer(self, state: Any, item: Any, run: _Run, answered: set[str]) -> None:
         """The human's yes or no to one interruption, asked once per call: a call asked again is refused."""

@@ -168,11 +168,15 @@ class _Run:
         if self.options.on_event is not None:
             self.options.on_event(event)
 
-    async def check_cancel(self) -> None:
-        """A cancel asked for through the event reaches PydanticAI as its own cancellation (`RunCancelled`)."""
-        if self.cancel is not None and self.cancel.is_set() and self.token is not None:
+    def cancel_asked(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def check_cancel(self) -> None:
+        """A cancel asked for through the event reaches PydanticAI as its own cancellation (`RunCancelled`): its
+        token cancels the task driving the run, and this seam (a model or tool call) ends here, not run."""
+        if self.cancel_asked() and self.token is not None:
             self.token.cancel()
-            await asyncio.sleep(0)  # where PydanticAI delivers it
+            raise asyncio.CancelledError
 
     def tool_line(self, call: ToolCall, text: str, seconds: float, *, is_error: bool, guard: Guard | None) -> None:
         self.traced.add(call["id"])
@@ -229,8 +233,10 @@ def pydantic_tool(tool: BaseTool, run: _Run) -> Tool[Any]:
             raise ModelRetry(problem)  # PydanticAI's own way back to the model, counted against the tool's retries
 
     async def invoke(ctx: RunContext[Any], **args: Any) -> str:
-        await run.check_cancel()
         call = ToolCall(name=tool.name, args=args, id=ctx.tool_call_id or "", type="tool_call")
+        if run.cancel_asked():
+            run.tool_line(call, guards.CANCELLED_CALL_TEXT, 0.0, is_error=True, guard=Guard.CANCELLED)
+            run.check_cancel()
         step = run.steps.get(call["id"], run.usage.model_calls)
         earlier = run.admitted.setdefault(step, [])
         if rule is not None and not ctx.tool_call_approved and (reason := rule(call, list(earlier))) is not None:
@@ -274,7 +280,7 @@ def model_function(model: BaseChatModel, tools: dict[str, BaseTool], run: _Run) 
     from pydantic_ai.models.function import FunctionModel
 
     async def call(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        await run.check_cancel()
+        run.check_cancel()
         run.reconcile(messages)
         history = to_langchain(info.instructions, messages)
         bound = [tools[d.name] for d in info.function_tools if d.name in tools]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from agents import ModelBehaviorError
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 
 from frameworks.openai_agents import SPEC, OpenAIAgentsAgent, OpenAIAgentsConversation, acheck_saved, aopen_conversation
 from shared_tools.bookstore import BookStore, Faults, RiskyWritePolicy, make_tools
@@ -173,3 +173,47 @@ def test_declared_through_its_entry_point_and_pinned_exactly(store: BookStore) -
     assert SPEC.requirement in pyproject["project"]["dependencies"] and "==" in SPEC.requirement
     agent = SPEC.build(ScriptedChatModel(), make_tools(store), AgentOptions(), None)
     assert agent.run(INSTRUCTIONS, SEED_GOAL).stop_reason is StopReason.DONE and cart(store) == [(7, 1)]
+
+
+# --- a hostile model through the adapter -----------------------------------------------------------------------------
+
+
+def test_a_call_whose_arguments_do_not_parse_is_answered_and_the_history_stays_readable(store: BookStore) -> None:
+    unparsable = AIMessage(
+        "", invalid_tool_calls=[{"name": "check_stock", "args": "{bad json", "id": "u1", "error": "x", "type": "x"}]
+    )
+    model = ScriptModel(replies=[unparsable, ai("Sorry.")])
+    result = OpenAIAgentsAgent(model, make_tools(store)).run(INSTRUCTIONS, "Stock?")
+    assert result.stop_reason is StopReason.DONE
+    assert [e.guard for e in result.trace if not e.is_model] == [Guard.INVALID_ARGS]
+    assert str(sent_results(model, 1)[0].content) == GENERIC
+    assert_valid_history(result.messages)
+
+
+def test_max_turns_holds_across_refused_approvals_and_leaves_every_call_answered(store: BookStore) -> None:
+    again = call("add_to_cart", None, book_id=7, quantity=10)
+    model = ScriptModel(replies=[lambda history: ai("", {**again, "id": f"a{len(history)}"})] * 10)
+    options = AgentOptions(limits=AgentLimits(max_steps=3), needs_approval=RiskyWritePolicy(store))
+    result = OpenAIAgentsAgent(model, make_tools(store), options, approve=lambda c, r: False).run(INSTRUCTIONS, "Add.")
+    assert result.stop_reason is StopReason.MAX_STEPS and model.calls == 3 and cart(store) == []
+    assert [e.guard for e in result.trace if not e.is_model] == [Guard.APPROVAL_REFUSED] * 3
+    assert_valid_history(result.messages)
+
+
+def test_a_cancel_seen_before_a_tool_runs_it_not(store: BookStore) -> None:
+    cancel = threading.Event()
+    agent = OpenAIAgentsAgent(ScriptedChatModel(), make_tools(store), AgentOptions(on_event=lambda e: cancel.set()))
+    result = agent.run(INSTRUCTIONS, SEED_GOAL, cancel=cancel)
+    assert result.stop_reason is StopReason.CANCELLED and result.model_calls == 1
+    assert [(e.name, e.guard) for e in result.trace if not e.is_model] == [("search_books", Guard.CANCELLED)]
+    assert_valid_history(result.messages)
+
+
+def test_a_reused_call_id_gets_a_fresh_one_so_both_calls_run(store: BookStore) -> None:
+    model = ScriptModel(
+        replies=[ai("", call("check_stock", "x", book_id=2), call("check_stock", "x", book_id=7)), ai("Both.")]
+    )
+    result = OpenAIAgentsAgent(model, make_tools(store)).run(INSTRUCTIONS, "Stock?")
+    results = sent_results(model, 1)
+    assert len({m.tool_call_id for m in results}) == 2 and ["inStock" in str(m.content) for m in results] == [1, 1]
+    assert_valid_history(result.messages)
