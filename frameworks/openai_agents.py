@@ -675,6 +675,7 @@ SPEC = ContenderSpec(
     "needs_approval interrupts for add_to_cart, its SQLiteSession keeps the conversation",
     requirement="openai-agents==0.24.0",
     build=build,
+    order=7,
     approval=Approval.ASKS,
     capabilities=frozenset({Capability.REWIND, Capability.SEQUENTIAL_TOOLS}),
     guards={

@@ -666,6 +666,7 @@ SPEC = ContenderSpec(
     "deferred tools (ApprovalRequired) gate add_to_cart, its message history keeps the conversation",
     requirement="pydantic-ai-slim==2.78.0",
     build=build,
+    order=6,
     approval=Approval.ASKS,
     capabilities=frozenset({Capability.REWIND, Capability.SEQUENTIAL_TOOLS}),
     guards={
