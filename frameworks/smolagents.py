@@ -39,9 +39,11 @@ from smolagents.monitoring import LogLevel
 from smolagents.utils import AgentError, AgentGenerationError, AgentMaxStepsError, AgentToolCallError
 
 from shared_tools import guards
-from shared_tools.conversation import NoRewind, OneTurnAtATime, shown_target
+from shared_tools.bookstore.store import is_postgres_url
+from shared_tools.contender import Approval, Capability, Contender, ContenderSpec
+from shared_tools.conversation import HistoryPolicy, NoRewind, OneTurnAtATime, beside, check_owner, shown_target
 from shared_tools.history import Rewound, Turn, count_turns, turns_of
-from shared_tools.results import AgentOptions, AgentResult, Guard, RunUsage, StopReason, TraceEvent
+from shared_tools.results import AgentOptions, AgentResult, Approve, Guard, RunUsage, StopReason, TraceEvent
 
 log = logging.getLogger(__name__)
 
@@ -459,24 +461,45 @@ def load_memory(agent: ToolCallingAgent, saved: list[dict[str, Any]]) -> None:
         )
 
 
+FORMAT = "smolagents-memory/1"
+"""The `format` of a saved conversation file: smolagents' memory steps as `save_memory` writes them."""
+
+
+def read_saved(path: Path, customer_id: str | None = None) -> list[dict[str, Any]]:
+    """The memory steps saved at `path`; ValueError for a damaged file, `CustomerMismatch` for another customer's."""
+    try:
+        document = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path} is not a saved smolagents conversation (not JSON: {exc})") from None
+    steps = document.get("steps") if isinstance(document, dict) else None
+    if not isinstance(steps, list) or document.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a saved smolagents conversation (format {FORMAT!r} with a list of steps)")
+    check_owner(document.get("customer"), customer_id, str(path))
+    return steps
+
+
 class SmolagentsConversation:
     """Several turns on one `ToolCallingAgent` (a `shared_tools.conversation.Conversation`): each turn is
     ``run(reset=False)`` on its memory, written to a JSON file (None: memory only) after every turn, a cut one
     included, and read back when the conversation is reopened. smolagents has no approval pause and no rewind."""
 
-    def __init__(self, contender: SmolagentsContender, instructions: str, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        contender: SmolagentsContender,
+        instructions: str,
+        path: Path | None = None,
+        customer_id: str | None = None,
+    ) -> None:
         self.contender = contender
         self.instructions = instructions
         self.path = path
+        self.customer_id = customer_id
         self.watch = _RunWatch(contender.options, frozenset(t.name for t in contender.tools))
         self.agent = self.watch.agent = contender.agent(instructions, self.watch)
         self.turn = OneTurnAtATime()
         self.started = False
         if path is not None and path.exists():
-            saved = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(saved, dict) or not isinstance(saved.get("steps"), list):
-                raise ValueError(f"{path} is not a smolagents conversation (no list of steps)")
-            load_memory(self.agent, saved["steps"])
+            load_memory(self.agent, read_saved(path, customer_id))
             self.started = True
 
     async def aopen(self, *, resume: bool) -> None:
@@ -525,7 +548,12 @@ class SmolagentsConversation:
     def save(self) -> None:
         if self.path is None:
             return
-        data = {"instructions": self.instructions, "steps": save_memory(self.agent)}
+        data = {
+            "format": FORMAT,
+            "customer": self.customer_id,
+            "instructions": self.instructions,
+            "steps": save_memory(self.agent),
+        }
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
         tmp.replace(self.path)
@@ -555,3 +583,105 @@ class SmolagentsConversation:
 
     def close(self) -> None:
         pass
+
+
+NO_POSTGRES = "smolagents keeps its memory in the agent object; here it is a JSON file, with no Postgres store"
+NO_WINDOW = "smolagents sends the whole memory every step: it has no window of turns or summary of its own"
+
+
+def _read_steps(path: Path, customer_id: str | None) -> None:
+    """Check a saved file whole without keeping it (`acheck_saved`): each step readable as `load_memory` reads it."""
+    for item in read_saved(path, customer_id):
+        try:
+            if "task" in item:
+                continue
+            messages_from_dict([item["reply"]])
+            int(item["step"])
+            [(c["function"]["name"], c["id"]) for c in item["tool_calls"]]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ValueError(
+                f"{path} is a damaged saved smolagents conversation ({type(exc).__name__}: {exc})"
+            ) from None
+
+
+async def aopen_conversation(
+    agent: SmolagentsContender,
+    instructions: str,
+    thread_id: str,
+    where: Path | str | None,
+    *,
+    resume: bool,
+    customer_id: str | None = None,
+    approve: Approve | None = None,
+    policy: HistoryPolicy | None = None,
+    storage: dict[str, Any] | None = None,
+) -> SmolagentsConversation:
+    """The conversation `thread_id`, in memory (`where` None) or in a JSON file beside the session database
+    `where`; a fresh one (not `resume`) replaces the file's. smolagents has no approval gate (`approve` is unused),
+    no window or summary, and a file has no storage options."""
+    if is_postgres_url(where):
+        raise ValueError(f"smolagents: {NO_POSTGRES}")
+    if policy is not None and (policy.keep_turns is not None or policy.summarize):
+        raise ValueError(f"smolagents: {NO_WINDOW}")
+    path = None if where is None else beside(Path(where), thread_id, ".smolagents.json")
+    if path is not None and not resume:
+        path.unlink(missing_ok=True)
+    return SmolagentsConversation(agent, instructions, path, customer_id)
+
+
+async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
+    """Raise ValueError (`CustomerMismatch` among them) when the file of `thread_id` beside `where` is damaged or
+    another customer's. Reads, never writes."""
+    if is_postgres_url(where):
+        return
+    path = beside(Path(where), thread_id, ".smolagents.json")
+    if path.exists():
+        _read_steps(path, customer_id)
+
+
+# --- the declaration ------------------------------------------------------------------------------------------------
+
+
+def build(model: BaseChatModel, tools: list[BaseTool], options: AgentOptions, approve: Approve | None) -> Contender:
+    """smolagents has no approval gate: `approve` is never asked (`SPEC.approval` is none)."""
+    return SmolagentsContender(model, tools, options)
+
+
+SPEC = ContenderSpec(
+    name="smolagents",
+    description="Hugging Face smolagents' ToolCallingAgent: its own step loop and max_steps (then one forced "
+    "answer), its memory kept between turns in a JSON file",
+    requirement="smolagents==1.26.0",
+    build=build,
+    approval=Approval.NONE,
+    capabilities=frozenset({Capability.SEQUENTIAL_TOOLS}),
+    guards={"step limit": "max_steps", "unknown tool": "execute_tool_call's 'Unknown tool' error, fed back"},
+    lacks={
+        Capability.APPROVAL: NOT_AVAILABLE["needs_approval"],
+        Capability.REWIND: "smolagents' memory is a list of steps with no rewind of its own, and none is added here",
+        Capability.REPLAY: "smolagents keeps no checkpoints: its memory holds the steps, with nothing to replay from",
+        Capability.STREAMING: "the bridge calls the chat model whole (Model.generate): smolagents streams only "
+        "through generate_stream, which it does not implement",
+        Capability.HISTORY_WINDOW: NO_WINDOW,
+        Capability.SUMMARY: NO_WINDOW,
+        Capability.STORAGE_OPTIONS: "the memory is one JSON file, rewritten after each turn: no storage options",
+    },
+    conversation="frameworks.smolagents",
+    source_modules=("frameworks.smolagents",),
+    owner="smolagents",
+    owns={
+        "loop": "framework: MultiStepAgent's step loop (ToolCallingAgent)",
+        "tool invocation": "framework: a reply's calls in a thread pool (max_tool_threads=1 here runs them in order)",
+        "error handling": "framework: every tool error fed back with its exception text; no call id reaches a tool",
+        "step limit": "max_steps (default 20), then one more call without tools whose text is returned",
+        "token budget": "nobody",
+        "time budget": "nobody",
+        "reply cap": "nobody (the model's own max_tokens, if any)",
+        "repeat check": "nobody",
+        "session memory": "agent.memory, run(reset=False)",
+        "persistence": "you (a JSON file of the memory steps here)",
+        "stale reads": "you",
+        "human approval": "nobody",
+        "tracing (OTel spans)": "nobody in the package (OpenInference instruments it from outside)",
+    },
+)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import threading
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -32,7 +33,9 @@ from strands.vended_interventions.hitl import HumanInTheLoop
 from strands.vended_interventions.hitl.classifier import ClassifierResult
 
 from shared_tools import guards
-from shared_tools.conversation import NoRewind, OneTurnAtATime, shown_target
+from shared_tools.bookstore.store import is_postgres_url
+from shared_tools.contender import Approval, Capability, Contender, ContenderSpec
+from shared_tools.conversation import HistoryPolicy, NoRewind, OneTurnAtATime, beside, check_owner, shown_target
 from shared_tools.history import Rewound, Turn, count_turns, turns_of
 from shared_tools.results import (
     AgentOptions,
@@ -381,6 +384,25 @@ def run_turn(
 # --- the conversation -----------------------------------------------------------------------------------------------
 
 
+OWNER_KEY = "agent_loop_compare_customer"
+"""The key of the customer a conversation belongs to, in the agent state Strands' session manager keeps."""
+AGENT_ID = "default"
+"""Strands' id of an agent built without one: its state and messages are kept under ``agents/agent_default``."""
+
+
+def saved_owner(storage_dir: Path, session_id: str) -> str | None:
+    """The customer of the session `session_id` kept in `storage_dir` (None: none yet); ValueError if damaged."""
+    path = storage_dir / f"session_{session_id}" / "agents" / f"agent_{AGENT_ID}" / "agent.json"
+    if not path.exists():
+        return None
+    try:
+        state = json.loads(path.read_bytes()).get("state") or {}
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        raise ValueError(f"{path} is not a saved Strands agent ({type(exc).__name__}: {exc})") from None
+    owner = state.get(OWNER_KEY) if isinstance(state, dict) else None
+    return owner if isinstance(owner, str) else None
+
+
 class StrandsConversation:
     """Several turns on one Strands `Agent` (a `shared_tools.conversation.Conversation`), kept by Strands' own
     `FileSessionManager` in `storage_dir` (None: in memory), which writes each message as it is added and gives
@@ -388,15 +410,24 @@ class StrandsConversation:
     there is no rewind of ours."""
 
     def __init__(
-        self, contender: StrandsContender, instructions: str, storage_dir: Path | None = None, session_id: str = "chat"
+        self,
+        contender: StrandsContender,
+        instructions: str,
+        storage_dir: Path | None = None,
+        session_id: str = "chat",
+        customer_id: str | None = None,
     ) -> None:
         self.contender = contender
         self.storage_dir = storage_dir
+        if storage_dir is not None:
+            check_owner(saved_owner(storage_dir, session_id), customer_id, str(storage_dir))
         self.watch = _RunWatch(contender.options, frozenset(t.name for t in contender.tools))
         session = None
         if storage_dir is not None:
             session = FileSessionManager(session_id=session_id, storage_dir=str(storage_dir))
         self.agent = contender.agent(instructions, self.watch, session)
+        if customer_id is not None:
+            self.agent.state.set(OWNER_KEY, customer_id)  # kept with the session, checked when it is reopened
         self.turn = OneTurnAtATime()
 
     async def aopen(self, *, resume: bool) -> None:
@@ -463,3 +494,104 @@ class StrandsConversation:
 
     def close(self) -> None:
         pass
+
+
+NO_POSTGRES = "Strands' session managers keep files or S3 objects: there is no Postgres one"
+NO_WINDOW = (
+    "Strands' conversation managers window by messages (SlidingWindowConversationManager), not by user turns, and "
+    "none is wired to our keep_turns or summary here"
+)
+
+
+async def aopen_conversation(
+    agent: StrandsContender,
+    instructions: str,
+    thread_id: str,
+    where: Path | str | None,
+    *,
+    resume: bool,
+    customer_id: str | None = None,
+    approve: Approve | None = None,
+    policy: HistoryPolicy | None = None,
+    storage: dict[str, Any] | None = None,
+) -> StrandsConversation:
+    """The conversation `thread_id`, in memory (`where` None) or kept by `FileSessionManager` in a directory beside
+    the session database `where`; a fresh one (not `resume`) replaces the directory. The contender's own `approve`
+    answers its gate inline."""
+    if is_postgres_url(where):
+        raise ValueError(f"strands: {NO_POSTGRES}")
+    if policy is not None and (policy.keep_turns is not None or policy.summarize):
+        raise ValueError(f"strands: {NO_WINDOW}")
+    storage_dir = None if where is None else beside(Path(where), thread_id, ".strands")
+    if storage_dir is not None and not resume:
+        shutil.rmtree(storage_dir, ignore_errors=True)
+    return StrandsConversation(agent, instructions, storage_dir, thread_id, customer_id)
+
+
+async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
+    """Raise ValueError (`CustomerMismatch` among them) when the session of `thread_id` beside `where` is damaged
+    or another customer's. Reads, never writes."""
+    if is_postgres_url(where):
+        return
+    storage_dir = beside(Path(where), thread_id, ".strands")
+    check_owner(saved_owner(storage_dir, thread_id), customer_id, str(storage_dir))
+
+
+# --- the declaration ------------------------------------------------------------------------------------------------
+
+
+def build(model: BaseChatModel, tools: list[BaseTool], options: AgentOptions, approve: Approve | None) -> Contender:
+    """With `options.needs_approval`, Strands' `HumanInTheLoop` gate asks `approve` inside the run (no human: a no)."""
+    return StrandsContender(model, tools, options, approve=approve)
+
+
+def asked_through(answer: bool) -> str:
+    return (
+        "Strands' HumanInTheLoop intervention (its classifier our rule, its ask callback our human) answered "
+        f"{'yes' if answer else 'no'} inside the run, before the tool call"
+    )
+
+
+SPEC = ContenderSpec(
+    name="strands",
+    description="Strands Agents' Agent: its event loop with limits (turns, total tokens), its HumanInTheLoop "
+    "gate, its FileSessionManager keeping the conversation",
+    requirement="strands-agents==1.62.0",
+    build=build,
+    approval=Approval.ASKS,
+    capabilities=frozenset({Capability.SEQUENTIAL_TOOLS}),
+    guards={
+        "step limit": 'limits={"turns": n}',
+        "token budget": 'limits={"total_tokens": n}',
+        "unknown tool": "the tool executor's 'Unknown tool' error result",
+        "approval gate": "HumanInTheLoop (strands.vended_interventions.hitl)",
+    },
+    lacks={
+        Capability.REWIND: "Strands' session manager appends messages and keeps no rewind; none is added here",
+        Capability.REPLAY: "Strands' FileSessionManager keeps the messages, not checkpoints to replay from",
+        Capability.STREAMING: "the bridge calls the chat model whole and gives Strands the reply as one burst of "
+        "ConverseStream events",
+        Capability.HISTORY_WINDOW: NO_WINDOW,
+        Capability.SUMMARY: NO_WINDOW,
+        Capability.STORAGE_OPTIONS: "FileSessionManager writes one JSON file per message: no storage options",
+    },
+    conversation="frameworks.strands",
+    source_modules=("frameworks.strands",),
+    asked_through=asked_through,
+    owner="Strands Agents",
+    owns={
+        "loop": "framework: the event loop (event_loop_cycle)",
+        "tool invocation": "framework: ConcurrentToolExecutor by default (SequentialToolExecutor here unless parallel)",
+        "error handling": "framework: an exception becomes 'Error: <its text>'; an unknown tool 'Unknown tool: X'",
+        "step limit": 'limits={"turns": n} (none by default: the looper ran 318 calls to a recursion error)',
+        "token budget": 'limits={"total_tokens": n}, checked between turns (soft)',
+        "time budget": "nobody (a cancel_signal event is yours to set)",
+        "reply cap": "nobody (the model's own max_tokens, if any)",
+        "repeat check": "nobody",
+        "session memory": "agent.messages (a SlidingWindowConversationManager of 40 messages by default)",
+        "persistence": "FileSessionManager (one JSON file per message), S3SessionManager",
+        "stale reads": "you",
+        "human approval": "HumanInTheLoop intervention: a classifier and an inline ask, or interrupt and resume",
+        "tracing (OTel spans)": "the framework: invoke_agent, chat and execute_tool spans (the global tracer provider)",
+    },
+)

@@ -135,3 +135,36 @@ def test_a_two_turn_conversation_is_kept_in_a_file_and_reopened(tmp_path: Path) 
     assert second.model_calls == 2 and [e.name for e in second.trace if not e.is_model] == ["view_cart"]
     facts = asyncio.run(reopened.afacts())
     assert facts["turns"] == 2 and facts["stored_bytes"] == path.stat().st_size
+
+
+def test_the_entry_point_declares_it_and_its_spec_builds_it() -> None:
+    from importlib.metadata import entry_points
+
+    from frameworks.smolagents import SPEC
+    from shared_tools.contender import ENTRY_POINT_GROUP, Approval
+
+    (entry,) = [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == "smolagents"]
+    assert entry.load() is SPEC and SPEC.requirement == "smolagents==1.26.0"
+    assert SPEC.approval is Approval.NONE
+    store = BookStore()
+    result = SPEC.build(ScriptedChatModel(), make_tools(store), AgentOptions(), None).run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.DONE and cart(store) == [("The Quiet Orchard", 1)]
+
+
+def test_a_saved_conversation_is_refused_to_another_customer_and_a_fresh_one_replaces_it(tmp_path: Path) -> None:
+    import pytest
+
+    from frameworks.smolagents import acheck_saved, aopen_conversation
+    from shared_tools.results import CustomerMismatch
+
+    db = tmp_path / "sessions.db"
+    agent = contender(BookStore())
+    conversation = asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=False, customer_id="c1"))
+    conversation.ask(SEED_GOAL)
+    asyncio.run(acheck_saved(db, "t1", "c1"))
+    with pytest.raises(CustomerMismatch):
+        asyncio.run(acheck_saved(db, "t1", "c2"))
+    with pytest.raises(CustomerMismatch):
+        asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=True, customer_id="c2"))
+    fresh = asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=False, customer_id="c1"))
+    assert asyncio.run(fresh.afacts())["turns"] == 0

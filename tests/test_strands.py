@@ -147,3 +147,36 @@ def test_a_two_turn_conversation_is_kept_by_strands_session_manager_and_reopened
     # No tool call this turn: the total can only have come from the first turn's add result, read back from disk.
     assert (second.model_calls, second.tool_calls) == (1, 0)
     assert asyncio.run(reopened.afacts())["turns"] == 2
+
+
+def test_the_entry_point_declares_it_and_its_spec_builds_it() -> None:
+    from importlib.metadata import entry_points
+
+    from frameworks.strands import SPEC
+    from shared_tools.contender import ENTRY_POINT_GROUP, Approval
+
+    (entry,) = [e for e in entry_points(group=ENTRY_POINT_GROUP) if e.name == "strands"]
+    assert entry.load() is SPEC and SPEC.requirement == "strands-agents==1.62.0"
+    assert SPEC.approval is Approval.ASKS
+    store = BookStore()
+    result = SPEC.build(ScriptedChatModel(), make_tools(store), AgentOptions(), None).run(INSTRUCTIONS, SEED_GOAL)
+    assert result.stop_reason is StopReason.DONE and cart(store) == [("The Quiet Orchard", 1)]
+
+
+def test_a_saved_session_is_refused_to_another_customer_and_a_fresh_one_replaces_it(tmp_path: Path) -> None:
+    import pytest
+
+    from frameworks.strands import acheck_saved, aopen_conversation
+    from shared_tools.results import CustomerMismatch
+
+    db = tmp_path / "sessions.db"
+    agent = contender(BookStore())
+    conversation = asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=False, customer_id="c1"))
+    conversation.ask(SEED_GOAL)
+    asyncio.run(acheck_saved(db, "t1", "c1"))
+    with pytest.raises(CustomerMismatch):
+        asyncio.run(acheck_saved(db, "t1", "c2"))
+    with pytest.raises(CustomerMismatch):
+        asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=True, customer_id="c2"))
+    fresh = asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=False, customer_id="c1"))
+    assert asyncio.run(fresh.afacts())["turns"] == 0
