@@ -94,7 +94,7 @@ def _reply_of(step: ActionStep) -> AIMessage:
     raw = step.model_output_message.raw if step.model_output_message is not None else None
     if isinstance(raw, AIMessage):
         return raw
-    text = step.model_output if isinstance(step.model_output, str) else str(step.action_output or "")
+    text = step.model_output if isinstance(step.model_output, str) else _output_text(step.action_output) or ""
     return AIMessage(text)
 
 
@@ -104,7 +104,8 @@ def history(steps: Sequence[Any]) -> list[BaseMessage]:
     smolagents writes a step's calls and results into its prompt as text ("Calling tools:", "Observation:"), and
     a step whose call failed as the error alone, without the call. A chat model's API needs each call with its
     result, so each step is read from its own record: the reply the chat model gave (its calls, their ids), then
-    the text smolagents feeds back, as the calls' results. A `final_answer` call becomes the answer it carries.
+    the text smolagents feeds back, as the calls' results (after a reply with no call it could read, as a system
+    message). A `final_answer` call becomes the answer it carries.
     """
     out: list[BaseMessage] = []
     for step in steps:
@@ -117,14 +118,17 @@ def history(steps: Sequence[Any]) -> list[BaseMessage]:
                 answers = [c["args"].get("answer") for c in calls if c["name"] == FINAL_ANSWER]
                 out.append(AIMessage(str(answers[0]) if answers else reply.text, id=reply.id))
                 continue
-            out.append(reply)
+            if calls or reply.text:
+                out.append(reply)  # a reply with neither (cut, unparsable) smolagents leaves out of its prompt too
             fed_back = _fed_back(step)
             if calls and step.error is None:
                 out.extend(_results(calls, (step.observations or "")))
             elif calls:
                 out.extend(ToolMessage(fed_back, tool_call_id=c["id"], name=c["name"], status="error") for c in calls)
             elif fed_back:
-                out.append(HumanMessage(fed_back))  # an unparsable reply: smolagents answers it as a user would
+                # An unparsable reply: smolagents' feedback answers no call, and it is not the customer speaking, so
+                # it goes as a system message (a user message would read as the customer's next question).
+                out.append(SystemMessage(fed_back))
     return out
 
 

@@ -36,7 +36,7 @@ from shared_tools import guards
 from shared_tools.bookstore.store import is_postgres_url
 from shared_tools.contender import Approval, Capability, Contender, ContenderSpec
 from shared_tools.conversation import HistoryPolicy, NoRewind, OneTurnAtATime, beside, check_owner, shown_target
-from shared_tools.history import Rewound, Turn, count_turns, turns_of
+from shared_tools.history import Rewound, Turn, among_other_conversations, count_turns, turns_of
 from shared_tools.results import (
     AgentOptions,
     AgentResult,
@@ -164,9 +164,15 @@ class LangChainModel(Model):
     """Strands' `Model` over a langchain-core chat model: each `stream` is one call of it, its reply given back as
     ConverseStream events (the whole reply at once: the chat model is called, not streamed)."""
 
-    def __init__(self, chat_model: BaseChatModel, watch: _RunWatch | None = None) -> None:
+    def __init__(
+        self, chat_model: BaseChatModel, watch: _RunWatch | None = None, *, among_others: bool = False
+    ) -> None:
         self.chat_model = chat_model
         self.watch = watch
+        self.among_others = among_others
+        """True in a conversation: one of the customer's several (`history.among_other_conversations`), so a
+        provider that numbers its calls call_0 in each gets an id of its own for each, and no add is taken for
+        another conversation's replay."""
         self.config: dict[str, Any] = {"model_id": getattr(chat_model, "model", None) or type(chat_model).__name__}
 
     def update_config(self, **model_config: Any) -> None:
@@ -186,6 +192,8 @@ class LangChainModel(Model):
         **kwargs: Any,
     ) -> AsyncGenerator[dict[str, Any], None]:
         prompt = to_langchain(messages, system_prompt)
+        if self.among_others and system_prompt:
+            prompt = among_other_conversations(prompt, system_prompt)
         model: Any = self.chat_model
         if tool_specs:
             model = model.bind_tools([_openai_tool(spec) for spec in tool_specs])
@@ -346,10 +354,18 @@ class StrandsContender:
         }
         return {name: NOT_AVAILABLE[name] for name, wanted in asked.items() if wanted}
 
-    def agent(self, instructions: str, watch: _RunWatch, session: FileSessionManager | None = None) -> Agent:
+    def agent(
+        self,
+        instructions: str,
+        watch: _RunWatch,
+        session: FileSessionManager | None = None,
+        *,
+        conversation: bool = False,
+    ) -> Agent:
+        """Strands' `Agent` for one run, or for a conversation (`session`, kept or not: `StrandsConversation`)."""
         gate = [_Gate(self.options, self.approve, watch)] if self.options.needs_approval is not None else None
         agent = Agent(
-            model=LangChainModel(self.model, watch),
+            model=LangChainModel(self.model, watch, among_others=conversation),
             tools=[strands_tool(t) for t in self.tools],
             system_prompt=instructions,
             callback_handler=None,
@@ -425,7 +441,7 @@ class StrandsConversation:
         session = None
         if storage_dir is not None:
             session = FileSessionManager(session_id=session_id, storage_dir=str(storage_dir))
-        self.agent = contender.agent(instructions, self.watch, session)
+        self.agent = contender.agent(instructions, self.watch, session, conversation=True)
         if customer_id is not None:
             self.agent.state.set(OWNER_KEY, customer_id)  # kept with the session, checked when it is reopened
         self.turn = OneTurnAtATime()

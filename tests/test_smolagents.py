@@ -87,6 +87,18 @@ def test_a_tool_exception_reaches_the_model_with_its_text() -> None:
     assert "detailed_errors" in agent.not_available
 
 
+def test_a_cut_reply_is_fed_back_by_smolagents_as_a_parsing_error_and_the_loop_goes_on() -> None:
+    # Every reply is cut at 5 tokens, so no call parses: smolagents feeds its parsing error back and asks again.
+    model = ScriptedChatModel(max_tokens=5)
+    agent = SmolagentsContender(model, make_tools(BookStore()), AgentOptions(limits=AgentLimits(max_steps=3)))
+    result = agent.run(INSTRUCTIONS, "Add The Last Lighthouse to my cart.")
+    assert result.stop_reason is StopReason.MAX_STEPS
+    assert (result.model_calls, result.tool_calls) == (4, 0)
+    # The cut replies are left out of the prompt, as smolagents leaves them out; its feedback is not the customer.
+    assert [m.text for m in result.messages if isinstance(m, HumanMessage)] == ["Add The Last Lighthouse to my cart."]
+    assert sum("Error while parsing" in m.text for m in result.messages) == 3
+
+
 def test_no_call_id_reaches_a_smolagents_tool_so_a_repeated_add_adds_again() -> None:
     store = BookStore()
     add = SmolTool(next(t for t in make_tools(store) if t.name == "add_to_cart"))

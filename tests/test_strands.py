@@ -180,3 +180,14 @@ def test_a_saved_session_is_refused_to_another_customer_and_a_fresh_one_replaces
         asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=True, customer_id="c2"))
     fresh = asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=False, customer_id="c1"))
     assert asyncio.run(fresh.afacts())["turns"] == 0
+
+
+def test_a_second_conversation_of_the_same_customer_never_reuses_the_first_ones_call_ids() -> None:
+    # The same salt and the same history give the same call ids: a provider that numbers its calls afresh.
+    store = BookStore()
+    agent = StrandsContender(ScriptedChatModel(id_salt="fixed"), make_tools(store))
+    for _ in range(2):
+        result = StrandsConversation(agent, INSTRUCTIONS, customer_id="c1").ask(SEED_GOAL)
+        assert result.stop_reason is StopReason.DONE
+    # Two conversations, two adds: the second is not taken for a replay of the first one's add.
+    assert cart(store) == [("The Quiet Orchard", 2)]
