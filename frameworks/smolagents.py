@@ -8,6 +8,7 @@ one of our tools behind smolagents' `Tool`; `SmolagentsContender` runs the agent
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -30,13 +31,6 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 from langchain_core.tools import BaseTool
-from smolagents import ChatMessage, Model, Tool, ToolCallingAgent
-from smolagents.agents import ToolOutput
-from smolagents.memory import ActionStep, FinalAnswerStep, TaskStep, Timing, TokenUsage
-from smolagents.memory import ToolCall as SmolCall
-from smolagents.models import ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole
-from smolagents.monitoring import LogLevel
-from smolagents.utils import AgentError, AgentGenerationError, AgentMaxStepsError, AgentToolCallError
 
 from shared_tools import guards
 from shared_tools.bookstore.store import is_postgres_url
@@ -44,6 +38,12 @@ from shared_tools.contender import Approval, Capability, Contender, ContenderSpe
 from shared_tools.conversation import HistoryPolicy, NoRewind, OneTurnAtATime, beside, check_owner, shown_target
 from shared_tools.history import Rewound, Turn, count_turns, turns_of
 from shared_tools.results import AgentOptions, AgentResult, Approve, Guard, RunUsage, StopReason, TraceEvent
+
+if TYPE_CHECKING:  # smolagents is imported where it is used: `--help` imports this file for its SPEC
+    from smolagents import ChatMessage, Tool, ToolCallingAgent
+    from smolagents.agents import ToolOutput
+    from smolagents.memory import ActionStep
+    from smolagents.memory import ToolCall as SmolCall
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,8 @@ def _results(calls: list[ToolCall], observation: str) -> list[ToolMessage]:
 
 def _fed_back(step: ActionStep) -> str:
     """The text smolagents feeds back after a step (its observation or its error), exactly as it writes it."""
+    from smolagents.models import MessageRole
+
     said = [_text(m) for m in step.to_messages() if MessageRole(m.role) is MessageRole.TOOL_RESPONSE]
     return "\n".join(said)
 
@@ -107,6 +109,8 @@ def history(steps: Sequence[Any]) -> list[BaseMessage]:
     the text smolagents feeds back, as the calls' results (after a reply with no call it could read, as a system
     message). A `final_answer` call becomes the answer it carries.
     """
+    from smolagents.memory import ActionStep, TaskStep
+
     out: list[BaseMessage] = []
     for step in steps:
         if isinstance(step, TaskStep):
@@ -132,61 +136,6 @@ def history(steps: Sequence[Any]) -> list[BaseMessage]:
     return out
 
 
-class LangChainModel(Model):
-    """smolagents' `Model` over a langchain-core chat model: each `generate` is one call of it. The prompt is read
-    from the memory of the agent it serves (`history`); without one, from smolagents' messages as text."""
-
-    def __init__(self, chat_model: BaseChatModel, watch: _RunWatch | None = None) -> None:
-        super().__init__(model_id=getattr(chat_model, "model", None) or type(chat_model).__name__)
-        self.chat_model = chat_model
-        self.watch = watch
-
-    def prompt(self, messages: Sequence[ChatMessage | dict[str, Any]], *, tools: bool) -> list[BaseMessage]:
-        given = [m if isinstance(m, ChatMessage) else ChatMessage.from_dict(m) for m in messages]
-        agent = self.watch.agent if self.watch is not None else None
-        if agent is None:
-            roles = {
-                MessageRole.SYSTEM: SystemMessage,
-                MessageRole.ASSISTANT: AIMessage,
-                MessageRole.TOOL_CALL: AIMessage,
-            }
-            return [roles.get(MessageRole(m.role), HumanMessage)(_text(m)) for m in given]
-        prompt: list[BaseMessage] = [SystemMessage(_text(given[0]))] if given else []
-        prompt += history(agent.memory.steps)
-        if not tools and given and MessageRole(given[-1].role) is MessageRole.USER:
-            prompt.append(HumanMessage(_text(given[-1])))  # the forced answer's request, after max_steps
-        return prompt
-
-    def generate(
-        self,
-        messages: list[ChatMessage],  # type: ignore[override]
-        stop_sequences: list[str] | None = None,
-        response_format: dict[str, str] | None = None,
-        tools_to_call_from: list[Tool] | None = None,
-        **kwargs: Any,
-    ) -> ChatMessage:
-        watch = self.watch
-        if watch is not None:
-            watch.before_model_call()
-        prompt = self.prompt(messages, tools=bool(tools_to_call_from))
-        model: Any = self.chat_model
-        if tools_to_call_from:
-            model = model.bind_tools([_schema(t) for t in tools_to_call_from])
-        started = time.monotonic()
-        try:
-            reply = model.invoke(prompt, stop=stop_sequences)
-        except Exception as exc:
-            if watch is not None:
-                watch.model_failed(exc, time.monotonic() - started)
-            raise
-        if not isinstance(reply, AIMessage):
-            raise TypeError(f"the chat model replied with a {type(reply).__name__}, not an AIMessage")
-        reply = guards.with_call_ids(reply, prompt)
-        if watch is not None:
-            watch.model_replied(reply, time.monotonic() - started)
-        return _chat_message(reply, tools=bool(tools_to_call_from))
-
-
 def _schema(tool: Tool) -> dict[str, Any]:
     from smolagents.models import get_tool_json_schema
 
@@ -194,6 +143,10 @@ def _schema(tool: Tool) -> dict[str, Any]:
 
 
 def _chat_message(reply: AIMessage, *, tools: bool) -> ChatMessage:
+    from smolagents import ChatMessage
+    from smolagents.memory import TokenUsage
+    from smolagents.models import ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole
+
     usage = reply.usage_metadata or {}
     tokens = TokenUsage(
         input_tokens=guards.token_count(usage.get("input_tokens")),
@@ -222,34 +175,104 @@ def _chat_message(reply: AIMessage, *, tools: bool) -> ChatMessage:
 _JSON_TYPES = {"string", "boolean", "integer", "number", "array", "object", "null"}
 
 
-class SmolTool(Tool):
-    """One of our langchain tools as a smolagents `Tool`. smolagents passes a tool only its arguments, never the
-    call's id, so a write keyed by call id (add_to_cart's idempotency) gets none and every call is a new write."""
+@functools.cache
+def bridge_classes() -> tuple[type, type]:
+    """`LangChainModel` and `SmolTool`, made on first use: they subclass smolagents' own `Model` and `Tool`, and
+    this file is imported for its SPEC by commands that never run smolagents."""
+    from smolagents import ChatMessage, Model, Tool
+    from smolagents.models import MessageRole
 
-    skip_forward_signature_validation = True
+    class LangChainModel(Model):
+        """smolagents' `Model` over a langchain-core chat model: each `generate` is one call of it. The prompt is read
+        from the memory of the agent it serves (`history`); without one, from smolagents' messages as text."""
 
-    def __init__(self, tool: BaseTool) -> None:
-        schema = tool.tool_call_schema.model_json_schema() if isinstance(tool.tool_call_schema, type) else {}
-        required = set(schema.get("required", []))
-        self.name = tool.name
-        self.description = tool.description
-        self.inputs = {
-            key: {
-                "type": spec.get("type") if spec.get("type") in _JSON_TYPES else "any",
-                "description": spec.get("description", key),
-                **({} if key in required else {"nullable": True}),
+        def __init__(self, chat_model: BaseChatModel, watch: _RunWatch | None = None) -> None:
+            super().__init__(model_id=getattr(chat_model, "model", None) or type(chat_model).__name__)
+            self.chat_model = chat_model
+            self.watch = watch
+
+        def prompt(self, messages: Sequence[ChatMessage | dict[str, Any]], *, tools: bool) -> list[BaseMessage]:
+            given = [m if isinstance(m, ChatMessage) else ChatMessage.from_dict(m) for m in messages]
+            agent = self.watch.agent if self.watch is not None else None
+            if agent is None:
+                roles = {
+                    MessageRole.SYSTEM: SystemMessage,
+                    MessageRole.ASSISTANT: AIMessage,
+                    MessageRole.TOOL_CALL: AIMessage,
+                }
+                return [roles.get(MessageRole(m.role), HumanMessage)(_text(m)) for m in given]
+            prompt: list[BaseMessage] = [SystemMessage(_text(given[0]))] if given else []
+            prompt += history(agent.memory.steps)
+            if not tools and given and MessageRole(given[-1].role) is MessageRole.USER:
+                prompt.append(HumanMessage(_text(given[-1])))  # the forced answer's request, after max_steps
+            return prompt
+
+        def generate(
+            self,
+            messages: list[ChatMessage],  # type: ignore[override]
+            stop_sequences: list[str] | None = None,
+            response_format: dict[str, str] | None = None,
+            tools_to_call_from: list[Tool] | None = None,
+            **kwargs: Any,
+        ) -> ChatMessage:
+            watch = self.watch
+            if watch is not None:
+                watch.before_model_call()
+            prompt = self.prompt(messages, tools=bool(tools_to_call_from))
+            model: Any = self.chat_model
+            if tools_to_call_from:
+                model = model.bind_tools([_schema(t) for t in tools_to_call_from])
+            started = time.monotonic()
+            try:
+                reply = model.invoke(prompt, stop=stop_sequences)
+            except Exception as exc:
+                if watch is not None:
+                    watch.model_failed(exc, time.monotonic() - started)
+                raise
+            if not isinstance(reply, AIMessage):
+                raise TypeError(f"the chat model replied with a {type(reply).__name__}, not an AIMessage")
+            reply = guards.with_call_ids(reply, prompt)
+            if watch is not None:
+                watch.model_replied(reply, time.monotonic() - started)
+            return _chat_message(reply, tools=bool(tools_to_call_from))
+
+    class SmolTool(Tool):
+        """One of our langchain tools as a smolagents `Tool`. smolagents passes a tool only its arguments, never the
+        call's id, so a write keyed by call id (add_to_cart's idempotency) gets none and every call is a new write."""
+
+        skip_forward_signature_validation = True
+
+        def __init__(self, tool: BaseTool) -> None:
+            schema = tool.tool_call_schema.model_json_schema() if isinstance(tool.tool_call_schema, type) else {}
+            required = set(schema.get("required", []))
+            self.name = tool.name
+            self.description = tool.description
+            self.inputs = {
+                key: {
+                    "type": spec.get("type") if spec.get("type") in _JSON_TYPES else "any",
+                    "description": spec.get("description", key),
+                    **({} if key in required else {"nullable": True}),
+                }
+                for key, spec in schema.get("properties", {}).items()
             }
-            for key, spec in schema.get("properties", {}).items()
-        }
-        self.output_type = "string"
-        self.tool = tool
-        super().__init__()
+            self.output_type = "string"
+            self.tool = tool
+            super().__init__()
 
-    def forward(self, **kwargs: Any) -> str:
-        # No call id reaches a smolagents tool: each call gets a fresh one, so no write is ever taken for a replay.
-        call = ToolCall(name=self.name, args=kwargs, id=f"smolagents_{uuid.uuid4().hex[:12]}")
-        text, _ = guards.output_text(self.tool.invoke({**call, "type": "tool_call"}))
-        return text
+        def forward(self, **kwargs: Any) -> str:
+            # No call id reaches a smolagents tool: each call gets a fresh one, so no write is ever taken for a replay.
+            call = ToolCall(name=self.name, args=kwargs, id=f"smolagents_{uuid.uuid4().hex[:12]}")
+            text, _ = guards.output_text(self.tool.invoke({**call, "type": "tool_call"}))
+            return text
+
+    return LangChainModel, SmolTool
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("LangChainModel", "SmolTool"):
+        model, tool = bridge_classes()
+        return model if name == "LangChainModel" else tool
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- the run --------------------------------------------------------------------------------------------------------
@@ -303,6 +326,8 @@ class _RunWatch:
 
     def step_ended(self, step: ActionStep) -> None:
         """The calls of a step that got no output: smolagents raised on one of them and fed its error back."""
+        from smolagents.utils import AgentToolCallError
+
         error = step.error
         unanswered = list(self.calls.values())
         self.calls.clear()
@@ -357,9 +382,12 @@ class SmolagentsContender:
         return {name: NOT_AVAILABLE[name] for name, wanted in asked.items() if wanted}
 
     def agent(self, instructions: str, watch: _RunWatch) -> ToolCallingAgent:
+        from smolagents import ToolCallingAgent
+        from smolagents.monitoring import LogLevel
+
         return ToolCallingAgent(
-            tools=[SmolTool(t) for t in self.tools],
-            model=LangChainModel(self.model, watch),
+            tools=[bridge_classes()[1](t) for t in self.tools],
+            model=bridge_classes()[0](self.model, watch),
             instructions=instructions,
             max_steps=self.max_steps,
             # One at a time in the model's order unless parallel tools are asked for (smolagents' thread pool).
@@ -375,6 +403,11 @@ class SmolagentsContender:
 
 def run_turn(agent: ToolCallingAgent, goal: str, watch: _RunWatch, *, reset: bool) -> AgentResult:
     """One `agent.run`, streamed so each call and output is seen, mapped to an `AgentResult`."""
+    from smolagents.agents import ToolOutput
+    from smolagents.memory import ActionStep, FinalAnswerStep
+    from smolagents.memory import ToolCall as SmolCall
+    from smolagents.utils import AgentGenerationError, AgentMaxStepsError
+
     first_step = 0 if reset else len(agent.memory.steps)
     output: Any = None
     try:
@@ -419,6 +452,8 @@ def _output_text(output: Any) -> str | None:
 def save_memory(agent: ToolCallingAgent) -> list[dict[str, Any]]:
     """smolagents' memory as JSON: the task and action steps, each with the chat model's reply (what `history`
     reads) and what smolagents fed back after it."""
+    from smolagents.memory import ActionStep, TaskStep
+
     saved: list[dict[str, Any]] = []
     for step in agent.memory.steps:
         if isinstance(step, TaskStep):
@@ -442,6 +477,12 @@ def save_memory(agent: ToolCallingAgent) -> list[dict[str, Any]]:
 
 def load_memory(agent: ToolCallingAgent, saved: list[dict[str, Any]]) -> None:
     """Put saved steps back into a fresh agent's memory (an error comes back as a plain `AgentError`)."""
+    from smolagents import ChatMessage
+    from smolagents.memory import ActionStep, TaskStep, Timing, TokenUsage
+    from smolagents.memory import ToolCall as SmolCall
+    from smolagents.models import MessageRole
+    from smolagents.utils import AgentError
+
     agent.memory.reset()
     for item in saved:
         if "task" in item:
@@ -671,6 +712,7 @@ SPEC = ContenderSpec(
         Capability.STORAGE_OPTIONS: "the memory is one JSON file, rewritten after each turn: no storage options",
     },
     conversation="frameworks.smolagents",
+    order=8,
     source_modules=("frameworks.smolagents",),
     owner="smolagents",
     owns={

@@ -9,6 +9,7 @@ and maps what it did to an `AgentResult`; `StrandsConversation` keeps the turns 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import shutil
@@ -17,20 +18,11 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
-from strands import Agent
-from strands.hooks.events import AfterToolCallEvent, BeforeToolCallEvent
-from strands.models.model import Model
-from strands.session.file_session_manager import FileSessionManager
-from strands.tools.executors import ConcurrentToolExecutor, SequentialToolExecutor
-from strands.tools.tools import PythonAgentTool
-from strands.types.exceptions import MaxTokensReachedException
-from strands.vended_interventions.hitl import HumanInTheLoop
-from strands.vended_interventions.hitl.classifier import ClassifierResult
 
 from shared_tools import guards
 from shared_tools.bookstore.store import is_postgres_url
@@ -46,6 +38,13 @@ from shared_tools.results import (
     StopReason,
     TraceEvent,
 )
+
+if TYPE_CHECKING:  # Strands is imported where it is used: `--help` imports this file for its SPEC
+    from strands import Agent
+    from strands.hooks.events import AfterToolCallEvent, BeforeToolCallEvent
+    from strands.session.file_session_manager import FileSessionManager
+    from strands.tools.tools import PythonAgentTool
+    from strands.vended_interventions.hitl.classifier import ClassifierResult
 
 log = logging.getLogger(__name__)
 # Strands logs each failed or unknown tool call at WARNING, with its traceback; with no logging set up, Python would
@@ -160,52 +159,68 @@ def reply_events(reply: AIMessage) -> list[dict[str, Any]]:
     return events
 
 
-class LangChainModel(Model):
-    """Strands' `Model` over a langchain-core chat model: each `stream` is one call of it, its reply given back as
-    ConverseStream events (the whole reply at once: the chat model is called, not streamed)."""
+@functools.cache
+def model_class() -> type:
+    """`LangChainModel`, made on first use: it subclasses Strands' own `Model`, and this file is imported for its
+    SPEC by commands that never run Strands."""
+    from strands.models.model import Model
 
-    def __init__(
-        self, chat_model: BaseChatModel, watch: _RunWatch | None = None, *, among_others: bool = False
-    ) -> None:
-        self.chat_model = chat_model
-        self.watch = watch
-        self.among_others = among_others
-        """True in a conversation: one of the customer's several (`history.among_other_conversations`), so a
-        provider that numbers its calls call_0 in each gets an id of its own for each, and no add is taken for
-        another conversation's replay."""
-        self.config: dict[str, Any] = {"model_id": getattr(chat_model, "model", None) or type(chat_model).__name__}
+    class LangChainModel(Model):
+        """Strands' `Model` over a langchain-core chat model: each `stream` is one call of it, its reply given back as
+        ConverseStream events (the whole reply at once: the chat model is called, not streamed)."""
 
-    def update_config(self, **model_config: Any) -> None:
-        self.config.update(model_config)
+        def __init__(
+            self, chat_model: BaseChatModel, watch: _RunWatch | None = None, *, among_others: bool = False
+        ) -> None:
+            self.chat_model = chat_model
+            self.watch = watch
+            self.among_others = among_others
+            """True in a conversation: one of the customer's several (`history.among_other_conversations`), so a
+            provider that numbers its calls call_0 in each gets an id of its own for each, and no add is taken for
+            another conversation's replay."""
+            self.config: dict[str, Any] = {"model_id": getattr(chat_model, "model", None) or type(chat_model).__name__}
 
-    def get_config(self) -> dict[str, Any]:
-        return dict(self.config)
+        def update_config(self, **model_config: Any) -> None:
+            self.config.update(model_config)
 
-    def structured_output(self, output_model: Any, prompt: Any, system_prompt: str | None = None, **kwargs: Any) -> Any:
-        raise NotImplementedError("the bookstore agent asks for no structured output")
+        def get_config(self) -> dict[str, Any]:
+            return dict(self.config)
 
-    async def stream(  # type: ignore[override]
-        self,
-        messages: Sequence[dict[str, Any]],
-        tool_specs: list[dict[str, Any]] | None = None,
-        system_prompt: str | None = None,
-        **kwargs: Any,
-    ) -> AsyncGenerator[dict[str, Any], None]:
-        prompt = to_langchain(messages, system_prompt)
-        if self.among_others and system_prompt:
-            prompt = among_other_conversations(prompt, system_prompt)
-        model: Any = self.chat_model
-        if tool_specs:
-            model = model.bind_tools([_openai_tool(spec) for spec in tool_specs])
-        started = time.monotonic()
-        reply = await model.ainvoke(prompt)
-        if not isinstance(reply, AIMessage):
-            raise TypeError(f"the chat model replied with a {type(reply).__name__}, not an AIMessage")
-        reply = guards.with_call_ids(reply, prompt)
-        if self.watch is not None:
-            self.watch.model_replied(reply, time.monotonic() - started)
-        for event in reply_events(reply):
-            yield event
+        def structured_output(
+            self, output_model: Any, prompt: Any, system_prompt: str | None = None, **kwargs: Any
+        ) -> Any:
+            raise NotImplementedError("the bookstore agent asks for no structured output")
+
+        async def stream(  # type: ignore[override]
+            self,
+            messages: Sequence[dict[str, Any]],
+            tool_specs: list[dict[str, Any]] | None = None,
+            system_prompt: str | None = None,
+            **kwargs: Any,
+        ) -> AsyncGenerator[dict[str, Any], None]:
+            prompt = to_langchain(messages, system_prompt)
+            if self.among_others and system_prompt:
+                prompt = among_other_conversations(prompt, system_prompt)
+            model: Any = self.chat_model
+            if tool_specs:
+                model = model.bind_tools([_openai_tool(spec) for spec in tool_specs])
+            started = time.monotonic()
+            reply = await model.ainvoke(prompt)
+            if not isinstance(reply, AIMessage):
+                raise TypeError(f"the chat model replied with a {type(reply).__name__}, not an AIMessage")
+            reply = guards.with_call_ids(reply, prompt)
+            if self.watch is not None:
+                self.watch.model_replied(reply, time.monotonic() - started)
+            for event in reply_events(reply):
+                yield event
+
+    return LangChainModel
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LangChainModel":
+        return model_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- the tools ------------------------------------------------------------------------------------------------------
@@ -215,6 +230,8 @@ def strands_tool(tool: BaseTool) -> PythonAgentTool:
     """One of our langchain tools as a Strands tool: its JSON schema, and the call's own id passed on (so a write
     keyed by call id, add_to_cart's, is not repeated by a replay). An exception is left to Strands, which feeds
     it back as "Error: <text>"."""
+    from strands.tools.tools import PythonAgentTool
+
     spec = {
         "name": tool.name,
         "description": tool.description,
@@ -272,7 +289,7 @@ class _RunWatch:
         )
 
 
-class _Gate(HumanInTheLoop):
+class _Gate:
     """Strands' own human-in-the-loop gate, asked per call by our rule (`AgentOptions.needs_approval`, given the
     calls of the same reply before this one) and answered inline by `approve` (no human: a no)."""
 
@@ -281,9 +298,10 @@ class _Gate(HumanInTheLoop):
         self.approve = approve
         self.watch = watch
         self.asking: tuple[ToolCall, str] | None = None
-        super().__init__(classifier=self.classify, ask=self.ask)
 
     def classify(self, event: BeforeToolCallEvent, **_: Any) -> ClassifierResult:
+        from strands.vended_interventions.hitl.classifier import ClassifierResult
+
         call = _call(dict(event.tool_use))
         earlier = _earlier_calls(event.agent.messages, call["id"])
         reason = None if self.rule is None else self.rule(call, earlier)
@@ -363,9 +381,17 @@ class StrandsContender:
         conversation: bool = False,
     ) -> Agent:
         """Strands' `Agent` for one run, or for a conversation (`session`, kept or not: `StrandsConversation`)."""
-        gate = [_Gate(self.options, self.approve, watch)] if self.options.needs_approval is not None else None
+        from strands import Agent
+        from strands.hooks.events import AfterToolCallEvent
+        from strands.tools.executors import ConcurrentToolExecutor, SequentialToolExecutor
+        from strands.vended_interventions.hitl import HumanInTheLoop
+
+        gate = None
+        if self.options.needs_approval is not None:
+            asker = _Gate(self.options, self.approve, watch)
+            gate = [HumanInTheLoop(classifier=asker.classify, ask=asker.ask)]
         agent = Agent(
-            model=LangChainModel(self.model, watch, among_others=conversation),
+            model=model_class()(self.model, watch, among_others=conversation),
             tools=[strands_tool(t) for t in self.tools],
             system_prompt=instructions,
             callback_handler=None,
@@ -385,6 +411,8 @@ def run_turn(
     contender: StrandsContender, agent: Agent, goal: str, watch: _RunWatch, cancel: threading.Event | None
 ) -> AgentResult:
     """One invocation of `agent` with the contender's limits, mapped to an `AgentResult`."""
+    from strands.types.exceptions import MaxTokensReachedException
+
     try:
         result = agent(goal, limits=contender.limits or None, cancel_signal=cancel)
         reason = STOP_REASONS.get(str(result.stop_reason), StopReason.INVALID_RESPONSE)
@@ -440,6 +468,8 @@ class StrandsConversation:
         self.watch = _RunWatch(contender.options, frozenset(t.name for t in contender.tools))
         session = None
         if storage_dir is not None:
+            from strands.session.file_session_manager import FileSessionManager
+
             session = FileSessionManager(session_id=session_id, storage_dir=str(storage_dir))
         self.agent = contender.agent(instructions, self.watch, session, conversation=True)
         if customer_id is not None:
@@ -592,6 +622,7 @@ SPEC = ContenderSpec(
         Capability.STORAGE_OPTIONS: "FileSessionManager writes one JSON file per message: no storage options",
     },
     conversation="frameworks.strands",
+    order=9,
     source_modules=("frameworks.strands",),
     asked_through=asked_through,
     owner="Strands Agents",
