@@ -47,9 +47,18 @@ if TYPE_CHECKING:  # Strands is imported where it is used: `--help` imports this
     from strands.vended_interventions.hitl.classifier import ClassifierResult
 
 log = logging.getLogger(__name__)
-# Strands logs each failed or unknown tool call at WARNING, with its traceback; with no logging set up, Python would
-# print that on stderr. The trace holds every such call already; an app that sets up logging still gets them.
-logging.getLogger("strands").addHandler(logging.NullHandler())
+
+
+class _ShownOnTheTrace(logging.Filter):
+    """Strands' tool executor logs every failed or unknown tool call at ERROR, with its traceback; here those
+    failures are the point and each is on the trace, so they are logged only when logging is verbose (the root
+    logger at INFO or below: `compare.py -v`), as `compare.py` treats MAF's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return logging.getLogger().getEffectiveLevel() <= logging.INFO
+
+
+logging.getLogger("strands.tools.executors._executor").addFilter(_ShownOnTheTrace())
 
 STOP_REASONS: dict[str, StopReason] = {
     "end_turn": StopReason.DONE,
