@@ -298,6 +298,9 @@ class _RunWatch:
         )
 
 
+RULE_FAILED = "the approval rule could not judge this call (it raised), so it needs your yes"
+
+
 class _Gate:
     """Strands' own human-in-the-loop gate, asked per call by our rule (`AgentOptions.needs_approval`, given the
     calls of the same reply before this one) and answered inline by `approve` (no human: a no)."""
@@ -313,10 +316,13 @@ class _Gate:
 
         call = _call(dict(event.tool_use))
         earlier = _earlier_calls(event.agent.messages, call["id"])
+        # Strands calls `ask` right after this, with no await between, so the call it asks about is this one. A
+        # rule that raises makes Strands ask anyway (it fails closed): the human is told the rule could not judge it.
+        self.asking = (call, RULE_FAILED)
         reason = None if self.rule is None else self.rule(call, earlier)
         if reason is None:
+            self.asking = None
             return ClassifierResult(requires_human_in_the_loop=False)
-        # Strands calls `ask` right after this, with no await between, so the call it asks about is this one.
         self.asking = (call, reason)
         return ClassifierResult(requires_human_in_the_loop=True, reason=reason)
 
