@@ -52,10 +52,17 @@ log = logging.getLogger(__name__)
 class _ShownOnTheTrace(logging.Filter):
     """Strands' tool executor logs every failed or unknown tool call at ERROR, with its traceback; here those
     failures are the point and each is on the trace, so they are logged only when logging is verbose (the root
-    logger at INFO or below: `compare.py -v`), as `compare.py` treats MAF's."""
+    logger at INFO or below: `compare.py -v`), as `compare.py` treats MAF's, and masked as the trace is."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return logging.getLogger().getEffectiveLevel() <= logging.INFO
+        if logging.getLogger().getEffectiveLevel() > logging.INFO:
+            return False
+        # Kept: its text and traceback masked, since a tool's exception may carry credentials (Strands logs it whole).
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        record.msg, record.args, record.exc_info, record.exc_text = guards.mask_pii(text), None, None, None
+        return True
 
 
 logging.getLogger("strands.tools.executors._executor").addFilter(_ShownOnTheTrace())

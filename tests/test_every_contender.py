@@ -29,6 +29,8 @@ from comparison.scenarios import (
     contenders_for,
 )
 from comparison.scenarios.s12_prompt_injection import INJECTED_BOOK, INJECTION
+from frameworks.smolagents import SPEC as SMOLAGENTS
+from frameworks.strands import SPEC as STRANDS
 from handwritten.contender import NO_CHECKPOINTS, NO_STORAGE_OPTION
 from langgraph_version.contenders.langgraph_defaults import (
     NO_APPROVAL_GATE,
@@ -40,6 +42,7 @@ from langgraph_version.contenders.langgraph_defaults import (
 from maf_version.contender import NO_MAF_REPLAY, NO_MAF_STORAGE, NO_MAF_SUMMARY
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.contender import Capability
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, Guard, StopReason
 
@@ -61,6 +64,18 @@ EXPECTED_NOT_AVAILABLE = {
     ("long-session", "summarize", "maf"): NO_MAF_SUMMARY,
     ("long-session", "file-full", "maf"): NO_MAF_STORAGE,
     **{("time-travel", v, "maf"): NO_MAF_REPLAY for v in ("replay", "replay-no-id")},
+    ("prompt-injection", "gate", "smolagents"): SMOLAGENTS.lacks[Capability.APPROVAL],
+    **{
+        ("long-session", v.name, spec.name): spec.lacks[Capability.HISTORY_WINDOW]
+        for v in SCENARIOS_BY_NAME["long-session"].variants
+        for spec in (SMOLAGENTS, STRANDS)
+    },
+    **{("time-travel", "rewind", spec.name): spec.lacks[Capability.REWIND] for spec in (SMOLAGENTS, STRANDS)},
+    **{
+        ("time-travel", v, spec.name): spec.lacks[Capability.REPLAY]
+        for v in ("replay", "replay-no-id")
+        for spec in (SMOLAGENTS, STRANDS)
+    },
 }
 """The only combinations a framework has no way to run, and the words that say why. long-session compares our
 two sessions' history policies (the frameworks' threads have none); rewind and replay are our sessions'."""
@@ -104,9 +119,12 @@ def test_sessions_and_stale_cart_run_every_contender(every_record: list[RunRecor
             assert all(r.stop_reason == StopReason.DONE for r in turns)
     persisted = [r for r in every_record if r.scenario == "session" and r.variant == "persisted" and r.turn == 2]
     assert {r.contender for r in persisted if r.facts["survived_restart"]} == set(CONTENDERS)
-    # The remembered total is stale for every framework alike; instructions make each re-read the cart.
+    # The remembered total is stale for every framework alike; instructions make each re-read the cart. smolagents
+    # writes every tool's description into its system prompt, and view_cart's says the cart "can change": the
+    # scripted model reads that as the instruction to re-read, so smolagents re-reads under both wordings.
     stale = [r for r in every_record if r.scenario == "stale-cart" and r.turn == 2]
-    assert {r.contender for r in stale if r.variant == "default-instructions" and r.tool_calls == 0} == set(CONTENDERS)
+    stale_by_default = {r.contender for r in stale if r.variant == "default-instructions" and r.tool_calls == 0}
+    assert stale_by_default == set(CONTENDERS) - {"smolagents"}
     assert {r.contender for r in stale if r.variant == "fresh-cart" and "0.00" in (r.answer or "")} == set(CONTENDERS)
 
 
@@ -114,8 +132,8 @@ def test_the_helper_says_who_runs_a_variant_and_why_not_the_others() -> None:
     injection = SCENARIOS_BY_NAME["prompt-injection"]
     gate = next(v for v in injection.variants if v.approval_gate)
     running, why_not = contenders_for(injection, gate)
-    assert running == ["handwritten", "langgraph", "create-agent", "maf"]
-    assert why_not == {"langgraph-defaults": NO_APPROVAL_GATE}
+    assert running == ["handwritten", "langgraph", "create-agent", "maf", "strands"]
+    assert why_not == {"langgraph-defaults": NO_APPROVAL_GATE, "smolagents": SMOLAGENTS.lacks[Capability.APPROVAL]}
     assert contenders_for(injection, gate, ["create-agent"]) == (["create-agent"], {})
     for scenario in SCENARIOS:
         for variant in scenario.variants:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from langchain_core.messages import BaseMessage
 
-from comparison.contenders import CONTENDERS, build_contender
+from comparison.contenders import CONTENDERS, SPECS, build_contender
 from comparison.document import build_document, write_document
 from comparison.records import result_record
 from comparison.render import make_console, render_scenario
@@ -47,8 +47,34 @@ def all_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
+HIDING = [c for c in CONTENDERS if "error hiding" in SPECS[c].guards]
+"""The contenders that claim to keep a tool's exception text from the model unless asked (`detailed_errors`)."""
+
+
 @pytest.mark.parametrize("detailed", [False, True])
-@pytest.mark.parametrize("contender", [c for c in CONTENDERS if c != "langgraph-defaults"])
+@pytest.mark.parametrize("contender", [c for c in CONTENDERS if c not in HIDING and c != "langgraph-defaults"])
+def test_a_framework_without_error_hiding_shows_the_password_to_the_model_and_nowhere_else(
+    contender: str, detailed: bool, all_logs: pytest.LogCaptureFixture
+) -> None:
+    events: list[TraceEvent] = []
+    options = AgentOptions(detailed_errors=detailed, on_event=events.append)
+    agent = build_contender(contender, make_model("scripted"), make_tools(BookStore(), faults=LEAKY), options)
+    result = agent.run(INSTRUCTIONS, SEED_GOAL)
+    assert [e for e in result.trace if e.name == "check_stock" and e.is_error], "the failing tool was called"
+    # The framework has no switch for it: the model reads the exception's text either way (the matrix's
+    # "error hiding" is missing for it), while the trace, the live events and the logs stay masked.
+    assert FAKE_SECRET in model_input(result.messages)
+    assert "detailed_errors" in getattr(agent, "not_available", {}) or detailed
+    places = {
+        "trace": json.dumps([asdict(e) for e in result.trace]),
+        "live events": json.dumps([asdict(e) for e in events]),
+        "logs": all_logs.text,
+    }
+    assert {where for where, text in places.items() if FAKE_SECRET in text} == set()
+
+
+@pytest.mark.parametrize("detailed", [False, True])
+@pytest.mark.parametrize("contender", [c for c in HIDING if c != "langgraph-defaults"])
 def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
     contender: str, detailed: bool, all_logs: pytest.LogCaptureFixture
 ) -> None:
