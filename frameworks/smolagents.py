@@ -556,6 +556,7 @@ class SmolagentsConversation:
         self.turn = OneTurnAtATime()
         self.started = False
         if path is not None and path.exists():
+            _read_steps(path, customer_id)  # a damaged file is one ValueError here, never a KeyError mid-load
             load_memory(self.agent, read_saved(path, customer_id))
             self.started = True
 
@@ -650,11 +651,16 @@ def _read_steps(path: Path, customer_id: str | None) -> None:
     """Check a saved file whole without keeping it (`acheck_saved`): each step readable as `load_memory` reads it."""
     for item in read_saved(path, customer_id):
         try:
+            if not isinstance(item, dict):
+                raise TypeError(f"a step is a {type(item).__name__}, not an object")
             if "task" in item:
                 continue
             messages_from_dict([item["reply"]])
             int(item["step"])
-            [(c["function"]["name"], c["id"]) for c in item["tool_calls"]]
+            [(c["function"]["name"], c["function"]["arguments"], c["id"]) for c in item["tool_calls"]]
+            error, tokens = item.get("error"), item.get("tokens")
+            _ = None if error is None else str(error["message"])
+            _ = None if tokens is None else (int(tokens[0]), int(tokens[1]))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ValueError(
                 f"{path} is a damaged saved smolagents conversation ({type(exc).__name__}: {exc})"
