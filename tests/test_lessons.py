@@ -1279,7 +1279,7 @@ def _not_honoured(m: re.Match[str], records: list[RunRecord], s: Scenario) -> No
 
 
 def _went_past(r: RunRecord, option: str, value: float) -> bool:
-    if option == "max_duration":  # a contender with no time budget (smolagents, Strands) ran on past it
+    if option == "max_duration":  # a contender with no time budget ran on past it
         return LIMITS[option][1](r) > value and r.stop_reason != StopReason.TIME_BUDGET
     if option == "max_tokens":
         return r.tokens > value and r.stop_reason != StopReason.TOKEN_BUDGET
