@@ -16,7 +16,7 @@ from langchain_core.messages import ToolMessage
 import compare
 from comparison.approvals import DemoHuman
 from comparison.closing import OWNERS, WHO_OWNS_WHAT
-from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, build_contender, spec_of
+from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, SPECS, build_contender, spec_of
 from comparison.conversations import facts_of, open_conversation, run_gated
 from comparison.records import RunRecord
 from comparison.runner import NOT_AVAILABLE, RunOptions, run_scenario
@@ -29,8 +29,6 @@ from comparison.scenarios import (
     contenders_for,
 )
 from comparison.scenarios.s12_prompt_injection import INJECTED_BOOK, INJECTION
-from frameworks.smolagents import SPEC as SMOLAGENTS
-from frameworks.strands import SPEC as STRANDS
 from handwritten.contender import NO_CHECKPOINTS, NO_STORAGE_OPTION
 from langgraph_version.contenders.langgraph_defaults import (
     NO_APPROVAL_GATE,
@@ -47,6 +45,8 @@ from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, Guard, StopReason
 
 FRAMEWORK_ONLY = ("langgraph-defaults", "create-agent")
+FRAMEWORK_FILES = [spec for spec in SPECS.values() if spec.source_modules[0].startswith("frameworks.")]
+"""The frameworks of `frameworks/`, one file each: what each cannot run is its own sentence (`lacks`)."""
 
 EXPECTED_NOT_AVAILABLE = {
     ("prompt-injection", "gate", "langgraph-defaults"): NO_APPROVAL_GATE,
@@ -64,17 +64,25 @@ EXPECTED_NOT_AVAILABLE = {
     ("long-session", "summarize", "maf"): NO_MAF_SUMMARY,
     ("long-session", "file-full", "maf"): NO_MAF_STORAGE,
     **{("time-travel", v, "maf"): NO_MAF_REPLAY for v in ("replay", "replay-no-id")},
-    ("prompt-injection", "gate", "smolagents"): SMOLAGENTS.lacks[Capability.APPROVAL],
     **{
         ("long-session", v.name, spec.name): spec.lacks[Capability.HISTORY_WINDOW]
         for v in SCENARIOS_BY_NAME["long-session"].variants
-        for spec in (SMOLAGENTS, STRANDS)
+        for spec in FRAMEWORK_FILES
     },
-    **{("time-travel", "rewind", spec.name): spec.lacks[Capability.REWIND] for spec in (SMOLAGENTS, STRANDS)},
+    **{
+        ("time-travel", "rewind", spec.name): spec.lacks[Capability.REWIND]
+        for spec in FRAMEWORK_FILES
+        if not spec.has(Capability.REWIND)
+    },
     **{
         ("time-travel", v, spec.name): spec.lacks[Capability.REPLAY]
         for v in ("replay", "replay-no-id")
-        for spec in (SMOLAGENTS, STRANDS)
+        for spec in FRAMEWORK_FILES
+    },
+    **{
+        ("prompt-injection", "gate", spec.name): spec.lacks[Capability.APPROVAL]
+        for spec in FRAMEWORK_FILES
+        if not spec.has(Capability.APPROVAL)
     },
 }
 """The only combinations a framework has no way to run, and the words that say why. long-session compares our
@@ -132,8 +140,11 @@ def test_the_helper_says_who_runs_a_variant_and_why_not_the_others() -> None:
     injection = SCENARIOS_BY_NAME["prompt-injection"]
     gate = next(v for v in injection.variants if v.approval_gate)
     running, why_not = contenders_for(injection, gate)
-    assert running == ["handwritten", "langgraph", "create-agent", "maf", "strands"]
-    assert why_not == {"langgraph-defaults": NO_APPROVAL_GATE, "smolagents": SMOLAGENTS.lacks[Capability.APPROVAL]}
+    gateless = {
+        spec.name: spec.lacks[Capability.APPROVAL] for spec in FRAMEWORK_FILES if not spec.has(Capability.APPROVAL)
+    }
+    assert running == [c for c in CONTENDERS if c != "langgraph-defaults" and c not in gateless]
+    assert why_not == {"langgraph-defaults": NO_APPROVAL_GATE, **gateless}
     assert contenders_for(injection, gate, ["create-agent"]) == (["create-agent"], {})
     for scenario in SCENARIOS:
         for variant in scenario.variants:
