@@ -175,12 +175,31 @@ def _chat_message(reply: AIMessage, *, tools: bool) -> ChatMessage:
 _JSON_TYPES = {"string", "boolean", "integer", "number", "array", "object", "null"}
 
 
-@functools.cache
-def bridge_classes() -> tuple[type, type]:
-    """`LangChainModel` and `SmolTool`, made on first use: they subclass smolagents' own `Model` and `Tool`, and
-    this file is imported for its SPEC by commands that never run smolagents."""
-    from smolagents import ChatMessage, Model, Tool
+def model_prompt(
+    messages: Sequence[ChatMessage | dict[str, Any]], watch: _RunWatch | None, *, tools: bool
+) -> list[BaseMessage]:
+    """What the chat model is sent for one `generate`: the agent's memory read as langchain messages (`history`)
+    after smolagents' system prompt; without an agent, smolagents' messages as text."""
+    from smolagents import ChatMessage
     from smolagents.models import MessageRole
+
+    given = [m if isinstance(m, ChatMessage) else ChatMessage.from_dict(m) for m in messages]
+    agent = watch.agent if watch is not None else None
+    if agent is None:
+        roles = {MessageRole.SYSTEM: SystemMessage, MessageRole.ASSISTANT: AIMessage, MessageRole.TOOL_CALL: AIMessage}
+        return [roles.get(MessageRole(m.role), HumanMessage)(_text(m)) for m in given]
+    prompt: list[BaseMessage] = [SystemMessage(_text(given[0]))] if given else []
+    prompt += history(agent.memory.steps)
+    if not tools and given and MessageRole(given[-1].role) is MessageRole.USER:
+        prompt.append(HumanMessage(_text(given[-1])))  # the forced answer's request, after max_steps
+    return prompt
+
+
+@functools.cache
+def model_class() -> type:
+    """`LangChainModel`, made on first use: it subclasses smolagents' own `Model`, and this file is imported for
+    its SPEC by commands that never run smolagents."""
+    from smolagents import Model
 
     class LangChainModel(Model):
         """smolagents' `Model` over a langchain-core chat model: each `generate` is one call of it. The prompt is read
@@ -190,22 +209,6 @@ def bridge_classes() -> tuple[type, type]:
             super().__init__(model_id=getattr(chat_model, "model", None) or type(chat_model).__name__)
             self.chat_model = chat_model
             self.watch = watch
-
-        def prompt(self, messages: Sequence[ChatMessage | dict[str, Any]], *, tools: bool) -> list[BaseMessage]:
-            given = [m if isinstance(m, ChatMessage) else ChatMessage.from_dict(m) for m in messages]
-            agent = self.watch.agent if self.watch is not None else None
-            if agent is None:
-                roles = {
-                    MessageRole.SYSTEM: SystemMessage,
-                    MessageRole.ASSISTANT: AIMessage,
-                    MessageRole.TOOL_CALL: AIMessage,
-                }
-                return [roles.get(MessageRole(m.role), HumanMessage)(_text(m)) for m in given]
-            prompt: list[BaseMessage] = [SystemMessage(_text(given[0]))] if given else []
-            prompt += history(agent.memory.steps)
-            if not tools and given and MessageRole(given[-1].role) is MessageRole.USER:
-                prompt.append(HumanMessage(_text(given[-1])))  # the forced answer's request, after max_steps
-            return prompt
 
         def generate(
             self,
@@ -218,7 +221,7 @@ def bridge_classes() -> tuple[type, type]:
             watch = self.watch
             if watch is not None:
                 watch.before_model_call()
-            prompt = self.prompt(messages, tools=bool(tools_to_call_from))
+            prompt = model_prompt(messages, watch, tools=bool(tools_to_call_from))
             model: Any = self.chat_model
             if tools_to_call_from:
                 model = model.bind_tools([_schema(t) for t in tools_to_call_from])
@@ -235,6 +238,14 @@ def bridge_classes() -> tuple[type, type]:
             if watch is not None:
                 watch.model_replied(reply, time.monotonic() - started)
             return _chat_message(reply, tools=bool(tools_to_call_from))
+
+    return LangChainModel
+
+
+@functools.cache
+def tool_class() -> type:
+    """`SmolTool`, made on first use: it subclasses smolagents' own `Tool` (see `model_class`)."""
+    from smolagents import Tool
 
     class SmolTool(Tool):
         """One of our langchain tools as a smolagents `Tool`. smolagents passes a tool only its arguments, never the
@@ -265,13 +276,14 @@ def bridge_classes() -> tuple[type, type]:
             text, _ = guards.output_text(self.tool.invoke({**call, "type": "tool_call"}))
             return text
 
-    return LangChainModel, SmolTool
+    return SmolTool
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("LangChainModel", "SmolTool"):
-        model, tool = bridge_classes()
-        return model if name == "LangChainModel" else tool
+    if name == "LangChainModel":
+        return model_class()
+    if name == "SmolTool":
+        return tool_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -386,8 +398,8 @@ class SmolagentsContender:
         from smolagents.monitoring import LogLevel
 
         return ToolCallingAgent(
-            tools=[bridge_classes()[1](t) for t in self.tools],
-            model=bridge_classes()[0](self.model, watch),
+            tools=[tool_class()(t) for t in self.tools],
+            model=model_class()(self.model, watch),
             instructions=instructions,
             max_steps=self.max_steps,
             # One at a time in the model's order unless parallel tools are asked for (smolagents' thread pool).
@@ -544,6 +556,7 @@ class SmolagentsConversation:
         self.turn = OneTurnAtATime()
         self.started = False
         if path is not None and path.exists():
+            _read_steps(path, customer_id)  # a damaged file is one ValueError here, never a KeyError mid-load
             load_memory(self.agent, read_saved(path, customer_id))
             self.started = True
 
@@ -638,11 +651,16 @@ def _read_steps(path: Path, customer_id: str | None) -> None:
     """Check a saved file whole without keeping it (`acheck_saved`): each step readable as `load_memory` reads it."""
     for item in read_saved(path, customer_id):
         try:
+            if not isinstance(item, dict):
+                raise TypeError(f"a step is a {type(item).__name__}, not an object")
             if "task" in item:
                 continue
             messages_from_dict([item["reply"]])
             int(item["step"])
-            [(c["function"]["name"], c["id"]) for c in item["tool_calls"]]
+            [(c["function"]["name"], c["function"]["arguments"], c["id"]) for c in item["tool_calls"]]
+            error, tokens = item.get("error"), item.get("tokens")
+            _ = None if error is None else str(error["message"])
+            _ = None if tokens is None else (int(tokens[0]), int(tokens[1]))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ValueError(
                 f"{path} is a damaged saved smolagents conversation ({type(exc).__name__}: {exc})"

@@ -52,10 +52,17 @@ log = logging.getLogger(__name__)
 class _ShownOnTheTrace(logging.Filter):
     """Strands' tool executor logs every failed or unknown tool call at ERROR, with its traceback; here those
     failures are the point and each is on the trace, so they are logged only when logging is verbose (the root
-    logger at INFO or below: `compare.py -v`), as `compare.py` treats MAF's."""
+    logger at INFO or below: `compare.py -v`), as `compare.py` treats MAF's, and masked as the trace is."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return logging.getLogger().getEffectiveLevel() <= logging.INFO
+        if logging.getLogger().getEffectiveLevel() > logging.INFO:
+            return False
+        # Kept: its text and traceback masked, since a tool's exception may carry credentials (Strands logs it whole).
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        record.msg, record.args, record.exc_info, record.exc_text = guards.mask_pii(text), None, None, None
+        return True
 
 
 logging.getLogger("strands.tools.executors._executor").addFilter(_ShownOnTheTrace())
@@ -298,6 +305,9 @@ class _RunWatch:
         )
 
 
+RULE_FAILED = "the approval rule could not judge this call (it raised), so it needs your yes"
+
+
 class _Gate:
     """Strands' own human-in-the-loop gate, asked per call by our rule (`AgentOptions.needs_approval`, given the
     calls of the same reply before this one) and answered inline by `approve` (no human: a no)."""
@@ -313,10 +323,13 @@ class _Gate:
 
         call = _call(dict(event.tool_use))
         earlier = _earlier_calls(event.agent.messages, call["id"])
+        # Strands calls `ask` right after this, with no await between, so the call it asks about is this one. A
+        # rule that raises makes Strands ask anyway (it fails closed): the human is told the rule could not judge it.
+        self.asking = (call, RULE_FAILED)
         reason = None if self.rule is None else self.rule(call, earlier)
         if reason is None:
+            self.asking = None
             return ClassifierResult(requires_human_in_the_loop=False)
-        # Strands calls `ask` right after this, with no await between, so the call it asks about is this one.
         self.asking = (call, reason)
         return ClassifierResult(requires_human_in_the_loop=True, reason=reason)
 

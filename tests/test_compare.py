@@ -145,8 +145,8 @@ def test_max_steps_stops_everyone_halfway_with_an_empty_cart(full_run: dict[str,
         assert run["stop_reason"] != StopReason.DONE, run["contender"]
         assert run["answer"] is None
         assert run["cart"] == [] and run["cart_total"] == "0.00"
-        if run["contender"] == "maf":  # one more call with tools disabled: counted, its text kept as forced
-            assert run["model_calls"] == 3 and "forced_answer" in run["facts"]
+        if "forced_answer" in run["facts"]:  # MAF, smolagents: one more call without tools, its text kept as forced
+            assert run["model_calls"] == 3
             assert run["stop_reason"] == StopReason.MAX_STEPS
         else:
             assert run["model_calls"] <= 2
@@ -216,8 +216,8 @@ def test_looping_model_repeat_check_only_in_the_guarded_contenders(full_run: dic
             assert len(calls) - len(blocked) == 2, "the third identical call never runs"
             assert blocked and all(e["is_error"] for e in blocked)
             assert (run["stop_reason"], run["model_calls"]) == (StopReason.TOO_MANY_ERRORS, 6)
-        elif contender == "maf":  # MAF then asks once more with tools disabled; the looper's call is dropped
-            assert not blocked and len(calls) == 12 and "forced_answer" in run["facts"]
+        elif "forced_answer" in run["facts"]:  # MAF, smolagents: one more call without tools; its call is dropped
+            assert not blocked and len(calls) == 12
             assert (run["stop_reason"], run["model_calls"]) == (StopReason.MAX_STEPS, 13), "paid for every step"
         else:
             assert not blocked and len(calls) == run["model_calls"]
@@ -230,6 +230,9 @@ def test_looping_model_repeat_check_only_in_the_guarded_contenders(full_run: dic
 def test_hallucinated_tool_error_text_and_recovery(full_run: dict[str, Any]) -> None:
     for contender in CONTENDERS:
         run = one(full_run, "hallucinated-tool", contender=contender)
+        if run["stop_reason"] is None:  # it raised at its caller (the matrix's "raised"): no result to read
+            assert run["error"]
+            continue
         first = tool_events(run)[0]
         assert first["name"] == "find_book" and first["is_error"]
         text = first["detail"].split(" -> ", 1)[1]
@@ -239,8 +242,12 @@ def test_hallucinated_tool_error_text_and_recovery(full_run: dict[str, Any]) -> 
             assert text == 'Error: Requested function "find_book" not found.'
             assert run["stop_reason"] == StopReason.DONE and run["cart"] == QUIET_ORCHARD
             continue
-        else:
+        elif contender in ("langgraph-defaults", "create-agent"):  # ToolNode's own words
             assert "find_book is not a valid tool" in text
+        else:  # each framework's own words
+            assert "find_book" in text
+            assert run["stop_reason"] == StopReason.DONE and run["cart"] == QUIET_ORCHARD
+            continue
         assert all(name in text for name in TOOL_NAMES), "the error lists the real tools"
         assert run["stop_reason"] == StopReason.DONE and run["cart"] == QUIET_ORCHARD
 
@@ -249,9 +256,16 @@ def test_session_turn_two_is_answered_from_memory(full_run: dict[str, Any]) -> N
     counts = set()
     for run in runs_of(full_run, "session", turn=2):
         assert run["goal"] == "What is my cart total now?"
-        assert run["tool_calls"] == 0 and run["stop_reason"] == StopReason.DONE
+        assert run["stop_reason"] == StopReason.DONE
         assert "$16.50" in run["answer"]
-        counts.add(run["facts"]["messages"])
+        if run["contender"] == "smolagents":
+            # Its system prompt carries view_cart's description ("the cart can change"), which the scripted model
+            # reads as the instruction to re-read the cart; its memory kept the whole first turn all the same.
+            assert run["tool_calls"] == 1 and run["facts"]["turns"] == 2
+            continue
+        assert run["tool_calls"] == 0
+        if run["contender"] in ("handwritten", "langgraph", "langgraph-defaults", "create-agent", "maf"):
+            counts.add(run["facts"]["messages"])
         if run["contender"] == "langgraph":
             assert run["facts"]["checkpoints"] > run["facts"]["messages"], "one checkpoint per superstep"
     assert len(counts) == 1, "the hand-written history and the graph thread hold the same messages"
@@ -367,14 +381,26 @@ def test_guard_matrix_is_built_from_the_runs(full_run: dict[str, Any]) -> None:
         "stale read",
         "approval gate",
     }
-    order = ("handwritten", "langgraph", "langgraph-defaults", "create-agent", "maf")
+    order = (
+        "handwritten",
+        "langgraph",
+        "langgraph-defaults",
+        "create-agent",
+        "maf",
+        "pydantic-ai",
+        "openai-agents",
+        "smolagents",
+        "strands",
+    )
     expected = {
-        "approval gate": ("fired", "fired", "not run", "fired", "fired"),
-        "reply cap": ("fired", "fired", "missing", "missing", "missing"),
-        "token budget": ("fired", "fired", "missing", "missing", "missing"),
-        "time budget": ("fired", "fired", "missing", "missing", "fired"),  # MAF's max_duration_seconds
-        "repeat check": ("fired", "fired", "missing", "missing", "missing"),
-        "truncation": ("fired", "fired", "missing", "missing", "missing"),
+        "approval gate": ("fired", "fired", "not run", "fired", "fired", "fired", "fired", "not run", "fired"),
+        "reply cap": ("fired", "fired", "missing", "missing", "missing", "missing", "missing", "missing", "missing"),
+        # PydanticAI's UsageLimits and Strands' limits={"total_tokens"} are token budgets of the framework's own.
+        "token budget": ("fired", "fired", "missing", "missing", "missing", "fired", "missing", "missing", "fired"),
+        # MAF's max_duration_seconds, PydanticAI's run(timeout=).
+        "time budget": ("fired", "fired", "missing", "missing", "fired", "fired", "missing", "missing", "missing"),
+        "repeat check": ("fired", "fired", "missing", "missing", "missing", "missing", "missing", "missing", "missing"),
+        "truncation": ("fired", "fired", "missing", "missing", "missing", "missing", "missing", "missing", "missing"),
     }
     for guard, statuses in expected.items():
         want = dict(zip(order, statuses, strict=True))
@@ -480,11 +506,12 @@ def test_terminal_tells_the_two_orders_questions_apart(full_run: dict[str, Any])
     text = " ".join(out.split())  # long lines wrap at 100 columns
     goals = ("Where is my order 4512?", "Where is my order 9999?")
     same = re.findall(r"(\S+ · '[^']+'): the same trace as (\S+ · '[^']+')", text)
-    assert len(same) == 2 * (len(CONTENDERS) - 1), "each contender after the first, per question"
     assert len(set(same)) == len(same), "no two runs named alike"
-    assert sorted(same) == sorted(
-        (f"{contender} · {goal!r}", f"handwritten · {goal!r}") for contender in list(CONTENDERS)[1:] for goal in goals
-    )
+    # The four contenders on our own code and LangGraph or MAF send the same prompt: the same trace as the first,
+    # per question. A framework with a prompt of its own (smolagents', or any other's tokens) is shown apart.
+    alike = ("langgraph", "langgraph-defaults", "create-agent", "maf")
+    assert {(f"{c} · {goal!r}", f"handwritten · {goal!r}") for c in alike for goal in goals} <= set(same)
+    assert all(first.startswith("handwritten · ") for _, first in same)
     answers = text[text.index("What the user sees:") :]
     for contender in CONTENDERS:
         for goal in goals:

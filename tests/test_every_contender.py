@@ -16,7 +16,7 @@ from langchain_core.messages import ToolMessage
 import compare
 from comparison.approvals import DemoHuman
 from comparison.closing import OWNERS, WHO_OWNS_WHAT
-from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, build_contender, spec_of
+from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, SPECS, build_contender, spec_of
 from comparison.conversations import facts_of, open_conversation, run_gated
 from comparison.records import RunRecord
 from comparison.runner import NOT_AVAILABLE, RunOptions, run_scenario
@@ -40,12 +40,13 @@ from langgraph_version.contenders.langgraph_defaults import (
 from maf_version.contender import NO_MAF_REPLAY, NO_MAF_STORAGE, NO_MAF_SUMMARY
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.contender import Capability
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, Guard, StopReason
 
 FRAMEWORK_ONLY = ("langgraph-defaults", "create-agent")
-THE_FIVE = ("handwritten", "langgraph", *FRAMEWORK_ONLY, "maf")
-"""The contenders `EXPECTED_NOT_AVAILABLE` knows; a newer one's reasons are checked against its spec."""
+FRAMEWORK_FILES = [spec for spec in SPECS.values() if spec.source_modules[0].startswith("frameworks.")]
+"""The frameworks of `frameworks/`, one file each: what each cannot run is its own sentence (`lacks`)."""
 
 EXPECTED_NOT_AVAILABLE = {
     ("prompt-injection", "gate", "langgraph-defaults"): NO_APPROVAL_GATE,
@@ -63,6 +64,26 @@ EXPECTED_NOT_AVAILABLE = {
     ("long-session", "summarize", "maf"): NO_MAF_SUMMARY,
     ("long-session", "file-full", "maf"): NO_MAF_STORAGE,
     **{("time-travel", v, "maf"): NO_MAF_REPLAY for v in ("replay", "replay-no-id")},
+    **{
+        ("long-session", v.name, spec.name): spec.lacks[Capability.HISTORY_WINDOW]
+        for v in SCENARIOS_BY_NAME["long-session"].variants
+        for spec in FRAMEWORK_FILES
+    },
+    **{
+        ("time-travel", "rewind", spec.name): spec.lacks[Capability.REWIND]
+        for spec in FRAMEWORK_FILES
+        if not spec.has(Capability.REWIND)
+    },
+    **{
+        ("time-travel", v, spec.name): spec.lacks[Capability.REPLAY]
+        for v in ("replay", "replay-no-id")
+        for spec in FRAMEWORK_FILES
+    },
+    **{
+        ("prompt-injection", "gate", spec.name): spec.lacks[Capability.APPROVAL]
+        for spec in FRAMEWORK_FILES
+        if not spec.has(Capability.APPROVAL)
+    },
 }
 """The only combinations a framework has no way to run, and the words that say why. long-session compares our
 two sessions' history policies (the frameworks' threads have none); rewind and replay are our sessions'."""
@@ -88,9 +109,6 @@ def test_every_scenario_variant_and_contender_has_a_record(every_record: list[Ru
                 ]
                 assert found, f"{scenario.name}/{variant.name}/{contender} printed nothing"
                 why = EXPECTED_NOT_AVAILABLE.get((scenario.name, variant.name, contender))
-                if contender not in THE_FIVE and found[0].stop_reason == NOT_AVAILABLE:
-                    why = found[0].facts["not_available"]  # a newer contender: in its own words, from its spec
-                    assert why in spec_of(contender).lacks.values(), (scenario.name, variant.name, contender)
                 if why is None:
                     # It ran: a stop reason, or what it raised (LangGraph's defaults raise a tool's exception).
                     assert all(r.stop_reason != NOT_AVAILABLE and (r.stop_reason or r.error) for r in found)
@@ -109,9 +127,12 @@ def test_sessions_and_stale_cart_run_every_contender(every_record: list[RunRecor
             assert all(r.stop_reason == StopReason.DONE for r in turns)
     persisted = [r for r in every_record if r.scenario == "session" and r.variant == "persisted" and r.turn == 2]
     assert {r.contender for r in persisted if r.facts["survived_restart"]} == set(CONTENDERS)
-    # The remembered total is stale for every framework alike; instructions make each re-read the cart.
+    # The remembered total is stale for every framework alike; instructions make each re-read the cart. smolagents
+    # writes every tool's description into its system prompt, and view_cart's says the cart "can change": the
+    # scripted model reads that as the instruction to re-read, so smolagents re-reads under both wordings.
     stale = [r for r in every_record if r.scenario == "stale-cart" and r.turn == 2]
-    assert {r.contender for r in stale if r.variant == "default-instructions" and r.tool_calls == 0} == set(CONTENDERS)
+    stale_by_default = {r.contender for r in stale if r.variant == "default-instructions" and r.tool_calls == 0}
+    assert stale_by_default == set(CONTENDERS) - {"smolagents"}
     assert {r.contender for r in stale if r.variant == "fresh-cart" and "0.00" in (r.answer or "")} == set(CONTENDERS)
 
 
@@ -119,8 +140,11 @@ def test_the_helper_says_who_runs_a_variant_and_why_not_the_others() -> None:
     injection = SCENARIOS_BY_NAME["prompt-injection"]
     gate = next(v for v in injection.variants if v.approval_gate)
     running, why_not = contenders_for(injection, gate)
-    assert [c for c in running if c in THE_FIVE] == ["handwritten", "langgraph", "create-agent", "maf"]
-    assert {c: why for c, why in why_not.items() if c in THE_FIVE} == {"langgraph-defaults": NO_APPROVAL_GATE}
+    gateless = {
+        spec.name: spec.lacks[Capability.APPROVAL] for spec in FRAMEWORK_FILES if not spec.has(Capability.APPROVAL)
+    }
+    assert running == [c for c in CONTENDERS if c != "langgraph-defaults" and c not in gateless]
+    assert why_not == {"langgraph-defaults": NO_APPROVAL_GATE, **gateless}
     assert contenders_for(injection, gate, ["create-agent"]) == (["create-agent"], {})
     for scenario in SCENARIOS:
         for variant in scenario.variants:

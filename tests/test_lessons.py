@@ -23,10 +23,11 @@ import pytest
 
 from comparison.answers import contradictions
 from comparison.closing import GUARD_LEGEND, guard_matrix
-from comparison.contenders import CONTENDERS
+from comparison.contenders import CONTENDERS, SPECS
 from comparison.records import RunRecord, cart_text
 from comparison.runner import RunOptions, run_scenario
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, RunSettings, Scenario
+from comparison.scenarios.queries import LIMITS
 from shared_tools.bookstore.faults import Faults
 from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.results import AgentLimits, Guard, StopReason
@@ -1124,6 +1125,14 @@ def _streaming_differs(m: re.Match[str], records: list[RunRecord], s: Scenario) 
     assert len({(tuple(call_keys(r)), r.tokens, r.answer, r.stop_reason) for r in runs}) == 2
 
 
+@claim("streaming", r"(?P<names>[a-z-]+): no streaming code of its own was found in its source\.")
+def _no_streaming_code(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = [r for r in records if r.contender == m["names"]]
+    assert runs and all(r.facts.get("streaming_code") in (None, []) for r in runs)
+    assert any(r.facts.get("streaming_code") == [] for r in runs)
+    assert SPECS[m["names"]].source_modules, "it names where its code is, so the count read something"
+
+
 @claim(
     "streaming",
     r"(?P<names>[a-z-]+): the functions that handle streaming hold (?P<total>\d+) lines of code "
@@ -1150,6 +1159,12 @@ def _streaming_code(m: re.Match[str], records: list[RunRecord], s: Scenario) -> 
         assert "on_token" in source or "Chunk" in source or "stream_mode" in source, where
         body = [line.strip() for line in source.splitlines() if line.strip() and not line.strip().startswith("#")]
         assert 0 < int(lines) <= len(body), where
+
+
+@claim("runaway-reply", ONE + r": raised (?P<error>.+?)\.?")
+def _runaway_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = [r for r in records if r.contender == m["names"]]
+    assert runs and any(r.error == m["error"] and r.stop_reason is None for r in runs)
 
 
 @claim("streaming", LABEL + ONE + r": raised (?P<error>.+)\.")
@@ -1253,18 +1268,20 @@ MAYBE_LABEL = r"(?:" + LABEL + r")?"
 
 @claim(
     ANY_SCENARIO,
-    MAYBE_LABEL + ONE + r": ran past (?P<option>[a-z_]+)=(?P<value>[\d,]+), which it was given but "
+    MAYBE_LABEL + ONE + r": ran past (?P<option>[a-z_]+)=(?P<value>[\d,.]+)(?: s)?, which it was given but "
     r"cannot honour: (?P<reason>.+)\.",
 )
 def _not_honoured(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     runs = [r for r in records if r.contender == m["names"] and r.variant_label == (m["label"] or "")]
-    value = int(m["value"].replace(",", ""))
+    value = float(m["value"].replace(",", ""))
     assert runs and all(r.facts["not_honoured"][m["option"]] == m["reason"] for r in runs)
     # Past it in some run of that label (a turn, a goal), read from the records: what the option would stop happened.
     assert any(_went_past(r, m["option"], value) for r in runs)
 
 
-def _went_past(r: RunRecord, option: str, value: int) -> bool:
+def _went_past(r: RunRecord, option: str, value: float) -> bool:
+    if option == "max_duration":  # a contender with no time budget ran on past it
+        return LIMITS[option][1](r) > value and r.stop_reason != StopReason.TIME_BUDGET
     if option == "max_tokens":
         return r.tokens > value and r.stop_reason != StopReason.TOKEN_BUDGET
     if option == "max_repeats":

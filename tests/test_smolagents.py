@@ -180,3 +180,17 @@ def test_a_saved_conversation_is_refused_to_another_customer_and_a_fresh_one_rep
         asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=True, customer_id="c2"))
     fresh = asyncio.run(aopen_conversation(agent, INSTRUCTIONS, "t1", db, resume=False, customer_id="c1"))
     assert asyncio.run(fresh.afacts())["turns"] == 0
+
+
+def test_a_damaged_saved_file_is_one_clear_error_and_is_left_as_it_was(tmp_path: Path) -> None:
+    import pytest
+
+    path = tmp_path / "smol.json"
+    SmolagentsConversation(contender(BookStore()), INSTRUCTIONS, path).ask(SEED_GOAL)
+    document = json.loads(path.read_text(encoding="utf-8"))
+    for damage in ({"step": 1}, 7, {"step": 2, "reply": document["steps"][1]["reply"], "tool_calls": [{}]}):
+        broken = {**document, "steps": [*document["steps"], damage]}
+        path.write_text(json.dumps(broken), encoding="utf-8")
+        with pytest.raises(ValueError, match="damaged saved smolagents conversation"):
+            SmolagentsConversation(contender(BookStore()), INSTRUCTIONS, path)
+        assert json.loads(path.read_text(encoding="utf-8")) == broken

@@ -191,3 +191,27 @@ def test_a_second_conversation_of_the_same_customer_never_reuses_the_first_ones_
         assert result.stop_reason is StopReason.DONE
     # Two conversations, two adds: the second is not taken for a replay of the first one's add.
     assert cart(store) == [("The Quiet Orchard", 2)]
+
+
+def test_a_rule_that_raises_still_puts_the_call_to_the_human_and_a_no_is_on_the_trace() -> None:
+    from frameworks.strands import RULE_FAILED
+
+    store = BookStore()
+    asked: list[tuple[str, str]] = []
+
+    def broken_rule(call: Any, earlier: Any) -> str | None:
+        if call["name"] == "add_to_cart":
+            raise RuntimeError("the rule's store is down")
+        return None
+
+    def refuse(call: Any, reason: str) -> bool:
+        asked.append((call["name"], reason))
+        return False
+
+    agent = StrandsContender(
+        ScriptedChatModel(), make_tools(store), AgentOptions(needs_approval=broken_rule), approve=refuse
+    )
+    result = agent.run(INSTRUCTIONS, SEED_GOAL)
+    assert asked and all(a == ("add_to_cart", RULE_FAILED) for a in asked)
+    refused = [e for e in result.trace if e.guard is Guard.APPROVAL_REFUSED]
+    assert len(refused) == len(asked) and cart(store) == []

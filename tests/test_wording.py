@@ -70,7 +70,8 @@ def test_every_contender_is_sent_the_same_instructions_in_each_variant(
     for r, watched in zip(records, handlers, strict=True):
         assert r.stop_reason == "done", (r.contender, r.variant)
         assert len(watched.seen) == r.model_calls, (r.contender, r.variant)
-        assert set(watched.seen) == {expected[r.variant]}, (r.contender, r.variant)
+        # Whole and alike in every call; a framework may set them inside its own prompt.
+        assert len(set(watched.seen)) == 1 and expected[r.variant] in watched.seen[0], (r.contender, r.variant)
     for variant in expected:
         assert sorted(r.contender for r in records if r.variant == variant) == sorted(CONTENDERS)
 
