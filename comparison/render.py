@@ -1,12 +1,13 @@
 """Terminal rendering: the traces in the article's format, the side-by-side tables, the closing tables, the spinner.
 
-Drawn with rich from `RunRecord`s, never from the agents, readable at 100 columns on a pipe. Every string from a
-model, a tool or a user passes `sanitize.clean_line`/`clean_text` on its way in, and is never handed to rich as
-markup, so it cannot drive the terminal. `Progress` is the spinner of a real-model run.
+Drawn with rich from `RunRecord`s, never from the agents, as wide as the terminal or `COLUMNS`, readable from 80
+columns. Every string from a model, a tool or a user passes `sanitize.clean_line`/`clean_text` on its way in, and
+is never handed to rich as markup, so it cannot drive the terminal. `Progress` is the spinner of a real-model run.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -37,7 +38,7 @@ from shared_tools.models.personas import PERSONAS
 from shared_tools.results import StopReason, TraceEvent
 
 WIDTH = 100
-"""Terminal width when the output is not a terminal (a pipe, a file, a test)."""
+"""Terminal width when the output is not a terminal (a pipe, a file, a test) and `COLUMNS` does not say one."""
 
 STATUS_STYLE = {
     FIRED: "green",
@@ -57,11 +58,20 @@ class _Console(Console):
         raise BrokenPipeError
 
 
+def columns_setting() -> int | None:
+    """The width `COLUMNS` asks for (``COLUMNS=80 python compare.py > out.txt``), or None when unset or not a
+    positive number."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
 def make_console(file: TextIO) -> Console:
-    """Rich output; on a pipe or file: 100 columns and no colour."""
-    console = _Console(file=file, highlight=False)
+    """Rich output as wide as the terminal, or as `COLUMNS` says; on a pipe or file: no colour, and `WIDTH`
+    columns unless `COLUMNS` is set."""
+    columns = columns_setting()
+    console = _Console(file=file, highlight=False, width=columns)
     if not console.is_terminal:
-        console = _Console(file=file, highlight=False, width=WIDTH, no_color=True, color_system=None)
+        console = _Console(file=file, highlight=False, width=columns or WIDTH, no_color=True, color_system=None)
     return console
 
 
@@ -84,7 +94,8 @@ def tokens_per_step_cell(tokens: list[int]) -> str:
     return " ".join(str(t) for t in tokens[:3]) + " … " + " ".join(str(t) for t in tokens[-2:])
 
 
-def _shorten(text: str, limit: int) -> str:
+def shorten(text: str, limit: int) -> str:
+    """`text`, or its first `limit` - 1 characters and an ellipsis."""
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
@@ -99,7 +110,7 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
     if not trace:
         return []
     step_width = max(len(step_label(e["step"])) for e in trace)
-    names = [_shorten(clean_line(e["name"]), NAME_MAX) for e in trace]
+    names = [shorten(clean_line(e["name"]), NAME_MAX) for e in trace]
     name_width = max(NAME_WIDTH, *(len(n) for n in names))
     lines = []
     for event, name in zip(trace, names, strict=True):
@@ -110,17 +121,17 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
             count, _, plan = detail.partition("; plan: ")
             lines.append(Text(prefix + f"{count}, {event['tokens']} tokens"))
             if plan:
-                lines.append(Text(_shorten(f"{'':{step_width + 1}}plan: {plan}", width), style="dim"))
+                lines.append(Text(shorten(f"{'':{step_width + 1}}plan: {plan}", width), style="dim"))
         else:
             style = "red" if event["is_error"] else ""
             args, arrow, result = detail.partition(" -> ")
             if len(prefix + detail) <= width or not arrow:
-                lines.append(Text(prefix + _shorten(detail, width - len(prefix)), style=style))
+                lines.append(Text(prefix + shorten(detail, width - len(prefix)), style=style))
                 continue
             # Too long for one line: the result gets a line of its own, so its start (a stock of 0, an error)
             # is shown instead of being cut off after the arguments.
-            lines.append(Text(prefix + _shorten(args, width - len(prefix)), style=style))
-            lines.append(Text(_shorten(f"{'':{step_width + 1}}-> {result}", width), style=style))
+            lines.append(Text(prefix + shorten(args, width - len(prefix)), style=style))
+            lines.append(Text(shorten(f"{'':{step_width + 1}}-> {result}", width), style=style))
     return lines
 
 
@@ -373,15 +384,21 @@ def render_guard_matrix(console: Console, rows: list[dict[str, Any]], contenders
     if not rows:
         return
     console.print(Rule("Guard matrix (from the runs above)", style="bold"))
-    table = Table(show_lines=True, expand=True)
-    table.add_column("guard (scenario)", width=15, overflow="fold")
-    for contender in contenders:
-        # fold, not an ellipsis: the cells name classes (ModelCallLimitMiddleware) that must stay readable
-        table.add_column(contender, width=max(16, len(contender)), overflow="fold")
+    # A block per guard and a line per contender: the cells name classes (ModelCallLimitMiddleware) that a column
+    # per contender would split, and nine contenders fit this way as well as two.
+    names = max(len(c) for c in contenders)
     for row in rows:
-        cells = [Text(clean_line(c["text"]), style=STATUS_STYLE.get(c["status"], "")) for c in row["cells"].values()]
-        table.add_row(Text(f"{row['guard']} ({row['scenario']})"), *cells)
-    console.print(table)
+        console.print(Text(f"{row['guard']} ({row['scenario']})", style="bold"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=1)
+        grid.add_column(width=names, no_wrap=True)
+        grid.add_column(ratio=1)
+        for contender in contenders:
+            cell = row["cells"][contender]
+            grid.add_row(
+                Text(""), Text(contender), Text(clean_line(cell["text"]), style=STATUS_STYLE.get(cell["status"], ""))
+            )
+        console.print(grid)
     console.print(guard_legend(" = ", "; "))
 
 
@@ -399,13 +416,17 @@ def render_not_run(
 
 def render_who_owns_what(console: Console) -> None:
     console.print(Rule("Who owns what", style="bold"))
-    table = Table(show_lines=True, expand=True)
-    table.add_column("", width=15)
-    for owner in OWNERS:
-        table.add_column(owner, ratio=1, overflow="fold")
-    for row in WHO_OWNS_WHAT:
-        table.add_row(*(Text(cell) for cell in row))
-    console.print(table)
+    # A block per concern and a line per owner, as the guard matrix: long class names stay whole at 80 columns.
+    names = max(len(owner) for owner in OWNERS)
+    for concern, *owned in WHO_OWNS_WHAT:
+        console.print(Text(concern, style="bold"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=1)
+        grid.add_column(width=names, no_wrap=True)
+        grid.add_column(ratio=1)
+        for owner, text in zip(OWNERS, owned, strict=True):
+            grid.add_row(Text(""), Text(owner), Text(text))
+        console.print(grid)
     console.print(OWNERS_SUMMARY)
 
 
