@@ -60,7 +60,7 @@ def shown_ks(runs: int, most: int = _MAX_K_COLUMNS) -> list[int]:
     return doubling if len(doubling) <= most else sorted({1, runs})
 
 
-ENDED_ROOM = 16
+ENDED_ROOM = 20
 """Characters the "ended" column is to keep (``done 14, errors 2``): fewer ks are shown to leave them, if they can."""
 
 
