@@ -59,8 +59,8 @@ class OverviewRow:
         return f"{text}; {', '.join(self.variants_not_run)} not run" if self.variants_not_run else text
 
     def key(self) -> tuple[object, ...]:
-        """What the overview line shows besides the contender's name: rows with the same key share a line."""
-        return (self.runs, self.outcome_text(), self.model_calls, self.tool_calls, self.tokens, self.cart, self.not_run)
+        """What the runs did, but for their tokens: rows with the same key and tokens alike share a line."""
+        return (self.runs, self.outcome_text(), self.model_calls, self.tool_calls, self.cart, self.not_run)
 
 
 def stop_name(record: RunRecord) -> str:
@@ -128,12 +128,33 @@ def overview_rows(scenario: Scenario, records: Sequence[RunRecord], contenders: 
     return rows
 
 
+TOKENS_ALIKE = 0.05
+"""Token sums this close (a fraction of the smaller) are alike: the same runs sent through two frameworks' message
+formats differ by a few percent, where a guard that cut a result or a reply saves far more."""
+
+
 def row_groups(rows: Sequence[OverviewRow]) -> list[list[OverviewRow]]:
-    """The rows that say the same thing but the contender's name, together, in the order their first one comes."""
-    groups: dict[tuple[object, ...], list[OverviewRow]] = {}
+    """The rows whose runs went alike (`OverviewRow.key`, tokens within `TOKENS_ALIKE` of the next), together, in
+    the order their first one comes."""
+    groups: list[list[OverviewRow]] = []
+    by_key: dict[tuple[object, ...], list[OverviewRow]] = {}
     for row in rows:
-        groups.setdefault(row.key(), []).append(row)
-    return list(groups.values())
+        by_key.setdefault(row.key(), []).append(row)
+    for same in by_key.values():
+        ordered = sorted(same, key=lambda r: r.tokens)
+        runs = [[ordered[0]]]
+        for row in ordered[1:]:
+            if row.tokens - runs[-1][-1].tokens > TOKENS_ALIKE * max(1, runs[-1][-1].tokens):
+                runs.append([])
+            runs[-1].append(row)
+        groups += [sorted(run, key=rows.index) for run in runs]
+    return sorted(groups, key=lambda g: rows.index(g[0]))
+
+
+def tokens_text(group: Sequence[OverviewRow]) -> str:
+    """``12,605``, or the range of a group's sums on two lines, ``15,686-`` over ``15,876``."""
+    low, high = min(r.tokens for r in group), max(r.tokens for r in group)
+    return f"{low:,}" if low == high else f"{low:,}-\n{high:,}"
 
 
 # --- the scenario's lesson in one sentence --------------------------------------------------------------------
@@ -213,19 +234,34 @@ def headline(scenario: Scenario, records: list[RunRecord], matrix: Sequence[dict
 @dataclass(frozen=True)
 class Columns:
     """The widths of a group line's columns for a console `width` wide, so that no word is split: the names and
-    the stop column at least as wide as their longest word, wider on a wider console; the cart has the rest."""
+    the stop column at least as wide as their longest word, wider on a wider console; the cart has the rest, and
+    a cart longer than that goes on a line of its own under its group's."""
 
     names: int
     stopped: int
+    tokens: int
+    width: int
 
     @classmethod
-    def fit(cls, width: int, contenders: Sequence[str], outcome_words: Sequence[str]) -> Columns:
+    def fit(cls, width: int, contenders: Sequence[str], groups: Sequence[Sequence[OverviewRow]]) -> Columns:
         longest_name = max((len(c) for c in contenders), default=0) + 1  # a comma after it
-        longest_stop = max((len(w) for w in outcome_words), default=0)
+        longest_stop = max((len(w) for g in groups for w in g[0].outcome_text().split()), default=0)
         return cls(
-            names=max(longest_name, min(30, width // 5)),
-            stopped=max(longest_stop, min(24, width // 5)),
+            names=max(longest_name, min(30, width * 23 // 100)),
+            stopped=max(longest_stop, min(24, width * 19 // 100)),
+            tokens=max(len("tokens"), *(len(line) for g in groups for line in tokens_text(g).splitlines())),
+            width=width,
         )
+
+    @property
+    def cart(self) -> int:
+        """The cart column's width: what the others and a space after each leave."""
+        return self.width - (1 + self.names + 4 + self.stopped + 5 + 5 + self.tokens) - 7
+
+    @property
+    def cart_indent(self) -> int:
+        """Where a cart on a line of its own starts: under the stop column."""
+        return 1 + self.names + 4 + 3
 
     def grid(self) -> Table:
         grid = Table.grid(padding=(0, 1))
@@ -235,9 +271,14 @@ class Columns:
         grid.add_column(width=self.stopped)
         grid.add_column(width=5, justify="right")
         grid.add_column(width=5, justify="right")
-        grid.add_column(width=7, justify="right")
+        grid.add_column(width=self.tokens, justify="right")
         grid.add_column(ratio=1)
         return grid
+
+
+def _height(console: Console, text: Text, width: int) -> int:
+    """How many lines `text` takes in a column `width` wide."""
+    return len(text.wrap(console, width))
 
 
 def _outcome_style(row: OverviewRow) -> str:
@@ -313,16 +354,29 @@ def _render_scenario_rows(
             line.add_row(Text(""), names, Text("0"), Text(reason, "dim"))
             console.print(line)
             continue
+        outcome = Text(clean_line(row.outcome_text()), _outcome_style(row))
+        cart = Text(clean_line(row.cart))
+        # The cart goes under the line when its column would make the line taller than its names and stop cell do.
+        height = max(_height(console, names, columns.names), _height(console, outcome, columns.stopped))
+        cart_below = _height(console, cart, max(1, columns.cart)) > height
         grid.add_row(
             Text(""),
             names,
             Text(str(row.runs)),
-            Text(clean_line(row.outcome_text()), _outcome_style(row)),
+            outcome,
             Text(str(row.model_calls)),
             Text(str(row.tool_calls)),
-            Text(f"{row.tokens:,}"),
-            Text(clean_line(row.cart)),
+            Text(tokens_text(group)),
+            Text("") if cart_below else cart,
         )
+        if cart_below:
+            console.print(grid)
+            grid = columns.grid()
+            below = Table.grid()
+            below.add_column(width=columns.cart_indent)
+            below.add_column(ratio=1)
+            below.add_row(Text(""), Text("cart: ") + cart)
+            console.print(below)
     console.print(grid)
 
 
@@ -358,16 +412,12 @@ def render_overview(
     console.print(
         Text(
             "Per scenario, a line per group of contenders whose runs went alike: runs (variants × goals × turns), "
-            "how they ended, calls and tokens summed, the cart each variant left."
+            f"how they ended, calls and tokens summed (a range where theirs differ, by {TOKENS_ALIKE:.0%} at most), "
+            "the cart each variant left."
         )
     )
-    outcome_words = [
-        word
-        for scenario in shown
-        for row in overview_rows(scenario, records, contenders)
-        for word in row.outcome_text().split()
-    ]
-    columns = Columns.fit(console.width, contenders, outcome_words)
+    groups = [g for scenario in shown for g in row_groups(overview_rows(scenario, records, contenders))]
+    columns = Columns.fit(console.width, contenders, groups)
     header = columns.grid()
     titles = ("", "contenders", "runs", "stopped", "model", "tools", "tokens", "final cart")
     header.add_row(*(Text(t, "bold") for t in titles))
