@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -117,3 +118,33 @@ def test_columns_sets_the_width_also_on_a_pipe(monkeypatch: pytest.MonkeyPatch) 
     assert columns_setting() is None
     monkeypatch.setenv("COLUMNS", "wide")
     assert columns_setting() is None
+
+
+@pytest.fixture(scope="module")
+def eval_doc() -> dict[str, Any]:
+    """Eight trials of two scenarios on the noisy scripted model: runs end in several ways, so "ended" is long."""
+    from comparison.eval.trials import EvalPlan, eval_document, run_eval
+    from comparison.scenarios import SCENARIOS_BY_NAME
+
+    plan = EvalPlan(scenarios=(SCENARIOS_BY_NAME["bookstore"], SCENARIOS_BY_NAME["looping-model"]), runs=8, seed=7)
+    return eval_document(run_eval(plan))
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_eval_table_keeps_its_ended_column_readable(eval_doc: dict[str, Any], width: int) -> None:
+    from comparison.eval.report import render_eval
+
+    out = io.StringIO()
+    render_eval(Console(file=out, width=width, no_color=True, color_system=None, highlight=False), eval_doc)
+    lines = out.getvalue().splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines)
+    [header, *_] = [line for line in lines if line.startswith("contender") and "ended" in line]
+    ended_at = header.index("ended")
+    assert width - ended_at >= 14, "the ended column keeps room for 'done 14, max steps 2' on two lines at most"
+    rows = [line for line in lines if re.search(r" \d+/\d+ ", line[:ended_at])]
+    assert rows, "a row per contender and task"
+    for line in rows:
+        assert "…" not in line, line
+        assert all(len(word) > 1 or word.isdigit() for word in line[ended_at:].split()), line
+    tables = "\n".join(lines[: next(i for i, line in enumerate(lines) if line.startswith("Why runs were lost"))])
+    assert len(tables.splitlines()) <= 4 * len([r for r in rows if r in tables]) + 12
