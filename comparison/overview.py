@@ -1,5 +1,5 @@
-"""The overview `python compare.py` prints by default: what ran, one line per contender per scenario, each
-scenario's lesson in one sentence, the guard matrix by status, and what to try next.
+"""The overview `python compare.py` prints by default: what ran, per scenario its lesson in one sentence and a line
+per group of contenders whose runs went alike, the guard matrix by status, and what to try next, at any width.
 
 Every number and sentence is read from the records (`overview_rows`, `headline`), so it holds for any model; the
 full traces, tables and notes of a scenario are `compare.py SCENARIO` (`render.render_scenario`).
