@@ -26,6 +26,7 @@ SPEC = ContenderSpec(
     description="the from-scratch loop (handwritten.AgentLoop): every guard is code you can read",
     requirement="langchain-core>=1.8,<1.8.4",
     build=build,
+    order=1,
     approval=Approval.ASKS,
     capabilities=frozenset(
         {

@@ -40,6 +40,7 @@ SPEC = ContenderSpec(
     "runs the tools, AgentSession keeps the conversation, approval_mode gates add_to_cart",
     requirement="agent-framework-core==1.23.*",
     build=build,
+    order=5,
     approval=Approval.ASKS,
     capabilities=frozenset(
         {Capability.REWIND, Capability.STREAMING, Capability.SEQUENTIAL_TOOLS, Capability.HISTORY_WINDOW}

@@ -71,10 +71,11 @@ class ContenderSpec:
             description="PydanticAI's Agent: ...",     # one line, shown by --help, --list, the page, the report
             requirement="pydantic-ai-slim==2.78.0",    # exact pin, also in pyproject.toml's dependencies
             build=build,                               # build(model, tools, options, approve) -> Contender
+            order=6,                                   # its place among this project's own (ours: 1-5)
             approval=Approval.ASKS,                    # NONE, ASKS (calls `approve` in its run) or PAUSES
-            capabilities=frozenset({Capability.CONVERSATIONS}),
+            capabilities=frozenset({Capability.STREAMING, Capability.SEQUENTIAL_TOOLS}),
             guards={"step limit": "UsageLimits.request_limit", "time budget": "run(timeout=)"},
-            lacks={Capability.REWIND: "PydanticAI's message history has no rewind here: ..."},
+            lacks={Capability.REWIND: "PydanticAI's message history ...", ...},  # a sentence per one it lacks
             conversation="frameworks.pydantic_ai",     # module with aopen_conversation/acheck_saved, or None
             source_modules=("frameworks.pydantic_ai",),
         )
@@ -108,6 +109,9 @@ class ContenderSpec:
     requirement: str
     """The pinned requirement its framework needs ("agent-framework-core==1.23.*"; "" for our own code)."""
     build: Build
+    order: int | None = None
+    """Its place in the tables among this project's own contenders (pyproject.toml's entry points): 1 first.
+    An outside package's contenders come after ours, by name, whatever they say here."""
     approval: Approval = Approval.NONE
     capabilities: frozenset[Capability] = frozenset()
     """Besides APPROVAL (from `approval`) and CONVERSATIONS (from `conversation`): what it has."""

@@ -67,6 +67,7 @@ SPEC = ContenderSpec(
     "HumanInTheLoopMiddleware for approvals)",
     requirement="langchain>=1.5,<1.6",
     build=build,
+    order=4,
     approval=Approval.PAUSES,
     capabilities=frozenset({Capability.STREAMING}),
     guards={

@@ -24,6 +24,7 @@ SPEC = ContenderSpec(
     description="the same agent as a LangGraph StateGraph, with our guards built as graph state and nodes",
     requirement=LANGGRAPH,
     build=build,
+    order=2,
     approval=Approval.PAUSES,
     capabilities=frozenset(
         {

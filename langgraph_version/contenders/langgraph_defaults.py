@@ -56,6 +56,7 @@ SPEC = ContenderSpec(
     description="the same graph with only LangGraph's defaults (recursion limit from max_steps)",
     requirement=LANGGRAPH,
     build=build,
+    order=3,
     capabilities=frozenset({Capability.STREAMING}),
     guards={
         "step limit": "recursion_limit (GraphRecursionError, caught)",
