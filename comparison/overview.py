@@ -19,7 +19,7 @@ from rich.text import Text
 from comparison.closing import FIRED, GUARD_LEGEND, MISSING, NOT_EXERCISED, NOT_MEASURED, NOT_RUN, RAISED
 from comparison.contenders import CONTENDERS
 from comparison.records import RunRecord, cart_text, short_outcome
-from comparison.render import STATUS_STYLE, shorten
+from comparison.render import STATUS_STYLE
 from comparison.sanitize import clean_line
 from comparison.scenarios import Scenario, contenders_for, contenders_running
 from comparison.scenarios.phrases import names_or_all
@@ -350,8 +350,9 @@ def _render_scenario_rows(
             line.add_column(width=4, justify="right")
             line.add_column(ratio=1)
             room = console.width - columns.names - 8  # the reason on one line; the scenario's own view has it all
-            reason = shorten(f"not run: {clean_line(row.not_run)}", room)
-            line.add_row(Text(""), names, Text("0"), Text(reason, "dim"))
+            reason = Text(f"not run: {clean_line(row.not_run)}", "dim")
+            reason.truncate(room, overflow="ellipsis")
+            line.add_row(Text(""), names, Text("0"), reason)
             console.print(line)
             continue
         outcome = Text(clean_line(row.outcome_text()), _outcome_style(row))

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.rule import Rule
 from rich.status import Status
 from rich.table import Table
@@ -94,8 +94,7 @@ def tokens_per_step_cell(tokens: list[int]) -> str:
     return " ".join(str(t) for t in tokens[:3]) + " … " + " ".join(str(t) for t in tokens[-2:])
 
 
-def shorten(text: str, limit: int) -> str:
-    """`text`, or its first `limit` - 1 characters and an ellipsis."""
+def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
@@ -110,7 +109,7 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
     if not trace:
         return []
     step_width = max(len(step_label(e["step"])) for e in trace)
-    names = [shorten(clean_line(e["name"]), NAME_MAX) for e in trace]
+    names = [_shorten(clean_line(e["name"]), NAME_MAX) for e in trace]
     name_width = max(NAME_WIDTH, *(len(n) for n in names))
     lines = []
     for event, name in zip(trace, names, strict=True):
@@ -121,17 +120,17 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
             count, _, plan = detail.partition("; plan: ")
             lines.append(Text(prefix + f"{count}, {event['tokens']} tokens"))
             if plan:
-                lines.append(Text(shorten(f"{'':{step_width + 1}}plan: {plan}", width), style="dim"))
+                lines.append(Text(_shorten(f"{'':{step_width + 1}}plan: {plan}", width), style="dim"))
         else:
             style = "red" if event["is_error"] else ""
             args, arrow, result = detail.partition(" -> ")
             if len(prefix + detail) <= width or not arrow:
-                lines.append(Text(prefix + shorten(detail, width - len(prefix)), style=style))
+                lines.append(Text(prefix + _shorten(detail, width - len(prefix)), style=style))
                 continue
             # Too long for one line: the result gets a line of its own, so its start (a stock of 0, an error)
             # is shown instead of being cut off after the arguments.
-            lines.append(Text(prefix + shorten(args, width - len(prefix)), style=style))
-            lines.append(Text(shorten(f"{'':{step_width + 1}}-> {result}", width), style=style))
+            lines.append(Text(prefix + _shorten(args, width - len(prefix)), style=style))
+            lines.append(Text(_shorten(f"{'':{step_width + 1}}-> {result}", width), style=style))
     return lines
 
 
@@ -181,46 +180,73 @@ def render_turn(console: Console, trace: Sequence[dict[str, Any]], user_message:
         console.print(Text(f"(stop reason: {clean_line(str(stop_reason))})"))
 
 
-def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: Text | None = None) -> Table:
-    """The side-by-side table, one row per run; the answers are listed under it (see `answer_grid`)."""
+SPLIT_BELOW = 100
+"""Below this width the side-by-side table leaves its tokens per step and final cart to a second table under it:
+the numbers' columns would leave them a few characters each."""
+
+
+def summary_table(
+    records: list[RunRecord], *, show_turn: bool = False, title: Text | None = None, width: int = WIDTH
+) -> Group:
+    """The side-by-side table, one row per run, in one table `width` wide or, narrower than `SPLIT_BELOW`, in two
+    (the numbers, then the tokens per step and the cart); the answers are listed under it (see `answer_grid`)."""
+    split = width < SPLIT_BELOW
+    outcomes = [clean_line(short_outcome(r)) for r in records]
     table = Table(expand=True, padding=(0, 1), title=title, title_justify="left", title_style="bold")
     if show_turn:
         table.add_column("turn", justify="right", width=4)
     table.add_column("contender", no_wrap=True, min_width=18)
-    table.add_column("stop reason", width=13, overflow="fold")
+    # As wide as its longest word, so an exception's name (GraphRecursionError) is never split.
+    table.add_column("stop reason", width=max([13, *(len(w) for o in outcomes for w in o.split())]))
     table.add_column("model calls", justify="right", width=5)
     table.add_column("tool calls", justify="right", width=5)
     table.add_column("tokens", justify="right", width=6)
-    table.add_column("tokens per step", ratio=4)
+    if not split:
+        table.add_column("tokens per step", ratio=4)
     table.add_column("wall", justify="right", width=7)
-    table.add_column("final cart", ratio=4)
-    for r in records:
-        row: list[Text] = [Text(str(r.turn))] if show_turn else []
-        row += [
-            Text(r.contender),
-            Text(clean_line(short_outcome(r)), style="" if r.error is None else "yellow"),
+    if not split:
+        table.add_column("final cart", ratio=4)
+    detail = Table(expand=True, padding=(0, 1))
+    if show_turn:
+        detail.add_column("turn", justify="right", width=4)
+    detail.add_column("contender", no_wrap=True, min_width=18)
+    detail.add_column("tokens per step", ratio=1)
+    detail.add_column("final cart", ratio=1)
+    for r, outcome in zip(records, outcomes, strict=True):
+        head: list[Text] = [Text(str(r.turn))] if show_turn else []
+        head.append(Text(r.contender))
+        steps, cart = Text(tokens_per_step_cell(r.tokens_per_step)), Text(clean_line(cart_text(r)))
+        numbers = [
+            Text(outcome, style="" if r.error is None else "yellow"),
             Text(str(r.model_calls)),
             Text(str(r.tool_calls)),
             Text(f"{r.tokens:,}"),
-            Text(tokens_per_step_cell(r.tokens_per_step)),
-            Text(duration_text(r.wall_s)),
-            Text(clean_line(cart_text(r))),
         ]
-        table.add_row(*row)
-    return table
+        wall = Text(duration_text(r.wall_s))
+        if split:
+            table.add_row(*head, *numbers, wall)
+            detail.add_row(*head, steps, cart)
+        else:
+            table.add_row(*head, *numbers, steps, wall, cart)
+    return Group(table, detail) if split else Group(table)
 
 
-def growth_table(records: list[RunRecord]) -> Table:
+def growth_table(records: list[RunRecord], width: int = WIDTH) -> Group:
     """A long conversation, one row per contender: tokens of the first, the middle and the last turns, what the
-    conversation holds at the end, and the time of the first and the last turn (every turn is in the JSON)."""
+    conversation holds at the end, and the time of the first and the last turn (every turn is in the JSON); in two
+    tables narrower than `SPLIT_BELOW`, the times and the last turn in the second."""
+    split = width < SPLIT_BELOW
     table = Table(expand=True, padding=(0, 1))
     table.add_column("contender", no_wrap=True, min_width=12)
     table.add_column("turns", justify="right", width=5)
     table.add_column("tokens per turn", ratio=4)
     table.add_column("stored", justify="right", width=9)
     table.add_column("check-\npoints", justify="right", width=6)
-    table.add_column("time per turn", ratio=2)
-    table.add_column("last turn", ratio=3)
+    detail = Table(expand=True, padding=(0, 1)) if split else table
+    if split:
+        detail.add_column("contender", no_wrap=True, min_width=12)
+    detail.add_column("time per turn", ratio=2)
+    detail.add_column("last turn", ratio=3)
     for contender in dict.fromkeys(r.contender for r in records):
         turns = sorted(pick(records, contender=contender), key=lambda r: r.turn)
         last = turns[-1]
@@ -233,7 +259,7 @@ def growth_table(records: list[RunRecord]) -> Table:
             if last.tool_calls == 0
             else ", ".join(dict.fromkeys(e["name"] for e in last.trace if e["name"] != "model"))
         )
-        table.add_row(
+        cells = [
             Text(contender),
             Text(str(last.turn)),
             Text(tokens_per_step_cell(tokens)),
@@ -250,8 +276,13 @@ def growth_table(records: list[RunRecord]) -> Table:
                 clean_line(f"{short_outcome(last)}, {how}, cart {last.cart_total}"),
                 style="" if last.error is None else "yellow",
             ),
-        )
-    return table
+        ]
+        if split:
+            table.add_row(*cells[:5])
+            detail.add_row(cells[0], *cells[5:])
+        else:
+            table.add_row(*cells)
+    return Group(table, detail) if split else Group(table)
 
 
 ANSWER_CHARS = 600
@@ -303,7 +334,7 @@ def _render_growth(console: Console, runs: list[RunRecord], *, trace: bool) -> N
             print_trace(console, r.trace)
         console.print()
     if ran:
-        console.print(growth_table(ran))
+        console.print(growth_table(ran, console.width))
 
 
 def _render_traces(
@@ -332,10 +363,10 @@ def _render_tables(console: Console, runs: list[RunRecord], *, show_turn: bool, 
         by_goal = [pick(runs, goal=goal) for goal in dict.fromkeys(r.goal for r in runs)]
         for same_goal in by_goal:
             title = Text(f"goal: {clean_line(same_goal[0].goal)}", style="bold")
-            console.print(summary_table(same_goal, show_turn=show_turn, title=title))
+            console.print(summary_table(same_goal, show_turn=show_turn, title=title, width=console.width))
         runs = [r for same_goal in by_goal for r in same_goal]
     else:
-        console.print(summary_table(runs, show_turn=show_turn))
+        console.print(summary_table(runs, show_turn=show_turn, width=console.width))
     console.print(Text("What the user sees:", style="bold"))
     console.print(answer_grid(runs, show_turn=show_turn, show_goal=show_goal))
 

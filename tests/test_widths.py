@@ -148,3 +148,22 @@ def test_the_eval_table_keeps_its_ended_column_readable(eval_doc: dict[str, Any]
         assert all(len(word) > 1 or word.isdigit() for word in line[ended_at:].split()), line
     tables = "\n".join(lines[: next(i for i, line in enumerate(lines) if line.startswith("Why runs were lost"))])
     assert len(tables.splitlines()) <= 4 * len([r for r in rows if r in tables]) + 12
+
+
+def test_a_scenario_in_full_keeps_its_tables_whole_at_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The side-by-side and the growth tables go on in a second table rather than crushing their columns."""
+    monkeypatch.setenv("COLUMNS", "80")
+    done = subprocess.run(
+        [sys.executable, "compare.py", "bookstore", "flaky-warehouse", "long-session", "--no-trace", "--full"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    cells = [line for line in lines if line.startswith("│")]
+    assert len(cells) > 20
+    assert not [line for line in cells if "…" in line.replace(" … ", "")], "a cell cut short"
+    assert "tokens per step" in done.stdout and "The Quiet Orchard x1" in done.stdout
+    assert not split_names(lines, ["handwritten", "langgraph", "langgraph-defaults", "create-agent", "maf"])
