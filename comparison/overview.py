@@ -56,11 +56,16 @@ class OverviewRow:
             text = next(iter(self.outcomes))
         else:
             text = ", ".join(text if n == 1 else f"{text} ×{n}" for text, n in self.outcomes.items())
-        return f"{text}; {', '.join(self.variants_not_run)} not run" if self.variants_not_run else text
+        if not self.variants_not_run:
+            return text
+        missing = self.variants_not_run
+        # One variant is named (``gate not run``); of several, how many, which its cart's variants leave out.
+        return f"{text}; {missing[0] if len(missing) == 1 else f'{len(missing)} variants'} not run"
 
     def key(self) -> tuple[object, ...]:
-        """What the runs did, but for their tokens: rows with the same key and tokens alike share a line."""
-        return (self.runs, self.outcome_text(), self.model_calls, self.tool_calls, self.cart, self.not_run)
+        """What the runs did, but for their tokens: rows with the same key and tokens alike share a line (those
+        that made no run share one whatever their reasons)."""
+        return (self.runs, self.outcome_text(), self.model_calls, self.tool_calls, self.cart, self.not_run is None)
 
 
 def stop_name(record: RunRecord) -> str:
@@ -79,7 +84,7 @@ def ran(records: Sequence[RunRecord]) -> list[RunRecord]:
 def carts_text(runs: Sequence[RunRecord]) -> str:
     """The cart each variant's last run left: once when they are all alike; else each with the variants that left
     it, one title said once when every cart that is not empty holds only that book (``The Quiet Orchard x11 in
-    no-gate, x1 in gate``)."""
+    no-gate, x1 in gate``; ``The Quiet Orchard x1 in token-budget, else empty``)."""
     last = {r.variant: r for r in runs}
     by_cart: dict[str, list[str]] = {}
     for variant, record in last.items():
@@ -94,7 +99,7 @@ def carts_text(runs: Sequence[RunRecord]) -> str:
             quantities.setdefault(f"x{record.cart[0]['quantity']}" if record.cart else "", []).append(variant)
         held = ", ".join(f"{q} in {', '.join(vs)}" for q, vs in quantities.items() if q)
         empty = quantities.get("")
-        return f"{titles.pop()} {held}" + (f"; empty in {', '.join(empty)}" if empty else "")
+        return f"{titles.pop()} {held}" + (", else empty" if empty else "")
     return "; ".join(f"{', '.join(variants)}: {cart}" for cart, variants in by_cart.items())
 
 
@@ -152,9 +157,22 @@ def row_groups(rows: Sequence[OverviewRow]) -> list[list[OverviewRow]]:
 
 
 def tokens_text(group: Sequence[OverviewRow]) -> str:
-    """``12,605``, or the range of a group's sums on two lines, ``15,686-`` over ``15,876``."""
+    """``12,605``, or the range of a group's sums written as page ranges are, the thousands said once when they are
+    the same: ``15,686-876``, ``9,990-10,400``."""
     low, high = min(r.tokens for r in group), max(r.tokens for r in group)
-    return f"{low:,}" if low == high else f"{low:,}-\n{high:,}"
+    if low == high:
+        return f"{low:,}"
+    if low // 1000 == high // 1000 and low >= 1000:
+        return f"{low:,}-{high % 1000:03d}"
+    return f"{low:,}-{high:,}"
+
+
+def not_run_text(group: Sequence[OverviewRow], scenario: str) -> str:
+    """Why a group made no run: the reason they share, or where each one's is said."""
+    reasons = {row.not_run for row in group}
+    if len(reasons) == 1:
+        return f"not run: {reasons.pop()}"
+    return f"not run, each for its own reason (python compare.py {scenario})"
 
 
 # --- the scenario's lesson in one sentence --------------------------------------------------------------------
@@ -247,9 +265,9 @@ class Columns:
         longest_name = max((len(c) for c in contenders), default=0) + 1  # a comma after it
         longest_stop = max((len(w) for g in groups for w in g[0].outcome_text().split()), default=0)
         return cls(
-            names=max(longest_name, min(30, width * 23 // 100)),
-            stopped=max(longest_stop, min(24, width * 19 // 100)),
-            tokens=max(len("tokens"), *(len(line) for g in groups for line in tokens_text(g).splitlines())),
+            names=max(longest_name, min(30, width * 22 // 100)),
+            stopped=max(longest_stop, min(24, width * 18 // 100)),
+            tokens=max(len("tokens"), *(len(tokens_text(g)) for g in groups)),
             width=width,
         )
 
@@ -350,7 +368,7 @@ def _render_scenario_rows(
             line.add_column(width=4, justify="right")
             line.add_column(ratio=1)
             room = console.width - columns.names - 8  # the reason on one line; the scenario's own view has it all
-            reason = Text(f"not run: {clean_line(row.not_run)}", "dim")
+            reason = Text(clean_line(not_run_text(group, scenario.name)), "dim")
             reason.truncate(room, overflow="ellipsis")
             line.add_row(Text(""), names, Text("0"), reason)
             console.print(line)
@@ -412,9 +430,8 @@ def render_overview(
     console.print(Text(f"Contenders: {', '.join(contenders)} (the same goals for each)."))
     console.print(
         Text(
-            "Per scenario, a line per group of contenders whose runs went alike: runs (variants × goals × turns), "
-            f"how they ended, calls and tokens summed (a range where theirs differ, by {TOKENS_ALIKE:.0%} at most), "
-            "the cart each variant left."
+            "A line per group of contenders whose runs went alike: runs (variants × goals × turns), how they "
+            f"ended, calls and tokens summed (a range: within {TOKENS_ALIKE:.0%}), the cart each variant left."
         )
     )
     groups = [g for scenario in shown for g in row_groups(overview_rows(scenario, records, contenders))]

