@@ -38,8 +38,8 @@ from shared_tools.models.personas import PERSONAS
 from shared_tools.results import StopReason, TraceEvent
 
 WIDTH = 120
-"""Terminal width when the output is not a terminal (a pipe, a file, a test) and `COLUMNS` does not say one: the
-width the guard matrix of nine contenders needs."""
+"""Terminal width when the output is not a terminal (a pipe, a file, a test) and `COLUMNS` does not say one: a wide
+terminal's, at which the overview of nine contenders stays within 150 lines."""
 
 STATUS_STYLE = {
     FIRED: "green",
