@@ -1,5 +1,5 @@
-"""The overview `python compare.py` prints by default: what ran, one line per contender per scenario, each
-scenario's lesson in one sentence, the guard matrix by status, and what to try next.
+"""The overview `python compare.py` prints by default: what ran, per scenario its lesson in one sentence and a line
+per group of contenders whose runs went alike, the guard matrix by status, and what to try next, at any width.
 
 Every number and sentence is read from the records (`overview_rows`, `headline`), so it holds for any model; the
 full traces, tables and notes of a scenario are `compare.py SCENARIO` (`render.render_scenario`).
@@ -43,15 +43,29 @@ class OverviewRow:
     tool_calls: int
     tokens: int
     cart: str
-    """The cart after its last run (`records.cart_text`)."""
+    """The cart its last run of each variant left (`records.cart_text`), each named by its variant when they
+    differ: ``no-gate: The Quiet Orchard x11 (181.50); gate: The Quiet Orchard x1 (16.50)``."""
     not_run: str | None = None
     """Why it made no run of this scenario, or None."""
+    variants_not_run: tuple[str, ...] = ()
+    """The variants of the scenario it has no API for, when it ran others."""
 
     def outcome_text(self) -> str:
-        """``done``; ``max_steps, token_budget``; ``done ×4, raised TimeoutError``."""
+        """``done``; ``max_steps, token_budget``; ``done ×4, raised TimeoutError``; ``done; gate not run``."""
         if len(self.outcomes) == 1:
-            return next(iter(self.outcomes))
-        return ", ".join(text if n == 1 else f"{text} ×{n}" for text, n in self.outcomes.items())
+            text = next(iter(self.outcomes))
+        else:
+            text = ", ".join(text if n == 1 else f"{text} ×{n}" for text, n in self.outcomes.items())
+        if not self.variants_not_run:
+            return text
+        missing = self.variants_not_run
+        # One variant is named (``gate not run``); of several, how many, which its cart's variants leave out.
+        return f"{text}; {missing[0] if len(missing) == 1 else f'{len(missing)} variants'} not run"
+
+    def key(self) -> tuple[object, ...]:
+        """What the runs did, but for their tokens: rows with the same key and tokens alike share a line (those
+        that made no run share one whatever their reasons)."""
+        return (self.runs, self.outcome_text(), self.model_calls, self.tool_calls, self.cart, self.not_run is None)
 
 
 def stop_name(record: RunRecord) -> str:
@@ -67,6 +81,28 @@ def ran(records: Sequence[RunRecord]) -> list[RunRecord]:
     return [r for r in records if not_available(r) is None]
 
 
+def carts_text(runs: Sequence[RunRecord]) -> str:
+    """The cart each variant's last run left: once when they are all alike; else each with the variants that left
+    it, one title said once when every cart that is not empty holds only that book (``The Quiet Orchard x11 in
+    no-gate, x1 in gate``; ``The Quiet Orchard x1 in token-budget, else empty``)."""
+    last = {r.variant: r for r in runs}
+    by_cart: dict[str, list[str]] = {}
+    for variant, record in last.items():
+        by_cart.setdefault(cart_text(record), []).append(variant)
+    if len(by_cart) == 1:
+        return next(iter(by_cart))
+    filled = [r.cart for r in last.values() if r.cart]
+    titles = {line["title"] for cart in filled for line in cart}
+    if len(titles) == 1 and all(len(cart) == 1 for cart in filled):
+        quantities: dict[str, list[str]] = {}
+        for variant, record in last.items():
+            quantities.setdefault(f"x{record.cart[0]['quantity']}" if record.cart else "", []).append(variant)
+        held = ", ".join(f"{q} in {', '.join(vs)}" for q, vs in quantities.items() if q)
+        empty = quantities.get("")
+        return f"{titles.pop()} {held}" + (", else empty" if empty else "")
+    return "; ".join(f"{', '.join(variants)}: {cart}" for cart, variants in by_cart.items())
+
+
 def overview_rows(scenario: Scenario, records: Sequence[RunRecord], contenders: Sequence[str]) -> list[OverviewRow]:
     """One row per chosen contender, in `contenders` order, from its records of `scenario`."""
     rows = []
@@ -80,6 +116,7 @@ def overview_rows(scenario: Scenario, records: Sequence[RunRecord], contenders: 
             reason = next((r for r in reasons if r), "it made no run")
             rows.append(OverviewRow(scenario.name, contender, 0, {}, 0, 0, 0, "", not_run=reason))
             continue
+        ran_variants = {r.variant for r in runs}
         rows.append(
             OverviewRow(
                 scenario=scenario.name,
@@ -89,10 +126,53 @@ def overview_rows(scenario: Scenario, records: Sequence[RunRecord], contenders: 
                 model_calls=sum(r.model_calls for r in runs),
                 tool_calls=sum(r.tool_calls for r in runs),
                 tokens=sum(r.tokens for r in runs),
-                cart=cart_text(runs[-1]),
+                cart=carts_text(runs),
+                variants_not_run=tuple(dict.fromkeys(r.variant for r in mine if r.variant not in ran_variants)),
             )
         )
     return rows
+
+
+TOKENS_ALIKE = 0.05
+"""Token sums this close (a fraction of the smaller) are alike: the same runs sent through two frameworks' message
+formats differ by a few percent, where a guard that cut a result or a reply saves far more."""
+
+
+def row_groups(rows: Sequence[OverviewRow]) -> list[list[OverviewRow]]:
+    """The rows whose runs went alike (`OverviewRow.key`, tokens within `TOKENS_ALIKE` of the next), together, in
+    the order their first one comes."""
+    groups: list[list[OverviewRow]] = []
+    by_key: dict[tuple[object, ...], list[OverviewRow]] = {}
+    for row in rows:
+        by_key.setdefault(row.key(), []).append(row)
+    for same in by_key.values():
+        ordered = sorted(same, key=lambda r: r.tokens)
+        runs = [[ordered[0]]]
+        for row in ordered[1:]:
+            if row.tokens - runs[-1][-1].tokens > TOKENS_ALIKE * max(1, runs[-1][-1].tokens):
+                runs.append([])
+            runs[-1].append(row)
+        groups += [sorted(run, key=rows.index) for run in runs]
+    return sorted(groups, key=lambda g: rows.index(g[0]))
+
+
+def tokens_text(group: Sequence[OverviewRow]) -> str:
+    """``12,605``, or the range of a group's sums written as page ranges are, the thousands said once when they are
+    the same: ``15,686-876``, ``9,990-10,400``."""
+    low, high = min(r.tokens for r in group), max(r.tokens for r in group)
+    if low == high:
+        return f"{low:,}"
+    if low // 1000 == high // 1000 and low >= 1000:
+        return f"{low:,}-{high % 1000:03d}"
+    return f"{low:,}-{high:,}"
+
+
+def not_run_text(group: Sequence[OverviewRow], scenario: str) -> str:
+    """Why a group made no run: the reason they share, or where each one's is said."""
+    reasons = {row.not_run for row in group}
+    if len(reasons) == 1:
+        return f"not run: {reasons.pop()}"
+    return f"not run, each for its own reason (python compare.py {scenario})"
 
 
 # --- the scenario's lesson in one sentence --------------------------------------------------------------------
@@ -104,18 +184,41 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+OTHERS_FROM = 3
+"""A group of this many contenders or more, the largest of several, is "the other N", said last: the names of
+the smaller groups tell which, and nine contenders' lists stay short."""
+
+
+def largest_last(groups: Sequence[Sequence[Any]]) -> tuple[list[Sequence[Any]], bool]:
+    """`groups` with the largest moved last when it is to be called "the other N" (see `OTHERS_FROM`), and
+    whether it is."""
+    if len(groups) < 2:
+        return list(groups), False
+    largest = max(groups, key=len)
+    if len(largest) < OTHERS_FROM:
+        return list(groups), False
+    return [g for g in groups if g is not largest] + [largest], True
+
+
+def others_label(names: Sequence[str], of: int, *, others: bool) -> str:
+    """``all 5``, ``the other 3`` (`others`), or the names."""
+    return f"the other {len(names)}" if others else names_or_all(names, of)
+
+
 def guard_sentence(row: dict[str, Any]) -> str:
     """A guard-matrix row in words: ``Repeat check: fired in handwritten, langgraph (blocked 3rd identical call);
-    missing in maf (12 identical calls, none refused).`` A group's detail is said when it is the same for all."""
+    missing in the other 3 (12 identical calls, none refused).`` A group's detail is said when it is the same for
+    all."""
     cells = {c: cell for c, cell in row["cells"].items() if cell["status"] != NOT_RUN}
+    by_status = [[c for c, cell in cells.items() if cell["status"] == status] for status in STATUS_ORDER]
+    groups, others = largest_last([group for group in by_status if group])
     parts = []
-    for status in STATUS_ORDER:
-        group = [c for c, cell in cells.items() if cell["status"] == status]
-        if not group:
-            continue
+    for i, group in enumerate(groups):
+        status = cells[group[0]]["status"]
         texts = {cells[c]["text"].removeprefix(f"{status}: ").removeprefix(f"{status} ") for c in group}
         detail = f" ({texts.pop()})" if len(texts) == 1 else ""
-        parts.append(f"{status} in {names_or_all(group, len(cells))}{detail}")
+        label = others_label(group, len(cells), others=others and i == len(groups) - 1)
+        parts.append(f"{status} in {label}{detail}")
     return f"{row['guard'].capitalize()}: " + "; ".join(parts) + "."
 
 
@@ -145,23 +248,55 @@ def headline(scenario: Scenario, records: list[RunRecord], matrix: Sequence[dict
 
 # --- rendering --------------------------------------------------------------------------------------------------
 
-NAME_COLUMN = 21
-"""The scenario and contender column: the longest scenario name with its number (``15. hallucinated-tool``) and
-an indented contender name (``  langgraph-defaults``)."""
+
+@dataclass(frozen=True)
+class Columns:
+    """The widths of a group line's columns for a console `width` wide, so that no word is split: the names and
+    the stop column at least as wide as their longest word, wider on a wider console; the cart has the rest, and
+    a cart longer than that goes on a line of its own under its group's."""
+
+    names: int
+    stopped: int
+    tokens: int
+    width: int
+
+    @classmethod
+    def fit(cls, width: int, contenders: Sequence[str], groups: Sequence[Sequence[OverviewRow]]) -> Columns:
+        longest_name = max((len(c) for c in contenders), default=0) + 1  # a comma after it
+        longest_stop = max((len(w) for g in groups for w in g[0].outcome_text().split()), default=0)
+        return cls(
+            names=max(longest_name, min(30, width * 22 // 100)),
+            stopped=max(longest_stop, min(24, width * 18 // 100)),
+            tokens=max(len("tokens"), *(len(tokens_text(g)) for g in groups)),
+            width=width,
+        )
+
+    @property
+    def cart(self) -> int:
+        """The cart column's width: what the others and a space after each leave."""
+        return self.width - (1 + self.names + 4 + self.stopped + 5 + 5 + self.tokens) - 7
+
+    @property
+    def cart_indent(self) -> int:
+        """Where a cart on a line of its own starts: under the stop column."""
+        return 1 + self.names + 4 + 3
+
+    def grid(self) -> Table:
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=1)  # the indent, so a group's names wrap under its first
+        grid.add_column(width=self.names)
+        grid.add_column(width=4, justify="right")
+        grid.add_column(width=self.stopped)
+        grid.add_column(width=5, justify="right")
+        grid.add_column(width=5, justify="right")
+        grid.add_column(width=self.tokens, justify="right")
+        grid.add_column(ratio=1)
+        return grid
 
 
-def _grid(width: int) -> Table:
-    """The columns of every contender line and of the header over them, for a console `width` wide: at 100 columns
-    the stop column has 24 characters, and up to 20 more on a wider terminal (the cart column has the rest)."""
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(width=NAME_COLUMN, no_wrap=True)
-    grid.add_column(width=4, justify="right")
-    grid.add_column(width=24 + min(max(0, width - 100), 20))
-    grid.add_column(width=5, justify="right")
-    grid.add_column(width=5, justify="right")
-    grid.add_column(width=7, justify="right")
-    grid.add_column(ratio=1)
-    return grid
+def _height(console: Console, text: Text, width: int) -> int:
+    """How many lines `text` takes in a column `width` wide."""
+    return len(text.wrap(console, width))
 
 
 def _outcome_style(row: OverviewRow) -> str:
@@ -206,35 +341,61 @@ def _render_scenario_rows(
     records: list[RunRecord],
     contenders: Sequence[str],
     matrix: list[dict[str, Any]],
+    columns: Columns,
 ) -> None:
-    """One scenario's block: its number, name and headline, then a row per contender (or why it did not run)."""
+    """One scenario's block: its number, name and lesson, then a line per group of contenders whose runs went
+    alike (or why they did not run)."""
     title = Table.grid(padding=(0, 1))
-    title.add_column(width=NAME_COLUMN, no_wrap=True)
+    title.add_column(width=3, justify="right", no_wrap=True)
     title.add_column(ratio=1)
     lesson = headline(scenario, records, matrix)
-    title.add_row(Text(f"{number:>2}. {scenario.name}", "bold"), Text(clean_line(lesson), "italic"))
+    title.add_row(Text(f"{number}."), Text(scenario.name, "bold") + Text(": ") + Text(clean_line(lesson), "italic"))
     console.print(title)
-    grid = _grid(console.width)
-    for row in overview_rows(scenario, records, contenders):
-        name = Text(f"  {row.contender}")
+    grid = columns.grid()
+    rows = overview_rows(scenario, records, contenders)
+    groups, others = largest_last(row_groups(rows))
+    for i, group in enumerate(groups):
+        row = group[0]
+        label = others_label([r.contender for r in group], len(rows), others=others and i == len(groups) - 1)
+        names = Text(label)
         if row.not_run is not None:
             # A line of its own, the reason running the width of the table (a grid cell would cut it short).
             console.print(grid)
-            grid = _grid(console.width)
-            line = Text(f"  {row.contender:<{NAME_COLUMN - 2}} {0:>4} ") + Text(
-                f"not run: {clean_line(row.not_run)}", "dim"
-            )
-            console.print(line, overflow="ellipsis", no_wrap=True)
+            grid = columns.grid()
+            line = Table.grid(padding=(0, 1))
+            line.add_column(width=1)
+            line.add_column(width=columns.names)
+            line.add_column(width=4, justify="right")
+            line.add_column(ratio=1)
+            room = console.width - columns.names - 8  # the reason on one line; the scenario's own view has it all
+            reason = Text(clean_line(not_run_text(group, scenario.name)), "dim")
+            reason.truncate(room, overflow="ellipsis")
+            line.add_row(Text(""), names, Text("0"), reason)
+            console.print(line)
             continue
+        outcome = Text(clean_line(row.outcome_text()), _outcome_style(row))
+        cart = Text(clean_line(row.cart))
+        # The cart goes under the line when its column would make the line taller than its names and stop cell do.
+        height = max(_height(console, names, columns.names), _height(console, outcome, columns.stopped))
+        cart_below = _height(console, cart, max(1, columns.cart)) > height
         grid.add_row(
-            name,
+            Text(""),
+            names,
             Text(str(row.runs)),
-            Text(clean_line(row.outcome_text()), _outcome_style(row)),
+            outcome,
             Text(str(row.model_calls)),
             Text(str(row.tool_calls)),
-            Text(f"{row.tokens:,}"),
-            Text(clean_line(row.cart)),
+            Text(tokens_text(group)),
+            Text("") if cart_below else cart,
         )
+        if cart_below:
+            console.print(grid)
+            grid = columns.grid()
+            below = Table.grid()
+            below.add_column(width=columns.cart_indent)
+            below.add_column(ratio=1)
+            below.add_row(Text(""), Text("cart: ") + cart)
+            console.print(below)
     console.print(grid)
 
 
@@ -268,43 +429,83 @@ def render_overview(
     )
     console.print(Text(f"Contenders: {', '.join(contenders)} (the same goals for each)."))
     console.print(
-        Text("Per contender: runs (variants × goals × turns), how they ended, calls and tokens summed, cart.")
+        Text(
+            "A line per group of contenders whose runs went alike: runs (variants × goals × turns), how they "
+            f"ended, calls and tokens summed (a range: within {TOKENS_ALIKE:.0%}), the cart each variant left."
+        )
     )
-    header = _grid(console.width)
-    header.add_row(*(Text(t, "bold") for t in ("", "runs", "stopped", "model", "tools", "tokens", "final cart")))
+    groups = [g for scenario in shown for g in row_groups(overview_rows(scenario, records, contenders))]
+    columns = Columns.fit(console.width, contenders, groups)
+    header = columns.grid()
+    titles = ("", "contenders", "runs", "stopped", "model", "tools", "tokens", "final cart")
+    header.add_row(*(Text(t, "bold") for t in titles))
     console.print(header)
     for number, scenario in enumerate(scenarios, start=1):
         if scenario in shown:
-            _render_scenario_rows(console, number, scenario, records, contenders, matrix)
+            _render_scenario_rows(console, number, scenario, records, contenders, matrix, columns)
         elif not contenders_running(scenario, contenders):
             by = ", ".join(contenders_running(scenario, tuple(CONTENDERS))) or "no contender"
             line = f"{number:>2}. {scenario.name}: not run; it is run by {by}"
             console.print(Text(line, "yellow"), overflow="ellipsis", no_wrap=True)
-    render_matrix_overview(console, matrix, contenders)
+    render_matrix_overview(console, matrix, contenders, {s.name: n for n, s in enumerate(scenarios, start=1)})
     _render_next_steps(console, prog, shown)
 
 
-def render_matrix_overview(console: Console, matrix: list[dict[str, Any]], contenders: Sequence[str]) -> None:
+def matrix_labels(matrix: Sequence[dict[str, Any]], numbers: dict[str, int], room: int) -> tuple[str, list[str]]:
+    """The header and each row's label, the first that fits in `room`: ``step limit (max-steps)``, ``step limit
+    (3)`` (its scenario's number in the overview), or ``step limit`` (its scenario's lesson names it)."""
+    choices = [("guard (scenario)", [f"{row['guard']} ({row['scenario']})" for row in matrix])]
+    if all(row["scenario"] in numbers for row in matrix):
+        choices.append(("guard (scenario)", [f"{row['guard']} ({numbers[row['scenario']]})" for row in matrix]))
+    choices.append(("guard", [row["guard"] for row in matrix]))
+    return next((c for c in choices if label_width(*c) <= room), choices[min(1, len(choices) - 1)])
+
+
+def label_width(header: str, labels: Sequence[str]) -> int:
+    return max(len(header), *(len(label) for label in labels)) + 1
+
+
+def column_chunks(widths: Sequence[int], room: int) -> list[list[int]]:
+    """The indexes of `widths` in order, cut into runs that each fit in `room` (a column wider than `room` alone)."""
+    chunks: list[list[int]] = [[]]
+    used = 0
+    for i, w in enumerate(widths):
+        if chunks[-1] and used + w > room:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(i)
+        used += w
+    return chunks
+
+
+def render_matrix_overview(
+    console: Console,
+    matrix: list[dict[str, Any]],
+    contenders: Sequence[str],
+    numbers: dict[str, int] | None = None,
+) -> None:
     """The guard matrix with one status word per cell (`compare.py --full` has each cell's details), and what the
-    statuses it shows mean."""
+    statuses it shows mean. A column per contender, as many as the width holds, the rest in a table below.
+
+    `numbers`: each scenario's number in the overview, to label a row with it when its name leaves too little room.
+    """
     if not matrix:
         return
     console.print()
-    table = Table(
-        box=None,
-        padding=(0, 1, 0, 0),
-        title="Guard matrix: did the guard act in the runs above?",
-        title_justify="left",
-        title_style="bold",
-        header_style="bold underline",
-    )
-    table.add_column("guard (scenario)", no_wrap=True)
-    for contender in contenders:
-        table.add_column(contender, no_wrap=True)
-    for row in matrix:
-        cells = [row["cells"][c]["status"] for c in contenders]
-        table.add_row(Text(f"{row['guard']} ({row['scenario']})"), *(Text(c, STATUS_STYLE.get(c, "")) for c in cells))
-    console.print(table)
+    console.print(Text("Guard matrix: did the guard act in the runs above?", "bold"))
+    statuses = [[row["cells"][c]["status"] for row in matrix] for c in contenders]
+    widths = [max(len(c), *(len(s) for s in column)) + 1 for c, column in zip(contenders, statuses, strict=True)]
+    # Each column's width counts the space after it, which the last one does without.
+    header, labels = matrix_labels(matrix, numbers or {}, console.width + 1 - sum(widths))
+    for chunk in column_chunks(widths, console.width + 1 - label_width(header, labels)):
+        table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="bold underline")
+        table.add_column(header, no_wrap=True)
+        for i in chunk:
+            table.add_column(contenders[i], no_wrap=True)
+        for r, label in enumerate(labels):
+            cells = [statuses[i][r] for i in chunk]
+            table.add_row(Text(label), *(Text(c, STATUS_STYLE.get(c, "")) for c in cells))
+        console.print(table)
     seen = {cell["status"] for row in matrix for cell in row["cells"].values()}
     legend = "; ".join(f"{status} = {meaning}" for status, meaning in GUARD_LEGEND.items() if status in seen)
     console.print(Text(legend, "dim"))

@@ -1,18 +1,19 @@
 """Terminal rendering: the traces in the article's format, the side-by-side tables, the closing tables, the spinner.
 
-Drawn with rich from `RunRecord`s, never from the agents, readable at 100 columns on a pipe. Every string from a
-model, a tool or a user passes `sanitize.clean_line`/`clean_text` on its way in, and is never handed to rich as
-markup, so it cannot drive the terminal. `Progress` is the spinner of a real-model run.
+Drawn with rich from `RunRecord`s, never from the agents, as wide as the terminal or `COLUMNS`, readable from 80
+columns. Every string from a model, a tool or a user passes `sanitize.clean_line`/`clean_text` on its way in, and
+is never handed to rich as markup, so it cannot drive the terminal. `Progress` is the spinner of a real-model run.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.rule import Rule
 from rich.status import Status
 from rich.table import Table
@@ -36,8 +37,9 @@ from comparison.scenarios import SCENARIOS, Scenario
 from shared_tools.models.personas import PERSONAS
 from shared_tools.results import StopReason, TraceEvent
 
-WIDTH = 100
-"""Terminal width when the output is not a terminal (a pipe, a file, a test)."""
+WIDTH = 120
+"""Terminal width when the output is not a terminal (a pipe, a file, a test) and `COLUMNS` does not say one: a wide
+terminal's, at which the overview of nine contenders stays within 150 lines."""
 
 STATUS_STYLE = {
     FIRED: "green",
@@ -57,11 +59,20 @@ class _Console(Console):
         raise BrokenPipeError
 
 
+def columns_setting() -> int | None:
+    """The width `COLUMNS` asks for (``COLUMNS=80 python compare.py > out.txt``), or None when unset or not a
+    positive number."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
 def make_console(file: TextIO) -> Console:
-    """Rich output; on a pipe or file: 100 columns and no colour."""
-    console = _Console(file=file, highlight=False)
+    """Rich output as wide as the terminal, or as `COLUMNS` says; on a pipe or file: no colour, and `WIDTH`
+    columns unless `COLUMNS` is set."""
+    columns = columns_setting()
+    console = _Console(file=file, highlight=False, width=columns)
     if not console.is_terminal:
-        console = _Console(file=file, highlight=False, width=WIDTH, no_color=True, color_system=None)
+        console = _Console(file=file, highlight=False, width=columns or WIDTH, no_color=True, color_system=None)
     return console
 
 
@@ -170,46 +181,73 @@ def render_turn(console: Console, trace: Sequence[dict[str, Any]], user_message:
         console.print(Text(f"(stop reason: {clean_line(str(stop_reason))})"))
 
 
-def summary_table(records: list[RunRecord], *, show_turn: bool = False, title: Text | None = None) -> Table:
-    """The side-by-side table, one row per run; the answers are listed under it (see `answer_grid`)."""
+SPLIT_BELOW = 100
+"""Below this width the side-by-side table leaves its tokens per step and final cart to a second table under it:
+the numbers' columns would leave them a few characters each."""
+
+
+def summary_table(
+    records: list[RunRecord], *, show_turn: bool = False, title: Text | None = None, width: int = WIDTH
+) -> Group:
+    """The side-by-side table, one row per run, in one table `width` wide or, narrower than `SPLIT_BELOW`, in two
+    (the numbers, then the tokens per step and the cart); the answers are listed under it (see `answer_grid`)."""
+    split = width < SPLIT_BELOW
+    outcomes = [clean_line(short_outcome(r)) for r in records]
     table = Table(expand=True, padding=(0, 1), title=title, title_justify="left", title_style="bold")
     if show_turn:
         table.add_column("turn", justify="right", width=4)
     table.add_column("contender", no_wrap=True, min_width=18)
-    table.add_column("stop reason", width=13, overflow="fold")
+    # As wide as its longest word, so an exception's name (GraphRecursionError) is never split.
+    table.add_column("stop reason", width=max([13, *(len(w) for o in outcomes for w in o.split())]))
     table.add_column("model calls", justify="right", width=5)
     table.add_column("tool calls", justify="right", width=5)
     table.add_column("tokens", justify="right", width=6)
-    table.add_column("tokens per step", ratio=4)
+    if not split:
+        table.add_column("tokens per step", ratio=4)
     table.add_column("wall", justify="right", width=7)
-    table.add_column("final cart", ratio=4)
-    for r in records:
-        row: list[Text] = [Text(str(r.turn))] if show_turn else []
-        row += [
-            Text(r.contender),
-            Text(clean_line(short_outcome(r)), style="" if r.error is None else "yellow"),
+    if not split:
+        table.add_column("final cart", ratio=4)
+    detail = Table(expand=True, padding=(0, 1))
+    if show_turn:
+        detail.add_column("turn", justify="right", width=4)
+    detail.add_column("contender", no_wrap=True, min_width=18)
+    detail.add_column("tokens per step", ratio=1)
+    detail.add_column("final cart", ratio=1)
+    for r, outcome in zip(records, outcomes, strict=True):
+        head: list[Text] = [Text(str(r.turn))] if show_turn else []
+        head.append(Text(r.contender))
+        steps, cart = Text(tokens_per_step_cell(r.tokens_per_step)), Text(clean_line(cart_text(r)))
+        numbers = [
+            Text(outcome, style="" if r.error is None else "yellow"),
             Text(str(r.model_calls)),
             Text(str(r.tool_calls)),
             Text(f"{r.tokens:,}"),
-            Text(tokens_per_step_cell(r.tokens_per_step)),
-            Text(duration_text(r.wall_s)),
-            Text(clean_line(cart_text(r))),
         ]
-        table.add_row(*row)
-    return table
+        wall = Text(duration_text(r.wall_s))
+        if split:
+            table.add_row(*head, *numbers, wall)
+            detail.add_row(*head, steps, cart)
+        else:
+            table.add_row(*head, *numbers, steps, wall, cart)
+    return Group(table, detail) if split else Group(table)
 
 
-def growth_table(records: list[RunRecord]) -> Table:
+def growth_table(records: list[RunRecord], width: int = WIDTH) -> Group:
     """A long conversation, one row per contender: tokens of the first, the middle and the last turns, what the
-    conversation holds at the end, and the time of the first and the last turn (every turn is in the JSON)."""
+    conversation holds at the end, and the time of the first and the last turn (every turn is in the JSON); in two
+    tables narrower than `SPLIT_BELOW`, the times and the last turn in the second."""
+    split = width < SPLIT_BELOW
     table = Table(expand=True, padding=(0, 1))
     table.add_column("contender", no_wrap=True, min_width=12)
     table.add_column("turns", justify="right", width=5)
     table.add_column("tokens per turn", ratio=4)
     table.add_column("stored", justify="right", width=9)
     table.add_column("check-\npoints", justify="right", width=6)
-    table.add_column("time per turn", ratio=2)
-    table.add_column("last turn", ratio=3)
+    detail = Table(expand=True, padding=(0, 1)) if split else table
+    if split:
+        detail.add_column("contender", no_wrap=True, min_width=12)
+    detail.add_column("time per turn", ratio=2)
+    detail.add_column("last turn", ratio=3)
     for contender in dict.fromkeys(r.contender for r in records):
         turns = sorted(pick(records, contender=contender), key=lambda r: r.turn)
         last = turns[-1]
@@ -222,7 +260,7 @@ def growth_table(records: list[RunRecord]) -> Table:
             if last.tool_calls == 0
             else ", ".join(dict.fromkeys(e["name"] for e in last.trace if e["name"] != "model"))
         )
-        table.add_row(
+        cells = [
             Text(contender),
             Text(str(last.turn)),
             Text(tokens_per_step_cell(tokens)),
@@ -239,8 +277,13 @@ def growth_table(records: list[RunRecord]) -> Table:
                 clean_line(f"{short_outcome(last)}, {how}, cart {last.cart_total}"),
                 style="" if last.error is None else "yellow",
             ),
-        )
-    return table
+        ]
+        if split:
+            table.add_row(*cells[:5])
+            detail.add_row(cells[0], *cells[5:])
+        else:
+            table.add_row(*cells)
+    return Group(table, detail) if split else Group(table)
 
 
 ANSWER_CHARS = 600
@@ -292,7 +335,7 @@ def _render_growth(console: Console, runs: list[RunRecord], *, trace: bool) -> N
             print_trace(console, r.trace)
         console.print()
     if ran:
-        console.print(growth_table(ran))
+        console.print(growth_table(ran, console.width))
 
 
 def _render_traces(
@@ -321,10 +364,10 @@ def _render_tables(console: Console, runs: list[RunRecord], *, show_turn: bool, 
         by_goal = [pick(runs, goal=goal) for goal in dict.fromkeys(r.goal for r in runs)]
         for same_goal in by_goal:
             title = Text(f"goal: {clean_line(same_goal[0].goal)}", style="bold")
-            console.print(summary_table(same_goal, show_turn=show_turn, title=title))
+            console.print(summary_table(same_goal, show_turn=show_turn, title=title, width=console.width))
         runs = [r for same_goal in by_goal for r in same_goal]
     else:
-        console.print(summary_table(runs, show_turn=show_turn))
+        console.print(summary_table(runs, show_turn=show_turn, width=console.width))
     console.print(Text("What the user sees:", style="bold"))
     console.print(answer_grid(runs, show_turn=show_turn, show_goal=show_goal))
 
@@ -373,15 +416,21 @@ def render_guard_matrix(console: Console, rows: list[dict[str, Any]], contenders
     if not rows:
         return
     console.print(Rule("Guard matrix (from the runs above)", style="bold"))
-    table = Table(show_lines=True, expand=True)
-    table.add_column("guard (scenario)", width=15, overflow="fold")
-    for contender in contenders:
-        # fold, not an ellipsis: the cells name classes (ModelCallLimitMiddleware) that must stay readable
-        table.add_column(contender, width=max(16, len(contender)), overflow="fold")
+    # A block per guard and a line per contender: the cells name classes (ModelCallLimitMiddleware) that a column
+    # per contender would split, and nine contenders fit this way as well as two.
+    names = max(len(c) for c in contenders)
     for row in rows:
-        cells = [Text(clean_line(c["text"]), style=STATUS_STYLE.get(c["status"], "")) for c in row["cells"].values()]
-        table.add_row(Text(f"{row['guard']} ({row['scenario']})"), *cells)
-    console.print(table)
+        console.print(Text(f"{row['guard']} ({row['scenario']})", style="bold"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=1)
+        grid.add_column(width=names, no_wrap=True)
+        grid.add_column(ratio=1)
+        for contender in contenders:
+            cell = row["cells"][contender]
+            grid.add_row(
+                Text(""), Text(contender), Text(clean_line(cell["text"]), style=STATUS_STYLE.get(cell["status"], ""))
+            )
+        console.print(grid)
     console.print(guard_legend(" = ", "; "))
 
 
@@ -399,13 +448,17 @@ def render_not_run(
 
 def render_who_owns_what(console: Console) -> None:
     console.print(Rule("Who owns what", style="bold"))
-    table = Table(show_lines=True, expand=True)
-    table.add_column("", width=15)
-    for owner in OWNERS:
-        table.add_column(owner, ratio=1, overflow="fold")
-    for row in WHO_OWNS_WHAT:
-        table.add_row(*(Text(cell) for cell in row))
-    console.print(table)
+    # A block per concern and a line per owner, as the guard matrix: long class names stay whole at 80 columns.
+    names = max(len(owner) for owner in OWNERS)
+    for concern, *owned in WHO_OWNS_WHAT:
+        console.print(Text(concern, style="bold"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(width=1)
+        grid.add_column(width=names, no_wrap=True)
+        grid.add_column(ratio=1)
+        for owner, text in zip(OWNERS, owned, strict=True):
+            grid.add_row(Text(""), Text(owner), Text(text))
+        console.print(grid)
     console.print(OWNERS_SUMMARY)
 
 

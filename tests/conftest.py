@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from decimal import Decimal
@@ -23,6 +24,10 @@ from shared_tools.bookstore.store import BookStore
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult
 
 T = TypeVar("T")
+
+# readline (which pytest loads) exports COLUMNS=80 to child processes; the tests read the width a pipe gets unless
+# they set COLUMNS themselves (tests/test_widths.py).
+os.environ["COLUMNS"] = "100"
 
 IMPLEMENTATIONS = ("handwritten", "langgraph")
 

@@ -33,7 +33,7 @@ from comparison import command
 from comparison.chat import chat_customer
 from comparison.contenders import CONTENDERS
 from comparison.records import RunRecord
-from comparison.render import WIDTH
+from comparison.render import WIDTH, columns_setting
 from comparison.runner import MAX_WORKERS, RunOptions, ScenarioRuns
 from comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario
 from langgraph_version.contenders.langgraph_defaults import NO_SEQUENTIAL_TOOLS
@@ -634,7 +634,8 @@ def test_json_to_stdout_keeps_stdout_pure(capsys: pytest.CaptureFixture[str]) ->
     captured = capsys.readouterr()
     document = json.loads(captured.out)
     assert [r["goal"] for r in document["runs"]] == ["Where is my order 4512?", "Where is my order 9999?"]
-    assert captured.err.splitlines()[0] == " 1. orders ".center(WIDTH, "─"), "the tables go to stderr"
+    width = columns_setting() or WIDTH
+    assert captured.err.splitlines()[0] == " 1. orders ".center(width, "─"), "the tables go to stderr"
 
 
 def test_chat_keeps_the_conversation_and_resumes_it(

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
@@ -46,14 +47,43 @@ _MAX_K_COLUMNS = 10
 """Beyond this many trials the terminal shows pass^k for k = 1, 2, 4, 8, ... and N only (the JSON has every k)."""
 
 
-def shown_ks(runs: int) -> list[int]:
-    if runs <= _MAX_K_COLUMNS:
+def shown_ks(runs: int, most: int = _MAX_K_COLUMNS) -> list[int]:
+    """The ks whose pass^k the terminal shows: every k up to `most` of them, else 1, 2, 4, 8, ... and `runs`, else
+    1 and `runs` alone."""
+    if runs <= most:
         return list(range(1, runs + 1))
     ks, k = [], 1
     while k < runs:
         ks.append(k)
         k *= 2
-    return [*ks, runs]
+    doubling = [*ks, runs]
+    return doubling if len(doubling) <= most else sorted({1, runs})
+
+
+ENDED_ROOM = 20
+"""Characters the "ended" column is to keep (``done 14, errors 2``): fewer ks are shown to leave them, if they can."""
+
+
+def candidate_ks(runs: int) -> list[list[int]]:
+    """The ks the terminal may show, the most first: every k (up to 10), then 1, 2, 4, ... runs, then 1 and runs."""
+    candidates = [shown_ks(runs), shown_ks(runs, most=runs - 1 if runs > 2 else runs), sorted({1, runs})]
+    return [ks for i, ks in enumerate(candidates) if ks not in candidates[:i]]
+
+
+def ks_for_width(console: Console, document: dict[str, Any]) -> list[int]:
+    """The most ks whose columns, with every row's label and numbers, leave `ENDED_ROOM` on the console."""
+    candidates = candidate_ks(document["runs"])
+    for ks in candidates:
+        probe = _numbers_table(document, Text(""), "contender", ks, last=None)
+        probe.expand = False
+        for row in document["results"]:
+            probe.add_row(Text(row["contender"]), *_row_cells(row, ks, timed=timing_of(document, row))[:-1])
+            for task in row["by_task"] if shows_tasks(row) else ():
+                label = Text(f"  └ {clean_line(task_label(task, row))}")
+                probe.add_row(label, *_row_cells(task, ks, timed={})[:-1])
+        if Measurement.get(console, console.options, probe).maximum + 1 + ENDED_ROOM <= console.width:
+            return ks
+    return candidates[-1]
 
 
 def fraction(value: float) -> str:
@@ -99,19 +129,31 @@ def title_for(document: dict[str, Any], what: str) -> Text:
 
 
 def _numbers_table(
-    document: dict[str, Any], title: Text, first: str, *, last: str | None = "ended", timed: bool = True
+    document: dict[str, Any],
+    title: Text,
+    first: str,
+    ks: Sequence[int],
+    *,
+    last: str | None = "ended",
+    timed: bool = True,
 ) -> Table:
-    ks = shown_ks(document["runs"])
-    table = Table(title=title, title_justify="left", expand=True, padding=(0, 1), box=box.SIMPLE_HEAD)
+    table = Table(
+        title=title,
+        title_justify="left",
+        expand=False,
+        padding=0,
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+    )
     table.add_column(first, no_wrap=True, min_width=18)
     table.add_column("ok", justify="right", no_wrap=True)
-    table.add_column("pass^k, k = " + (f"1…{ks[-1]}" if len(ks) == ks[-1] else ",".join(map(str, ks))), no_wrap=True)
+    table.add_column("pass^k, k=" + (f"1…{ks[-1]}" if len(ks) == ks[-1] else ",".join(map(str, ks))), no_wrap=True)
     table.add_column("tok/ok", justify="right", no_wrap=True)
     if timed:
         table.add_column("s/run", justify="right", no_wrap=True)
     table.add_column("unsafe", justify="right", no_wrap=True)
     if last is not None:
-        table.add_column(last, ratio=1, overflow="fold")
+        table.add_column(last)
     return table
 
 
@@ -172,7 +214,7 @@ def task_timing(timed: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
 
 def render_eval(console: Console, document: dict[str, Any]) -> None:
     """The eval in the terminal: a table per scenario, then every task of each contender together."""
-    ks = shown_ks(document["runs"])
+    ks = ks_for_width(console, document)
     head = f"Eval: {document['model']} · {document['runs']} run(s) per task · seed {document['seed']}"
     console.print(Rule(head, style="bold"))
     if document["simulation_note"]:
@@ -182,7 +224,7 @@ def render_eval(console: Console, document: dict[str, Any]) -> None:
         if not rows:
             continue
         title = title_for(document, f"{number}. {scenario['name']}: {scenario['description']}")
-        table = _numbers_table(document, title, "contender")
+        table = _numbers_table(document, title, "contender", ks)
         for row in rows:
             timed = timing_of(document, row)
             table.add_row(Text(row["contender"]), *_row_cells(row, ks, timed=timed))
@@ -199,7 +241,7 @@ def render_eval(console: Console, document: dict[str, Any]) -> None:
     for name in document["not_run"]:
         console.print(Text(f"{name}: not run; none of the chosen contenders takes part in it", style="yellow"))
     title = title_for(document, "Every task of each contender")
-    overall = _numbers_table(document, title, "contender", last=None, timed=False)
+    overall = _numbers_table(document, title, "contender", ks, last=None, timed=False)
     overall.columns[3].header = "tasks"
     for row in document["overall"]:
         cells = _row_cells({**row, "tokens_per_success": None}, ks)[:-1]
