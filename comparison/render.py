@@ -7,6 +7,7 @@ markup, so it cannot drive the terminal. `Progress` is the spinner of a real-mod
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from comparison.records import RunRecord, cart_text, duration_text, pick, short_
 from comparison.sanitize import clean_line, clean_text
 from comparison.scenarios import SCENARIOS, Scenario
 from shared_tools.models.personas import PERSONAS
-from shared_tools.results import StopReason, TraceEvent
+from shared_tools.results import Guard, StopReason, TraceEvent
 
 WIDTH = 100
 """Terminal width when the output is not a terminal (a pipe, a file, a test)."""
@@ -89,7 +90,8 @@ def _shorten(text: str, limit: int) -> str:
 
 
 def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
-    """A trace (`RunRecord.trace`) in the article's format, one line per model or tool call, long results shortened.
+    """A trace (`RunRecord.trace`) in the article's format, one line per model or tool call, long results shortened
+    (except a guard's: the words a guard gave the model instead are wrapped over as many lines as they take).
 
     ``[step 1] model               2 ms  1 tool call(s), 779 tokens`` and, below it, the model's plan (the Plan
     part of the loop, where a reasoning model puts it); ``[step 1] search_books     0.31 ms  {"query":...} -> [...]``,
@@ -114,6 +116,16 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
         else:
             style = "red" if event["is_error"] else ""
             args, arrow, result = detail.partition(" -> ")
+            if event.get("guard") not in (None, Guard.TRUNCATED) and arrow and len(prefix + detail) > width:
+                # A guard's words are the lesson: its result is wrapped under the call, never cut (a truncated
+                # result is the tool's own data, shortened like any other).
+                lines.append(Text(prefix + _shorten(args, width - len(prefix)), style=style))
+                indent = " " * (step_width + 1)
+                wrapped = textwrap.wrap(
+                    result, width, initial_indent=f"{indent}-> ", subsequent_indent=f"{indent}   "
+                ) or [f"{indent}->"]
+                lines.extend(Text(line, style=style) for line in wrapped)
+                continue
             if len(prefix + detail) <= width or not arrow:
                 lines.append(Text(prefix + _shorten(detail, width - len(prefix)), style=style))
                 continue

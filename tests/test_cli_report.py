@@ -587,6 +587,23 @@ def test_every_scenario_still_has_one_chart(small_report: dict[str, Any]) -> Non
         assert len(_svg(section[: section.index("</section>")], "chart")) == 1, scenario.name
 
 
+@pytest.mark.parametrize("width", [80, 100])
+def test_a_guards_words_are_wrapped_in_the_trace_never_cut(width: int) -> None:
+    """A learner must read the whole refusal: it was cut with '…' at the screen's edge. A truncated result (the
+    tool's own data) is still shortened to its line."""
+    from comparison.render import trace_lines
+    from shared_tools.results import Guard
+
+    words = "You already called check_stock with these arguments 2 times. Use the earlier result or try something else."
+    refused = {**_event(3, "check_stock", 0.001, '{"book_id":2} -> ' + words), "guard": Guard.REPEAT}
+    cut = {**_event(1, "search_books", 0.001, '{"query":"x"} -> [' + '{"id":2},' * 300), "guard": Guard.TRUNCATED}
+    lines = [t.plain for t in trace_lines([refused, cut], width)]
+    assert all(len(line) <= width for line in lines)
+    shown = " ".join(line.strip() for line in lines[: lines.index(next(x for x in lines if "search_books" in x))])
+    assert words in shown and "…" not in shown
+    assert lines[-1].endswith("…") and len(lines) == lines.index(next(x for x in lines if "search_books" in x)) + 2
+
+
 def test_a_tool_result_too_long_for_its_line_starts_a_line_of_its_own() -> None:
     from comparison.render import trace_lines
 
