@@ -7,6 +7,7 @@ markup, so it cannot drive the terminal. `Progress` is the spinner of a real-mod
 
 from __future__ import annotations
 
+import os
 import textwrap
 import time
 from collections.abc import Iterator, Sequence
@@ -64,6 +65,24 @@ def make_console(file: TextIO) -> Console:
     if not console.is_terminal:
         console = _Console(file=file, highlight=False, width=WIDTH, no_color=True, color_system=None)
     return console
+
+
+def pages(console: Console, wanted: bool) -> bool:
+    """Whether `paged` pages: asked for, and the output is a terminal (redirected, it is printed plain)."""
+    return wanted and console.is_terminal
+
+
+@contextmanager
+def paged(console: Console, wanted: bool) -> Iterator[None]:
+    """Everything printed in the block goes through a pager at its end when `pages` ($MANPAGER or $PAGER, else
+    less, as pydoc picks it); otherwise it is printed as it comes. less gets -FRX unless $LESS says otherwise, as
+    git does: the colours kept, no pager for what fits a screen, the text left on the screen when it quits."""
+    if not pages(console, wanted):
+        yield
+        return
+    os.environ.setdefault("LESS", "-FRX")
+    with console.pager(styles=True):
+        yield
 
 
 TIME_WIDTH = 8
