@@ -56,7 +56,7 @@ def _global_parser() -> UsageParser:
     """The options every command takes, wherever they stand: `compare.py -v eval` as `compare.py eval -v`."""
     parser = UsageParser(add_help=False, allow_abbrev=False)
     parser.add_argument("-v", "--verbose", action="count", default=0)
-    parser.add_argument("--otel", choices=EXPORT_KINDS)
+    parser.add_argument("--otel")  # its value is checked by the command's parser, which names the command
     parser.add_argument("--version", action="store_true")
     return parser
 
@@ -70,7 +70,7 @@ def split_command(argv: Sequence[str], prog: str) -> tuple[str | None, list[str]
     found, rest = parser.parse_known_args(list(argv))
     command = rest[0] if rest[:1] and rest[0] in COMMANDS else None
     own = rest[1:] if command else rest
-    passed = ["-v"] * found.verbose + (["--otel", found.otel] if found.otel else [])
+    passed = ["-v"] * found.verbose + ([f"--otel={found.otel}"] if found.otel is not None else [])
     return command, [*own, *passed], found.version
 
 

@@ -258,3 +258,13 @@ def test_the_scenarios_page_names_every_contender_and_persona() -> None:
     page = ROOT / "docs" / "scenarios.md"
     assert first_column(page, "| contender | what it is |") == list(CONTENDERS)
     assert sorted(first_column(page, "| persona | what it does |")) == sorted(PERSONAS)
+
+
+def test_the_readmes_what_to_try_next_is_the_list_the_program_prints() -> None:
+    """The README's list had drifted from the overview's closing list; both are now `overview.next_steps`."""
+    from comparison.overview import next_steps
+
+    text = README.read_text(encoding="utf-8")
+    block = text.split("## What to try next\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    shown = [tuple(part.strip() for part in line.split("  # ", 1)) for line in block.splitlines()]
+    assert shown == next_steps("compare.py", "bookstore")
