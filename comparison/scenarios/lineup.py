@@ -17,7 +17,9 @@ from comparison.contenders import (
 )
 from comparison.scenarios.model import Scenario, Variant
 
-NO_STORAGE_OPTION = "a JSON file holds the list once, rewritten each turn: there are no checkpoints to store it in"
+NO_STORAGE_OPTION = (
+    "its JSON Lines file gets one line of new messages per save: there are no checkpoints to store it in"
+)
 
 NO_REWIND = (
     "rewind is a method of our two sessions (handwritten.Session cuts its list; GraphSession forks from an "
