@@ -222,6 +222,8 @@ function render(state) {
   $("max_tokens").value = s.max_tokens ?? "";
   $("max_duration").value = s.max_duration ?? "";
   $("approval_gate").checked = s.approval_gate;
+  $("pending").hidden = true;  // what is shown is what is applied
+  $("apply").classList.remove("on");
   setInjected(state.injected);
   if (state.reports.length) showReport(state.reports.includes("scenario") ? "scenario" : state.reports[0]);
 }
@@ -408,6 +410,13 @@ async function boot() {
     button.addEventListener("click", () => send(button.dataset.goal === "seed" ? meta.seed_goal : button.dataset.goal));
   }
   $("apply").addEventListener("click", apply);
+  // A choice waits for Apply (the panes are closed and rebuilt then): the page says so as soon as one is made.
+  document.querySelector(".controls").addEventListener("change", (e) => {
+    if (e.target.closest("fieldset") && !e.target.closest("fieldset").querySelector("#stale")) {
+      $("pending").hidden = false;
+      $("apply").classList.add("on");
+    }
+  });
   $("stale").addEventListener("click", () => call("/api/stale", {}).catch(() => {}));
   $("inject").addEventListener("click", () => call("/api/injection", {on: !$("inject").dataset.on}).catch(() => {}));
   $("stop").addEventListener("click", () => call("/api/cancel", {}).catch(() => {}));
