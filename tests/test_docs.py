@@ -20,7 +20,7 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 PACKAGES = ("shared_tools", "handwritten", "langgraph_version", "maf_version", "comparison", "webdemo", "tests")
 PACKAGE_READMES = [ROOT / package / "README.md" for package in PACKAGES]
 PAGES = [README, *DOCS, *PACKAGE_READMES, ROOT / "benchmarks" / "README.md"]
-AGENTS = ("handwritten", "langgraph_version", "maf_version")
+AGENTS = ("handwritten", "langgraph_version", "maf_version", "frameworks")
 
 TOPICS = ("scenarios", "real-models", "sessions", "live-page", "tracing", "eval", "guarantees", "benchmarks", "serving")
 """The docs/ page of each topic the README sends a reader to."""
@@ -294,8 +294,8 @@ def test_the_hand_written_sessions_storage_sentence_is_what_its_file_does(tmp_pa
     save, and the sentence the program prints says so."""
     from langchain_core.messages import AIMessage, HumanMessage
 
-    from comparison.scenarios.lineup import NO_STORAGE_OPTION
     from handwritten import storage
+    from handwritten.contender import NO_STORAGE_OPTION
 
     path = tmp_path / "session.json"
     messages = [HumanMessage("hi"), AIMessage("hello"), HumanMessage("and?"), AIMessage("done")]
