@@ -483,3 +483,54 @@ def test_ticking_a_pane_says_at_once_that_it_waits_for_apply(browser: object, tm
         driver.find_element(By.ID, "apply").click()
         wait.until(lambda d: "maf" in [e.get_attribute("data-pane") for e in d.find_elements(By.CSS_SELECTOR, ".pane")])
         wait.until(lambda d: not d.find_element(By.ID, "pending").is_displayed())
+
+
+def test_after_an_approval_both_panes_show_the_whole_turn_and_the_wait_is_not_the_agents_time(
+    browser: object, tmp_path: Path
+) -> None:
+    """After an approval the graph pane showed only the resumed steps, and the hand-written pane's waterfall was
+    squashed by the person's wait. Both now keep the whole turn, and the wait is a marked gap off the axis."""
+    import time
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import Select
+
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = patient(driver)
+    names = ("handwritten", "langgraph")
+
+    def inside(name: str, part: str) -> list[Any]:
+        return list(driver.find_elements(By.CSS_SELECTOR, f'.pane[data-pane="{name}"] {part}'))
+
+    with running_server(create_app(tmp_path / "web", approval_timeout=WAIT_S)) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        Select(driver.find_element(By.ID, "persona")).select_by_value("gullible")
+        driver.find_element(By.ID, "apply").click()
+        wait.until(lambda d: not d.find_element(By.ID, "pending").is_displayed())
+        driver.find_element(By.ID, "inject").click()
+        wait.until(lambda d: d.find_element(By.ID, "inject").get_attribute("data-on") == "1")
+        type_and_send(driver, SEED_GOAL)
+        wait.until(lambda _: all(inside(n, ".approval") for n in names))
+        before = {n: len(inside(n, ".trace li")) for n in names}
+        time.sleep(1.5)  # the person thinks: far longer than the scripted turn itself
+        while not all(inside(n, ".stop")[0].text == "done" for n in names):
+            for name in names:
+                boxes = inside(name, ".approval")
+                if boxes:
+                    asked = boxes[0].get_attribute("data-request")
+                    boxes[0].find_element(By.CSS_SELECTOR, ".yes").click()
+                    wait.until(
+                        lambda _, n=name, r=asked: not inside(n, f'.approval[data-request="{r}"]')  # type: ignore[misc]
+                    )
+            time.sleep(0.05)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "after-approval.png"))
+        for name in names:
+            steps = [li.text for li in inside(name, ".trace li")]
+            assert len(steps) > before[name] and steps[0].startswith("[step 1]"), (name, steps)
+            gaps = inside(name, ".waterfall g.wait")
+            assert gaps and int(gaps[0].get_attribute("data-wait-ms")) >= 1400, name
+            ticks = [t.text for t in inside(name, ".waterfall svg > text")]
+            assert ticks[-1].endswith(" ms"), f"{name}: the axis is the agent's milliseconds, not the wait: {ticks}"
