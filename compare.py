@@ -27,10 +27,6 @@ EXIT_INTERRUPTED = 130
 
 MAX_TURNS = 10_000
 """The most turns --turns accepts: a typo of a few digits more must not start a run of hours."""
-CHAT_KEEP_TURNS = 20
-"""chat's default history window: the model is sent the last 20 turns, so a long chat never meets the token
-budget's cliff (`--keep-turns 0` or `none` sends the whole history)."""
-
 # At exit, move every object into the collector's permanent generation: the final collections of interpreter
 # shutdown would otherwise walk the whole heap the libraries built (LangChain, LangGraph, pydantic, rich), about
 # half a second after the last line was printed. Registered first, so it runs after every other exit handler;
@@ -58,16 +54,21 @@ try:
 
     from comparison.chat import ThreadBusy, chat_customer
     from comparison.command import chat, check_chat, check_model, finish, run_and_render
-    from comparison.command_line import UsageError, UsageParser, configure_logging
-    from comparison.contenders import CONTENDERS
-    from comparison.conversations import (
-        ConversationNotSaved,
-        HistoryPolicy,
+    from comparison.command_line import (
+        UsageError,
+        UsageParser,
+        build_chat_parser,
+        configure_logging,
+        parse_contenders,
+        split_command,
+        version_line,
     )
+    from comparison.contenders import CONTENDERS
+    from comparison.conversations import ConversationNotSaved, HistoryPolicy
     from comparison.document import mermaid_diagram
     from comparison.files import UnusableFile, check_outputs
     from comparison.records import RunRecord
-    from comparison.render import Progress, make_console, render_list
+    from comparison.render import Progress, make_console, paged, pages, render_list
     from comparison.run_setup import RunOptions, model_spec_for
     from comparison.runner import parallel_workers
     from comparison.sanitize import clean_line
@@ -79,7 +80,7 @@ try:
         nothing_to_run,
     )
     from comparison.scenarios.s13_long_session import LONG_SESSION_TURNS
-    from shared_tools.bookstore.store import BookStore, StoreError, is_postgres_url
+    from shared_tools.bookstore.store import BookStore, StoreError
     from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url
     from shared_tools.models.factory import BASE_URL_ENV, BASE_URL_HELP
     from shared_tools.models.personas import ScriptExhausted
@@ -127,7 +128,7 @@ def _epilog(prog: str) -> str:
         "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
         f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n"
-        "spans: --otel console|otlp on any of these\n"
+        "on any command, before or after it: -v (-vv), --otel console|otlp (spans); --version\n"
         "every command takes --model local (the strongest bundled model installed: local:qwen2.5-1.5b with the "
         "'local-qwen' extra, else local:smollm2-135m; 'local' extra) and --model openai:<model> "
         "--base-url URL (any OpenAI-compatible server)\n\n"
@@ -200,23 +201,13 @@ def build_parser(prog: str = "compare.py") -> argparse.ArgumentParser:
     return parser
 
 
-def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
-    """The `--contenders` options as contender names (`comparison.contenders.parse_contenders`); `UsageError`."""
-    from comparison.contenders import parse_contenders as parse
-
-    try:
-        return parse(values)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
 def _select(args: argparse.Namespace) -> tuple[list[Scenario], tuple[str, ...]]:
     unknown = [name for name in args.scenarios if name not in SCENARIOS_BY_NAME]
     if unknown:
         if unknown[0] in ("chat", "eval", "serve"):
             raise UsageError(f"'{unknown[0]}' must come first: {args.prog} {unknown[0]} [options]")
         raise UsageError(f"unknown scenario {unknown[0]!r}; choose from: {', '.join(SCENARIOS_BY_NAME)}")
-    contenders = parse_contenders(args.contenders)
+    contenders = parse_contenders(args.contenders)  # a `UsageError` for a bad choice
     if args.max_steps is not None and args.max_steps < 1:
         raise UsageError(f"--max-steps must be at least 1, got {args.max_steps}")
     if args.turns is not None and not 2 <= args.turns <= MAX_TURNS:
@@ -235,22 +226,27 @@ def main(argv: Sequence[str] | None = None, *, prog: str | None = None) -> int:
     """`python compare.py ...` (and the installed `agent-loop-compare`); returns the exit code (0 ok, 2 usage,
     3 model unavailable, 4 unusable file, 130 interrupted). `prog` is the name used in help and errors
     (default: `program_name()`)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
     prog = program_name() if prog is None else prog
-    command = argv[0] if argv[:1] in (["chat"], ["eval"], ["serve"]) else None
+    try:
+        command, argv, version = split_command(sys.argv[1:] if argv is None else argv, prog)
+    except UsageError as exc:
+        return fail(prog, exc)
+    if version:
+        print(version_line(prog))
+        return EXIT_OK
     # --base-url is set as OPENAI_BASE_URL for the command (worker processes inherit it), and only for it.
     saved_base_url = os.environ.get(BASE_URL_ENV)
     try:
         if command == "chat":
-            code = chat_main(argv[1:], prog=f"{prog} chat")
+            code = chat_main(argv, prog=f"{prog} chat")
         elif command == "serve":
             from webdemo.cli import serve_main  # the web stack is imported only when the page is served
 
-            code = serve_main(argv[1:], prog=f"{prog} serve")
+            code = serve_main(argv, prog=f"{prog} serve")
         elif command == "eval":
             from comparison.eval.trials import eval_main
 
-            code = eval_main(argv[1:], prog=f"{prog} eval")
+            code = eval_main(argv, prog=f"{prog} eval")
         else:
             code = compare_main(argv, prog=prog)
         sys.stdout.flush()  # now, so that a reader who closed the pipe is met here, not at interpreter exit
@@ -288,9 +284,11 @@ def _run(
     contenders: tuple[str, ...],
     *,
     overview: bool,
+    spinner: Console,
 ) -> tuple[list[RunRecord], list[Scenario], bool] | int:
     """Every selected scenario on every selected contender, rendered as they come in unless `overview`: the
-    records, the scenarios done and whether the user interrupted; or the exit code of what ended the runs."""
+    records, the scenarios done and whether the user interrupted; or the exit code of what ended the runs. A real
+    model's progress spins on `spinner` (stderr's console while stdout's output waits for the pager)."""
     prog = args.prog
     with tempfile.TemporaryDirectory(prefix="agent-loop-compare-") as scratch:
         options = RunOptions(
@@ -298,7 +296,7 @@ def _run(
             contenders=contenders,
             session_db=args.session_db or Path(scratch) / "sessions.db",
             store_db=args.store_db,
-            progress=None if is_scripted(args.model) else Progress(console),
+            progress=None if is_scripted(args.model) else Progress(spinner),
         )
         # Scripted runs on in-memory stores share nothing, so they run side by side; a real model's server, a
         # store file other processes may use, and -v's log lines are better one run at a time.
@@ -377,10 +375,12 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
 
     # No scenario named, no --full, no --no-trace: the overview (comparison.overview) instead of every trace.
     overview = not (args.scenarios or args.full or args.no_trace)
-    ran = _run(console, args, scenarios, contenders, overview=overview)
-    if isinstance(ran, int):
-        return ran
-    failed = _finished(console, args, contenders, ran, scenarios if overview else None)
+    spinner = make_console(sys.stderr) if pages(console, args.full) else console
+    with paged(console, args.full):  # --full on a terminal: thousands of lines, through a pager
+        ran = _run(console, args, scenarios, contenders, overview=overview, spinner=spinner)
+        if isinstance(ran, int):
+            return ran
+        failed = _finished(console, args, contenders, ran, scenarios if overview else None)
     if failed is not None:
         return failed
     records, _, interrupted = ran
@@ -394,73 +394,6 @@ def compare_main(argv: Sequence[str], *, prog: str = "compare.py") -> int:
 
 
 # --- chat: a multi-turn conversation -----------------------------------------------------------------------
-
-
-def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
-    parser = UsageParser(
-        prog=prog,
-        description="Talk to the bookstore assistant; the conversation and the cart are kept for the next time.",
-        epilog="exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
-    )
-    parser.add_argument("--contender", choices=("handwritten", "langgraph"), default="handwritten")
-    parser.add_argument(
-        "--thread",
-        default="default",
-        help="conversation name (resume it later with the same name); letters, digits, '.', '_', '-'",
-    )
-    parser.add_argument(
-        "--session-db",
-        type=path_or_url,
-        default=Path("agent-sessions.db"),
-        metavar="PATH|URL",
-        help="SQLite file of the graph's threads (the hand-written session and the store are kept beside it), "
-        "or a postgresql:// URL that keeps all three",
-    )
-    parser.add_argument(
-        "--store-db",
-        type=path_or_url,
-        metavar="PATH|URL",
-        help="the bookstore: a SQLite file or a postgresql:// URL (default: <session-db stem>.store.db beside it, "
-        "or the --session-db database)",
-    )
-    parser.add_argument(
-        "--model",
-        default="scripted",
-        help="'scripted', 'local', 'openai:<model>' (with --base-url) or 'ollama:<model>'",
-    )
-    parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
-    parser.add_argument(
-        "--keep-turns",
-        type=keep_turns_value,
-        default=CHAT_KEEP_TURNS,
-        metavar="N",
-        help=f"send the model only the last N turns (default {CHAT_KEEP_TURNS}); 0 or 'none': the whole history",
-    )
-    parser.add_argument(
-        "--summarize", action="store_true", help="fold the turns that fall out of --keep-turns into one summary"
-    )
-    parser.add_argument("-v", "--verbose", action="count", default=0)
-    parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
-    parser.set_defaults(prog=prog)
-    return parser
-
-
-def path_or_url(text: str) -> Path | str:
-    """A SQLite file's path, or a Postgres URL kept as text (a `Path` would fold its '//')."""
-    return text if is_postgres_url(text) else Path(text)
-
-
-def keep_turns_value(text: str) -> int | None:
-    """`--keep-turns`: a number of turns, or 0 / ``none`` for the whole history (None)."""
-    if text.strip().lower() in ("0", "none"):
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of turns: {text!r} (0 or 'none' for all)") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
 
 
 def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:

@@ -320,7 +320,7 @@ def next_steps(prog: str, example: str) -> list[tuple[str, str]]:
         (command_text(prog, "--report report.html"), "every run's full record as one HTML page"),
         (
             command_text(prog, "--model local"),
-            "the same runs on the bundled real model (the 'local' and 'local-qwen' extras)",
+            "the same runs on the bundled real model (extras 'local', 'local-qwen')",
         ),
         (command_text(prog, f"eval {example} --runs 3"), "repeated runs, graded: who reached the goal, and why not"),
     ]

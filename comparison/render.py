@@ -8,6 +8,7 @@ is never handed to rich as markup, so it cannot drive the terminal. `Progress` i
 from __future__ import annotations
 
 import os
+import textwrap
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -35,7 +36,7 @@ from comparison.records import RunRecord, cart_text, duration_text, pick, short_
 from comparison.sanitize import clean_line, clean_text
 from comparison.scenarios import SCENARIOS, Scenario
 from shared_tools.models.personas import PERSONAS
-from shared_tools.results import StopReason, TraceEvent
+from shared_tools.results import Guard, StopReason, TraceEvent
 
 WIDTH = 120
 """Terminal width when the output is not a terminal (a pipe, a file, a test) and `COLUMNS` does not say one: a wide
@@ -76,6 +77,24 @@ def make_console(file: TextIO) -> Console:
     return console
 
 
+def pages(console: Console, wanted: bool) -> bool:
+    """Whether `paged` pages: asked for, and the output is a terminal (redirected, it is printed plain)."""
+    return wanted and console.is_terminal
+
+
+@contextmanager
+def paged(console: Console, wanted: bool) -> Iterator[None]:
+    """Everything printed in the block goes through a pager at its end when `pages` ($MANPAGER or $PAGER, else
+    less, as pydoc picks it); otherwise it is printed as it comes. less gets -FRX unless $LESS says otherwise, as
+    git does: the colours kept, no pager for what fits a screen, the text left on the screen when it quits."""
+    if not pages(console, wanted):
+        yield
+        return
+    os.environ.setdefault("LESS", "-FRX")
+    with console.pager(styles=True):
+        yield
+
+
 TIME_WIDTH = 8
 """Characters of the time column in a trace line: the widest `duration_text` below 1,000,000 s (``<0.01 ms``)."""
 NAME_WIDTH, NAME_MAX = 16, 24
@@ -100,7 +119,8 @@ def _shorten(text: str, limit: int) -> str:
 
 
 def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
-    """A trace (`RunRecord.trace`) in the article's format, one line per model or tool call, long results shortened.
+    """A trace (`RunRecord.trace`) in the article's format, one line per model or tool call, long results shortened
+    (except a guard's: the words a guard gave the model instead are wrapped over as many lines as they take).
 
     ``[step 1] model               2 ms  1 tool call(s), 779 tokens`` and, below it, the model's plan (the Plan
     part of the loop, where a reasoning model puts it); ``[step 1] search_books     0.31 ms  {"query":...} -> [...]``,
@@ -125,6 +145,16 @@ def trace_lines(trace: Sequence[dict[str, Any]], width: int) -> list[Text]:
         else:
             style = "red" if event["is_error"] else ""
             args, arrow, result = detail.partition(" -> ")
+            if event.get("guard") not in (None, Guard.TRUNCATED) and arrow and len(prefix + detail) > width:
+                # A guard's words are the lesson: its result is wrapped under the call, never cut (a truncated
+                # result is the tool's own data, shortened like any other).
+                lines.append(Text(prefix + _shorten(args, width - len(prefix)), style=style))
+                indent = " " * (step_width + 1)
+                wrapped = textwrap.wrap(
+                    result, width, initial_indent=f"{indent}-> ", subsequent_indent=f"{indent}   "
+                ) or [f"{indent}->"]
+                lines.extend(Text(line, style=style) for line in wrapped)
+                continue
             if len(prefix + detail) <= width or not arrow:
                 lines.append(Text(prefix + _shorten(detail, width - len(prefix)), style=style))
                 continue

@@ -754,6 +754,9 @@ def render_report(document: dict[str, Any]) -> str:
         f"<li><b>{esc(c['name'])}</b>: {esc(c['description'])}</li>" for c in document["contenders"]
     )
     names = ", ".join(c["name"] for c in document["contenders"])
+    # Counted as the terminal counts them: a combination a contender has no API for is not a run.
+    stand_ins = sum(1 for r in runs if "not_available" in r.get("facts", {}))
+    counted = f"{len(runs) - stand_ins} runs" + (f" ({stand_ins} not run: no such API)" if stand_ins else "")
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -764,7 +767,7 @@ def render_report(document: dict[str, Any]) -> str:
 </head>
 <body>
 <h1>One bookstore agent, {len(document["contenders"])} ways: {esc(names)}</h1>
-<p><small>Model: {esc(document["model"])} · {len(runs)} runs · a self-contained page: inline CSS and SVG, no
+<p><small>Model: {esc(document["model"])} · {counted} · a self-contained page: inline CSS and SVG, no
 JavaScript, nothing loaded from the network.</small></p>
 {interrupted}
 <p>The same bookstore goals, instructions, limits, faults and model for every contender:</p>

@@ -12,7 +12,9 @@ NO_CHECKPOINTS = (
     "a list of messages keeps no checkpoints, so there is nothing to replay: cutting the list (rewind) is all "
     "the hand-written session has"
 )
-NO_STORAGE_OPTION = "a JSON file holds the list once, rewritten each turn: there are no checkpoints to store it in"
+NO_STORAGE_OPTION = (
+    "its JSON Lines file gets one line of new messages per save: there are no checkpoints to store it in"
+)
 
 
 def build(model: Any, tools: list[Any], options: AgentOptions, approve: Approve | None) -> Contender:

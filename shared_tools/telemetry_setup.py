@@ -36,8 +36,9 @@ class TracingUnavailable(RuntimeError):
 def setup_tracing(kind: ExportKind | None) -> TracerProvider | None:
     """Make an SDK provider exporting to `kind` the global one, and return it; None sets up nothing.
 
-    ``console`` writes each span as JSON to stderr (stdout stays the program's output); ``otlp`` sends them over
-    OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318). Both batch the spans.
+    ``console`` writes each span as one line of JSON to stderr (JSON Lines; stdout stays the program's output);
+    ``otlp`` sends them over OTLP/HTTP to OTEL_EXPORTER_OTLP_ENDPOINT (default http://localhost:4318). Both batch
+    the spans.
     """
     if kind is None:
         return None
@@ -51,7 +52,9 @@ def setup_tracing(kind: ExportKind | None) -> TracerProvider | None:
 
     exporter: SpanExporter
     if kind == "console":
-        exporter = ConsoleSpanExporter(out=sys.stderr)
+        # JSON Lines: one span a line, each written by one system call, so the lines of parallel workers sharing
+        # stderr do not cut into each other (the SDK's default is an indented JSON over many lines).
+        exporter = ConsoleSpanExporter(out=_WholeLines(), formatter=lambda span: span.to_json(indent=None) + "\n")
     else:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -72,6 +75,28 @@ def setup_tracing(kind: ExportKind | None) -> TracerProvider | None:
     _flush_when_a_worker_ends(provider)
     multiprocessing_util.register_after_fork(provider, _flush_when_a_worker_ends)
     return provider
+
+
+class _WholeLines:
+    """The stream `--otel console` writes to: stderr's file descriptor, each text written by one ``os.write``
+    (stderr's buffer is flushed first, so the lines stay in order with what the program said before); a
+    stderr with no file (a test's capture) is written to as it is."""
+
+    def write(self, text: str) -> int:
+        import os
+
+        sys.stderr.flush()
+        try:
+            fd = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):  # replaced by a stream with no file (a test's capture)
+            return sys.stderr.write(text)
+        data = text.encode("utf-8", "backslashreplace")
+        while data:
+            data = data[os.write(fd, data) :]
+        return len(text)
+
+    def flush(self) -> None:
+        return None
 
 
 def _span_limits() -> SpanLimits:

@@ -590,6 +590,23 @@ def test_every_scenario_still_has_one_chart(small_report: dict[str, Any]) -> Non
         assert len(_svg(section[: section.index("</section>")], "chart")) == 1, scenario.name
 
 
+@pytest.mark.parametrize("width", [80, 100])
+def test_a_guards_words_are_wrapped_in_the_trace_never_cut(width: int) -> None:
+    """A learner must read the whole refusal: it was cut with '…' at the screen's edge. A truncated result (the
+    tool's own data) is still shortened to its line."""
+    from comparison.render import trace_lines
+    from shared_tools.results import Guard
+
+    words = "You already called check_stock with these arguments 2 times. Use the earlier result or try something else."
+    refused = {**_event(3, "check_stock", 0.001, '{"book_id":2} -> ' + words), "guard": Guard.REPEAT}
+    cut = {**_event(1, "search_books", 0.001, '{"query":"x"} -> [' + '{"id":2},' * 300), "guard": Guard.TRUNCATED}
+    lines = [t.plain for t in trace_lines([refused, cut], width)]
+    assert all(len(line) <= width for line in lines)
+    shown = " ".join(line.strip() for line in lines[: lines.index(next(x for x in lines if "search_books" in x))])
+    assert words in shown and "…" not in shown
+    assert lines[-1].endswith("…") and len(lines) == lines.index(next(x for x in lines if "search_books" in x)) + 2
+
+
 def test_a_tool_result_too_long_for_its_line_starts_a_line_of_its_own() -> None:
     from comparison.render import trace_lines
 
@@ -600,3 +617,85 @@ def test_a_tool_result_too_long_for_its_line_starts_a_line_of_its_own() -> None:
     assert lines[1] == f"{'':9}-> {result}"  # the stock of 0 is on screen, not cut off after the arguments
     short = [t.plain for t in trace_lines([_event(1, "check_stock", 0.001, '{"book_id":2} -> {"inStock":0}')], 100)]
     assert len(short) == 1 and short[0].endswith('{"book_id":2} -> {"inStock":0}')
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-v", "eval", "orders"],
+        ["eval", "-v", "orders"],
+        ["eval", "orders", "-v"],
+        ["--otel", "console", "eval", "orders"],
+        ["-v", "orders", "--no-trace"],
+    ],
+    ids=" ".join,
+)
+def test_the_global_options_go_before_or_after_the_command(argv: list[str]) -> None:
+    """`compare.py -v eval bookstore` was refused ("'eval' must come first"): the commands were matched by hand."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "compare.py"), *argv, "--contenders", "handwritten"]
+        + (["--runs", "1"] if "eval" in argv else []),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == compare.EXIT_OK, done.stderr
+    assert ("pass^k" in done.stdout) == ("eval" in argv), done.stdout[-2000:]
+    if "-v" in argv:
+        assert "INFO " in done.stderr, "-v reached the command wherever it stood"
+    if "--otel" in argv:
+        assert all(json.loads(line)["name"] for line in done.stderr.splitlines())
+
+
+def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    for argv in (["--version"], ["eval", "--version"], ["-v", "--version"]):
+        assert compare.main(argv, prog="compare.py") == compare.EXIT_OK
+        assert capsys.readouterr().out == f"compare.py {version('agent-loop-compare')}\n"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal")
+def test_full_goes_through_the_pager_on_a_terminal_and_is_plain_when_redirected(tmp_path: Path) -> None:
+    """`--full` printed 3,000 lines with no pager. $PAGER here writes what it is given to a file."""
+    import pty
+
+    paged = tmp_path / "paged.txt"
+    env = {**os.environ, "PAGER": f"cat > {paged}", "TERM": "xterm", "COLUMNS": "100"}
+    argv = [sys.executable, str(ROOT / "compare.py"), "--full", "--contenders", "handwritten"]
+    main, secondary = pty.openpty()
+    with subprocess.Popen(argv, stdin=secondary, stdout=secondary, stderr=secondary, env=env, cwd=ROOT) as shown:
+        os.close(secondary)
+        screen = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the other end closed: the program ended
+                break
+            if not chunk:
+                break
+            screen += chunk
+        os.close(main)
+    assert shown.returncode == compare.EXIT_OK, screen[-2000:]
+    text = paged.read_text(encoding="utf-8")
+    assert "Who owns what" in text and text.count("\n") > 500
+    assert b"Who owns what" not in screen, "on the terminal it went through the pager, not around it"
+    paged.unlink()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=120, check=False)
+    assert done.returncode == compare.EXIT_OK and "Who owns what" in done.stdout and not paged.exists()
+
+
+def test_the_terminal_and_the_report_of_one_run_count_the_same_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The terminal said 229 runs and the report of the same run 255: the report counted the stand-ins of the
+    combinations a contender has no API for, which the terminal shows as "not run"."""
+    report = tmp_path / "report.html"
+    assert compare.main(["--report", str(report)]) == compare.EXIT_OK
+    said = re.search(r"contenders?: (\d+) runs? on ", capsys.readouterr().out)
+    page = re.search(r"Model: \w+ · (\d+) runs (\((\d+) not run: no such API\) )?·", report.read_text(encoding="utf-8"))
+    assert said and page, "both say how many runs"
+    assert said.group(1) == page.group(1)
+    assert page.group(3) is not None and int(page.group(3)) > 0, "the stand-ins are counted apart, not dropped"

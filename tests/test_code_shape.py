@@ -155,3 +155,12 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
         (tmp_path / elsewhere / "t.py").write_text(function("long_test", 80) + "def branchy(x):\n" + branches(" " * 4))
     assert long_functions(tmp_path) == {"pkg/shapes.py:long": 61}
     assert list(complex_functions(tmp_path)) == ["pkg/shapes.py:branchy"]
+
+
+FRONT_DOOR_MAX_LINES = 450
+"""compare.py is the front door: parsing, the checks before work, exit codes, dispatch. The work is in comparison/."""
+
+
+def test_the_front_door_stays_a_front_door() -> None:
+    lines = len((Path(__file__).resolve().parent.parent / "compare.py").read_text(encoding="utf-8").splitlines())
+    assert lines <= FRONT_DOOR_MAX_LINES, f"compare.py is {lines} lines; move work into comparison/ where it belongs"

@@ -3,6 +3,7 @@ somewhere, one vocabulary, and every count of scenarios or contenders true of th
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -258,3 +259,49 @@ def test_the_scenarios_page_names_every_contender_and_persona() -> None:
     page = ROOT / "docs" / "scenarios.md"
     assert first_column(page, "| contender | what it is |") == list(CONTENDERS)
     assert sorted(first_column(page, "| persona | what it does |")) == sorted(PERSONAS)
+
+
+def test_the_readmes_what_to_try_next_is_the_list_the_program_prints() -> None:
+    """The README's list had drifted from the overview's closing list; both are now `overview.next_steps`."""
+    from comparison.overview import next_steps
+
+    text = README.read_text(encoding="utf-8")
+    block = text.split("## What to try next\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    shown = [tuple(part.strip() for part in line.split("  # ", 1)) for line in block.splitlines()]
+    assert shown == next_steps("compare.py", "bookstore")
+
+
+def test_the_scenarios_page_gives_the_long_session_figures_the_program_prints(tmp_path: Path) -> None:
+    """docs/scenarios.md said MAF's turn 5 cost 1,929 tokens against 3,629; the program printed 1,953 and 3,725."""
+
+    import compare
+
+    row = next(
+        line
+        for line in (ROOT / "docs" / "scenarios.md").read_text(encoding="utf-8").splitlines()
+        if "`long-session`" in line
+    )
+    said = re.search(r"turn 5 cost (\d[\d,]*\d) tokens against (\d[\d,]*\d)", row)
+    assert said, "the row gives MAF's turn 5 with and without the window"
+    out = tmp_path / "runs.json"
+    assert compare.main(["long-session", "--contenders", "maf", "--no-trace", "--json", str(out)]) == 0
+    tokens = {(r["variant"], r["turn"]): r["tokens"] for r in json.loads(out.read_text(encoding="utf-8"))["runs"]}
+    assert (f"{tokens['keep-turns', 5]:,}", f"{tokens['full', 5]:,}") == said.groups()
+
+
+def test_the_hand_written_sessions_storage_sentence_is_what_its_file_does(tmp_path: Path) -> None:
+    """The long-session output said the hand-written session's file is "rewritten each turn"; it appends a line a
+    save, and the sentence the program prints says so."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from handwritten import storage
+    from handwritten.contender import NO_STORAGE_OPTION
+
+    path = tmp_path / "session.json"
+    messages = [HumanMessage("hi"), AIMessage("hello"), HumanMessage("and?"), AIMessage("done")]
+    revision = storage.write(path, read_revision=0, customer="c1", instructions="i", messages=messages[:2], start=0)
+    before = path.read_bytes()
+    storage.write(path, read_revision=revision, customer="c1", instructions="i", messages=messages, start=2)
+    after = path.read_bytes()
+    assert after.startswith(before) and after.count(b"\n") == before.count(b"\n") + 1, "one line appended"
+    assert "one line of new messages per save" in NO_STORAGE_OPTION and "rewritten" not in NO_STORAGE_OPTION

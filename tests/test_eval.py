@@ -24,12 +24,13 @@ from comparison.eval.trials import (
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    EvalPlan,
     eval_main,
     pass_hat_curve,
     pass_hat_k,
 )
 from comparison.records import RunRecord
-from comparison.scenarios import SCENARIOS, SEED_GOAL
+from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 
 QUIET_ORCHARD = {"id": 7, "title": "The Quiet Orchard", "quantity": 1, "lineTotal": "16.50"}
@@ -502,3 +503,27 @@ def test_a_real_ctrl_c_during_eval_is_exit_130_with_the_finished_trials_written_
     assert document["interrupted"] is True and 1 <= document["runs"] < 400
     trials = document["runs"]
     assert all(row["n"] == trials * row["tasks"] for row in document["results"]), "whole trials only"
+
+
+def test_the_progress_is_a_rich_bar_on_a_terminal_and_silent_when_redirected() -> None:
+    """A hand-written carriage-return line before; redirected, stderr is left to what went wrong."""
+    import io
+
+    from rich.console import Console
+
+    plan = EvalPlan(scenarios=(SCENARIOS_BY_NAME["orders"],), runs=2)
+    total = 2 * len(plan.pairs())
+    screen = io.StringIO()
+    bar = evaluation.EvalProgress(screen, plan, console=Console(file=screen, force_terminal=True, width=100))
+    bar.ran(0, "orders", plan.pairs()[0][1])
+    bar.bar.refresh()
+    bar.close()
+    assert f"1/{total}" in screen.getvalue() and "eval: trial 1/2" in screen.getvalue()
+    redirected = io.StringIO()
+    quiet = evaluation.EvalProgress(redirected, plan)
+    for trial in range(2):
+        for scenario, contender in plan.pairs():
+            quiet.ran(trial, scenario.name, contender)
+        quiet.trial_done(trial)
+    quiet.close()
+    assert redirected.getvalue() == ""

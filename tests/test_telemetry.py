@@ -1003,6 +1003,19 @@ def test_compare_otel_otlp_honours_the_standard_variables_and_sends_every_run_s_
     assert {resource["service.name"] for resource, _ in received} == {"bookstore-class"}
 
 
+def test_compare_otel_console_writes_json_lines_one_span_a_line() -> None:
+    """docs/tracing.md: `--otel console 2>spans.jsonl` is one JSON per span (the SDK's default indents each over
+    many lines). Scripted runs go to parallel workers, whose spans share one stderr."""
+    done = _compare("bookstore", "orders", "--contenders", ",".join(SPAN_CONTENDERS), "--otel", "console", env={})
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    spans = [json.loads(line) for line in lines]
+    roots = [span for span in spans if span["name"].startswith("invoke_agent")]
+    assert sorted(span["name"] for span in roots) == sorted(f"invoke_agent {name}" for name in SPAN_CONTENDERS * 4)
+    assert len(spans) > len(roots)
+    assert len({span["context"]["span_id"] for span in spans}) == len(spans) == len(lines)
+
+
 CLOSING_TABLES = "comparison.command:guard_matrix"
 
 

@@ -411,3 +411,126 @@ def test_a_reply_with_half_an_emoji_keeps_the_tab_live_and_answering(
         assert driver.find_element(By.ID, "conn").text == "live"
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(ARTIFACTS / "half-an-emoji.png"))
+
+
+@pytest.fixture
+def phone(tmp_path: Path) -> Iterator[object]:
+    """Headless Chromium 375 CSS pixels wide (a phone), keeping the console's messages."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage"):
+        options.add_argument(flag)
+    options.add_argument("--disable-background-networking")
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-phone'}")
+    options.add_experimental_option(
+        "mobileEmulation", {"deviceMetrics": {"width": 375, "height": 812, "pixelRatio": 2}}
+    )
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_at_phone_width_the_page_does_not_scroll_sideways_and_the_console_is_clean(
+    phone: object, tmp_path: Path
+) -> None:
+    """At 375 px the panes' 24rem minimum made the page scroll sideways, and the console showed a favicon 404."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    driver: WebDriver = phone  # type: ignore[assignment]
+    wait = patient(driver)
+    with running_server(create_app(tmp_path / "web")) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        type_and_send(driver, SEED_GOAL)
+        wait.until(lambda d: d.find_element(By.CSS_SELECTOR, '.pane[data-pane="langgraph"] .stop').text == "done")
+        wide = driver.execute_script(
+            "return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > 375.5)"
+            ".map(e => e.tagName + '#' + e.id + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))"
+            ".slice(0, 8)"
+        )
+        width = driver.execute_script("return [window.innerWidth, document.documentElement.scrollWidth]")
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "phone.png"))
+        # On a phone, content wider than the screen widens the layout viewport itself: both stay at 375.
+        assert width == [375, 375], f"the page is {width} px wide on a 375 px phone: {wide}"
+        logs = driver.get_log("browser")
+    assert [entry for entry in logs if entry["level"] == "SEVERE"] == []
+
+
+def test_ticking_a_pane_says_at_once_that_it_waits_for_apply(browser: object, tmp_path: Path) -> None:
+    """Ticking a pane did nothing until Apply, with no hint: the next goal ran the old panes."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = patient(driver)
+    with running_server(create_app(tmp_path / "web")) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        pending = driver.find_element(By.ID, "pending")
+        assert not pending.is_displayed()
+        box = driver.find_element(By.CSS_SELECTOR, '#contenders input[value="maf"]')
+        box.click()
+        wait.until(lambda _: pending.is_displayed())
+        assert "press Apply" in pending.text
+        driver.find_element(By.ID, "apply").click()
+        wait.until(lambda d: "maf" in [e.get_attribute("data-pane") for e in d.find_elements(By.CSS_SELECTOR, ".pane")])
+        wait.until(lambda d: not d.find_element(By.ID, "pending").is_displayed())
+
+
+def test_after_an_approval_both_panes_show_the_whole_turn_and_the_wait_is_not_the_agents_time(
+    browser: object, tmp_path: Path
+) -> None:
+    """After an approval the graph pane showed only the resumed steps, and the hand-written pane's waterfall was
+    squashed by the person's wait. Both now keep the whole turn, and the wait is a marked gap off the axis."""
+    import time
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support.ui import Select
+
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = patient(driver)
+    names = ("handwritten", "langgraph")
+
+    def inside(name: str, part: str) -> list[Any]:
+        return list(driver.find_elements(By.CSS_SELECTOR, f'.pane[data-pane="{name}"] {part}'))
+
+    with running_server(create_app(tmp_path / "web", approval_timeout=WAIT_S)) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        Select(driver.find_element(By.ID, "persona")).select_by_value("gullible")
+        driver.find_element(By.ID, "apply").click()
+        wait.until(lambda d: not d.find_element(By.ID, "pending").is_displayed())
+        driver.find_element(By.ID, "inject").click()
+        wait.until(lambda d: d.find_element(By.ID, "inject").get_attribute("data-on") == "1")
+        type_and_send(driver, SEED_GOAL)
+        wait.until(lambda _: all(inside(n, ".approval") for n in names))
+        before = {n: len(inside(n, ".trace li")) for n in names}
+        time.sleep(1.5)  # the person thinks: far longer than the scripted turn itself
+        while not all(inside(n, ".stop")[0].text == "done" for n in names):
+            for name in names:
+                boxes = inside(name, ".approval")
+                if boxes:
+                    asked = boxes[0].get_attribute("data-request")
+                    boxes[0].find_element(By.CSS_SELECTOR, ".yes").click()
+                    wait.until(
+                        lambda _, n=name, r=asked: not inside(n, f'.approval[data-request="{r}"]')  # type: ignore[misc]
+                    )
+            time.sleep(0.05)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "after-approval.png"))
+        for name in names:
+            steps = [li.text for li in inside(name, ".trace li")]
+            assert len(steps) > before[name] and steps[0].startswith("[step 1]"), (name, steps)
+            gaps = inside(name, ".waterfall g.wait")
+            assert gaps and int(gaps[0].get_attribute("data-wait-ms")) >= 1400, name
+            ticks = [t.text for t in inside(name, ".waterfall svg > text")]
+            assert ticks[-1].endswith(" ms"), f"{name}: the axis is the agent's milliseconds, not the wait: {ticks}"

@@ -616,6 +616,62 @@ def test_ctrl_c_stops_the_server_cleanly_with_exit_code_130(tmp_path: Path) -> N
     assert err.strip() == "compare.py serve: interrupted", err
 
 
+def test_every_address_printed_when_listening_everywhere_opens_the_page(tmp_path: Path) -> None:
+    """`--host 0.0.0.0` printed http://0.0.0.0:PORT/, which the server's own Host check refused (400)."""
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    code = "import sys; from webdemo.cli import serve_main; sys.exit(serve_main(sys.argv[1:]))"
+    argv = [sys.executable, "-c", code, "--host", "0.0.0.0", "--port", "0", "--data", str(tmp_path / "web")]
+    server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline()
+        assert first.startswith("Serving the live page at http://127.0.0.1:"), first
+        printed = first + server.stdout.readline()  # this machine's other addresses
+        urls = re.findall(r"http://\S+/", printed)
+        assert len(urls) > 1 and "0.0.0.0" not in printed, printed
+        port = urls[0].rsplit(":", 1)[1].strip("/")
+        with httpx.Client(timeout=WAIT_S) as http:
+            for url in urls:
+                # Sent to loopback (tests reach no other address), with the Host a browser at `url` sends.
+                host = url.removeprefix("http://").removesuffix("/")
+                assert http.get(f"http://127.0.0.1:{port}/", headers={"host": host}).status_code == 200, url
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=WAIT_S)
+
+
+@pytest.mark.parametrize("left", [b"", b"\x8f\x01"])
+def test_a_secret_key_cut_short_by_a_killed_first_start_is_replaced(data: Path, left: bytes) -> None:
+    """An empty secret.key (a first start killed mid-write) made every later start die with a traceback."""
+    data.mkdir(parents=True)
+    (data / "secret.key").write_bytes(left)
+    with TestClient(create_app(data, allowed_hosts=["127.0.0.1"]), base_url=BASE) as client:
+        tab = new_tab(client)
+        assert state(client, tab)["panes"]
+    secret = (data / "secret.key").read_bytes()
+    assert len(secret) == 32 and (data / "secret.key").stat().st_mode & 0o777 == 0o600
+    with TestClient(create_app(data, allowed_hosts=["127.0.0.1"]), base_url=BASE) as client:
+        assert state(client, tab)["panes"], "the new key is kept: a restart still knows the tab"
+    assert not list(data.glob(".secret-*"))
+
+
+def test_a_tab_whose_settings_file_is_nested_too_deep_opens_on_the_defaults(data: Path) -> None:
+    """A settings.json nested 100,000 deep was a RecursionError: every request for that tab a 500, for good."""
+    with TestClient(create_app(data, allowed_hosts=["127.0.0.1"]), base_url=BASE) as client:
+        tab = new_tab(client)
+        settings(client, tab, max_steps=2)
+    (data / "tabs" / tab.split(".")[0] / "settings.json").write_text("[" * 100_000 + "]" * 100_000)
+    with TestClient(create_app(data, allowed_hosts=["127.0.0.1"]), base_url=BASE) as client:
+        assert state(client, tab)["settings"]["max_steps"] == 6
+        assert settings(client, tab, max_steps=3)["settings"]["max_steps"] == 3
+    with TestClient(create_app(data, allowed_hosts=["127.0.0.1"]), base_url=BASE) as client:
+        assert state(client, tab)["settings"]["max_steps"] == 3, "the tab is recovered: new settings are kept"
+
+
 # --- the maf pane ---------------------------------------------------------------------------------------------------
 
 

@@ -17,7 +17,7 @@ from langchain_core.messages import ToolCall
 
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
-from webdemo.events import MAX_NAME_CHARS, shown, shown_args
+from webdemo.events import MAX_NAME_CHARS, now_ms, shown, shown_args
 
 if TYPE_CHECKING:
     pass
@@ -66,6 +66,7 @@ class ApprovalBridge:
             self._open[question.id] = question
         if self.on_change is not None:
             self.on_change()
+        asked_ms = now_ms()
         self.publish({"type": "approval", "pane": self.pane, "request": question_json(question.id, call, reason)})
         answered = question.done.wait(self.timeout)
         with self._lock:
@@ -74,7 +75,11 @@ class ApprovalBridge:
             self.on_change()
         approved = answered and question.answer
         how = "yes" if approved else "no" if answered else f"no answer within {self.timeout:g} s: no"
-        self.publish({"type": "approval_done", "pane": self.pane, "id": question.id, "approved": approved, "how": how})
+        # The wait, typed: the page's waterfall marks it as the person's time, not the agent's.
+        wait = {"asked_ms": asked_ms, "answered_ms": now_ms()}
+        self.publish(
+            {"type": "approval_done", "pane": self.pane, "id": question.id, "approved": approved, "how": how, **wait}
+        )
         return approved
 
     def answer(self, request_id: str, approved: bool) -> bool:

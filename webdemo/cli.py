@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -115,6 +116,20 @@ def allowed_hosts(host: str) -> list[str]:
     if host in EVERY_ADDRESS:
         return list(dict.fromkeys([*LOOPBACK, "[::1]", *own_hosts(ipv6=host != "0.0.0.0")]))
     return list(dict.fromkeys([f"[{host}]" if ":" in host else host, *LOOPBACK, "[::1]"]))
+
+
+def page_urls(host: str, port: int) -> list[str]:
+    """The addresses to open the page at, each one the Host check accepts: the one listened on, or, listening on
+    every address, loopback first and then this machine's other interface addresses (a browser sent to 0.0.0.0
+    would send that as its Host, which is refused)."""
+    if host not in EVERY_ADDRESS:
+        return [f"http://{f'[{host}]' if ':' in host else host}:{port}/"]
+    others = []
+    for name in own_hosts(ipv6=host != "0.0.0.0"):
+        with contextlib.suppress(ValueError):  # a host name, not an address
+            if not ipaddress.ip_address(name.strip("[]")).is_loopback:
+                others.append(name)
+    return [f"http://{name}:{port}/" for name in ["127.0.0.1", *dict.fromkeys(others)]]
 
 
 def own_hosts(*, ipv6: bool) -> list[str]:
@@ -280,12 +295,14 @@ def _run(args: argparse.Namespace, data: Path | str, port: int) -> None:
         "approval_timeout": args.approval_timeout,
         "max_jobs": args.max_jobs,
     }
-    shown = f"[{args.host}]" if ":" in args.host else args.host
+    urls = page_urls(args.host, port)
     where = mask_pii(data) if isinstance(data, str) else data
     workers = f", {args.workers} workers" if args.workers > 1 else ""
 
     def announce() -> None:
-        print(f"Serving the live page at http://{shown}:{port}/  (tabs kept in {where}{workers}; Ctrl-C stops it)")
+        print(f"Serving the live page at {urls[0]}  (tabs kept in {where}{workers}; Ctrl-C stops it)")
+        if len(urls) > 1:
+            print(f"From other machines: {'  '.join(urls[1:])}")
         if warning := exposure_warning(args.host, port):
             print(warning, file=sys.stderr)
         sys.stdout.flush()

@@ -151,6 +151,12 @@ def shown_args(args: Any) -> Any:
     return args if len(text) <= MAX_SHOWN_CHARS else shown(text)
 
 
+def now_ms() -> float:
+    """The wall clock in milliseconds, as the trace lines' ``end_ms``: the page's time axis, on which a person's
+    wait for an approval is marked as a gap of its own (never drawn as the agent's time)."""
+    return round(time.time() * 1000, 3)
+
+
 def trace_json(event: TraceEvent) -> dict[str, Any]:
     """A trace line as the page shows it: typed fields, never parsed from the text line."""
     return {

@@ -39,7 +39,7 @@ from shared_tools.models import make_model
 from shared_tools.results import AgentOptions, AgentResult, StopReason, TraceEvent
 from shared_tools.sync import run_blocking
 from webdemo.approvals import ApprovalBridge, PaneHuman, graph_request, graph_request_ids
-from webdemo.events import MAX_SHOWN_CHARS, BadRequest, for_page, shown, token_parts, trace_json
+from webdemo.events import MAX_SHOWN_CHARS, BadRequest, for_page, now_ms, shown, token_parts, trace_json
 from webdemo.tabstore import thread_name
 
 if TYPE_CHECKING:
@@ -320,13 +320,17 @@ class Pane:
         """Start a turn (a question, or a resume after an approval); the caller checked `busy` and set it."""
         runner = TurnRunner(self.tab.tabs.executor)
         self.runner = runner
-        self.trace = []
-        self.tokens = 0
+        if what != "resume":  # a resume goes on with the turn its pause cut: the pane shows that turn whole
+            self.trace = []
+            self.tokens = 0
         self._streamed.clear()
         self.phase = Phase.RUNNING
         if question is not None:
             self.transcript.append({"role": "user", "text": question})
-        self.tab.hub.publish({"type": "turn_start", "pane": self.contender, "what": what, "question": question})
+        # at_ms: the wall clock (the trace lines' axis); after a pause, the end of the person's wait.
+        self.tab.hub.publish(
+            {"type": "turn_start", "pane": self.contender, "what": what, "question": question, "at_ms": now_ms()}
+        )
         self.task = asyncio.get_running_loop().create_task(self._finish(work, runner))
         # Kept here: the loop holds only a weak reference to a task, and a task nobody holds may be collected.
         self._beat = asyncio.get_running_loop().create_task(self._heartbeat(self.task))
@@ -370,7 +374,7 @@ class Pane:
         with contextlib.suppress(Exception):  # the snapshot, then the claim (`TabStore.settle`)
             await tabs.store.settle(self.tab.key, self.contender, tabs.owner, self.save_snapshot)
         self.busy = False
-        self.tab.hub.publish({"type": "turn_end", "pane": self.contender, "report": report})
+        self.tab.hub.publish({"type": "turn_end", "pane": self.contender, "report": report, "at_ms": now_ms()})
         for request in self.waiting_graph_requests():
             self.tab.hub.publish({"type": "approval", "pane": self.contender, "request": request})
 

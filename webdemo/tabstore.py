@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +20,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 Event = dict[str, Any]
+
+log = logging.getLogger(__name__)
+
+MIN_SECRET_BYTES = 16
+"""The shortest tab-id secret accepted (128 bits); the one made is 32 bytes."""
 
 
 def thread_name(contender: str, tab_key: str | None = None) -> str:
@@ -170,19 +177,33 @@ class FolderStore:
         data_dir.mkdir(parents=True, exist_ok=True)
 
     def secret(self, make: Callable[[], bytes]) -> bytes:
-        """Kept in ``secret.key``, created once, readable by its owner only."""
+        """Kept in ``secret.key``, readable by its owner only, and written whole or not at all: it is written to
+        a file of its own and linked into place, so a start killed mid-write leaves no short key. A short one
+        (an older start's) signed no tab id, since it was never accepted, so a new key replaces it."""
         path = self.data_dir / "secret.key"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            secret = path.read_bytes()
-        else:
-            secret = make()
-            with os.fdopen(fd, "wb") as file:
-                file.write(secret)
-        if len(secret) < 16:
-            raise ValueError(f"{path} is not a usable secret; delete it and a new one is made")
-        return secret
+        for _ in range(2):
+            try:
+                secret = path.read_bytes()
+            except FileNotFoundError:
+                secret = b""
+            if len(secret) >= MIN_SECRET_BYTES:
+                return secret
+            fd, tmp = tempfile.mkstemp(dir=self.data_dir, prefix=".secret-", suffix=".tmp")  # mode 0600
+            try:
+                with os.fdopen(fd, "wb") as file:
+                    file.write(make())
+                    file.flush()
+                    os.fsync(file.fileno())
+                if secret or path.exists():
+                    log.warning("%s held no usable secret (%d bytes); a new one replaces it", path, len(secret))
+                    os.replace(tmp, path)
+                else:
+                    with contextlib.suppress(FileExistsError):  # another worker's key is in place: read it
+                        os.link(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        raise OSError(f"{path}: the tab-id secret cannot be kept there; delete it and a new one is made")
 
     def place(self, key: str) -> TabPlace:
         folder = self.data_dir / "tabs" / key
@@ -197,6 +218,8 @@ class FolderStore:
             return 0, json.loads(self._settings_path(key).read_text(encoding="utf-8"))
         except FileNotFoundError:
             return 0, None
+        except RecursionError:  # nested deeper than the parser goes: damaged like any other unreadable file
+            raise ValueError("nested too deep to read") from None
 
     def save_settings(self, key: str, settings: dict[str, Any]) -> int:
         path = self._settings_path(key)

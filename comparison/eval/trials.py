@@ -12,7 +12,6 @@ import dataclasses
 import logging
 import math
 import secrets
-import shutil
 import sys
 import tempfile
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
 from rich.text import Text
 
 from comparison.command_line import UsageError, UsageParser, configure_logging
@@ -212,39 +213,34 @@ def unavailable_variants(scenario: Scenario, contender: str) -> list[dict[str, s
 
 
 class EvalProgress:
-    """A progress line on stderr: rewritten in place on a terminal, one line per finished trial elsewhere."""
+    """The eval's progress bar (rich.progress) on stderr: runs done of all, the trial, the time, the last run.
+    Only on a terminal: redirected, stderr stays quiet (the tables and files say what ran)."""
 
-    def __init__(self, stream: TextIO, plan: EvalPlan) -> None:
-        self.stream, self.plan = stream, plan
-        self.live = stream.isatty()
-        # One screen line less one column, or a line that wraps cannot be rewritten with a carriage return.
-        self.width = max(20, shutil.get_terminal_size().columns - 1)
-        self.started = time.monotonic()
-        self.total = plan.runs * len(plan.pairs())
-        self.done = 0
+    def __init__(self, stream: TextIO, plan: EvalPlan, *, console: Console | None = None) -> None:
+        self.plan = plan
+        self.bar = RichProgress(
+            SpinnerColumn(),
+            TextColumn("eval: trial {task.fields[trial]}/{task.fields[trials]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("runs"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"),
+            console=console or Console(file=stream),
+            transient=True,
+        )
+        self.bar.disable = not self.bar.console.is_terminal
+        self.task = self.bar.add_task("eval", total=plan.runs * len(plan.pairs()), trial=1, trials=plan.runs, last="")
+        self.bar.start()
 
     def ran(self, trial: int, scenario: str, contender: str) -> None:
-        self.done += 1
-        if self.live:
-            line = (
-                f"eval: trial {trial + 1}/{self.plan.runs} · {self.done}/{self.total} runs · "
-                f"{time.monotonic() - self.started:.0f}s · {scenario}/{contender}"
-            )
-            self.stream.write("\r" + line[: self.width].ljust(self.width))
-            self.stream.flush()
+        self.bar.update(self.task, advance=1, trial=trial + 1, last=clean_line(f"{scenario}/{contender}"))
 
     def trial_done(self, trial: int) -> None:
-        if not self.live:
-            elapsed = time.monotonic() - self.started
-            self.stream.write(
-                f"eval: trial {trial + 1}/{self.plan.runs} done · {self.done}/{self.total} runs · {elapsed:.1f}s\n"
-            )
-            self.stream.flush()
+        self.bar.update(self.task, trial=min(trial + 2, self.plan.runs))
 
     def close(self) -> None:
-        if self.live:
-            self.stream.write("\r" + " " * self.width + "\r")
-            self.stream.flush()
+        self.bar.stop()
 
 
 @dataclass

@@ -97,8 +97,13 @@ function drawWaterfall(pane) {
   const axis = width - label - 10;
   const starts = lines.map((l) => l.end_ms - l.ms);
   const origin = Math.min(...starts);
-  const total = Math.max(Math.max(...lines.map((l) => l.end_ms)) - origin, 0.001);
-  const x = (t) => label + ((t - origin) / total) * axis;
+  // A person's wait for an approval (a typed gap from the server, never guessed from a pause in the lines) is the
+  // person's time, not the agent's: the axis leaves it out, and a marker says where it was and how long.
+  const waits = (pane.waits || []).filter((w) => w.end > w.start);
+  const waited = (t) => waits.reduce((sum, w) => sum + Math.max(0, Math.min(t, w.end) - w.start), 0);
+  const end = Math.max(...lines.map((l) => l.end_ms));
+  const total = Math.max(end - origin - (waited(end) - waited(origin)), 0.001);
+  const x = (t) => label + ((t - origin - (waited(t) - waited(origin))) / total) * axis;
   const base = lines.length * row + 4;
   const svg = svgEl("svg", {viewBox: `0 0 ${width} ${base + 18}`, role: "img",
                             "aria-label": "the turn's model and tool calls on a time axis"});
@@ -122,6 +127,15 @@ function drawWaterfall(pane) {
     }
     svg.appendChild(g);
   });
+  for (const w of waits) {
+    if (w.end < origin || w.start > end) continue;
+    const at = x(w.start);
+    const g = svgEl("g", {class: "wait", "data-wait-ms": (w.end - w.start).toFixed(0)});
+    g.appendChild(svgEl("title", {}, `waiting for your answer: ${msText(w.end - w.start)} (not the agent's time)`));
+    g.appendChild(svgEl("line", {x1: at.toFixed(1), y1: 0, x2: at.toFixed(1), y2: base}));
+    g.appendChild(svgEl("text", {x: (at + 3).toFixed(1), y: base - 3}, `you: ${msText(w.end - w.start)}`));
+    svg.appendChild(g);
+  }
   svg.appendChild(svgEl("line", {x1: label, y1: base, x2: label + axis, y2: base}));
   for (let k = 0; k <= 4; k++) {
     const tx = label + (k / 4) * axis;
@@ -185,7 +199,7 @@ function renderPane(state) {
   const warn = state.error || state.note;
   note.hidden = !warn;
   note.textContent = warn || "";
-  const pane = {el, streaming: null, name: state.contender, lines: []};
+  const pane = {el, streaming: null, name: state.contender, lines: [], waits: [], pausedAt: null};
   panes.set(state.contender, pane);
   for (const m of state.transcript) addMessage(pane, m.role, m.text);
   for (const line of state.trace) addTrace(pane, line);
@@ -222,6 +236,8 @@ function render(state) {
   $("max_tokens").value = s.max_tokens ?? "";
   $("max_duration").value = s.max_duration ?? "";
   $("approval_gate").checked = s.approval_gate;
+  $("pending").hidden = true;  // what is shown is what is applied
+  $("apply").classList.remove("on");
   setInjected(state.injected);
   if (state.reports.length) showReport(state.reports.includes("scenario") ? "scenario" : state.reports[0]);
 }
@@ -248,8 +264,17 @@ const handlers = {
     const pane = paneFor(e.pane);
     if (!pane) return;
     if (e.question) addMessage(pane, "user", e.question);
-    pane.el.querySelector(".trace").replaceChildren();
-    pane.lines = [];
+    if (e.what === "resume") {
+      // The turn its pause cut goes on: kept whole, the person's wait marked as a gap of its own.
+      if (typeof pane.pausedAt === "number" && typeof e.at_ms === "number") {
+        pane.waits.push({start: pane.pausedAt, end: e.at_ms});
+      }
+    } else {
+      pane.el.querySelector(".trace").replaceChildren();
+      pane.lines = [];
+      pane.waits = [];
+    }
+    pane.pausedAt = null;
     drawWaterfall(pane);
     hideApproval(pane);
     setMeter(pane, 0);
@@ -284,6 +309,9 @@ const handlers = {
     const pane = paneFor(e.pane);
     if (!pane) return;
     hideApproval(pane, e.id);
+    if (typeof e.asked_ms === "number" && typeof e.answered_ms === "number") {
+      pane.waits.push({start: e.asked_ms, end: e.answered_ms});
+    }
     // A pause of several requests goes on only once each has its answer.
     if (pane.el.querySelector(".approvals").children.length) setStop(pane, "awaiting approval", "waiting");
     else setStop(pane, "running", "running");
@@ -296,7 +324,12 @@ const handlers = {
     const asked = [...pane.el.querySelectorAll(".chat .msg.user")].pop();
     if (asked) asked.before(said);  // it answers the question before the one just sent
   },
-  turn_end: (e) => { const pane = paneFor(e.pane); if (pane) finished(pane, e.report, true); },
+  turn_end: (e) => {
+    const pane = paneFor(e.pane);
+    if (!pane) return;
+    if (e.report.stop_reason === "awaiting approval") pane.pausedAt = e.at_ms;  // the wait starts here
+    finished(pane, e.report, true);
+  },
   changed: (e) => {
     const said = e.changed.map((c) => `${c.pane}: removed ${c.title}, cart now ${c.cart_total}`).join("; ");
     notice(`Changed behind the agents' backs: ${said}. Now ask "What is my cart total now?"`, "info");
@@ -408,6 +441,13 @@ async function boot() {
     button.addEventListener("click", () => send(button.dataset.goal === "seed" ? meta.seed_goal : button.dataset.goal));
   }
   $("apply").addEventListener("click", apply);
+  // A choice waits for Apply (the panes are closed and rebuilt then): the page says so as soon as one is made.
+  document.querySelector(".controls").addEventListener("change", (e) => {
+    if (e.target.closest("fieldset") && !e.target.closest("fieldset").querySelector("#stale")) {
+      $("pending").hidden = false;
+      $("apply").classList.add("on");
+    }
+  });
   $("stale").addEventListener("click", () => call("/api/stale", {}).catch(() => {}));
   $("inject").addEventListener("click", () => call("/api/injection", {on: !$("inject").dataset.on}).catch(() => {}));
   $("stop").addEventListener("click", () => call("/api/cancel", {}).catch(() => {}));
