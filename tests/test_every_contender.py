@@ -29,6 +29,8 @@ from comparison.scenarios import (
     contenders_for,
 )
 from comparison.scenarios.s12_prompt_injection import INJECTED_BOOK, INJECTION
+from frameworks.openai_agents import SPEC as OPENAI_AGENTS
+from frameworks.pydantic_ai import SPEC as PYDANTIC_AI
 from handwritten.contender import NO_CHECKPOINTS, NO_STORAGE_OPTION
 from langgraph_version.contenders.langgraph_defaults import (
     NO_APPROVAL_GATE,
@@ -40,6 +42,7 @@ from langgraph_version.contenders.langgraph_defaults import (
 from maf_version.contender import NO_MAF_REPLAY, NO_MAF_STORAGE, NO_MAF_SUMMARY
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.contender import Capability
 from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, Guard, StopReason
 
@@ -61,6 +64,16 @@ EXPECTED_NOT_AVAILABLE = {
     ("long-session", "summarize", "maf"): NO_MAF_SUMMARY,
     ("long-session", "file-full", "maf"): NO_MAF_STORAGE,
     **{("time-travel", v, "maf"): NO_MAF_REPLAY for v in ("replay", "replay-no-id")},
+    **{
+        ("long-session", v.name, spec.name): spec.why_not(Capability.HISTORY_WINDOW)
+        for v in SCENARIOS_BY_NAME["long-session"].variants
+        for spec in (PYDANTIC_AI, OPENAI_AGENTS)
+    },
+    **{
+        ("time-travel", v, spec.name): spec.why_not(Capability.REPLAY)
+        for v in ("replay", "replay-no-id")
+        for spec in (PYDANTIC_AI, OPENAI_AGENTS)
+    },
 }
 """The only combinations a framework has no way to run, and the words that say why. long-session compares our
 two sessions' history policies (the frameworks' threads have none); rewind and replay are our sessions'."""
@@ -114,7 +127,7 @@ def test_the_helper_says_who_runs_a_variant_and_why_not_the_others() -> None:
     injection = SCENARIOS_BY_NAME["prompt-injection"]
     gate = next(v for v in injection.variants if v.approval_gate)
     running, why_not = contenders_for(injection, gate)
-    assert running == ["handwritten", "langgraph", "create-agent", "maf"]
+    assert running == [c for c in CONTENDERS if c != "langgraph-defaults"]
     assert why_not == {"langgraph-defaults": NO_APPROVAL_GATE}
     assert contenders_for(injection, gate, ["create-agent"]) == (["create-agent"], {})
     for scenario in SCENARIOS:

@@ -55,7 +55,13 @@ def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
     events: list[TraceEvent] = []
     options = AgentOptions(detailed_errors=detailed, on_event=events.append)
     agent = build_contender(contender, make_model("scripted"), make_tools(BookStore(), faults=LEAKY), options)
-    result = agent.run(INSTRUCTIONS, SEED_GOAL)
+    try:
+        result = agent.run(INSTRUCTIONS, SEED_GOAL)
+    except RuntimeError as exc:  # a framework that ends the run with the tool's exception (PydanticAI)
+        assert FAKE_SECRET in str(exc)  # the caller's to see, as LangGraph's ToolNode raises it
+        seen = json.dumps([asdict(e) for e in events]) + all_logs.text
+        assert any(e.name == "check_stock" and e.is_error for e in events) and FAKE_SECRET not in seen
+        return
 
     failures = [e for e in result.trace if e.name == "check_stock" and e.is_error]
     assert failures, "the failing tool was called"
@@ -76,7 +82,8 @@ def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
         unmasked = FAILURE_MESSAGE.split(":")[0]
         assert unmasked == "orders db refused connection"
         assert {where for where, text in places.items() if unmasked in text} == set()
-        assert ("Error: Function failed." if contender == "maf" else "check_stock failed.") in places["model"]
+        # What the trace says the model was given is what it was given (each framework words it its own way).
+        assert failures[0].detail.split(" -> ", 1)[1] in places["model"]
 
 
 def test_langgraph_defaults_raise_the_tools_own_message_at_the_caller() -> None:
@@ -121,13 +128,14 @@ def test_compare_json_terminal_and_logs_keep_the_password_out(
     on = [r for r in document["runs"] if r["variant"] == "details-on"]
     assert {r["contender"] for r in off} == set(CONTENDERS)
     assert [r["contender"] for r in off if FAKE_SECRET in json.dumps(r)] == []
-    # The opt-in still works (so the check above could fail): the agents show the failure's own text.
-    detail = "check_stock failed: RuntimeError: orders db refused connection"
-    shown = {r["contender"] for r in on if detail in json.dumps(r["trace"])}
-    assert shown == {"handwritten", "langgraph", "create-agent"}
+    # The opt-in still works (so the check above could fail): every contender that answered shows the failure's
+    # own text, in its framework's words.
+    answered = {r["contender"] for r in on if r["stop_reason"] is not None}
+    shown = {r["contender"] for r in on if "orders db refused connection" in json.dumps(r["trace"])}
+    assert shown == answered and {"handwritten", "langgraph", "create-agent", "maf"} <= shown
 
-    raised = [r for r in document["runs"] if r["contender"] == "langgraph-defaults"]
-    assert len(raised) == 2 and all(r["stop_reason"] is None for r in raised)
+    raised = [r for r in document["runs"] if r["stop_reason"] is None]
+    assert {r["contender"] for r in raised} >= {"langgraph-defaults"}
     for run in raised:  # what LangGraph raised is shown, with the password masked, whatever the variant
         assert run["error"] == "RuntimeError: " + FAILURE_MESSAGE.replace(f"shop:{FAKE_SECRET}@", "<credentials>@")
         assert FAKE_SECRET not in json.dumps(run)
