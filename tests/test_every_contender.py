@@ -29,8 +29,6 @@ from comparison.scenarios import (
     contenders_for,
 )
 from comparison.scenarios.s12_prompt_injection import INJECTED_BOOK, INJECTION
-from frameworks.openai_agents import SPEC as OPENAI_AGENTS
-from frameworks.pydantic_ai import SPEC as PYDANTIC_AI
 from handwritten.contender import NO_CHECKPOINTS, NO_STORAGE_OPTION
 from langgraph_version.contenders.langgraph_defaults import (
     NO_APPROVAL_GATE,
@@ -47,6 +45,8 @@ from shared_tools.models import make_model
 from shared_tools.results import AgentLimits, AgentOptions, Guard, StopReason
 
 FRAMEWORK_ONLY = ("langgraph-defaults", "create-agent")
+FRAMEWORK_FILES = [spec_of(name) for name in CONTENDERS if spec_of(name).source_modules[0].startswith("frameworks.")]
+"""The contenders of frameworks/ (one file each): their history is sent whole, and they keep no checkpoints."""
 
 EXPECTED_NOT_AVAILABLE = {
     ("prompt-injection", "gate", "langgraph-defaults"): NO_APPROVAL_GATE,
@@ -67,12 +67,12 @@ EXPECTED_NOT_AVAILABLE = {
     **{
         ("long-session", v.name, spec.name): spec.why_not(Capability.HISTORY_WINDOW)
         for v in SCENARIOS_BY_NAME["long-session"].variants
-        for spec in (PYDANTIC_AI, OPENAI_AGENTS)
+        for spec in FRAMEWORK_FILES
     },
     **{
         ("time-travel", v, spec.name): spec.why_not(Capability.REPLAY)
         for v in ("replay", "replay-no-id")
-        for spec in (PYDANTIC_AI, OPENAI_AGENTS)
+        for spec in FRAMEWORK_FILES
     },
 }
 """The only combinations a framework has no way to run, and the words that say why. long-session compares our

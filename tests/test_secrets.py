@@ -57,7 +57,7 @@ def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
     agent = build_contender(contender, make_model("scripted"), make_tools(BookStore(), faults=LEAKY), options)
     try:
         result = agent.run(INSTRUCTIONS, SEED_GOAL)
-    except RuntimeError as exc:  # a framework that ends the run with the tool's exception (PydanticAI)
+    except RuntimeError as exc:  # a framework that ends the run with the tool's exception
         assert FAKE_SECRET in str(exc)  # the caller's to see, as LangGraph's ToolNode raises it
         seen = json.dumps([asdict(e) for e in events]) + all_logs.text
         assert any(e.name == "check_stock" and e.is_error for e in events) and FAKE_SECRET not in seen
