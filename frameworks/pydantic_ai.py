@@ -52,6 +52,9 @@ if TYPE_CHECKING:  # the framework is imported where it is used: `--help` import
 
 log = logging.getLogger(__name__)
 
+STREAMED = "on_token"
+"""The option asking for a streamed reply, which this bridge does not give (named once, here)."""
+
 NOT_AVAILABLE: dict[str, str] = {
     "max_repeats": "PydanticAI has no repeated-call check: the same call runs every time it is asked",
     "max_consecutive_errors": "PydanticAI counts retries per tool (retries=1), not tool rounds with errors",
@@ -336,7 +339,7 @@ class PydanticAIAgent:
             "max_repeats": limits.max_repeats is not None,
             "max_consecutive_errors": limits.max_consecutive_errors is not None,
             "max_tool_result_chars": options.max_tool_result_chars is not None,
-            "on_token": options.on_token is not None,
+            STREAMED: getattr(options, STREAMED) is not None,
         }
         return {name: NOT_AVAILABLE[name] for name, on in asked.items() if on}
 

@@ -230,6 +230,9 @@ def test_looping_model_repeat_check_only_in_the_guarded_contenders(full_run: dic
 def test_hallucinated_tool_error_text_and_recovery(full_run: dict[str, Any]) -> None:
     for contender in CONTENDERS:
         run = one(full_run, "hallucinated-tool", contender=contender)
+        if contender == "openai-agents":  # the SDK raises ModelBehaviorError and runs no tool
+            assert run["stop_reason"] is None and run["error"].startswith("ModelBehaviorError: Tool find_book")
+            continue
         first = tool_events(run)[0]
         assert first["name"] == "find_book" and first["is_error"]
         text = first["detail"].split(" -> ", 1)[1]
@@ -239,6 +242,8 @@ def test_hallucinated_tool_error_text_and_recovery(full_run: dict[str, Any]) -> 
             assert text == 'Error: Requested function "find_book" not found.'
             assert run["stop_reason"] == StopReason.DONE and run["cart"] == QUIET_ORCHARD
             continue
+        elif contender == "pydantic-ai":  # its retry prompt
+            assert "Unknown tool name: 'find_book'" in text
         else:
             assert "find_book is not a valid tool" in text
         assert all(name in text for name in TOOL_NAMES), "the error lists the real tools"
@@ -367,18 +372,23 @@ def test_guard_matrix_is_built_from_the_runs(full_run: dict[str, Any]) -> None:
         "stale read",
         "approval gate",
     }
-    order = ("handwritten", "langgraph", "langgraph-defaults", "create-agent", "maf")
+    order = ("handwritten", "langgraph", "langgraph-defaults", "create-agent", "maf", "pydantic-ai", "openai-agents")
     expected = {
-        "approval gate": ("fired", "fired", "not run", "fired", "fired"),
-        "reply cap": ("fired", "fired", "missing", "missing", "missing"),
-        "token budget": ("fired", "fired", "missing", "missing", "missing"),
-        "time budget": ("fired", "fired", "missing", "missing", "fired"),  # MAF's max_duration_seconds
-        "repeat check": ("fired", "fired", "missing", "missing", "missing"),
-        "truncation": ("fired", "fired", "missing", "missing", "missing"),
+        "approval gate": ("fired", "fired", "not run", "fired", "fired", "fired", "fired"),
+        "reply cap": ("fired", "fired", "missing", "missing", "missing", "missing", "missing"),
+        # PydanticAI's UsageLimits.total_tokens_limit and run(timeout=); MAF's max_duration_seconds
+        "token budget": ("fired", "fired", "missing", "missing", "missing", "fired", "missing"),
+        "time budget": ("fired", "fired", "missing", "missing", "fired", "fired", "missing"),
+        "repeat check": ("fired", "fired", "missing", "missing", "missing", "missing", "missing"),
+        "truncation": ("fired", "fired", "missing", "missing", "missing", "missing", "missing"),
+        # the Agents SDK raises ModelBehaviorError on an unknown tool
+        "unknown tool": ("fired", "fired", "fired", "fired", "fired", "fired", "raised"),
     }
     for guard, statuses in expected.items():
         want = dict(zip(order, statuses, strict=True))
-        assert [rows[guard][c]["status"] for c in CONTENDERS] == [want[c] for c in CONTENDERS], guard
+        assert [rows[guard][c]["status"] for c in CONTENDERS if c in want] == [
+            want[c] for c in CONTENDERS if c in want
+        ], guard
     assert rows["error hiding"]["langgraph-defaults"]["status"] == "raised"
     assert rows["stale read"]["create-agent"]["status"] == "missing"  # it runs the session now, and answers stale
     assert full_run["doc"]["who_owns_what"]["rows"][0][0] == "loop"
@@ -480,11 +490,13 @@ def test_terminal_tells_the_two_orders_questions_apart(full_run: dict[str, Any])
     text = " ".join(out.split())  # long lines wrap at 100 columns
     goals = ("Where is my order 4512?", "Where is my order 9999?")
     same = re.findall(r"(\S+ · '[^']+'): the same trace as (\S+ · '[^']+')", text)
-    assert len(same) == 2 * (len(CONTENDERS) - 1), "each contender after the first, per question"
     assert len(set(same)) == len(same), "no two runs named alike"
-    assert sorted(same) == sorted(
-        (f"{contender} · {goal!r}", f"handwritten · {goal!r}") for contender in list(CONTENDERS)[1:] for goal in goals
-    )
+    names = list(CONTENDERS)
+    pairs = {(f"{contender} · {goal!r}", f"handwritten · {goal!r}") for contender in names[1:] for goal in goals}
+    # Our four others send the model what the loop sends; a framework that words a result its own way (PydanticAI's
+    # tool returns) has a trace of its own, printed in full.
+    ours = {(f"{c} · {goal!r}", f"handwritten · {goal!r}") for c in names[1:5] for goal in goals}
+    assert ours <= set(same) <= pairs
     answers = text[text.index("What the user sees:") :]
     for contender in CONTENDERS:
         for goal in goals:

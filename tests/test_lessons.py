@@ -23,12 +23,13 @@ import pytest
 
 from comparison.answers import contradictions
 from comparison.closing import GUARD_LEGEND, guard_matrix
-from comparison.contenders import CONTENDERS
+from comparison.contenders import CONTENDERS, spec_of
 from comparison.records import RunRecord, cart_text
 from comparison.runner import RunOptions, run_scenario
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, RunSettings, Scenario
 from shared_tools.bookstore.faults import Faults
 from shared_tools.bookstore.tools import TOOL_NAMES
+from shared_tools.contender import Capability
 from shared_tools.results import AgentLimits, Guard, StopReason
 
 MODELS = [("scripted", 0), ("scripted:shopper", 0), ("scripted:noisy", 0), ("scripted:noisy", 1), ("scripted:noisy", 2)]
@@ -1158,6 +1159,17 @@ def _streaming_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -
     assert r.error == m["error"]
 
 
+@claim("streaming", ONE + r": no streaming code of its own was found in its source\.")
+def _no_streaming_code(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    assert not spec_of(m["names"]).has(Capability.STREAMING), "a contender that streams has streaming code"
+
+
+@claim("runaway-reply", r"(?:" + LABEL + r")?" + ONE + r": raised (?P<error>.+)")
+def _runaway_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = [r for r in records if r.contender == m["names"] and r.variant_label == (m["label"] or "")]
+    assert runs and any(r.error == m["error"] for r in runs)
+
+
 @claim(
     "time-travel",
     LABEL + ONE + r": rewind took back (?P<turns>\d+) turn \((?P<messages>\d+) messages\); "
@@ -1253,18 +1265,20 @@ MAYBE_LABEL = r"(?:" + LABEL + r")?"
 
 @claim(
     ANY_SCENARIO,
-    MAYBE_LABEL + ONE + r": ran past (?P<option>[a-z_]+)=(?P<value>[\d,]+), which it was given but "
+    MAYBE_LABEL + ONE + r": ran past (?P<option>[a-z_]+)=(?P<value>[\d,.]+)(?: s)?, which it was given but "
     r"cannot honour: (?P<reason>.+)\.",
 )
 def _not_honoured(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     runs = [r for r in records if r.contender == m["names"] and r.variant_label == (m["label"] or "")]
-    value = int(m["value"].replace(",", ""))
+    value = float(m["value"].replace(",", ""))
     assert runs and all(r.facts["not_honoured"][m["option"]] == m["reason"] for r in runs)
     # Past it in some run of that label (a turn, a goal), read from the records: what the option would stop happened.
     assert any(_went_past(r, m["option"], value) for r in runs)
 
 
-def _went_past(r: RunRecord, option: str, value: int) -> bool:
+def _went_past(r: RunRecord, option: str, value: float) -> bool:
+    if option == "max_duration":
+        return r.wall_s > value and r.stop_reason != StopReason.TIME_BUDGET
     if option == "max_tokens":
         return r.tokens > value and r.stop_reason != StopReason.TOKEN_BUDGET
     if option == "max_repeats":
