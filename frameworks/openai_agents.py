@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 STOPPED_CALL_TEXT = "Not run: the run stopped (max_turns) before this call was answered."
 """The result a call gets that the SDK's stop left without one (a refused call the next turn never answered)."""
 
+STREAMED = "on_token"
+"""The option asking for a streamed reply, which this bridge does not give (named once, here)."""
+
 NOT_AVAILABLE: dict[str, str] = {
     "max_tokens": "the Agents SDK has no token budget: max_turns counts model calls only",
     "max_duration": "the Agents SDK has no run time budget: only each tool call is cut (FunctionTool.timeout_seconds)",
@@ -386,7 +389,7 @@ class OpenAIAgentsAgent:
             "max_repeats": limits.max_repeats is not None,
             "max_consecutive_errors": limits.max_consecutive_errors is not None,
             "max_tool_result_chars": options.max_tool_result_chars is not None,
-            "on_token": options.on_token is not None,
+            STREAMED: getattr(options, STREAMED) is not None,
         }
         return {name: NOT_AVAILABLE[name] for name, on in asked.items() if on}
 

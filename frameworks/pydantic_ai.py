@@ -52,6 +52,9 @@ if TYPE_CHECKING:  # the framework is imported where it is used: `--help` import
 
 log = logging.getLogger(__name__)
 
+STREAMED = "on_token"
+"""The option asking for a streamed reply, which this bridge does not give (named once, here)."""
+
 NOT_AVAILABLE: dict[str, str] = {
     "max_repeats": "PydanticAI has no repeated-call check: the same call runs every time it is asked",
     "max_consecutive_errors": "PydanticAI counts retries per tool (retries=1), not tool rounds with errors",
@@ -336,7 +339,7 @@ class PydanticAIAgent:
             "max_repeats": limits.max_repeats is not None,
             "max_consecutive_errors": limits.max_consecutive_errors is not None,
             "max_tool_result_chars": options.max_tool_result_chars is not None,
-            "on_token": options.on_token is not None,
+            STREAMED: getattr(options, STREAMED) is not None,
         }
         return {name: NOT_AVAILABLE[name] for name, on in asked.items() if on}
 
@@ -377,7 +380,11 @@ class PydanticAIAgent:
         from pydantic_ai.usage import RunUsage as PydanticUsage
 
         run = _Run(self.options, self.tools, self.approve, cancel)
-        agent = self._agent(instructions, run)
+        try:
+            agent = self._agent(instructions, run)
+        except BaseException:  # a cancel while PydanticAI is first imported: the question is still kept
+            messages[:] = self._asked(messages, goal)
+            raise
         prompt: str | None = goal
         deferred: DeferredToolResults | None = None
         spent = PydanticUsage()
@@ -403,7 +410,7 @@ class PydanticAIAgent:
                     reason = self._stop_reason(stop, run)
                     break
                 except BaseException:
-                    messages[:] = repair_messages(list(captured) or messages)
+                    messages[:] = repair_messages(list(captured) or self._asked(messages, prompt))
                     run.reconcile(messages)
                     raise
             messages[:] = result.all_messages()
@@ -429,6 +436,13 @@ class PydanticAIAgent:
             tools=[pydantic_tool(tool, run) for tool in self.tools.values()],
             output_type=[str, DeferredToolRequests],
         )
+
+    @staticmethod
+    def _asked(messages: list[ModelMessage], prompt: str | None) -> list[ModelMessage]:
+        """The history with the question of a run that raised before PydanticAI recorded it (none on a rerun)."""
+        from pydantic_ai.messages import ModelRequest
+
+        return messages if prompt is None else [*messages, ModelRequest.user_text_prompt(prompt)]
 
     def _stop_reason(self, stop: BaseException, run: _Run) -> StopReason:
         """Which of PydanticAI's stops ended the run, as our `StopReason` (a token limit read off the counts)."""

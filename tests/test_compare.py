@@ -404,7 +404,9 @@ def test_guard_matrix_is_built_from_the_runs(full_run: dict[str, Any]) -> None:
     }
     for guard, statuses in expected.items():
         want = dict(zip(order, statuses, strict=True))
-        assert [rows[guard][c]["status"] for c in CONTENDERS] == [want[c] for c in CONTENDERS], guard
+        assert [rows[guard][c]["status"] for c in CONTENDERS if c in want] == [
+            want[c] for c in CONTENDERS if c in want
+        ], guard
     assert rows["error hiding"]["langgraph-defaults"]["status"] == "raised"
     assert rows["stale read"]["create-agent"]["status"] == "missing"  # it runs the session now, and answers stale
     assert full_run["doc"]["who_owns_what"]["rows"][0][0] == "loop"

@@ -30,6 +30,7 @@ from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, RunSettings, Scen
 from comparison.scenarios.queries import LIMITS
 from shared_tools.bookstore.faults import Faults
 from shared_tools.bookstore.tools import TOOL_NAMES
+from shared_tools.contender import Capability
 from shared_tools.results import AgentLimits, Guard, StopReason
 
 MODELS = [("scripted", 0), ("scripted:shopper", 0), ("scripted:noisy", 0), ("scripted:noisy", 1), ("scripted:noisy", 2)]
@@ -1171,6 +1172,17 @@ def _runaway_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> 
 def _streaming_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     [r] = named(m, records)
     assert r.error == m["error"]
+
+
+@claim("streaming", ONE + r": no streaming code of its own was found in its source\.")
+def _no_streaming_code(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    assert not spec_of(m["names"]).has(Capability.STREAMING), "a contender that streams has streaming code"
+
+
+@claim("runaway-reply", r"(?:" + LABEL + r")?" + ONE + r": raised (?P<error>.+)")
+def _runaway_raised(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    runs = [r for r in records if r.contender == m["names"] and r.variant_label == (m["label"] or "")]
+    assert runs and any(r.error == m["error"] for r in runs)
 
 
 @claim(

@@ -6,6 +6,7 @@ prompt answered the unknown tool, its deferred tools carried the approvals, its 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import tomllib
@@ -217,3 +218,24 @@ def test_a_reused_call_id_gets_a_fresh_one_so_both_calls_run(store: BookStore) -
     results = [m for m in model.prompts[1] if isinstance(m, ToolMessage)]
     assert len({m.tool_call_id for m in results}) == 2 and ["inStock" in str(m.content) for m in results] == [1, 1]
     assert_valid_history(result.messages)
+
+
+async def test_a_task_cancel_before_pydantic_ai_began_keeps_the_question(
+    store: BookStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cancelled_while_importing(*args: Any) -> Any:  # where the first turn of a process imports PydanticAI
+        raise asyncio.CancelledError
+
+    conversation = await aopen_conversation(
+        PydanticAIAgent(ScriptedChatModel(), make_tools(store)), INSTRUCTIONS, "t1", tmp_path / "s.db", resume=False
+    )
+    with monkeypatch.context() as patched:
+        patched.setattr(PydanticAIAgent, "_agent", cancelled_while_importing)
+        with pytest.raises(asyncio.CancelledError):
+            await conversation.aask(SEED_GOAL)
+    again = await aopen_conversation(
+        PydanticAIAgent(ScriptedChatModel(), make_tools(store)), INSTRUCTIONS, "t1", tmp_path / "s.db", resume=True
+    )
+    assert again.history_turns() == [SEED_GOAL]
+    assert (await again.aask(SEED_GOAL)).stop_reason is StopReason.DONE and cart(store) == [(7, 1)]
+    assert_valid_history(await again.amessages())

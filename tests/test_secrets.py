@@ -85,7 +85,13 @@ def test_a_tools_password_reaches_model_trace_and_logs_only_when_detailed(
     events: list[TraceEvent] = []
     options = AgentOptions(detailed_errors=detailed, on_event=events.append)
     agent = build_contender(contender, make_model("scripted"), make_tools(BookStore(), faults=LEAKY), options)
-    result = agent.run(INSTRUCTIONS, SEED_GOAL)
+    try:
+        result = agent.run(INSTRUCTIONS, SEED_GOAL)
+    except RuntimeError as exc:  # a framework that ends the run with the tool's exception
+        assert FAKE_SECRET in str(exc)  # the caller's to see, as LangGraph's ToolNode raises it
+        seen = json.dumps([asdict(e) for e in events]) + all_logs.text
+        assert any(e.name == "check_stock" and e.is_error for e in events) and FAKE_SECRET not in seen
+        return
 
     failures = [e for e in result.trace if e.name == "check_stock" and e.is_error]
     assert failures, "the failing tool was called"
@@ -157,8 +163,8 @@ def test_compare_json_terminal_and_logs_keep_the_password_out(
     shown = {r["contender"] for r in on if detail in json.dumps(r["trace"])}
     assert {"handwritten", "langgraph", "create-agent"} <= shown
 
-    raised = [r for r in document["runs"] if r["contender"] == "langgraph-defaults"]
-    assert len(raised) == 2 and all(r["stop_reason"] is None for r in raised)
+    raised = [r for r in document["runs"] if r["stop_reason"] is None]
+    assert {r["contender"] for r in raised} >= {"langgraph-defaults"}
     for run in raised:  # what LangGraph raised is shown, with the password masked, whatever the variant
         assert run["error"] == "RuntimeError: " + FAILURE_MESSAGE.replace(f"shop:{FAKE_SECRET}@", "<credentials>@")
         assert FAKE_SECRET not in json.dumps(run)
