@@ -7,6 +7,9 @@ with ``/rewind [N]`` and ``/history``. Failures it cannot handle (`ThreadBusy`, 
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
@@ -21,6 +24,7 @@ from shared_tools.models.errors import ModelCallFailed
 from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
 from shared_tools.replies import whole_text
 from shared_tools.results import AgentResult, StopReason, Token, TokenKind, TraceEvent
+from shared_tools.sync import interrupt_run
 
 COMMANDS = "/rewind [N] takes back the last N turns (default 1); /history lists the turns"
 
@@ -83,12 +87,33 @@ def approval_prompt(console: Console, progress: Progress | None) -> Callable[[st
         with pause:
             console.print(Text("approval needed: ", style="bold") + Text(clean_line(reason)))
             try:
-                answer = input("approve? [y/N] ")
+                with ctrl_c_raises():
+                    answer = input("approve? [y/N] ")
             except EOFError:
                 return False
+            except KeyboardInterrupt:
+                # Asked inside the turn's run: stopped the way a Ctrl-C stops any run (its task cancelled), so
+                # the turn is saved as far as it got before the chat ends.
+                if interrupt_run():
+                    raise asyncio.CancelledError from None
+                raise
         return answer.strip().lower() in ("y", "yes")
 
     return ask
+
+
+@contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own SIGINT handler while a prompt blocks the event loop: asyncio's would only cancel the task,
+    which cannot run until the line is typed, so the first Ctrl-C would do nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
 
 
 def say_model_failed(console: Console, exc: ModelCallFailed, live: LiveTurn | None) -> None:
