@@ -57,7 +57,7 @@ try:
     from rich.console import Console
 
     from comparison.chat import ThreadBusy, chat_customer
-    from comparison.command import chat, check_chat, check_model, finish, run_and_render
+    from comparison.command import chat, check_chat, check_model, default_session_db, finish, run_and_render
     from comparison.command_line import UsageError, UsageParser, configure_logging
     from comparison.contenders import CONTENDERS
     from comparison.conversations import (
@@ -411,10 +411,10 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
     parser.add_argument(
         "--session-db",
         type=path_or_url,
-        default=Path("agent-sessions.db"),
         metavar="PATH|URL",
         help="SQLite file of the graph's threads (the hand-written session and the store are kept beside it), "
-        "or a postgresql:// URL that keeps all three",
+        "or a postgresql:// URL that keeps all three (default: agent-sessions.db in the per-user data folder, "
+        "$XDG_DATA_HOME/agent-loop-compare/chat)",
     )
     parser.add_argument(
         "--store-db",
@@ -477,6 +477,8 @@ def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
     scripted = is_scripted(spec)
     customer = chat_customer(args.contender, args.thread)
     try:
+        if args.session_db is None:
+            args.session_db = default_session_db()
         store_db = check_chat(args.contender, args.thread, args.session_db, args.store_db, customer)
         apply_base_url(spec, args.base_url)
         model = check_model(spec)
