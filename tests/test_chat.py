@@ -6,6 +6,7 @@ Through `compare.main` with stdin replaced and through a real subprocess, on the
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -286,3 +287,35 @@ def test_a_chat_on_ollama_answers_every_turn(
         assert server.remaining == 0
     out = capsys.readouterr().out
     assert out.index("First answer.") < out.index("Second answer.") < out.index("Third."), out
+
+
+def test_chat_keeps_its_sessions_in_the_data_folder_not_the_current_one(tmp_path: Path) -> None:
+    here, data = tmp_path / "here", tmp_path / "data"
+    here.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "compare.py"), "chat"],
+        input=f"{CART_QUESTION}\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=here,
+        env={**os.environ, "XDG_DATA_HOME": str(data)},
+    )
+    assert done.returncode == compare.EXIT_OK, done.stderr
+    assert list(here.iterdir()) == [], "nothing is written into the current folder"
+    folder = data / "agent-loop-compare" / "chat"
+    assert {p.name for p in folder.iterdir()} >= {"agent-sessions.default.json", "agent-sessions.store.db"}
+    assert f"keptin{folder / 'agent-sessions.default.json'}" in "".join(done.stdout.split()), "the first line says so"
+
+
+def test_chat_without_a_home_folder_is_one_line_and_exit_4(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")  # what Path.home() raises without HOME or pwd
+
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert compare.main(["chat"]) == compare.EXIT_FILE
+    err = capsys.readouterr().err
+    assert "HOME is not set" in err and "--session-db" in err and len(err.strip().splitlines()) == 1, err
