@@ -456,9 +456,12 @@ class _Chat:
         except ModelCallFailed as exc:
             say_model_failed(self.console, exc, self.live)
             return False
-        except ScriptExhausted as exc:
-            self.console.print(Text(f"(scripted model) {clean_line(str(exc))}", style="yellow"))
-            return True
+        except ScriptExhausted as exc:  # a turn asked on another model: this one cannot finish it
+            self.console.print(
+                Text(f"(scripted model) {clean_line(str(exc))} ", style="yellow")
+                + Text("The cut-short turn stays as it is; open the thread on the model it was asked on to finish it.")
+            )
+            return False
         if finished is not None:
             self.show(finished)
         return True

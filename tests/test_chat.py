@@ -319,3 +319,24 @@ def test_chat_without_a_home_folder_is_one_line_and_exit_4(
     assert compare.main(["chat"]) == compare.EXIT_FILE
     err = capsys.readouterr().err
     assert "HOME is not set" in err and "--session-db" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("contender", CONTENDERS)
+def test_a_turn_cut_short_on_another_model_reopened_on_the_scripted_one_is_a_line_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
+) -> None:
+    """A question the scripted model has no script for, cut short by an outage on Ollama: reopened on the
+    scripted model, the chat says in one line that it cannot finish that turn, asks no new question over it
+    (its answer would not know what the cut turn did), and ends normally."""
+    from tests.ollama_replay import OllamaReplayServer, ReplayReply
+
+    script = [ReplayReply(tool_calls=[("view_cart", {})]), ReplayReply(text="x", drop_mid_stream=True)]
+    db = tmp_path / "chat.db"
+    with OllamaReplayServer(script=script) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        argv = ["chat", "--session-db", str(db), "--contender", contender, "--model", "ollama:qwen3:4b"]
+        chat(monkeypatch, capsys, db, "hello there\n", *argv[3:])
+    out = chat(monkeypatch, capsys, db, f"{CART_QUESTION}\n", "--contender", contender)
+    # On opening, and again before the question, which is then not asked.
+    assert out.count("(scripted model) Scripted model (persona 'shopper') has no script for the goal 'hello") == 2, out
+    assert "view_cart" not in out.split("you>", 1)[1], "no new question ran over the cut-short turn"
