@@ -340,3 +340,35 @@ def test_a_turn_cut_short_on_another_model_reopened_on_the_scripted_one_is_a_lin
     # On opening, and again before the question, which is then not asked.
     assert out.count("(scripted model) Scripted model (persona 'shopper') has no script for the goal 'hello") == 2, out
     assert "view_cart" not in out.split("you>", 1)[1], "no new question ran over the cut-short turn"
+
+
+def damage(path: Path, how: str) -> None:
+    """Damage the hand-written session file at `path` the way `how` says."""
+    import json
+
+    header, *lines = path.read_bytes().splitlines()
+    if how == "a line nested 100,000 deep":
+        lines[-1] = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b', "revision": 2}'
+    elif how == "revision 1e999":
+        record = json.loads(lines[-1])
+        lines[-1] = json.dumps(record).replace(f'"revision": {record["revision"]}', '"revision": 1e999').encode()
+    elif how == "cut_short on a call with no result":
+        record = json.loads(lines[-1])
+        calls = [m for m in record["messages"] if m["type"] == "ai" and m["data"].get("tool_calls")]
+        calls[0]["data"]["additional_kwargs"]["cut_short"] = True
+        record["messages"] = record["messages"][: record["messages"].index(calls[0]) + 1]
+        lines[-1] = json.dumps(record).encode()
+    path.write_bytes(b"\n".join([header, *lines]) + b"\n")
+
+
+@pytest.mark.parametrize("how", ["a line nested 100,000 deep", "revision 1e999", "cut_short on a call with no result"])
+def test_a_damaged_saved_conversation_is_one_line_and_exit_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    db = tmp_path / "c.db"
+    chat(monkeypatch, capsys, db, f"{SEED_GOAL}\n")
+    damage(db.with_name("c.default.json"), how)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{CART_QUESTION}\n"))
+    assert compare.main(["chat", "--session-db", str(db)]) == compare.EXIT_FILE
+    err = capsys.readouterr().err
+    assert "damaged saved session" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
