@@ -40,8 +40,10 @@ from comparison.run_setup import RunOptions
 from comparison.runner import ScenarioRuns
 from comparison.sanitize import clean_line
 from comparison.scenarios import INSTRUCTIONS, Scenario, contenders_running
+from langgraph_version.serde import DamagedCheckpoint
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.conversation import beside
 from shared_tools.models import ModelSpecError, make_model
 from shared_tools.models.personas import KNOWN_GOALS
 from shared_tools.places import NoUserFolder, data_home
@@ -71,6 +73,12 @@ def check_chat(
     check_session_db(session_db)
     db = session_db
     store = store_db or (db if isinstance(db, str) else db.with_name(f"{db.stem}.store.db"))
+    if isinstance(store, Path) and isinstance(db, Path) and contender != "langgraph":
+        # The hand-written session keeps the conversation in a JSON file beside --session-db: a store there
+        # would be written over by the first save, or make that file unreadable as a session.
+        kept = beside(db, thread, ".json")
+        if store.resolve() == kept.resolve():
+            raise UnusableFile(f"--store-db: {store} is the file thread {thread!r} is kept in; give another file")
     check_store_db(store)
     try:
         check_saved_conversation(contender, thread, db, customer)
@@ -199,8 +207,9 @@ def chat(
     human = ChatHuman()
     conversation = _open_chat(contender, thread, session_db, policy, model, store, customer, events, live, human)
     try:
-        facts = facts_of(conversation)  # the graph checks whose thread it is on this first read
-    except CustomerMismatch as exc:
+        # The graph checks whose thread it is on this first read, and reads its checkpoints back.
+        facts = facts_of(conversation)
+    except (CustomerMismatch, DamagedCheckpoint) as exc:
         conversation.close()
         raise UnusableFile(f"cannot resume thread {thread!r}: {exc}") from None
     kept_in = clean_line(str(facts["kept_in"]))
@@ -224,6 +233,8 @@ def chat(
         )
     except KeyboardInterrupt:  # while the chat's loop starts or ends, when no turn runs
         ending = Ending.INTERRUPTED
+    except DamagedCheckpoint as exc:  # a checkpoint further back, read by /history or /rewind
+        raise UnusableFile(f"thread {thread!r}: {exc}") from None
     finally:
         conversation.close()
     if ending is Ending.INTERRUPTED:

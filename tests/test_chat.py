@@ -372,3 +372,34 @@ def test_a_damaged_saved_conversation_is_one_line_and_exit_4(
     assert compare.main(["chat", "--session-db", str(db)]) == compare.EXIT_FILE
     err = capsys.readouterr().err
     assert "damaged saved session" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_store_db_that_is_the_threads_own_session_file_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "s.db"
+    argv = ["chat", "--thread", "t2", "--session-db", str(db), "--store-db", str(tmp_path / "s.t2.json")]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{CART_QUESTION}\n"))
+    assert compare.main(argv) == compare.EXIT_FILE
+    err = capsys.readouterr().err
+    assert "is the file thread 't2' is kept in" in err and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == [], "nothing was written"
+
+
+@pytest.mark.parametrize(
+    "damage_sql", ["UPDATE checkpoints SET type = 'bogus'", "UPDATE checkpoints SET checkpoint = x'c1c1c1ff00'"]
+)
+def test_a_graph_thread_whose_checkpoints_cannot_be_read_is_one_line_and_exit_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], damage_sql: str
+) -> None:
+    import sqlite3
+
+    db = tmp_path / "c.db"
+    chat(monkeypatch, capsys, db, f"{CART_QUESTION}\n", "--contender", "langgraph")
+    with sqlite3.connect(db) as connection:
+        connection.execute(damage_sql)
+    connection.close()
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{CART_QUESTION}\n"))
+    assert compare.main(["chat", "--contender", "langgraph", "--session-db", str(db)]) == compare.EXIT_FILE
+    err = capsys.readouterr().err
+    assert "a checkpoint of the thread cannot be read" in err and len(err.strip().splitlines()) == 1, err
