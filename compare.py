@@ -53,7 +53,7 @@ try:
     from rich.console import Console
 
     from comparison.chat import ThreadBusy, chat_customer
-    from comparison.command import chat, check_chat, check_model, finish, run_and_render
+    from comparison.command import chat, check_chat, check_model, default_session_db, finish, run_and_render
     from comparison.command_line import (
         UsageError,
         UsageParser,
@@ -410,6 +410,8 @@ def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
     scripted = is_scripted(spec)
     customer = chat_customer(args.contender, args.thread)
     try:
+        if args.session_db is None:
+            args.session_db = default_session_db()
         store_db = check_chat(args.contender, args.thread, args.session_db, args.store_db, customer)
         apply_base_url(spec, args.base_url)
         model = check_model(spec)

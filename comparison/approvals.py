@@ -6,7 +6,7 @@ here) puts each request of the pause to the human on its own and resumes the run
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from langchain_core.messages import ToolCall
@@ -61,12 +61,13 @@ class DemoHuman:
 class AskingHuman:
     """The customer at `compare.py chat`: each risky write of their cart is put to them, through `ask`."""
 
-    def __init__(self, store: BookStore, customer_id: str, ask: Callable[[str], bool]) -> None:
-        """`ask(reason)` puts one question to the customer and returns their yes (True) or no."""
+    def __init__(self, store: BookStore, customer_id: str, ask: Callable[[str], bool | Awaitable[bool]]) -> None:
+        """`ask(reason)` puts one question to the customer and returns their yes (True) or no; an async one
+        (a prompt in the run's event loop) is awaited by the hand-written loop, which asks during its run."""
         self.policy = RiskyWritePolicy(store, customer_id)
         self.ask = ask
 
-    def approve(self, call: ToolCall, reason: str) -> bool:
+    def approve(self, call: ToolCall, reason: str) -> Any:
         return self.ask(reason)
 
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from comparison.approvals import AskingHuman
-from comparison.chat import COMMANDS, LiveTurn, approval_prompt, converse
+from comparison.chat import ChatHuman, Ending, LiveTurn, converse
 from comparison.closing import guard_matrix
 from comparison.command_line import UsageError
 from comparison.contenders import CONTENDERS, build_contender
@@ -31,6 +31,7 @@ from comparison.conversations import (
 )
 from comparison.document import build_document, write_document
 from comparison.files import UnusableFile, check_session_db, check_store_db, write_output
+from comparison.line_editor import LineReader
 from comparison.overview import render_overview
 from comparison.records import RunRecord
 from comparison.render import render_guard_matrix, render_not_run, render_scenario, render_who_owns_what
@@ -39,10 +40,13 @@ from comparison.run_setup import RunOptions
 from comparison.runner import ScenarioRuns
 from comparison.sanitize import clean_line
 from comparison.scenarios import INSTRUCTIONS, Scenario, contenders_running
+from langgraph_version.serde import DamagedCheckpoint
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.conversation import beside
 from shared_tools.models import ModelSpecError, make_model
 from shared_tools.models.personas import KNOWN_GOALS
+from shared_tools.places import NoUserFolder, data_home
 from shared_tools.results import AgentOptions, CustomerMismatch, TraceEvent
 
 
@@ -69,12 +73,29 @@ def check_chat(
     check_session_db(session_db)
     db = session_db
     store = store_db or (db if isinstance(db, str) else db.with_name(f"{db.stem}.store.db"))
+    if isinstance(store, Path) and isinstance(db, Path) and contender != "langgraph":
+        # The hand-written session keeps the conversation in a JSON file beside --session-db: a store there
+        # would be written over by the first save, or make that file unreadable as a session.
+        kept = beside(db, thread, ".json")
+        if store.resolve() == kept.resolve():
+            raise UnusableFile(f"--store-db: {store} is the file thread {thread!r} is kept in; give another file")
     check_store_db(store)
     try:
         check_saved_conversation(contender, thread, db, customer)
     except ValueError as exc:  # damaged, wrong-shape, or another customer's (handwritten.CustomerMismatch)
         raise UnusableFile(f"cannot resume thread {thread!r}: {exc}") from None
     return store
+
+
+def default_session_db() -> Path:
+    """Where chat keeps its conversations unless told (--session-db): the per-user data folder, as `serve`
+    does, made if it is not there yet; `UnusableFile` naming the folder when it cannot be."""
+    try:
+        folder = data_home() / "chat"
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:  # NoUserFolder among them
+        raise UnusableFile(f"--session-db: the default folder cannot be used ({exc}); give --session-db PATH") from None
+    return folder / "agent-sessions.db"
 
 
 def finish(
@@ -182,10 +203,13 @@ def chat(
     events: list[TraceEvent] = []
     # The reply streams token by token and each trace line prints as it happens, so no spinner is drawn over them.
     live = LiveTurn(console)
-    conversation = _open_chat(console, contender, thread, session_db, policy, model, store, customer, events, live)
+    reader = LineReader(prompt_history())
+    human = ChatHuman()
+    conversation = _open_chat(contender, thread, session_db, policy, model, store, customer, events, live, human)
     try:
-        facts = facts_of(conversation)  # the graph checks whose thread it is on this first read
-    except CustomerMismatch as exc:
+        # The graph checks whose thread it is on this first read, and reads its checkpoints back.
+        facts = facts_of(conversation)
+    except (CustomerMismatch, DamagedCheckpoint) as exc:
         conversation.close()
         raise UnusableFile(f"cannot resume thread {thread!r}: {exc}") from None
     kept_in = clean_line(str(facts["kept_in"]))
@@ -194,27 +218,40 @@ def chat(
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
     try:
         # ConversationNotSaved or ThreadBusy (another process on the thread) and ModelUnavailable end it with
-        # their message.
-        converse(
+        # their message. Every turn is over (saved, or stopped and saved) before the prompt comes back, so
+        # "kept" is true whenever the chat ends here.
+        ending = converse(
             console,
             conversation,
             scripted=scripted,
-            progress=None,
+            reader=reader,
             events=events,
             live=live,
             cart=lambda: cart_text_of(store, customer),
             thread=thread,
+            human=human,
         )
-    except KeyboardInterrupt:
-        console.print(Text(f"\nInterrupted; the conversation is kept in {kept_in}."))
-        return True
+    except KeyboardInterrupt:  # while the chat's loop starts or ends, when no turn runs
+        ending = Ending.INTERRUPTED
+    except DamagedCheckpoint as exc:  # a checkpoint further back, read by /history or /rewind
+        raise UnusableFile(f"thread {thread!r}: {exc}") from None
     finally:
         conversation.close()
+    if ending is Ending.INTERRUPTED:
+        console.print(Text(f"\nInterrupted; the conversation is kept in {kept_in}."))
+        return True
     return False
 
 
+def prompt_history() -> Path | None:
+    """The file of the questions typed at the chat's prompt, in the per-user data folder; None without one."""
+    try:
+        return data_home() / "chat" / "prompt-history"
+    except NoUserFolder:
+        return None
+
+
 def _open_chat(
-    console: Console,
     contender: str,
     thread: str,
     session_db: Path | str,
@@ -224,27 +261,20 @@ def _open_chat(
     customer: str,
     events: list[TraceEvent],
     live: LiveTurn,
+    human: ChatHuman,
 ) -> Conversation:
     """The chat's conversation, resumed, on an agent that shows each turn live and asks the customer at the
-    prompt before a risky write."""
-    human = AskingHuman(store, customer, approval_prompt(console, None))
+    prompt before a risky write (the hand-written loop during its run; a graph's pauses are `converse`'s)."""
 
     def on_event(event: TraceEvent) -> None:
         events.append(event)
         live.on_event(event)
 
     options = AgentOptions(on_event=on_event, on_token=live.on_token)
-    agent = build_contender(contender, model, make_tools(store, customer), options, human)
+    gate = AskingHuman(store, customer, human.decide)  # awaited by the hand-written loop, in its run
+    agent = build_contender(contender, model, make_tools(store, customer), options, gate)
     return open_conversation(
-        contender,
-        agent,
-        INSTRUCTIONS,
-        thread,
-        session_db,
-        resume=True,
-        customer_id=customer,
-        approve=human.approve,
-        policy=policy,
+        contender, agent, INSTRUCTIONS, thread, session_db, resume=True, customer_id=customer, policy=policy
     )
 
 
@@ -266,7 +296,7 @@ def say_what_is_kept(
     console.print(
         Text(contender, "bold")
         + Text(f" · thread {thread} · kept in {kept_in} · {facts['turns']} turn(s) so far · the model sees ")
-        + Text(f"{window}. Empty line or 'quit' ends; {COMMANDS}.")
+        + Text(f"{window}. /help lists the commands; Ctrl-C stops a turn; /bye or Ctrl-D ends.")
     )
     if facts["kept_in"] != shown_target(session_db):
         beside = clean_line(shown_target(session_db))

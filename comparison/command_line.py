@@ -107,10 +107,10 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
     parser.add_argument(
         "--session-db",
         type=path_or_url,
-        default=Path("agent-sessions.db"),
         metavar="PATH|URL",
         help="SQLite file of the graph's threads (the hand-written session and the store are kept beside it), "
-        "or a postgresql:// URL that keeps all three",
+        "or a postgresql:// URL that keeps all three (default: agent-sessions.db in the per-user data folder, "
+        "$XDG_DATA_HOME/agent-loop-compare/chat)",
     )
     parser.add_argument(
         "--store-db",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ from shared_tools.results import (
     AgentOptions,
     AgentResult,
     Approve,
+    AsyncApprove,
     Guard,
     OptionKeywords,
     RunStopped,
@@ -68,7 +70,7 @@ class AgentLoop:
         tools: Sequence[BaseTool],
         options: AgentOptions | AgentLimits | None = None,
         *,
-        approve: Approve | None = None,
+        approve: Approve | AsyncApprove | None = None,
         **keywords: Unpack[OptionKeywords],
     ) -> None:
         """`approve` is the human behind `options.needs_approval`, asked synchronously; without one, every call
@@ -247,7 +249,7 @@ class AgentLoop:
         """
         admitted: list[ToolCall] = []  # the calls of this reply allowed to run so far, for the approval rule
         if self.options.parallel_tools:
-            verdicts = [(call, self.admit(run, call, admitted)) for call in calls]
+            verdicts = [(call, await self.admit(run, call, admitted)) for call in calls]
             async with self.within_time_budget(run, calls):
                 tasks = [asyncio.ensure_future(self.run_tool(run, call, verdict)) for call, verdict in verdicts]
                 try:
@@ -261,7 +263,7 @@ class AgentLoop:
         else:
             answers = []
             for call in calls:
-                verdict = self.admit(run, call, admitted)  # a human's wait here is not the tools' time
+                verdict = await self.admit(run, call, admitted)  # a human's wait here is not the tools' time
                 async with self.within_time_budget(run, calls):
                     answers.append(await self.run_tool(run, call, verdict))
                 self._record(run, answers[-1])  # live: on_event sees each call as soon as it is answered
@@ -294,7 +296,7 @@ class AgentLoop:
                 self._record(run, cut)
             raise RunStopped(StopReason.TIME_BUDGET) from None
 
-    def admit(self, run: _Run, call: ToolCall, admitted: list[ToolCall]) -> BaseTool | guards.Refusal:
+    async def admit(self, run: _Run, call: ToolCall, admitted: list[ToolCall]) -> BaseTool | guards.Refusal:
         """The tool to run for `call`, or the refusal the model gets instead; `admitted` collects the calls let through.
 
         `screen` applies the shared checks in their fixed order (unknown tool, repeat rule, arguments); the
@@ -304,13 +306,14 @@ class AgentLoop:
         verdict = guards.screen(call, self.tools, run.seen, self.limits)
         if isinstance(verdict, guards.Refusal):
             return verdict
-        if refusal := self.check_approval(run, call, admitted):
+        if refusal := await self.check_approval(run, call, admitted):
             return refusal
         admitted.append(call)
         return verdict
 
-    def check_approval(self, run: _Run, call: ToolCall, earlier: Sequence[ToolCall]) -> guards.Refusal | None:
-        """The refusal when `call` needs approval and does not get it; None when it may run.
+    async def check_approval(self, run: _Run, call: ToolCall, earlier: Sequence[ToolCall]) -> guards.Refusal | None:
+        """The refusal when `call` needs approval and does not get it; None when it may run. An `approve` that
+        returns an awaitable (a prompt in the same event loop) is awaited.
 
         The time a human takes to decide is not the agent's time: the run's clock is moved on by the wait, as
         the graph's clock is when a paused run is resumed.
@@ -319,7 +322,8 @@ class AgentLoop:
         if needs_approval is None or (reason := needs_approval(call, earlier)) is None:
             return None
         asked = time.monotonic()
-        approved = self.approve is not None and self.approve(call, reason)
+        answer = self.approve is not None and self.approve(call, reason)
+        approved = (await answer if inspect.isawaitable(answer) else answer) is True
         run.usage.started += time.monotonic() - asked
         log.info("approval for %s (%s): %s", call["name"], reason, "yes" if approved else "no")
         return None if approved else guards.approval_refusal(call["name"], reason)

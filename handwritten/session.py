@@ -15,7 +15,14 @@ import uuid
 from pathlib import Path
 from typing import Unpack
 
-from langchain_core.messages import BaseMessage, SystemMessage, messages_from_dict, messages_to_dict
+from langchain_core.messages import (
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_from_dict,
+    messages_to_dict,
+)
 
 from handwritten import storage
 from handwritten.loop import AgentCancelled, AgentLoop, history_so_far
@@ -39,6 +46,19 @@ log = logging.getLogger(__name__)
 CUT_SHORT = "cut_short"
 """`additional_kwargs` key, True on the last message of a turn an outage cut short (`Session.unfinished`): saved
 with it, so another process knows to finish that turn first."""
+
+
+def check_cut_short_mark(messages: list[BaseMessage], where: str) -> None:
+    """Refuse (`ValueError`) a last message marked `CUT_SHORT` that no run can go on from: a save marks only a
+    question or a tool result (`history_so_far` answers the open calls). Marks earlier on are of turns since
+    finished."""
+    last = messages[-1] if messages else None
+    marked = last is not None and last.additional_kwargs.get(CUT_SHORT) is True
+    if marked and not isinstance(last, HumanMessage | ToolMessage):
+        raise ValueError(
+            f"{where} is a damaged saved session (its last message, a {type(last).__name__}, is marked cut "
+            "short, and no turn can go on from it)"
+        )
 
 
 class Session:
@@ -342,6 +362,7 @@ class Session:
             messages = messages_from_dict(stored.messages)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path} is a damaged saved session ({type(exc).__name__}: {exc})") from None
+        check_cut_short_mark(messages, str(path))
         session = cls(
             loop,
             stored.instructions,
@@ -407,6 +428,7 @@ class Session:
             messages = messages_from_dict(stored.messages)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"thread {thread_id!r} is a damaged saved session ({type(exc).__name__}: {exc})") from None
+        check_cut_short_mark(messages, f"thread {thread_id!r}")
         session = cls(
             loop,
             stored.instructions,

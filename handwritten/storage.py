@@ -51,7 +51,7 @@ def read(path: Path) -> Stored:
     try:
         instructions = str(header["instructions"])
         messages = [message for record in records for message in record["messages"]]
-        revision = int(records[-1].get("revision", 0)) if records else int(header.get("revision", 0))
+        revision = _revision_of(records[-1] if records else header)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{path} is a damaged saved session ({type(exc).__name__}: {exc})") from None
     if not complete:
@@ -129,7 +129,7 @@ def _refuse_format(path: Path, header: Any, data: bytes) -> ValueError:
 def _json_or_none(line: bytes) -> Any:
     try:
         return json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # nested deeper than Python recurses
         return None
 
 
@@ -148,7 +148,18 @@ def _read_revision(path: Path) -> int:
                 return 0  # an empty file holds no conversation to lose
             raise _refuse_format(path, header, data)  # another format's file is never saved over
         last = _json_or_none(_last_whole_line(file)[0])
-        return int(last.get("revision", 0)) if isinstance(last, dict) else 0
+        try:
+            return _revision_of(last) if isinstance(last, dict) else 0
+        except ValueError as exc:
+            raise ValueError(f"{path} is a damaged saved session ({exc})") from None
+
+
+def _revision_of(record: dict[str, Any]) -> int:
+    """A line's revision: a whole number, not a float (``1e999`` is infinity, which no int holds) or a bool."""
+    revision = record.get("revision", 0)
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+        raise ValueError(f"revision {str(revision)[:40]!r} is not a whole number of saves")
+    return revision
 
 
 def _last_whole_line(file: BinaryIO) -> tuple[bytes, int]:

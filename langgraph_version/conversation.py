@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,10 @@ class GraphConversation:
 
     async def apending(self) -> list[dict[str, Any]]:
         return list(await self.session.pending())
+
+    def answering(self) -> AbstractAsyncContextManager[None]:
+        """Hold the pause while a person decides it (`GraphSession.answering`; a framework's thread: nothing)."""
+        return self.session.answering() if isinstance(self.session, GraphSession) else nullcontext()
 
     # --- what it holds -----------------------------------------------------------------------------------------
 

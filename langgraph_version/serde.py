@@ -26,6 +26,22 @@ class CheckpointSerializer(JsonPlusSerializer):
             except (TypeError, ValueError):
                 raise refused from None
 
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        """As LangGraph's, except that what cannot be read back (a type nobody writes, bytes that are not
+        msgpack) is `DamagedCheckpoint`, naming the type, rather than whatever the decoder raised."""
+        try:
+            return super().loads_typed(data)
+        except Exception as exc:
+            kind = data[0] if isinstance(data, tuple) and data and isinstance(data[0], str) else "?"
+            raise DamagedCheckpoint(
+                f"a checkpoint of the thread cannot be read (stored as {kind[:40]!r}: {type(exc).__name__}: "
+                f"{str(exc)[:200]})"
+            ) from None
+
+
+class DamagedCheckpoint(ValueError):
+    """A stored checkpoint value this serializer cannot read back: the thread's file or database is damaged."""
+
 
 def _langchain_json(value: Any) -> Any:
     """A LangChain object (a message) in the form LangGraph's serializer revives; nothing else is guessed at."""

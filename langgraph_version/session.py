@@ -65,6 +65,10 @@ class TurnNotOver(RuntimeError):
         self.awaiting_approval = awaiting_approval
 
 
+class NotPaused(RuntimeError):
+    """`resume` on a thread that waits for no approval: nothing was asked, or another process answered it first."""
+
+
 class SessionOptions(TypedDict, total=False):
     """`GraphSession`'s own keywords, as `sqlite` and `postgres` pass them on (see `GraphSession.__init__`)."""
 
@@ -357,7 +361,7 @@ class GraphSession:
         async with self._turn() as graph:
             snapshot = await self._snapshot(graph)
             if not snapshot.interrupts:
-                raise RuntimeError(f"thread {self.thread_id!r} is not waiting for an approval")
+                raise NotPaused(f"thread {self.thread_id!r} is not waiting for an approval")
             [request] = [pause.value for pause in snapshot.interrupts]  # the graph asks one question at a time
             answer = {"tool_call_id": request["tool_call"]["id"], "approved": approved is True}
             return await self.agent.adrive(
@@ -416,6 +420,20 @@ class GraphSession:
                 "call continue_unfinished() first",
                 awaiting_approval=False,
             )
+
+    @asynccontextmanager
+    async def answering(self) -> AsyncIterator[None]:
+        """Hold the thread's pause while a person decides it, across processes: another session's `answering`
+        meanwhile raises `ConcurrentTurn` at once, so no one else puts the same request to a person of their own.
+
+        The checkpointer's turn lock under a key no thread name can take (``#`` is not allowed in one), not the
+        turn itself: `resume` takes the turn while this is held. In memory there is no other process to keep out.
+        """
+        if isinstance(self.checkpointer, SqliteCheckpoints | PostgresCheckpoints):
+            async with self.checkpointer.turn(f"{self.thread_id}#approval", wait=0):
+                yield
+        else:
+            yield
 
     # --- the thread ------------------------------------------------------------------------------------------------
 

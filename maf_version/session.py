@@ -172,8 +172,8 @@ def read_saved(path: Path, customer_id: str | None = None) -> tuple[AgentSession
     another customer's (when `customer_id` is given)."""
     try:
         document = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a saved MAF session (not JSON: {exc})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not a saved MAF session (not JSON: {type(exc).__name__}: {exc})") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise ValueError(f"{path} is not a saved MAF session (format {found!r}, expected {FORMAT!r})")
@@ -182,6 +182,6 @@ def read_saved(path: Path, customer_id: str | None = None) -> tuple[AgentSession
     try:
         session = AgentSession.from_dict(document["session"])
         paused_run(session)  # a resume trusts the record of its pause only once it is checked whole
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:  # AttributeError: a list where a dict goes
         raise ValueError(f"{path} is a damaged saved MAF session ({type(exc).__name__}: {exc})") from None
     return session, owner

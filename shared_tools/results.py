@@ -9,7 +9,7 @@ streamed piece of a reply.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -174,6 +174,9 @@ given the call and the calls of the same reply admitted before it, so it can jud
 
 Approve = Callable[[ToolCall, str], bool]
 """The human behind `NeedsApproval`: asked whether `call` may run, given the reason; True means yes."""
+
+AsyncApprove = Callable[[ToolCall, str], Awaitable[bool]]
+"""`Approve` asked in the run's own event loop (a prompt awaited there): the hand-written loop awaits it."""
 
 
 @dataclass(frozen=True, kw_only=True)

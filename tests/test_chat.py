@@ -6,6 +6,7 @@ Through `compare.main` with stdin replaced and through a real subprocess, on the
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -286,3 +287,119 @@ def test_a_chat_on_ollama_answers_every_turn(
         assert server.remaining == 0
     out = capsys.readouterr().out
     assert out.index("First answer.") < out.index("Second answer.") < out.index("Third."), out
+
+
+def test_chat_keeps_its_sessions_in_the_data_folder_not_the_current_one(tmp_path: Path) -> None:
+    here, data = tmp_path / "here", tmp_path / "data"
+    here.mkdir()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "compare.py"), "chat"],
+        input=f"{CART_QUESTION}\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=here,
+        env={**os.environ, "XDG_DATA_HOME": str(data)},
+    )
+    assert done.returncode == compare.EXIT_OK, done.stderr
+    assert list(here.iterdir()) == [], "nothing is written into the current folder"
+    folder = data / "agent-loop-compare" / "chat"
+    assert {p.name for p in folder.iterdir()} >= {"agent-sessions.default.json", "agent-sessions.store.db"}
+    assert f"keptin{folder / 'agent-sessions.default.json'}" in "".join(done.stdout.split()), "the first line says so"
+
+
+def test_chat_without_a_home_folder_is_one_line_and_exit_4(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")  # what Path.home() raises without HOME or pwd
+
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert compare.main(["chat"]) == compare.EXIT_FILE
+    err = capsys.readouterr().err
+    assert "HOME is not set" in err and "--session-db" in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("contender", CONTENDERS)
+def test_a_turn_cut_short_on_another_model_reopened_on_the_scripted_one_is_a_line_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
+) -> None:
+    """A question the scripted model has no script for, cut short by an outage on Ollama: reopened on the
+    scripted model, the chat says in one line that it cannot finish that turn, asks no new question over it
+    (its answer would not know what the cut turn did), and ends normally."""
+    from tests.ollama_replay import OllamaReplayServer, ReplayReply
+
+    script = [ReplayReply(tool_calls=[("view_cart", {})]), ReplayReply(text="x", drop_mid_stream=True)]
+    db = tmp_path / "chat.db"
+    with OllamaReplayServer(script=script) as server:
+        monkeypatch.setenv("OLLAMA_HOST", server.base_url)
+        argv = ["chat", "--session-db", str(db), "--contender", contender, "--model", "ollama:qwen3:4b"]
+        chat(monkeypatch, capsys, db, "hello there\n", *argv[3:])
+    out = chat(monkeypatch, capsys, db, f"{CART_QUESTION}\n", "--contender", contender)
+    # On opening, and again before the question, which is then not asked.
+    assert out.count("(scripted model) Scripted model (persona 'shopper') has no script for the goal 'hello") == 2, out
+    assert "view_cart" not in out.split("you>", 1)[1], "no new question ran over the cut-short turn"
+
+
+def damage(path: Path, how: str) -> None:
+    """Damage the hand-written session file at `path` the way `how` says."""
+    import json
+
+    header, *lines = path.read_bytes().splitlines()
+    if how == "a line nested 100,000 deep":
+        lines[-1] = b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b', "revision": 2}'
+    elif how == "revision 1e999":
+        record = json.loads(lines[-1])
+        lines[-1] = json.dumps(record).replace(f'"revision": {record["revision"]}', '"revision": 1e999').encode()
+    elif how == "cut_short on a call with no result":
+        record = json.loads(lines[-1])
+        calls = [m for m in record["messages"] if m["type"] == "ai" and m["data"].get("tool_calls")]
+        calls[0]["data"]["additional_kwargs"]["cut_short"] = True
+        record["messages"] = record["messages"][: record["messages"].index(calls[0]) + 1]
+        lines[-1] = json.dumps(record).encode()
+    path.write_bytes(b"\n".join([header, *lines]) + b"\n")
+
+
+@pytest.mark.parametrize("how", ["a line nested 100,000 deep", "revision 1e999", "cut_short on a call with no result"])
+def test_a_damaged_saved_conversation_is_one_line_and_exit_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], how: str
+) -> None:
+    db = tmp_path / "c.db"
+    chat(monkeypatch, capsys, db, f"{SEED_GOAL}\n")
+    damage(db.with_name("c.default.json"), how)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{CART_QUESTION}\n"))
+    assert compare.main(["chat", "--session-db", str(db)]) == compare.EXIT_FILE
+    err = capsys.readouterr().err
+    assert "damaged saved session" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_store_db_that_is_the_threads_own_session_file_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "s.db"
+    argv = ["chat", "--thread", "t2", "--session-db", str(db), "--store-db", str(tmp_path / "s.t2.json")]
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{CART_QUESTION}\n"))
+    assert compare.main(argv) == compare.EXIT_FILE
+    err = capsys.readouterr().err
+    assert "is the file thread 't2' is kept in" in err and len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == [], "nothing was written"
+
+
+@pytest.mark.parametrize(
+    "damage_sql", ["UPDATE checkpoints SET type = 'bogus'", "UPDATE checkpoints SET checkpoint = x'c1c1c1ff00'"]
+)
+def test_a_graph_thread_whose_checkpoints_cannot_be_read_is_one_line_and_exit_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], damage_sql: str
+) -> None:
+    import sqlite3
+
+    db = tmp_path / "c.db"
+    chat(monkeypatch, capsys, db, f"{CART_QUESTION}\n", "--contender", "langgraph")
+    with sqlite3.connect(db) as connection:
+        connection.execute(damage_sql)
+    connection.close()
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{CART_QUESTION}\n"))
+    assert compare.main(["chat", "--contender", "langgraph", "--session-db", str(db)]) == compare.EXIT_FILE
+    err = capsys.readouterr().err
+    assert "a checkpoint of the thread cannot be read" in err and len(err.strip().splitlines()) == 1, err

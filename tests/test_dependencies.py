@@ -126,3 +126,12 @@ def test_the_maf_contender_and_the_span_exporters_are_core_dependencies() -> Non
     """No command prints that a contender or `--otel` needs an extra: they come with every install."""
     core = _closure(tuple(_project()["dependencies"]))
     assert {"agent-framework-core", "opentelemetry-sdk", "opentelemetry-exporter-otlp-proto-http"} <= core
+
+
+def test_the_license_is_an_spdx_expression_that_setuptools_reads_without_a_warning() -> None:
+    """A `license = {text = ...}` table is deprecated in setuptools 77 and stops building after 2027-02-18."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["license"] == "MIT"
+    assert not any(c.startswith("License ::") for c in pyproject["project"].get("classifiers", []))
+    [setuptools] = [Requirement(r) for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")]
+    assert setuptools.specifier.contains("77") and not setuptools.specifier.contains("76.9")

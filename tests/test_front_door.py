@@ -514,25 +514,27 @@ def test_chat_asks_the_human_before_a_risky_write(
 def test_an_approval_left_unanswered_is_asked_again_when_the_graph_thread_reopens(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Ctrl-C at the approval prompt leaves the graph paused in its SQLite thread; the next chat asks again."""
+    """A chat that ended while its graph waited at the approval prompt (killed there) leaves the thread paused in
+    its SQLite file; the next chat asks that approval again before anything else, and a yes lets the add run."""
+    from langgraph_version import GraphAgent, GraphSession
+    from shared_tools.bookstore.approval import RiskyWritePolicy
+    from shared_tools.results import AgentOptions, StopReason
+
     db = tmp_path / "chat.db"
-    argv = ["chat", "--contender", "langgraph", "--thread", "t1", "--session-db", str(db)]
-    typed = iter(["Add 5 copies of The Quiet Orchard to my cart."])
-
-    def ctrl_c_at_the_approval(prompt: str = "") -> str:
-        if prompt.startswith("approve?"):
-            raise KeyboardInterrupt
-        return next(typed)
-
-    monkeypatch.setattr("builtins.input", ctrl_c_at_the_approval)
-    assert compare.main(argv) == compare.EXIT_INTERRUPTED
-    monkeypatch.undo()
+    customer = chat_customer("langgraph", "t1")
+    with BookStore(tmp_path / "chat.store.db") as store:
+        options = AgentOptions(needs_approval=RiskyWritePolicy(store, customer))
+        agent = GraphAgent(make_model("scripted"), make_tools(store, customer), options)
+        with GraphSession.sqlite(agent, INSTRUCTIONS, path=str(db), thread_id="t1", customer_id=customer) as left:
+            paused = left.ask("Add 5 copies of The Quiet Orchard to my cart.")
+            assert paused.stop_reason is StopReason.AWAITING_APPROVAL
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    argv = ["chat", "--contender", "langgraph", "--thread", "t1", "--session-db", str(db)]
     assert compare.main(argv) == compare.EXIT_OK
     out = capsys.readouterr().out
-    assert out.count("approval needed: 5 x The Quiet Orchard") == 2
-    assert "finishing it from its last checkpoint" in out
-    assert cart_of(tmp_path / "chat.store.db", chat_customer("langgraph", "t1")) == 5
+    assert "The last turn waits for an approval; asking it again:" in out
+    assert out.count("approval needed: 5 x The Quiet Orchard") == 1
+    assert cart_of(tmp_path / "chat.store.db", customer) == 5
 
 
 def test_every_chat_thread_and_contender_has_its_own_cart(
@@ -582,14 +584,20 @@ def test_chat_says_in_one_line_when_another_process_saved_the_conversation(
     monkeypatch.setattr(sys, "stdin", io.StringIO(f"{SEED_GOAL}\n"))
     assert compare.main(argv) == compare.EXIT_OK
     loop = AgentLoop(make_model("scripted"), make_tools(BookStore()))
-    typed = iter(["What is my cart total now?"])
 
-    def meanwhile_another_process_saves(prompt: str = "") -> str:
-        other = Session.load(path, loop)
-        other.save(path)
-        return next(typed)
+    class MeanwhileAnotherProcessSaves:
+        """stdin whose one line is typed while another process saves the conversation."""
 
-    monkeypatch.setattr("builtins.input", meanwhile_another_process_saves)
+        typed = iter(["What is my cart total now?\n"])
+
+        def readline(self) -> str:
+            line = next(self.typed, "")
+            if line:
+                other = Session.load(path, loop)
+                other.save(path)
+            return line
+
+    monkeypatch.setattr(sys, "stdin", MeanwhileAnotherProcessSaves())
     capsys.readouterr()
     assert compare.main(argv) == compare.EXIT_FILE
     captured = capsys.readouterr()

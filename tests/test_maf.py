@@ -1008,3 +1008,16 @@ def test_a_human_who_cannot_answer_leaves_the_turn_as_maf_stored_it(store: BookS
         session.ask("Add them.")
     assert session.history_turns() == ["Add them."], "the turn is not written twice"
     assert cart(store) == []
+
+
+@pytest.mark.parametrize("state", [[], "text", 7])
+def test_a_session_file_whose_state_is_not_an_object_is_a_damaged_file(
+    store: BookStore, tmp_path: Path, state: object
+) -> None:
+    path = tmp_path / "maf.json"
+    MafSession(MafAgent(ScriptModel(replies=[ai("Hi.")]), make_tools(store)), INSTRUCTIONS, path=path).ask("Hello")
+    saved = json.loads(path.read_text())
+    saved["session"]["state"] = state
+    path.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="damaged saved MAF session"):
+        MafSession(MafAgent(ScriptModel(replies=[ai("Done.")]), make_tools(store)), INSTRUCTIONS, path=path)

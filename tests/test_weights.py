@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from shared_tools.models import ModelUnavailable
-from shared_tools.models.weights import CACHE_ENV, cache_dir, joined_weights
+from shared_tools.models.weights import CACHE_ENV, CacheUnusable, cache_dir, joined_weights
 
 REINSTALL = "pip install --force-reinstall tiny-parts"
 
@@ -103,6 +103,68 @@ def test_the_cache_folder_is_the_env_var_else_xdg(tmp_path: Path, monkeypatch: p
     monkeypatch.delenv(CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_dir() == tmp_path / "xdg" / "agent-loop-compare"
+
+
+def unusable_folder(tmp_path: Path, case: str) -> Path:
+    """A cache folder that cannot hold the weights, the way `case` breaks it; the target file's path in it."""
+    if case == "a file":
+        (tmp_path / "cache").write_text("not a folder")
+        return tmp_path / "cache" / "model.gguf"
+    if case == "under a file":
+        (tmp_path / "file").write_text("not a folder")
+        return tmp_path / "file" / "cache" / "model.gguf"
+    if case == "the target is a folder":
+        (tmp_path / "cache" / "model.gguf").mkdir(parents=True)
+        return tmp_path / "cache" / "model.gguf"
+    assert case == "read-only"
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache").chmod(0o555)
+    return tmp_path / "cache" / "model.gguf"
+
+
+@pytest.mark.parametrize("case", ["a file", "under a file", "the target is a folder", "read-only"])
+def test_an_unusable_cache_folder_is_one_line_naming_it(tmp_path: Path, case: str) -> None:
+    if case == "read-only" and os.geteuid() == 0:
+        pytest.skip("root writes into a read-only folder")
+    parts, whole = make_parts(tmp_path / "parts")
+    target = unusable_folder(tmp_path, case)
+    with pytest.raises(CacheUnusable) as raised:
+        joined_weights(parts, target, hashlib.sha256(whole).hexdigest(), reinstall=REINSTALL)
+    said = str(raised.value)
+    assert f"cannot be kept in the folder {target.parent}" in said and CACHE_ENV in said and "\n" not in said
+    assert isinstance(raised.value, ModelUnavailable), "the command line's 'model unavailable': exit 3"
+
+
+def test_no_home_folder_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    with pytest.raises(CacheUnusable, match="HOME is not set"):
+        cache_dir()
+
+
+def test_a_symlink_at_the_lock_file_does_not_empty_what_it_points_to(tmp_path: Path) -> None:
+    parts, whole = make_parts(tmp_path / "parts")
+    victim = tmp_path / "precious.txt"
+    victim.write_text("keep me")
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / ".model.gguf.lock").symlink_to(victim)
+    with pytest.raises(CacheUnusable):
+        joined_weights(parts, tmp_path / "cache" / "model.gguf", hashlib.sha256(whole).hexdigest(), reinstall=REINSTALL)
+    assert victim.read_text() == "keep me"
+
+
+def test_a_temp_file_a_killed_join_left_is_removed_by_the_next_start(tmp_path: Path) -> None:
+    parts, whole = make_parts(tmp_path / "parts")
+    target = tmp_path / "cache" / "model.gguf"
+    target.parent.mkdir()
+    left = target.parent / ".model.gguf.k3x9ab.part"  # what mkstemp named the file of a join SIGKILL ended
+    left.write_bytes(whole[:500])
+    joined_weights(parts, target, hashlib.sha256(whole).hexdigest(), reinstall=REINSTALL)
+    assert not left.exists() and target.read_bytes() == whole
 
 
 # --- which model `local` is -----------------------------------------------------------------------------------

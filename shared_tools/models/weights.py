@@ -19,6 +19,7 @@ from contextlib import suppress
 from pathlib import Path
 
 from shared_tools.models.errors import ModelUnavailable
+from shared_tools.places import NoUserFolder, cache_home
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +28,20 @@ CACHE_ENV = "AGENT_LOOP_COMPARE_CACHE"
 CHUNK = 8 * 1024 * 1024
 
 
+class CacheUnusable(ModelUnavailable):
+    """The cache folder cannot hold the joined weights (a file in its place, read-only, no home folder): the
+    model cannot be used, said in one line naming the folder (exit 3, as for any model that cannot start)."""
+
+
 def cache_dir() -> Path:
-    """`$AGENT_LOOP_COMPARE_CACHE`, else `$XDG_CACHE_HOME/agent-loop-compare`, else ~/.cache/agent-loop-compare."""
+    """`$AGENT_LOOP_COMPARE_CACHE`, else `$XDG_CACHE_HOME/agent-loop-compare`, else ~/.cache/agent-loop-compare;
+    `CacheUnusable` when there is no home folder to put it in."""
     if given := os.environ.get(CACHE_ENV, "").strip():
         return Path(given).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "agent-loop-compare"
+    try:
+        return cache_home()
+    except NoUserFolder as exc:
+        raise CacheUnusable(f"no folder for the model's weights: {exc}, or {CACHE_ENV}") from None
 
 
 def sha256_of(path: Path) -> str:
@@ -102,9 +111,28 @@ def joined_weights(parts: Sequence[Path], target: Path, sha256: str, *, reinstal
     missing = [str(part) for part in parts if not part.is_file()]
     if missing:
         raise ModelUnavailable(f"the model's weights are incomplete ({', '.join(missing)} missing): {reinstall}")
+    try:
+        return _joined_under_lock(parts, target, sha256, reinstall)
+    except OSError as exc:  # the folder, the lock, the temp file or the rename: the cache folder is unusable
+        what = exc.strerror or type(exc).__name__
+        where = f" ({exc.filename})" if exc.filename and Path(exc.filename) != target.parent else ""
+        raise CacheUnusable(
+            f"the model's weights cannot be kept in the folder {target.parent}: {what}{where}; "
+            f"set {CACHE_ENV} to a folder this user can write"
+        ) from None
+
+
+def _joined_under_lock(parts: Sequence[Path], target: Path, sha256: str, reinstall: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
-    with (target.parent / f".{target.name}.lock").open("w") as lock:
+    # Opened without following a symbolic link and without truncating: a link planted at the lock's name must
+    # not make this process empty the file it points to.
+    lock_fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(lock_fd, "r+b") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process joining the same file: wait for it, then use its file
+        # Held alone now: a temp file left here was left by a join that died (SIGKILL, SIGTERM, a power cut).
+        for left in target.parent.glob(f".{target.name}.*.part"):
+            log.info("removing %s, left by a join that did not finish", left)
+            left.unlink(missing_ok=True)
         if target.is_file():
             if _stamped(target, sha256):
                 return target
