@@ -74,7 +74,12 @@ WHO_OWNS_WHAT: tuple[tuple[str, ...], ...] = (
     ("repeat check", "you", "you", "nobody (ToolCallLimitMiddleware caps counts, not repeats)"),
     ("session memory", "you: keep the message list", "checkpointer per thread_id", "checkpointer per thread_id"),
     ("persistence", "you: save/load JSON", "SqliteSaver / Postgres saver", "the same checkpointers"),
-    ("stale reads", "you (instructions, re-read tools)", "you", "you"),
+    (
+        "stale reads",
+        "you: cart results carry the store's revision; an older one is marked before the model call",
+        "you (the model node marks them, in state)",
+        "you",
+    ),
     (
         "human approval",
         "you: an approve callback before the tool runs",

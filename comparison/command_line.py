@@ -1,5 +1,6 @@
-"""What every command line of the project shares: `UsageError`, the argparse parser that raises it, and the logging
-set-up each command makes once its arguments are checked."""
+"""What every command line of the project shares: `UsageError`, the argparse parser that raises it, the options more
+than one command takes (`add_temperature_argument`), and the logging set-up each command makes once its arguments
+are checked."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from typing import NoReturn
 
 from comparison.sanitize import SafeLogFormatter
+from shared_tools.models.factory import MAX_TEMPERATURE
 
 
 class UsageError(Exception):
@@ -21,6 +23,30 @@ class UsageParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def temperature(text: str) -> float:
+    """`--temperature`'s value: a number from 0 to `MAX_TEMPERATURE` (argparse turns the ValueError into a usage
+    error naming the option)."""
+    value = float(text)
+    if not 0 <= value <= MAX_TEMPERATURE:  # NaN fails both comparisons
+        raise ValueError(text)
+    return value
+
+
+temperature.__name__ = f"temperature (0 to {MAX_TEMPERATURE:g})"  # how argparse names the type in its error
+
+
+def add_temperature_argument(parser: argparse.ArgumentParser, *, default: float, what: str) -> None:
+    """`--temperature T`: a real model's sampling temperature, the same option on `eval` and the run commands."""
+    parser.add_argument(
+        "--temperature",
+        type=temperature,
+        default=default,
+        metavar="T",
+        help=f"a real model's sampling temperature, 0 to {MAX_TEMPERATURE:g} (default: {default:g}, {what}); the "
+        "scripted model takes none: its slips are the seed's dice",
+    )
 
 
 def configure_logging(verbose: int, *, quiet_level: int = logging.ERROR) -> None:

@@ -42,11 +42,11 @@ LOST_REPLY = "add_to_cart: the store did not answer in time (the write may have 
 # --- streaming -------------------------------------------------------------------------------------------------
 
 
-def streaming_model(spec: str, chunk_delay: float, seed: int | None) -> BaseChatModel:
+def streaming_model(spec: str, chunk_delay: float, seed: int | None, temperature: float | None = None) -> BaseChatModel:
     """The model of a streaming run. The scripted model waits `chunk_delay` per chunk and is made to generate by
     streaming even when called with `ainvoke` (LangChain then merges the stream for the caller), so a reply takes
     as long to write either way, as a real model's does: only when the user sees it differs."""
-    model = make_model(spec, seed=seed)
+    model = make_model(spec, seed=seed, temperature=temperature)
     if chunk_delay and "chunk_delay" in type(model).model_fields:
         model = model.model_copy(update={"chunk_delay": chunk_delay, "streaming": True})
     return model
@@ -196,7 +196,10 @@ def run_streaming(scenario: Scenario, variant: Variant, contender: str, options:
         with open_store(options, scenario) as (store, customer):
             tools = scenario_tools(store, customer, scenario, variant)
             model = streaming_model(
-                model_spec_for(options.model, scenario.persona), variant.chunk_delay, options.model_seed
+                model_spec_for(options.model, scenario.persona),
+                variant.chunk_delay,
+                options.model_seed,
+                options.model_temperature,
             )
             events: list[TraceEvent] = []
             clock = TokenClock()
@@ -345,7 +348,8 @@ def _time_travel_agent(run: _TimeTravelRun, options: Any) -> tuple[Contender, Lo
     if lost is not None:
         tools = lost.wrap(tools)
     agent_options = scenario.options_for(variant, collector(run.events, options.progress))
-    model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
+    spec = model_spec_for(options.model, scenario.persona)
+    model = make_model(spec, seed=options.model_seed, temperature=options.model_temperature)
     if lost is not None and contender == "create-agent":
         return retrying_create_agent(model, tools, agent_options), lost
     return build_contender(contender, model, tools, agent_options), lost
