@@ -1,7 +1,6 @@
 """What a run's answer claims that its records contradict: a book said to be added that the cart does not hold, a
-stock or a price other than the tool results gave, a book the cart holds called out of stock, a total other than the
-cart's. Read by pattern, clause by clause; an answer that names no book or figure is never called wrong, and a claim
-the records hold no fact about (a book never looked up) is left alone.
+stock or a price other than the tool results gave, a book in the cart called out of stock, a total not the cart's.
+Read by pattern, clause by clause; a claim the records hold no fact about (a book never looked up) is left alone.
 
 Both the run's points (`scenarios.model.answer_points`) and the grades (`scenarios.grading`) read it, so a run
 that ended "done" with a false answer is named as such and graded a failure.

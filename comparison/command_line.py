@@ -45,7 +45,7 @@ def add_temperature_argument(parser: argparse.ArgumentParser, *, default: float,
         default=default,
         metavar="T",
         help=f"a real model's sampling temperature, 0 to {MAX_TEMPERATURE:g} (default: {default:g}, {what}); the "
-        "scripted model takes none: its slips are the seed's dice",
+        "scripted model takes none: its slips are seeded dice",
     )
 
 

@@ -268,21 +268,20 @@ class LostReply:
         assert isinstance(tool, StructuredTool) and tool.func is not None and tool.coroutine is not None
         func, coroutine = tool.func, tool.coroutine
 
-        def lossy(**kwargs: Any) -> str:
-            result: str = func(**kwargs)
+        def lossy(**kwargs: Any) -> Any:
+            result = func(**kwargs)
             if self._lose_first():
                 raise TimeoutError(LOST_REPLY)
             return result
 
-        async def alossy(**kwargs: Any) -> str:
-            result: str = await coroutine(**kwargs)
+        async def alossy(**kwargs: Any) -> Any:
+            result = await coroutine(**kwargs)
             if self._lose_first():
                 raise TimeoutError(LOST_REPLY)
             return result
 
-        return StructuredTool.from_function(
-            func=lossy, coroutine=alossy, name=tool.name, description=tool.description, args_schema=tool.args_schema
-        )
+        # A copy, so the tool keeps what it is besides its functions: a cart result's text and reading.
+        return tool.model_copy(update={"func": lossy, "coroutine": alossy})
 
 
 def retrying_create_agent(model: BaseChatModel, tools: list[BaseTool], options: AgentOptions) -> Contender:

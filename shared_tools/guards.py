@@ -7,7 +7,6 @@ guard (`stale_readings`) reads what a tool result read from the result's artifac
 
 from __future__ import annotations
 
-import asyncio
 import html
 import json
 import logging
@@ -630,7 +629,7 @@ class Rereadable(Protocol):
 
     reads: str
 
-    def revision_now(self) -> int | None:
+    async def arevision_now(self) -> int | None:
         """The revision of `reads` in the store now; None when it cannot be told (the store is unreachable)."""
         ...
 
@@ -658,8 +657,8 @@ async def stale_readings(history: Sequence[BaseMessage], tools: Mapping[str, Bas
     clears it, however many old ones precede it, in whatever order parallel calls finished). Then every reading
     of it not yet marked
     is marked (`marked_stale`), once: an empty answer means nothing new to tell, and no `Guard.STALE_READ` for
-    this call. The revision is asked of the tools that can tell it (`Rereadable`), off the event loop, since a
-    shared store may wait on a lock.
+    this call. The revision is asked of the tools that can tell it (`Rereadable`), which wait for a shared store
+    off the event loop.
     """
     probes = {tool.reads: tool for tool in tools.values() if isinstance(tool, Rereadable)}
     found: dict[str, list[tuple[int, Reading]]] = {}
@@ -669,7 +668,7 @@ async def stale_readings(history: Sequence[BaseMessage], tools: Mapping[str, Bas
             found.setdefault(reading.source, []).append((index, reading))
     marked: dict[int, ToolMessage] = {}
     for source, readings in found.items():
-        now = await asyncio.to_thread(probes[source].revision_now)
+        now = await probes[source].arevision_now()
         if now is None or any(reading.revision == now for _, reading in readings):
             continue
         for index, reading in readings:

@@ -52,7 +52,7 @@ def test_the_temperature_is_the_users_and_a_bad_one_is_a_usage_error(tmp_path: P
 def test_the_scripted_model_takes_no_temperature_and_says_so() -> None:
     args = evaluation.build_eval_parser().parse_args(["bookstore", "--temperature", "1.5", "--seed", "1"])
     plan = evaluation.plan_from(args)
-    assert plan.temperature == 1.5 and plan.sampling is None, "the persona's slips are its seed's dice"
+    assert plan.temperature == 1.5 and plan.sampling is None, "the persona's slips are seeded dice"
     args = evaluation.build_eval_parser().parse_args(["bookstore", "--model", "local"])
     assert evaluation.plan_from(args).sampling == evaluation.EVAL_TEMPERATURE
 

@@ -163,3 +163,25 @@ def test_an_unchanged_cart_is_never_flagged(kind: str) -> None:
     (first, second), _ = two_turns(kind, stale_reads=True, change=False)
     assert all(e.guard is not Guard.STALE_READ for e in [*first.trace, *second.trace])
     assert "$16.50" in (second.answer or "") and second.tool_calls == 0
+
+
+def test_a_session_saved_and_loaded_again_still_catches_the_stale_cart_and_keeps_the_mark(tmp_path: Path) -> None:
+    """The reading is saved with its message, and a mark made later is saved too (the file is written whole)."""
+    path, shop = tmp_path / "session.jsonl", tmp_path / "store.db"
+    with BookStore.open(shop) as store:
+        session = Session(AgentLoop(make_model("scripted"), make_tools(store)), INSTRUCTIONS)
+        session.ask(SEED_GOAL)
+        session.save(path)
+    with BookStore.open(shop) as other:
+        other.remove_from_cart("c1", 7)  # another process empties the cart between the turns
+    with BookStore.open(shop) as store:
+        loop = AgentLoop(make_model("scripted"), make_tools(store))
+        again = Session.load(path, loop)
+        second = again.ask(CART_QUESTION)
+        again.save(path)
+        kept = Session.load(path, loop).messages
+    assert [e.guard for e in second.trace if e.is_model] == [Guard.STALE_READ, None] and "$0.00" in (
+        second.answer or ""
+    )
+    marked = [m.name for m in kept if isinstance(m, ToolMessage) and guards.STALE_SINCE in (m.artifact or {})]
+    assert marked == ["add_to_cart"]

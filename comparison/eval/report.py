@@ -172,7 +172,7 @@ def task_timing(timed: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
 
 def sampling_text(document: dict[str, Any]) -> str:
     """How the trials were sampled: the seed of each trial, and the real model's temperature (the scripted model
-    has none: its slips are the seed's dice)."""
+    has none: its slips are seeded dice)."""
     seeds = document["trial_seeds"]
     seed_text = f"trial seeds {seeds[0]}…{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
     temperature = document.get("temperature")

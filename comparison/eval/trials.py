@@ -160,7 +160,7 @@ class EvalPlan:
 
     @property
     def sampling(self) -> float | None:
-        """The temperature the model samples at: None on the scripted model, whose slips are its seed's dice."""
+        """The temperature the model samples at: None on the scripted model, whose slips are seeded dice."""
         return None if self.simulated else self.temperature
 
     @property

@@ -1,10 +1,9 @@
 """The bookstore itself: catalog, stock, carts and orders in SQLite or Postgres, the single source of truth.
 
 In memory, in a SQLite file or in Postgres, so another process can change a cart behind an agent's back. Every
-write is one transaction whose checks the database protects (never application locks); an add with a
-``request_id`` (the tool-call id) is recorded in it, so a retried call adds once. Money is integer cents, handed
-out as `Decimal`; errors for a customer are `StoreError`s with safe messages. Every write to a cart moves its
-revision on, in the same transaction, so a reading of the cart can be told stale later (`cart_revision`).
+write is one transaction the database checks (never application locks); an add records its ``request_id`` (a retry
+adds once), a cart write moves the cart's `cart_revision` on. Money is integer cents, handed out as `Decimal`;
+errors for a customer are `StoreError`s with safe messages.
 """
 
 from __future__ import annotations

@@ -2,9 +2,8 @@
 
 `make_tools` builds search_books, check_stock, get_order_status, add_to_cart and view_cart for one customer,
 returning compact JSON. A refusal for the model is a `ToolException` (deciding what the model sees is the loops'
-job); add_to_cart gets the tool-call id as its request id, so a retried call adds once. view_cart and add_to_cart
-read the cart: each result carries the cart's revision in its artifact (`guards.Reading`), and both tools can tell
-the revision now (`guards.Rereadable`), for the stale-read guard. Optional `Faults` make the tools slow or failing.
+job); add_to_cart gets the tool-call id as its request id, so a retried call adds once. The cart's two readers say
+the revision they read in their artifact and tell it now (`CartReadingTool`). `Faults` make tools slow or failing.
 """
 
 from __future__ import annotations
@@ -141,8 +140,15 @@ class CartReadingTool(StructuredTool):
     reads: str = CART
     revision_of: Callable[[], int]
     """The store's revision of this customer's cart now (`BookStore.cart_revision`)."""
+    in_thread: bool = False
+    """Ask in a worker thread, as the tool's own calls run, for a store other processes share (it may wait)."""
 
-    def revision_now(self) -> int | None:
+    async def arevision_now(self) -> int | None:
+        if self.in_thread:
+            return await asyncio.to_thread(self._revision_now)
+        return self._revision_now()
+
+    def _revision_now(self) -> int | None:
         try:
             return self.revision_of()
         except StoreError as exc:  # an unreachable store: the guard cannot tell, and the tools will say why
@@ -198,6 +204,7 @@ def _structured(
             args_schema=args_schema,
             response_format="content_and_artifact",
             revision_of=revision_of,
+            in_thread=in_thread,
         )
     return StructuredTool.from_function(
         func=func,

@@ -175,6 +175,24 @@ def _openai_model(
     )
 
 
+def _ollama_model(model: str, *, timeout_s: float | None, seed: int | None, temperature: float) -> BaseChatModel:
+    base_url = ollama_base_url()  # first: the ollama package itself reads OLLAMA_HOST when imported
+    # Imported here so scripted runs never load the Ollama client.
+    from shared_tools.models.ollama import CheckedChatOllama
+
+    _check_ollama(base_url, model)
+    return CheckedChatOllama(
+        model=model,
+        temperature=temperature,
+        seed=DEFAULT_SEED if seed is None else seed,
+        reasoning=True,
+        base_url=base_url,
+        num_predict=SERVER_MAX_TOKENS,
+        # The ollama client's default timeout is None (wait forever); a stuck server must not hang a run.
+        client_kwargs={"timeout": timeout_s},
+    )
+
+
 def make_model(
     spec: str,
     *,
@@ -190,7 +208,7 @@ def make_model(
     `seed` is the model's own seed (a real model's sampling seed, 42 when not given; the noisy persona's dice, 0);
     an eval gives every trial a different one. `temperature` is a real model's sampling temperature (None:
     `DEFAULT_TEMPERATURE`, 0; `ModelSpecError` outside 0 to 2); the scripted model takes none, its slips are
-    the seed's dice. Every real model has the request timeout `timeout_s` (None: none; "default":
+    seeded dice. Every real model has the request timeout `timeout_s` (None: none; "default":
     `LOCAL_REQUEST_TIMEOUT_S` for `local`, else `REQUEST_TIMEOUT_S`) and a cap on a reply's length
     (`LOCAL_MAX_TOKENS`, `SERVER_MAX_TOKENS`); a call may lower the cap with ``max_tokens=N``.
     """
@@ -204,21 +222,7 @@ def make_model(
             raise _spec_error(spec)
         return ScriptedChatModel(persona=persona, seed=seed or 0)
     if kind == "ollama" and rest:
-        base_url = ollama_base_url()  # first: the ollama package itself reads OLLAMA_HOST when imported
-        # Imported here so scripted runs never load the Ollama client.
-        from shared_tools.models.ollama import CheckedChatOllama
-
-        _check_ollama(base_url, rest)
-        return CheckedChatOllama(
-            model=rest,
-            temperature=sampling,
-            seed=DEFAULT_SEED if seed is None else seed,
-            reasoning=True,
-            base_url=base_url,
-            num_predict=SERVER_MAX_TOKENS,
-            # The ollama client's default timeout is None (wait forever); a stuck server must not hang a run.
-            client_kwargs={"timeout": timeout_s},
-        )
+        return _ollama_model(rest, timeout_s=timeout_s, seed=seed, temperature=sampling)
     if kind == "local":
         from shared_tools.models.local import BUNDLED, default_model, local_server  # the extra is checked there
 
