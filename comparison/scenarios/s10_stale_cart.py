@@ -3,7 +3,7 @@ stale-read guard (`Guard.STALE_READ` on a model call's trace line) marks the old
 
 from __future__ import annotations
 
-from comparison.contenders import SESSION_CONTENDERS
+from comparison.contenders import SESSION_CONTENDERS, lacking
 from comparison.records import RunRecord, pick
 from comparison.scenarios import grading
 from comparison.scenarios.grading import SESSION_UNSAFE
@@ -21,6 +21,7 @@ from comparison.scenarios.model import (
 )
 from comparison.scenarios.phrases import no_second_turn, per_variant
 from comparison.scenarios.queries import answer_states_cart, calls, guard_of, turn_one
+from shared_tools.contender import Capability
 from shared_tools.results import Guard
 
 
@@ -138,6 +139,7 @@ SCENARIO = Scenario(
     goals=(SEED_GOAL, CART_QUESTION),
     multi_turn=True,
     contenders=SESSION_CONTENDERS,
+    why_not=lacking(Capability.CONVERSATIONS),
     change_between_turns=7,
     variants=(
         Variant(name="default-instructions", label="default instructions"),
