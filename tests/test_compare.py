@@ -273,7 +273,8 @@ def test_stale_cart_answer_vs_fresh_read(full_run: dict[str, Any]) -> None:
             assert [e["guard"] for e in run["trace"] if e["name"] == "model"] == ["stale read flagged", None]
     row = next(r for r in full_run["doc"]["guard_matrix"] if r["guard"] == "stale read")
     assert [row["cells"][c]["status"] for c in GUARDED] == ["fired", "fired"]
-    assert [row["cells"][c]["status"] for c in CONTENDERS if c not in GUARDED] == ["missing"] * 3
+    assert [row["cells"][c]["status"] for c in ("langgraph-defaults", "create-agent", "maf")] == ["missing"] * 3
+    assert all(row["cells"][c]["status"] != "fired" for c in CONTENDERS if c not in GUARDED), "none has the guard"
 
 
 def test_parallel_tools_overlap_and_sequential_ones_do_not(full_run: dict[str, Any]) -> None:
@@ -378,7 +379,6 @@ def test_guard_matrix_is_built_from_the_runs(full_run: dict[str, Any]) -> None:
         "time budget": ("fired", "fired", "missing", "missing", "fired"),  # MAF's max_duration_seconds
         "repeat check": ("fired", "fired", "missing", "missing", "missing"),
         "truncation": ("fired", "fired", "missing", "missing", "missing"),
-        "stale read": ("fired", "fired", "missing", "missing", "missing"),
     }
     for guard, statuses in expected.items():
         want = dict(zip(order, statuses, strict=True))
