@@ -57,6 +57,7 @@ try:
     from comparison.command_line import (
         UsageError,
         UsageParser,
+        add_temperature_argument,
         build_chat_parser,
         configure_logging,
         parse_contenders,
@@ -82,7 +83,7 @@ try:
     from comparison.scenarios.s13_long_session import LONG_SESSION_TURNS
     from shared_tools.bookstore.store import BookStore, StoreError
     from shared_tools.models import ModelSpecError, ModelUnavailable, apply_base_url
-    from shared_tools.models.factory import BASE_URL_ENV, BASE_URL_HELP
+    from shared_tools.models.factory import BASE_URL_ENV, BASE_URL_HELP, DEFAULT_TEMPERATURE
     from shared_tools.models.personas import ScriptExhausted
     from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP, TracingUnavailable, setup_tracing
 except KeyboardInterrupt:
@@ -147,6 +148,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "'ollama:<model>' e.g. ollama:qwen3:4b",
     )
     parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
+    add_temperature_argument(parser, default=DEFAULT_TEMPERATURE, what="so a run repeats itself")
     parser.add_argument(
         "--contenders",
         action="append",
@@ -297,6 +299,7 @@ def _run(
             session_db=args.session_db or Path(scratch) / "sessions.db",
             store_db=args.store_db,
             progress=None if is_scripted(args.model) else Progress(spinner),
+            model_temperature=args.temperature,
         )
         # Scripted runs on in-memory stores share nothing, so they run side by side; a real model's server, a
         # store file other processes may use, and -v's log lines are better one run at a time.

@@ -1,6 +1,7 @@
 """What every command line of the project shares: `UsageError`, the argparse parser that raises it, the global
-options (`-v`, `--otel`, `--version`: before or after the command), the logging set-up each command makes once its
-arguments are checked, and `chat`'s options."""
+options (`-v`, `--otel`, `--version`: before or after the command), the options more than one command takes
+(`add_temperature_argument`), the logging set-up each command makes once its arguments are checked, and `chat`'s
+options."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import NoReturn
 
 from comparison.sanitize import SafeLogFormatter
 from shared_tools.bookstore.store import is_postgres_url
-from shared_tools.models.factory import BASE_URL_HELP
+from shared_tools.models.factory import BASE_URL_HELP, MAX_TEMPERATURE
 from shared_tools.telemetry_setup import EXPORT_KINDS, OTEL_HELP
 
 COMMANDS = ("chat", "eval", "serve")
@@ -35,6 +36,30 @@ class UsageParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def temperature(text: str) -> float:
+    """`--temperature`'s value: a number from 0 to `MAX_TEMPERATURE` (argparse turns the ValueError into a usage
+    error naming the option)."""
+    value = float(text)
+    if not 0 <= value <= MAX_TEMPERATURE:  # NaN fails both comparisons
+        raise ValueError(text)
+    return value
+
+
+temperature.__name__ = f"temperature (0 to {MAX_TEMPERATURE:g})"  # how argparse names the type in its error
+
+
+def add_temperature_argument(parser: argparse.ArgumentParser, *, default: float, what: str) -> None:
+    """`--temperature T`: a real model's sampling temperature, the same option on `eval` and the run commands."""
+    parser.add_argument(
+        "--temperature",
+        type=temperature,
+        default=default,
+        metavar="T",
+        help=f"a real model's sampling temperature, 0 to {MAX_TEMPERATURE:g} (default: {default:g}, {what}); the "
+        "scripted model takes none: its slips are seeded dice",
+    )
 
 
 def configure_logging(verbose: int, *, quiet_level: int = logging.ERROR) -> None:

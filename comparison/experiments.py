@@ -42,11 +42,11 @@ LOST_REPLY = "add_to_cart: the store did not answer in time (the write may have 
 # --- streaming -------------------------------------------------------------------------------------------------
 
 
-def streaming_model(spec: str, chunk_delay: float, seed: int | None) -> BaseChatModel:
+def streaming_model(spec: str, chunk_delay: float, seed: int | None, temperature: float | None = None) -> BaseChatModel:
     """The model of a streaming run. The scripted model waits `chunk_delay` per chunk and is made to generate by
     streaming even when called with `ainvoke` (LangChain then merges the stream for the caller), so a reply takes
     as long to write either way, as a real model's does: only when the user sees it differs."""
-    model = make_model(spec, seed=seed)
+    model = make_model(spec, seed=seed, temperature=temperature)
     if chunk_delay and "chunk_delay" in type(model).model_fields:
         model = model.model_copy(update={"chunk_delay": chunk_delay, "streaming": True})
     return model
@@ -187,7 +187,10 @@ def run_streaming(scenario: Scenario, variant: Variant, contender: str, options:
         with open_store(options, scenario) as (store, customer):
             tools = scenario_tools(store, customer, scenario, variant)
             model = streaming_model(
-                model_spec_for(options.model, scenario.persona), variant.chunk_delay, options.model_seed
+                model_spec_for(options.model, scenario.persona),
+                variant.chunk_delay,
+                options.model_seed,
+                options.model_temperature,
             )
             events: list[TraceEvent] = []
             clock = TokenClock()
@@ -256,21 +259,20 @@ class LostReply:
         assert isinstance(tool, StructuredTool) and tool.func is not None and tool.coroutine is not None
         func, coroutine = tool.func, tool.coroutine
 
-        def lossy(**kwargs: Any) -> str:
-            result: str = func(**kwargs)
+        def lossy(**kwargs: Any) -> Any:
+            result = func(**kwargs)
             if self._lose_first():
                 raise TimeoutError(LOST_REPLY)
             return result
 
-        async def alossy(**kwargs: Any) -> str:
-            result: str = await coroutine(**kwargs)
+        async def alossy(**kwargs: Any) -> Any:
+            result = await coroutine(**kwargs)
             if self._lose_first():
                 raise TimeoutError(LOST_REPLY)
             return result
 
-        return StructuredTool.from_function(
-            func=lossy, coroutine=alossy, name=tool.name, description=tool.description, args_schema=tool.args_schema
-        )
+        # A copy, so the tool keeps what it is besides its functions: a cart result's text and reading.
+        return tool.model_copy(update={"func": lossy, "coroutine": alossy})
 
 
 def _quantities(store: BookStore, customer: str) -> dict[str, int]:
@@ -312,7 +314,8 @@ def _time_travel_agent(run: _TimeTravelRun, options: Any) -> tuple[Contender, Lo
     if lost is not None:
         tools = lost.wrap(tools)
     agent_options = scenario.options_for(variant, collector(run.events, options.progress))
-    model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
+    spec = model_spec_for(options.model, scenario.persona)
+    model = make_model(spec, seed=options.model_seed, temperature=options.model_temperature)
     retrying = spec_of(contender).build_retrying
     if lost is not None and retrying is not None:
         return retrying(model, tools, agent_options, None), lost

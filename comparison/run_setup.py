@@ -48,6 +48,8 @@ class RunOptions:
     model_seed: int | None = None
     """The model's own seed, passed to `make_model` (the noisy persona's dice, Ollama's sampling seed); an eval
     gives each trial its own. None: the model's default."""
+    model_temperature: float | None = None
+    """A real model's sampling temperature, passed to `make_model` (`--temperature`); None: its default, 0."""
 
 
 def model_spec_for(spec: str, persona: str) -> str:

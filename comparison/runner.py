@@ -80,7 +80,8 @@ def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, 
     """One contender, one goal, a fresh store (or a fresh customer in the --store-db file)."""
     with open_store(options, scenario) as (store, customer):
         tools = scenario_tools(store, customer, scenario, variant)
-        model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
+        spec = model_spec_for(options.model, scenario.persona)
+        model = make_model(spec, seed=options.model_seed, temperature=options.model_temperature)
         events: list[TraceEvent] = []
         on_event = collector(events, options.progress)
         human = DemoHuman(store, customer) if variant.approval_gate else None
@@ -167,7 +168,8 @@ class _SessionRun:
 
     def open(self, *, resume: bool) -> Conversation:
         """The conversation, on a new agent: a restart is a new agent and a new session object on the same file."""
-        model = make_model(model_spec_for(self.options.model, self.scenario.persona), seed=self.options.model_seed)
+        spec, options = model_spec_for(self.options.model, self.scenario.persona), self.options
+        model = make_model(spec, seed=options.model_seed, temperature=options.model_temperature)
         agent = build_contender(self.contender, model, self.tools, self.agent_options)
         self.agent = self.agent or agent
         return open_conversation(

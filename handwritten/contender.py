@@ -48,6 +48,7 @@ SPEC = ContenderSpec(
         "unknown tool": "an error result naming the tools there are",
         "error hiding": "AgentOptions.detailed_errors=False",
         "truncation": "AgentOptions.max_tool_result_chars",
+        "stale read": "AgentOptions.stale_reads (cart results older than the store are marked)",
         "approval gate": "the approve callback",
     },
     lacks={Capability.REPLAY: NO_CHECKPOINTS, Capability.STORAGE_OPTIONS: NO_STORAGE_OPTION},
@@ -66,7 +67,7 @@ SPEC = ContenderSpec(
         "repeat check": "you",
         "session memory": "you: keep the message list",
         "persistence": "you: save/load JSON",
-        "stale reads": "you (instructions, re-read tools)",
+        "stale reads": "you: cart results carry the store's revision; an older one is marked before the model call",
         "human approval": "you: an approve callback before the tool runs",
         "tracing (OTel spans)": "you: a span per run, model call and tool call, in a few lines (guard decisions "
         "and budget cuts included)",

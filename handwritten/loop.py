@@ -170,9 +170,11 @@ class AgentLoop:
         """Send the whole history; append the reply (tool calls included) before any tool runs.
 
         The reply may use at most what is left of the token budget (`guards.reply_cap`), so a reply that never
-        ends is cut there; the time budget bounds the wait for it.
+        ends is cut there; the time budget bounds the wait for it. Results whose data changed since they read it
+        are marked stale first (`mark_stale_readings`).
         """
         run.check_cancel()
+        stale_read = await self.mark_stale_readings(run)
         started = time.perf_counter()
         time_left = self.limits.time_left(run.usage)
         cap, budget_capped = guards.reply_cap(self.model, self.limits, run.usage)
@@ -203,13 +205,28 @@ class AgentLoop:
         reply = guards.with_call_ids(guards.without_cut_calls(checked_reply(reply)), [*run.unsent, *run.history])
         run.usage.model_calls += 1
         event = guards.model_event(
-            run.usage.model_calls, reply, time.perf_counter() - started, budget_capped=budget_capped
+            run.usage.model_calls,
+            reply,
+            time.perf_counter() - started,
+            budget_capped=budget_capped,
+            stale_read=stale_read,
         )
         run.usage.tokens += event.tokens
         run.history.append(reply)
         chat.replied(reply, event.guard)
         self._emit(run, event)
         return reply
+
+    async def mark_stale_readings(self, run: _Run) -> bool:
+        """The stale-read guard: replace each result in the history whose data has changed since it was read
+        with its marked copy (`guards.stale_readings`), so this call and every later one is sent it marked.
+        True when it marked something, which the call's trace line says (`Guard.STALE_READ`)."""
+        if not self.options.stale_reads:
+            return False
+        marked = await guards.stale_readings(run.history, self.tools)
+        for index, message in marked.items():
+            run.history[index] = message
+        return bool(marked)
 
     def _ask(self, run: _Run, cap: dict[str, int]) -> Awaitable[BaseMessage]:
         """The model call: streamed when someone takes the tokens, else `ainvoke` (no chunks to merge: faster)."""
@@ -337,11 +354,13 @@ class AgentLoop:
         that cut it (`within_time_budget`, or the run's span on a cancel) to end."""
         started = time.perf_counter()
         span = run.spans.tool(call, run.usage.model_calls)
+        artifact = None
         if isinstance(verdict, guards.Refusal):
             text, is_error, guard = verdict.text, True, verdict.guard
         else:
             run.running.add(call["id"])
-            text, is_error, guard = await guards.execute(verdict, call, detailed_errors=self.options.detailed_errors)
+            outcome = await guards.execute(verdict, call, detailed_errors=self.options.detailed_errors)
+            text, is_error, guard, artifact = outcome.text, outcome.is_error, outcome.guard, outcome.artifact
         message, event = guards.tool_answer(
             run.usage.model_calls,
             call,
@@ -350,6 +369,7 @@ class AgentLoop:
             is_error=is_error,
             guard=guard,
             max_chars=self.options.max_tool_result_chars,
+            artifact=artifact,
         )
         span.answered(message.text, is_error=event.is_error, guard=event.guard)
         return message, event

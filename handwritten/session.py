@@ -226,12 +226,16 @@ class Session:
                 self._saved = None  # the first message changed: the next save rewrites the stored conversation
 
     def _keep(self, full: list[BaseMessage], sent: list[BaseMessage], result: AgentResult) -> AgentResult:
-        """Splice what the run added (the question, the replies, the results) onto the whole history."""
+        """Splice what the run added (the question, the replies, the results) onto the whole history, and what it
+        replaced in the window it was sent (a result the stale-read guard marked out of date)."""
         added = result.messages[len(sent) :] if sent else result.messages
         if not sent:
             full = []  # the loop began the history itself, system message first
+        replaced = {id(was): now for was, now in zip(sent, result.messages, strict=False) if now is not was}
         with self._state:
-            self._messages = full + added
+            self._messages = [replaced.get(id(message), message) for message in full] + added
+            if replaced:
+                self._saved = None  # an earlier message changed: the next save rewrites the stored conversation
         return dataclasses.replace(result, messages=list(self._messages))
 
     async def _fold_old_turns(self) -> None:

@@ -164,14 +164,16 @@ class GuardedNodes:
         """One model call; its reply is in state (tool calls included) before any tool runs.
 
         The reply may use at most what is left of the token budget (`guards.reply_cap`), so a reply that never
-        ends is cut there; the time budget bounds the wait for it.
+        ends is cut there; the time budget bounds the wait for it. Results whose data changed since they read it
+        are marked stale first (`mark_stale_readings`), and the marked copies go into state with the reply.
         """
         if run_context().cancelled:
             return stopped(StopReason.CANCELLED)
         step = state["model_calls"] + 1
+        history = visible_history(state["messages"], run_context().keep_turns)
+        marked = await self.mark_stale_readings(history)
         started = time.perf_counter()
         cap, budget_capped = guards.reply_cap(self.model, self.limits, usage_of(state))
-        history = visible_history(state["messages"], run_context().keep_turns)
         # Left open by an exception that is not ours (the run's span ends it with that exception's type).
         chat = telemetry.current_run().chat(step, history)
         try:
@@ -185,19 +187,21 @@ class GuardedNodes:
             # The call was made, so it counts as a step, with no reply and no tokens, as in the loop.
             emit(guards.model_timeout_event(step, time.perf_counter() - started))
             chat.stopped(StopReason.TIME_BUDGET, Guard.MODEL_TIMEOUT)
-            return {"model_calls": step, **stopped(StopReason.TIME_BUDGET)}
+            return {"messages": marked, "model_calls": step, **stopped(StopReason.TIME_BUDGET)}
         except RunStopped as stop:  # a cancel mid-stream (`invoke_model`): a step, its half reply dropped
             emit(guards.model_cancelled_event(step, time.perf_counter() - started))
             chat.stopped(stop.reason, Guard.MODEL_CANCELLED)
-            return {"model_calls": step, **stopped(stop.reason)}
+            return {"messages": marked, "model_calls": step, **stopped(stop.reason)}
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the chat model returned {type(reply).__name__}, expected an AIMessage")
         reply = guards.with_call_ids(guards.without_cut_calls(checked_reply(reply)), state["messages"])
-        event = guards.model_event(step, reply, time.perf_counter() - started, budget_capped=budget_capped)
+        event = guards.model_event(
+            step, reply, time.perf_counter() - started, budget_capped=budget_capped, stale_read=bool(marked)
+        )
         chat.replied(reply, event.guard)
         emit(event)
         update: dict[str, Any] = {
-            "messages": [reply],
+            "messages": [*marked, reply],
             "model_calls": step,
             "tokens": state["tokens"] + guards.usage_tokens(reply),
         }
@@ -207,6 +211,17 @@ class GuardedNodes:
                 reason = self.limits.unusable_reply_reason(usage_of({**state, **update}))
             update |= stopped(reason)
         return update
+
+    async def mark_stale_readings(self, history: list[AnyMessage]) -> list[AnyMessage]:
+        """The stale-read guard: each result of `history` whose data has changed since it was read, replaced by
+        its marked copy (`guards.stale_readings`); the copies are returned for state, where `add_messages`
+        replaces the originals by id, so every later call is sent them marked too."""
+        if not self.options.stale_reads:
+            return []
+        marked = await guards.stale_readings(history, self.tools)
+        for index, message in marked.items():
+            history[index] = message
+        return list(marked.values())
 
     async def run_tools(self, state: AgentState) -> dict[str, Any]:
         """Answer every call of the last reply with one ToolMessage, in call order (`run_round`).
@@ -355,11 +370,13 @@ class GuardedNodes:
         open for the stop that cut it to end (`within_time_budget`, or the run's span on a cancel)."""
         started = time.perf_counter()
         span = telemetry.current_run().tool(call, step)
+        artifact = None
         if isinstance(verdict, guards.Refusal):
             text, is_error, guard = verdict.text, True, verdict.guard
         else:
             open_calls.running.add(call["id"])
-            text, is_error, guard = await guards.execute(verdict, call, detailed_errors=self.options.detailed_errors)
+            outcome = await guards.execute(verdict, call, detailed_errors=self.options.detailed_errors)
+            text, is_error, guard, artifact = outcome.text, outcome.is_error, outcome.guard, outcome.artifact
         message, event = guards.tool_answer(
             step,
             call,
@@ -368,6 +385,7 @@ class GuardedNodes:
             is_error=is_error,
             guard=guard,
             max_chars=self.options.max_tool_result_chars,
+            artifact=artifact,
         )
         span.answered(message.text, is_error=event.is_error, guard=event.guard)
         open_calls.running.discard(call["id"])

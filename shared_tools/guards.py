@@ -1,7 +1,8 @@
 """The texts and small pure checks behind every loop guard, shared so both agents say the same thing.
 
 Nothing here knows the bookstore or either loop. Every refusal carries its `Guard` beside its text (`Refusal`),
-and `tool_answer` puts it on the trace line, so what a guard decided is recorded where it is decided.
+and `tool_answer` puts it on the trace line, so what a guard decided is recorded where it is decided. The stale-read
+guard (`stale_readings`) reads what a tool result read from the result's artifact, never from its text.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import urllib.parse
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage, InvalidToolCall, ToolCall, ToolMessage
@@ -129,9 +130,11 @@ def approval_refusal(name: str, reason: str) -> Refusal:
     return Refusal(Guard.APPROVAL_REFUSED, approval_rejected(name, reason))
 
 
-def tool_result(call: ToolCall, text: str, *, is_error: bool) -> ToolMessage:
-    """The one ToolMessage a call gets, matched to it by id; status "error" for every kind of failure."""
-    return ToolMessage(text, tool_call_id=call["id"], name=call["name"], status="error" if is_error else "success")
+def tool_result(call: ToolCall, text: str, *, is_error: bool, artifact: Any = None) -> ToolMessage:
+    """The one ToolMessage a call gets, matched to it by id; status "error" for every kind of failure. `artifact`
+    is what the tool gave beside its text (a `Reading`), kept on the message and never sent to the model."""
+    status = "error" if is_error else "success"
+    return ToolMessage(text, tool_call_id=call["id"], name=call["name"], status=status, artifact=artifact)
 
 
 def output_text(output: Any) -> tuple[str, bool]:
@@ -141,6 +144,17 @@ def output_text(output: Any) -> tuple[str, bool]:
     else:
         content, is_error = output, False
     return (content if isinstance(content, str) else compact_json(content)), is_error
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What running one admitted call gave: the text for the model, whether it is an error, the guard that hid
+    its details (if any), and the artifact the tool returned beside its text (a `Reading`, or None)."""
+
+    text: str
+    is_error: bool
+    guard: Guard | None = None
+    artifact: Any = None
 
 
 def _call_schema(tool: BaseTool) -> Any:
@@ -160,8 +174,9 @@ def _call_schema(tool: BaseTool) -> Any:
 _CALL_SCHEMAS: dict[tuple[str, type], Any] = {}
 
 
-async def execute(tool: BaseTool, call: ToolCall, *, detailed_errors: bool) -> tuple[str, bool, Guard | None]:
-    """Run one admitted call: its result text, whether it is an error, and the guard that hid its details, if any.
+async def execute(tool: BaseTool, call: ToolCall, *, detailed_errors: bool) -> Outcome:
+    """Run one admitted call: its result text, whether it is an error, the guard that hid its details, if any,
+    and the tool's artifact.
 
     Only `Exception`s become results: a tool failure is something for the model to read, while CancelledError
     and KeyboardInterrupt are BaseExceptions and propagate. A ToolException is the tool talking to the model;
@@ -175,8 +190,9 @@ async def execute(tool: BaseTool, call: ToolCall, *, detailed_errors: bool) -> t
         text, guard = tool_failure(call["name"], exc, detailed=detailed_errors)
         level = logging.INFO if isinstance(exc, ToolException) else logging.WARNING
         log.log(level, "tool %s raised %s: %s", mask_pii(str(call["name"])), type(exc).__name__, text)
-        return text, True, guard
-    return *output_text(output), None
+        return Outcome(text, True, guard)
+    text, is_error = output_text(output)
+    return Outcome(text, is_error, artifact=None if is_error else getattr(output, "artifact", None))
 
 
 def tool_failure(name: str, exc: Exception, *, detailed: bool) -> tuple[str, Guard | None]:
@@ -409,13 +425,14 @@ def tool_answer(
     is_error: bool,
     guard: Guard | None = None,
     max_chars: int | None = None,
+    artifact: Any = None,
 ) -> tuple[ToolMessage, TraceEvent]:
     """The one ToolMessage a call gets and its trace line, after the truncation guard (both our agents)."""
     cut = truncate(text, max_chars)
     if cut != text and guard is None:
         guard = Guard.TRUNCATED
     event = tool_event(step, call, cut, duration_s, is_error=is_error, guard=guard)
-    return tool_result(call, cut, is_error=is_error), event
+    return tool_result(call, cut, is_error=is_error, artifact=artifact), event
 
 
 def tool_cut_answer(step: int, call: ToolCall, *, running: bool, duration_s: float) -> tuple[ToolMessage, TraceEvent]:
@@ -425,15 +442,21 @@ def tool_cut_answer(step: int, call: ToolCall, *, running: bool, duration_s: flo
     return tool_result(call, text, is_error=True), event
 
 
-def model_event(step: int, reply: AIMessage, duration_s: float, *, budget_capped: bool = False) -> TraceEvent:
+def model_event(
+    step: int, reply: AIMessage, duration_s: float, *, budget_capped: bool = False, stale_read: bool = False
+) -> TraceEvent:
     """The trace line of one model call: its tool calls, its plan (masked when the line is first read), its tokens.
 
     Its guard: `Guard.REPLY_CAPPED` when the reply was cut at the cap `reply_cap` took from the token budget
-    (`budget_capped`), else `Guard.STREAM_FALLBACK` on the reply a model could not stream (said once, by the model).
+    (`budget_capped`: the run ends on it), else `Guard.STALE_READ` when this call was sent results marked stale
+    (`stale_read`, `stale_readings`), else `Guard.STREAM_FALLBACK` on the reply a model could not stream (said
+    once, by the model).
     """
     guard = None
     if budget_capped and was_cut(reply):
         guard = Guard.REPLY_CAPPED
+    elif stale_read:
+        guard = Guard.STALE_READ
     elif reply.response_metadata.get(STREAM_FALLBACK):
         guard = Guard.STREAM_FALLBACK
     return TraceEvent.deferred(
@@ -558,3 +581,99 @@ def token_count(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
         return 0
     return int(value)
+
+
+# --- the stale-read guard ----------------------------------------------------------------------------------------
+
+READING = "reading"
+"""`ToolMessage.artifact` key under which a tool says what its result read (`Reading`)."""
+
+STALE_SINCE = "stale_since"
+"""`ToolMessage.artifact` key set on a result the stale-read guard marked: the revision it was found stale at."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a tool result read, and at which revision: `source` (the cart), `revision` (the store's count of its
+    writes then), and `reread_with`, the tool that reads it again.
+
+    The tool writes it into its result's artifact, which the model is never sent and cannot write; no text is
+    ever parsed for it, so neither the model's words nor data in a result (a book description) can fake one.
+    """
+
+    source: str
+    revision: int
+    reread_with: str
+
+    def artifact(self) -> dict[str, Any]:
+        return {READING: {"source": self.source, "revision": self.revision, "reread_with": self.reread_with}}
+
+    @classmethod
+    def of(cls, message: BaseMessage) -> Reading | None:
+        """The reading a successful tool result carries, or None (any other message, or a malformed artifact)."""
+        if not isinstance(message, ToolMessage) or message.status == "error":
+            return None
+        artifact = message.artifact
+        found = artifact.get(READING) if isinstance(artifact, Mapping) else None
+        if not isinstance(found, Mapping):
+            return None
+        source, revision, tool = found.get("source"), found.get("revision"), found.get("reread_with")
+        if not (isinstance(source, str) and isinstance(tool, str) and type(revision) is int):
+            return None
+        return cls(source, revision, tool)
+
+
+@runtime_checkable
+class Rereadable(Protocol):
+    """A tool whose results are `Reading`s of `reads`, which can tell that data's revision now."""
+
+    reads: str
+
+    async def arevision_now(self) -> int | None:
+        """The revision of `reads` in the store now; None when it cannot be told (the store is unreachable)."""
+        ...
+
+
+def stale_note(reading: Reading) -> str:
+    """What a result marked stale is sent with, after its own text."""
+    return (
+        f"[Out of date: the {reading.source} has changed since this result was read. Call {reading.reread_with} "
+        f"again before you say anything about the {reading.source}.]"
+    )
+
+
+def marked_stale(message: ToolMessage, reading: Reading, now: int) -> ToolMessage:
+    """`message` as the model is sent it from now on: its text with `stale_note`, its artifact marked
+    (`STALE_SINCE`), the same id, so LangGraph's `add_messages` replaces it in place."""
+    artifact = {**message.artifact, STALE_SINCE: now}
+    text = f"{message.text}\n{stale_note(reading)}"
+    return message.model_copy(update={"content": text, "artifact": artifact})
+
+
+async def stale_readings(history: Sequence[BaseMessage], tools: Mapping[str, BaseTool]) -> dict[int, ToolMessage]:
+    """The stale-read guard, before a model call: the results of `history` to send marked stale, by position.
+
+    A source is stale when no reading of it in `history` is at the store's revision now (one current reading
+    clears it, however many old ones precede it, in whatever order parallel calls finished). Then every reading
+    of it not yet marked
+    is marked (`marked_stale`), once: an empty answer means nothing new to tell, and no `Guard.STALE_READ` for
+    this call. The revision is asked of the tools that can tell it (`Rereadable`), which wait for a shared store
+    off the event loop.
+    """
+    probes = {tool.reads: tool for tool in tools.values() if isinstance(tool, Rereadable)}
+    found: dict[str, list[tuple[int, Reading]]] = {}
+    for index, message in enumerate(history):
+        reading = Reading.of(message)
+        if reading is not None and reading.source in probes:
+            found.setdefault(reading.source, []).append((index, reading))
+    marked: dict[int, ToolMessage] = {}
+    for source, readings in found.items():
+        now = await probes[source].arevision_now()
+        if now is None or any(reading.revision == now for _, reading in readings):
+            continue
+        for index, reading in readings:
+            message = history[index]
+            assert isinstance(message, ToolMessage)
+            if reading.revision != now and STALE_SINCE not in message.artifact:
+                marked[index] = marked_stale(message, reading, now)
+    return marked

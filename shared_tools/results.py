@@ -211,6 +211,11 @@ class AgentOptions:
     tracer_provider: TracerProvider | None = None
     """Where the run's OpenTelemetry spans go (`shared_tools.telemetry`). None: OpenTelemetry's global provider,
     which records nothing until an SDK is set up (`compare.py --otel`)."""
+    stale_reads: bool = True
+    """Before each model call, mark the results in the history whose data has changed since they read it (the
+    cart, written by another process between turns), so the model reads it again instead of answering from a
+    copy (`guards.stale_readings`, `Guard.STALE_READ`). It costs the note's tokens on each call after, and a
+    model that heeds it makes one more tool round. Off: the model is sent its history as it was."""
 
 
 class OptionKeywords(TypedDict, total=False):
@@ -224,6 +229,7 @@ class OptionKeywords(TypedDict, total=False):
     on_event: Callable[[TraceEvent], None] | None
     on_token: Callable[[Token], None] | None
     tracer_provider: TracerProvider | None
+    stale_reads: bool
 
 
 def agent_options(agent: str, given: object, keywords: dict[str, Any]) -> AgentOptions:
@@ -317,6 +323,9 @@ class Guard(StrEnum):
     """The reply ran out of the output tokens left of the token budget (`AgentLimits.reply_cap`)."""
     STREAM_FALLBACK = "streaming refused: plain call"
     """The server refused to stream a reply with tools; this model's calls go unstreamed from here on."""
+    STALE_READ = "stale read flagged"
+    """On a model call: results in its history read data (the cart) that has changed since, and were sent to it
+    marked out of date, with the tool that reads it again (`guards.stale_readings`)."""
 
 
 class _WrittenWhenRead:

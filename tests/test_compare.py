@@ -281,10 +281,14 @@ def test_stale_cart_answer_vs_fresh_read(full_run: dict[str, Any]) -> None:
         fresh = one(full_run, "stale-cart", variant="fresh-cart", contender=contender, turn=2)
         for run in (stale, fresh):
             assert run["cart"] == [] and run["cart_total"] == "0.00", "another channel emptied the cart"
-        assert stale["tool_calls"] == 0 and "$16.50" in stale["answer"]
-        assert [e["name"] for e in tool_events(fresh)] == ["view_cart"] and "$0.00" in fresh["answer"]
+        # The stale-read guard marked turn 1's cart result, so even the default instructions re-read the cart.
+        for run in (stale, fresh):
+            assert [e["name"] for e in tool_events(run)] == ["view_cart"] and "$0.00" in run["answer"]
+            assert [e["guard"] for e in run["trace"] if e["name"] == "model"] == ["stale read flagged", None]
     row = next(r for r in full_run["doc"]["guard_matrix"] if r["guard"] == "stale read")
-    assert [row["cells"][c]["status"] for c in GUARDED] == ["missing", "missing"]
+    assert [row["cells"][c]["status"] for c in GUARDED] == ["fired", "fired"]
+    assert [row["cells"][c]["status"] for c in ("langgraph-defaults", "create-agent", "maf")] == ["missing"] * 3
+    assert all(row["cells"][c]["status"] != "fired" for c in CONTENDERS if c not in GUARDED), "none has the guard"
 
 
 def test_parallel_tools_overlap_and_sequential_ones_do_not(full_run: dict[str, Any]) -> None:

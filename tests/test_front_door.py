@@ -702,7 +702,9 @@ def hostile_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """compare.py's runs with `hostile_scenario`, a model that plays `hostile_replies` and a check_stock whose
     exception holds a password (LangGraph's defaults re-raise it at the caller)."""
     monkeypatch.setitem(compare.SCENARIOS_BY_NAME, "hostile", hostile_scenario())
-    monkeypatch.setattr(runner, "make_model", lambda spec, seed=None: ScriptModel(replies=hostile_replies()))
+    monkeypatch.setattr(
+        runner, "make_model", lambda spec, seed=None, temperature=None: ScriptModel(replies=hostile_replies())
+    )
     real = runner.scenario_tools
 
     def tools(*args: Any, **kwargs: Any) -> list[Any]:

@@ -790,6 +790,22 @@ def _stale_fresh(m: re.Match[str], records: list[RunRecord], s: Scenario) -> Non
         assert viewed(r) and money(r.cart_total) in amounts(r.answer)
 
 
+@claim(
+    "stale-cart",
+    LABEL + NAMES + r": the stale-read guard marked the old cart result out of date before model call (?P<at>\d+); "
+    r"answering then took (?P<more>\d+) more model call\(s\) \((?P<tokens>[\d,]+) tokens\) and (?P<tools>\d+) tool "
+    r"call\(s\)\.",
+)
+def _stale_guard_cost(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
+    for r in named(m, records, turn=2):
+        models = [e for e in r.trace if e["name"] == "model"]
+        at = next(i for i, e in enumerate(models, 1) if e.get("guard") == Guard.STALE_READ.value)
+        after = models[at:]
+        tools = [e for e in tool_lines(r) if e["step"] >= models[at - 1]["step"]]
+        assert (at, len(after), len(tools)) == (int(m["at"]), int(m["more"]), int(m["tools"]))
+        assert sum(e["tokens"] for e in after) == int(m["tokens"].replace(",", ""))
+
+
 @claim("stale-cart", r"The cart did not change between the turns in any run, so there was nothing stale to catch\.")
 def _stale_unchanged(m: re.Match[str], records: list[RunRecord], s: Scenario) -> None:
     assert all(changed(records, r) is False for r in records if r.turn == 2 and r.error is None)
@@ -1458,14 +1474,18 @@ def check_cell(guard: str, status: str, text: str, r: RunRecord | None, records:
         return
     if guard == "stale read":
         stated = amounts(r.answer)
+        flagged = [e for e in r.trace if e["name"] == "model" and e.get("guard") == Guard.STALE_READ.value]
         if changed(records, r) is None:
             assert status == "not measured"
         elif not changed(records, r):
             assert status == "not exercised"
+        elif flagged:
+            said = "no total stated" if not stated else "right total" if money(r.cart_total) in stated else "still"
+            assert status == "fired" and text.startswith(f"flagged; {'re-read' if viewed(r) else 'no re-read'}, {said}")
         elif not stated:
             assert status == "not measured"
         elif money(r.cart_total) in stated:
-            assert (status, text) == (("fired", "re-read the cart") if viewed(r) else ("not exercised", text))
+            assert status == "not exercised"
         else:
             assert (status, text) == ("missing", f"stale answer, cart is ${r.cart_total}")
         return
@@ -1549,7 +1569,7 @@ def test_the_models_differ_so_the_checks_meet_every_kind_of_sentence(
     for guard in ("repeat check", "unknown tool", "approval gate"):
         assert {"fired", "not exercised"} <= statuses[guard], (guard, statuses[guard])
     assert "missing" in statuses["repeat check"]
-    assert {"missing", "not exercised"} <= statuses["stale read"], statuses["stale read"]
+    assert {"fired", "missing", "not exercised"} <= statuses["stale read"], statuses["stale read"]
     noisy = runs[("scripted:noisy", 0)]
     shopper = runs[("scripted:shopper", 0)]
     assert [r.trace for r in noisy] != [r.trace for r in shopper], "the noisy model really behaves differently"

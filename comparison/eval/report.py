@@ -212,10 +212,21 @@ def task_timing(timed: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     return next(found, {})
 
 
+def sampling_text(document: dict[str, Any]) -> str:
+    """How the trials were sampled: the seed of each trial, and the real model's temperature (the scripted model
+    has none: its slips are seeded dice)."""
+    seeds = document["trial_seeds"]
+    seed_text = f"trial seeds {seeds[0]}…{seeds[-1]}" if len(seeds) > 1 else f"seed {seeds[0]}"
+    temperature = document.get("temperature")
+    if temperature is None:
+        return f"{seed_text} (the scripted model's dice)"
+    return f"{seed_text} · temperature {temperature:g}"
+
+
 def render_eval(console: Console, document: dict[str, Any]) -> None:
     """The eval in the terminal: a table per scenario, then every task of each contender together."""
     ks = ks_for_width(console, document)
-    head = f"Eval: {document['model']} · {document['runs']} run(s) per task · seed {document['seed']}"
+    head = f"Eval: {document['model']} · {document['runs']} run(s) per task · {sampling_text(document)}"
     console.print(Rule(head, style="bold"))
     if document["simulation_note"]:
         console.print(Text(document["simulation_note"], style="bold yellow"))
@@ -458,8 +469,6 @@ def render_eval_report(document: dict[str, Any]) -> str:
         for s in document["scenarios"]
         if s["name"] not in document["not_run"]
     )
-    seeds = document["trial_seeds"]
-    seed_text = f"{seeds[0]}…{seeds[-1]}" if len(seeds) > 1 else str(seeds[0])
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -470,8 +479,8 @@ def render_eval_report(document: dict[str, Any]) -> str:
 </head>
 <body>
 <h1>{esc(heading)}</h1>
-<p><small>Model: {esc(document["model"])} · {runs} run(s) per task · seed {document["seed"]} (trial seeds
-{esc(seed_text)}) · {document["seconds"]:.1f} s · a self-contained page: inline CSS and SVG, no JavaScript,
+<p><small>Model: {esc(document["model"])} · {runs} run(s) per task · {esc(sampling_text(document))} ·
+{document["seconds"]:.1f} s · a self-contained page: inline CSS and SVG, no JavaScript,
 nothing loaded from the network.</small></p>
 {note}
 {interrupted}

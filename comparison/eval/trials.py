@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColu
 from rich.progress import Progress as RichProgress
 from rich.text import Text
 
-from comparison.command_line import UsageError, UsageParser, configure_logging
+from comparison.command_line import UsageError, UsageParser, add_temperature_argument, configure_logging
 from comparison.contenders import CONTENDERS, parse_contenders
 from comparison.document import document_json
 from comparison.eval.grading import ALWAYS_UNSAFE, RUBRIC, Grade, grade, group_tasks
@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 PROG = "agent-loop-compare eval"
 DEFAULT_MODEL = "scripted:noisy"
 DEFAULT_RUNS = 8
+EVAL_TEMPERATURE = 0.7
+"""A real model's temperature in an eval: above 0, so that trial t, on the seed S + t, samples a run of its own (at
+0 the k trials would be one run repeated, and pass^k flat)."""
 MAX_RUNS = 1_000
 """The most trials --runs accepts: a typo of a few digits more must not start an eval that never ends."""
 MAX_JOBS = 64
@@ -141,6 +144,8 @@ class EvalPlan:
     runs: int = DEFAULT_RUNS
     seed: int = 0
     jobs: int = 1
+    temperature: float = EVAL_TEMPERATURE
+    """A real model's sampling temperature in every trial (`sampling`); the scripted model takes none."""
 
     def pairs(self) -> list[tuple[Scenario, str]]:
         """(scenario, contender) of one trial, in the order the tables show them."""
@@ -155,6 +160,11 @@ class EvalPlan:
         return self.model.strip().startswith("scripted")
 
     @property
+    def sampling(self) -> float | None:
+        """The temperature the model samples at: None on the scripted model, whose slips are seeded dice."""
+        return None if self.simulated else self.temperature
+
+    @property
     def simulation_note(self) -> str | None:
         if not self.simulated:
             return None
@@ -162,7 +172,13 @@ class EvalPlan:
 
 
 def _options_for(plan: EvalPlan, contender: str, seed: int, session_db: Path) -> RunOptions:
-    return RunOptions(model=plan.model, contenders=(contender,), session_db=session_db, model_seed=seed)
+    return RunOptions(
+        model=plan.model,
+        contenders=(contender,),
+        session_db=session_db,
+        model_seed=seed,
+        model_temperature=plan.sampling,
+    )
 
 
 def not_available(record: RunRecord) -> str | None:
@@ -463,6 +479,7 @@ def eval_document(result: EvalRun) -> dict[str, Any]:
         "runs_asked": plan.runs,
         "seed": plan.seed,
         "trial_seeds": [plan.seed + t for t in range(trials)],
+        "temperature": plan.sampling,
         "interrupted": result.interrupted,
         "seconds": round(result.seconds, 2),
         "contenders": [{"name": c, "description": CONTENDERS[c]} for c in plan.contenders],
@@ -552,6 +569,7 @@ def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "'openai:<model>' (with --base-url) or 'ollama:<model>'",
     )
     parser.add_argument("--base-url", metavar="URL", help=BASE_URL_HELP)
+    add_temperature_argument(parser, default=EVAL_TEMPERATURE, what="so the trials differ")
     parser.add_argument(
         "--jobs",
         type=int,
@@ -603,6 +621,7 @@ def plan_from(args: argparse.Namespace) -> EvalPlan:
         runs=args.runs,
         seed=args.seed if args.seed is not None else secrets.randbelow(1_000_000),
         jobs=args.jobs or (SCRIPTED_JOBS if scripted else 1),
+        temperature=args.temperature,
     )
     if not plan.pairs():
         raise UsageError(f"none of {', '.join(contenders)} takes part in {', '.join(s.name for s in scenarios)}")

@@ -29,6 +29,7 @@ GUARD_DID: dict[Guard, str] = {
     Guard.MODEL_CANCELLED: "a cancel cut a model reply",
     Guard.REPLY_CAPPED: "the reply cap cut a model reply",
     Guard.STREAM_FALLBACK: "streaming was refused, a plain call made",
+    Guard.STALE_READ: "the stale-read check marked an old cart result out of date before a model call",
 }
 """What a guard did, in words that the call it acted on (if any) completes: ``the repeat check refused
 check_stock(book_id=2) 4 times``. Every `Guard` has one (a test checks)."""

@@ -1,4 +1,5 @@
-"""The cart changes behind the agent between turns: a total remembered from the history is stale."""
+"""The cart changes behind the agent between turns: a total remembered from the history is stale, unless the
+stale-read guard (`Guard.STALE_READ` on a model call's trace line) marks the old cart result first."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from comparison.scenarios.model import (
     Variant,
 )
 from comparison.scenarios.phrases import no_second_turn, per_variant
-from comparison.scenarios.queries import answer_states_cart, calls, turn_one
+from comparison.scenarios.queries import answer_states_cart, calls, guard_of, turn_one
 from shared_tools.contender import Capability
+from shared_tools.results import Guard
 
 
 def cart_changed_between_turns(records: list[RunRecord], turn_two: RunRecord) -> bool | None:
@@ -35,6 +37,29 @@ def cart_changed_between_turns(records: list[RunRecord], turn_two: RunRecord) ->
 def reread_cart(record: RunRecord) -> bool:
     """Did the run read the cart with view_cart (and get it)?"""
     return any(c.name == "view_cart" and not c.is_error for c in calls(record))
+
+
+def flagged_at(record: RunRecord) -> int | None:
+    """The model call (1-based, in this turn) before which the stale-read guard marked a result, or None."""
+    model_lines = [e for e in record.trace if e["name"] == "model"]
+    return next(
+        (n for n, e in enumerate(model_lines, 1) if guard_of(e.get("guard")) is Guard.STALE_READ),
+        None,
+    )
+
+
+def guard_cost(record: RunRecord) -> str:
+    """What answering cost after the guard fired, from the trace: the calls after the flagged one, their tokens."""
+    at = flagged_at(record)
+    assert at is not None
+    model_lines = [e for e in record.trace if e["name"] == "model"]
+    flagged_step = model_lines[at - 1]["step"]
+    more = model_lines[at:]
+    tools = [e for e in record.trace if e["name"] != "model" and e["step"] >= flagged_step]
+    return (
+        f"the stale-read guard marked the old cart result out of date before model call {at}; answering then took "
+        f"{len(more)} more model call(s) ({sum(e['tokens'] for e in more):,} tokens) and {len(tools)} tool call(s)"
+    )
 
 
 def notice_stale(records: list[RunRecord], settings: SettingsOf) -> list[str]:
@@ -71,6 +96,9 @@ def notice_stale(records: list[RunRecord], settings: SettingsOf) -> list[str]:
     if turn2 and all(cart_changed_between_turns(records, r) is False for r in turn2 if r.error is None):
         lines.append("The cart did not change between the turns in any run, so there was nothing stale to catch.")
     lines += per_variant(fresh, lambda r: "read the cart again before answering and stated its real total.")
+    lines += per_variant(
+        [r for r in turn2 if r.error is None and flagged_at(r) is not None], lambda r: guard_cost(r) + "."
+    )
     return lines
 
 
@@ -81,12 +109,16 @@ def _stale_read(record: RunRecord, settings: RunSettings | None, records: list[R
     if not changed:
         return cell(NOT_EXERCISED, "not exercised: the cart did not change behind the agent")
     states = answer_states_cart(record)
+    if flagged_at(record) is not None:
+        then = "re-read" if reread_cart(record) else "no re-read"
+        said = {None: "no total stated", True: "right total", False: f"still stale, cart is ${record.cart_total}"}
+        return cell(FIRED, f"flagged; {then}, {said[states]}")
     if states is None:
         return not_measured("the answer states no total")
     if not states:
         return cell(MISSING, f"stale answer, cart is ${record.cart_total}")
     if reread_cart(record):
-        return cell(FIRED, "re-read the cart")
+        return cell(NOT_EXERCISED, "not exercised: the model re-read the cart itself")
     return cell(NOT_EXERCISED, "not exercised: right without a re-read")
 
 
@@ -95,8 +127,13 @@ SCENARIO = Scenario(
     description="the cart changes behind the agent between turns: the remembered total is stale",
     lesson=(
         "Memory is convenient but it is a copy: a model that answers from the history reads the old tool result, "
-        "not the cart as it is now. If data can change, the instructions must say so, so the model reads it with a "
-        "tool. No framework guards against stale reads from history: no expiry, no re-validation."
+        "not the cart as it is now. No framework guards against stale reads from history: no expiry, no "
+        "re-validation. Ours do: the store counts every write to a cart, each cart result carries the count it was "
+        "read at (beside its text, where neither the model nor a book description can write it), and before each "
+        "model call a result older than the store's count is sent marked out of date, with the tool that reads it "
+        "again. The price is the note's tokens in every later call, and one more round (a model call and a tool "
+        "call) when the model heeds it. Without such a guard, only instructions that say the cart can change make the "
+        "model read it again."
     ),
     what_to_notice=notice_stale,
     goals=(SEED_GOAL, CART_QUESTION),

@@ -46,6 +46,7 @@ SPEC = ContenderSpec(
         "unknown tool": "an error result naming the tools there are",
         "error hiding": "AgentOptions.detailed_errors=False",
         "truncation": "AgentOptions.max_tool_result_chars",
+        "stale read": "AgentOptions.stale_reads (cart results older than the store are marked)",
         "approval gate": "interrupt() and Command(resume=...)",
     },
     conversation="langgraph_version.conversation",
@@ -63,7 +64,7 @@ SPEC = ContenderSpec(
         "repeat check": "you",
         "session memory": "checkpointer per thread_id",
         "persistence": "SqliteSaver / Postgres saver",
-        "stale reads": "you",
+        "stale reads": "you (the model node marks them, in state)",
         "human approval": "interrupt() in a node, Command(resume=...) via the checkpointer",
         "tracing (OTel spans)": "no spans by itself; LangChain's callbacks fire per model and tool call, and you "
         "turn them into spans or write them in your nodes",

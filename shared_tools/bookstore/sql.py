@@ -41,6 +41,10 @@ CREATE TABLE IF NOT EXISTS cart_requests (
     cart_total_cents INTEGER NOT NULL,
     PRIMARY KEY (customer_id, request_id)
 );
+CREATE TABLE IF NOT EXISTS cart_revisions (
+    customer_id TEXT    PRIMARY KEY,
+    revision    INTEGER NOT NULL CHECK (revision > 0)
+);
 CREATE TABLE IF NOT EXISTS orders (
     order_id INTEGER PRIMARY KEY,
     status   TEXT NOT NULL,
@@ -49,7 +53,7 @@ CREATE TABLE IF NOT EXISTS orders (
 """
 """The bookstore's tables in SQLite's spelling; Postgres gets the same text with BIGINT for INTEGER."""
 
-TABLES = ("books", "cart_lines", "cart_requests", "orders")
+TABLES = ("books", "cart_lines", "cart_requests", "cart_revisions", "orders")
 
 _SCHEMA_LOCK_KEY = 0x626F6F6B73746F72  # "bookstor": the advisory lock that serialises first openings on Postgres
 

@@ -1,9 +1,9 @@
 """The bookstore itself: catalog, stock, carts and orders in SQLite or Postgres, the single source of truth.
 
 In memory, in a SQLite file or in Postgres, so another process can change a cart behind an agent's back. Every
-write is one transaction whose checks the database protects (never application locks); an add with a
-``request_id`` (the tool-call id) is recorded in it, so a retried call adds once. Money is integer cents, handed
-out as `Decimal`; errors for a customer are `StoreError`s with safe messages.
+write is one transaction the database checks (never application locks); an add records its ``request_id`` (a retry
+adds once), a cart write moves the cart's `cart_revision` on. Money is integer cents, handed out as `Decimal`;
+errors for a customer are `StoreError`s with safe messages.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from importlib import resources
 from pathlib import Path
@@ -105,6 +105,8 @@ class Cart:
     customer_id: str
     lines: tuple[CartLine, ...]
     total: Decimal
+    revision: int = field(default=0, compare=False)
+    """The cart's revision when it was read (`BookStore.cart_revision`): 0 for a cart never written."""
 
     def quantity_of(self, book_id: int) -> int:
         """Copies of one book in the cart (0 when it is not there)."""
@@ -128,6 +130,8 @@ class AddResult:
     """The cart's total right after this add (for a replay: the total now)."""
     replayed: bool = False
     """True when this request id was seen before and nothing was added this time."""
+    cart_revision: int = field(default=0, compare=False)
+    """The cart's revision that `cart_total` was read at (`BookStore.cart_revision`)."""
 
 
 # --- errors ------------------------------------------------------------------------------------------------
@@ -602,13 +606,14 @@ class BookStore:
                 (customer_id, book_id, quantity),
             )
             total_cents = self._cart_total_cents(db, customer_id)
+            revision = self._move_revision(db, customer_id)
             if key is not None:
                 db.execute(
                     "UPDATE cart_requests SET cart_total_cents = ? WHERE customer_id = ? AND request_id = ?",
                     (total_cents, customer_id, key),
                 )
         log.debug("add_to_cart: customer=%s book=%d quantity=%d", customer_id, book_id, quantity)
-        return AddResult(book, quantity, _from_cents(total_cents))
+        return AddResult(book, quantity, _from_cents(total_cents), cart_revision=revision)
 
     def _replay(
         self, db: Database, customer_id: str, key: str, request_id: str | None, book_id: int, quantity: int
@@ -625,7 +630,8 @@ class BookStore:
             raise RequestIdReused(str(request_id), found[0], seen[1])
         log.info("add_to_cart replay: customer=%s request=%s changed nothing", customer_id, key)
         # The cart as it is now, not as it was then: a stale total would mislead whoever reads it.
-        return AddResult(found[0], seen[1], _from_cents(self._cart_total_cents(db, customer_id)), True)
+        total = _from_cents(self._cart_total_cents(db, customer_id))
+        return AddResult(found[0], seen[1], total, True, self._revision_in(db, customer_id))
 
     @staticmethod
     def _claim(db: Database, customer_id: str, key: str, book_id: int, quantity: int) -> bool:
@@ -643,9 +649,29 @@ class BookStore:
         return claimed.rowcount == 1
 
     def cart(self, customer_id: str) -> Cart:
-        """A customer's cart as it is now (an empty cart when they have none)."""
-        with self._read() as db:
+        """A customer's cart as it is now (an empty cart when they have none), with its revision: one snapshot."""
+        with self._read(snapshot=True) as db:
             return self._cart_in(db, customer_id)
+
+    def cart_revision(self, customer_id: str) -> int:
+        """How often the customer's cart has been written (0: never); what a reading of it is compared with."""
+        with self._read() as db:
+            return self._revision_in(db, customer_id)
+
+    @staticmethod
+    def _revision_in(db: Database, customer_id: str) -> int:
+        row = db.execute("SELECT revision FROM cart_revisions WHERE customer_id = ?", (customer_id,)).fetchone()
+        return 0 if row is None else int(row[0])
+
+    @staticmethod
+    def _move_revision(db: Database, customer_id: str) -> int:
+        """Inside a write that changed the cart: its revision, moved on by one."""
+        row = db.execute(
+            "INSERT INTO cart_revisions (customer_id, revision) VALUES (?, 1) ON CONFLICT (customer_id)"
+            " DO UPDATE SET revision = cart_revisions.revision + 1 RETURNING revision",
+            (customer_id,),
+        ).fetchone()
+        return int(row[0])
 
     def applied_requests(self, customer_id: str, request_ids: Iterable[str]) -> set[str]:
         """Which of these request ids already added to the customer's cart (a second add with one is a replay)."""
@@ -669,7 +695,8 @@ class BookStore:
             (customer_id,),
         ).fetchall()
         lines = tuple(CartLine(_book_from_row(r), r[6], _book_from_row(r).price * r[6]) for r in rows)
-        return Cart(customer_id, lines, sum((line.line_total for line in lines), Decimal("0.00")))
+        total = sum((line.line_total for line in lines), Decimal("0.00"))
+        return Cart(customer_id, lines, total, BookStore._revision_in(db, customer_id))
 
     # -- the "second channel": changes made outside the agent (a web shop tab, the warehouse, a test) --------
 
@@ -682,12 +709,17 @@ class BookStore:
                 "DELETE FROM cart_lines WHERE customer_id = ? AND book_id = ? RETURNING quantity",
                 (customer_id, book_id),
             ).fetchone()
+            if row is not None:
+                self._move_revision(db, customer_id)
         return 0 if row is None else row[0]
 
     def clear_cart(self, customer_id: str) -> int:
         """Empty a cart; returns how many lines were removed."""
         with self._write() as db:
-            return db.execute("DELETE FROM cart_lines WHERE customer_id = ?", (customer_id,)).rowcount
+            removed = db.execute("DELETE FROM cart_lines WHERE customer_id = ?", (customer_id,)).rowcount
+            if removed:
+                self._move_revision(db, customer_id)
+            return removed
 
     def set_stock(self, book_id: int, in_stock: int) -> None:
         """Set copies on hand (the warehouse). Carts keep their lines even when stock drops below them."""

@@ -2,8 +2,8 @@
 
 `make_tools` builds search_books, check_stock, get_order_status, add_to_cart and view_cart for one customer,
 returning compact JSON. A refusal for the model is a `ToolException` (deciding what the model sees is the loops'
-job); add_to_cart gets the tool-call id as its request id, so a retried call adds once. Optional `Faults` make
-the tools slow or failing.
+job); add_to_cart gets the tool-call id as its request id, so a retried call adds once. The cart's two readers say
+the revision they read in their artifact and tell it now (`CartReadingTool`). `Faults` make tools slow or failing.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from shared_tools.bookstore.faults import FaultInjector, Faults
 from shared_tools.bookstore.store import MAX_QUANTITY, MIN_QUANTITY, Book, BookStore, StoreError, money
+from shared_tools.guards import Reading
 
 log = logging.getLogger(__name__)
 
@@ -128,25 +129,63 @@ _DESCRIPTIONS = {
 }
 
 
+CART = "cart"
+"""What view_cart and add_to_cart results read (`guards.Reading.source`)."""
+
+
+class CartReadingTool(StructuredTool):
+    """A tool whose result reads the cart (`guards.Rereadable`): it returns its text and a `guards.Reading` as
+    the artifact, and tells the cart's revision now."""
+
+    reads: str = CART
+    revision_of: Callable[[], int]
+    """The store's revision of this customer's cart now (`BookStore.cart_revision`)."""
+    in_thread: bool = False
+    """Ask in a worker thread, as the tool's own calls run, for a store other processes share (it may wait)."""
+
+    async def arevision_now(self) -> int | None:
+        if self.in_thread:
+            return await asyncio.to_thread(self._revision_now)
+        return self._revision_now()
+
+    def _revision_now(self) -> int | None:
+        try:
+            return self.revision_of()
+        except StoreError as exc:  # an unreachable store: the guard cannot tell, and the tools will say why
+            log.warning("cart revision unknown: %s", exc)
+            return None
+
+
+def _reading(revision: int) -> dict[str, Any]:
+    return Reading(CART, revision, "view_cart").artifact()
+
+
 def _structured(
-    name: str, args_schema: type[BaseModel], body: Callable[..., str], injector: FaultInjector, *, in_thread: bool
+    name: str,
+    args_schema: type[BaseModel],
+    body: Callable[..., Any],
+    injector: FaultInjector,
+    *,
+    in_thread: bool,
+    revision_of: Callable[[], int] | None = None,
 ) -> StructuredTool:
     """One tool with a sync and an async entry point that share `body`; store refusals become ToolException.
 
     `in_thread`: the async entry point runs `body` in a worker thread (for a store other processes share).
+    `revision_of`: the body reads the cart and returns (text, artifact); the tool is a `CartReadingTool`.
     """
 
-    def run_body(**kwargs: Any) -> str:
+    def run_body(**kwargs: Any) -> Any:
         try:
             return body(**kwargs)
         except StoreError as exc:
             raise ToolException(str(exc)) from exc
 
-    def func(**kwargs: Any) -> str:
+    def func(**kwargs: Any) -> Any:
         injector.before_call(name)
         return run_body(**kwargs)
 
-    async def coroutine(**kwargs: Any) -> str:
+    async def coroutine(**kwargs: Any) -> Any:
         await injector.abefore_call(name)
         if not in_thread:
             return run_body(**kwargs)  # in memory: a short local transaction no other process can lock
@@ -156,6 +195,17 @@ def _structured(
         # in-memory transaction.)
         return await asyncio.to_thread(run_body, **kwargs)
 
+    if revision_of is not None:
+        return CartReadingTool.from_function(
+            func=func,
+            coroutine=coroutine,
+            name=name,
+            description=_DESCRIPTIONS[name],
+            args_schema=args_schema,
+            response_format="content_and_artifact",
+            revision_of=revision_of,
+            in_thread=in_thread,
+        )
     return StructuredTool.from_function(
         func=func,
         coroutine=coroutine,
@@ -196,15 +246,15 @@ def _add_to_cart(
     store: BookStore,
     customer_id: str,
     idempotent: bool,
-) -> str:
+) -> tuple[str, dict[str, Any]]:
     added = store.add_to_cart(customer_id, book_id, quantity, request_id=tool_call_id if idempotent else None)
     result: dict[str, Any] = {"added": added.book.title, "quantity": added.quantity, "cartTotal": added.cart_total}
     if added.replayed:
         result["replayed"] = REPLAYED_NOTE
-    return to_json(result)
+    return to_json(result), _reading(added.cart_revision)
 
 
-def _view_cart(*, store: BookStore, customer_id: str) -> str:
+def _view_cart(*, store: BookStore, customer_id: str) -> tuple[str, dict[str, Any]]:
     cart = store.cart(customer_id)
     items = [
         {
@@ -216,7 +266,7 @@ def _view_cart(*, store: BookStore, customer_id: str) -> str:
         }
         for line in cart.lines
     ]
-    return to_json({"items": items, "cartTotal": cart.total})
+    return to_json({"items": items, "cartTotal": cart.total}), _reading(cart.revision)
 
 
 def make_tools(
@@ -240,7 +290,7 @@ def make_tools(
         raise ValueError(f"Faults.failing_tool {faults.failing_tool!r} is not one of {', '.join(TOOL_NAMES)}")
     injector = FaultInjector(faults)
     customer = {"store": store, "customer_id": customer_id}
-    bodies: list[tuple[str, type[BaseModel], Callable[..., str]]] = [
+    bodies: list[tuple[str, type[BaseModel], Callable[..., Any]]] = [
         (
             "search_books",
             _search_args(search_max_results),
@@ -251,4 +301,15 @@ def make_tools(
         ("add_to_cart", AddToCartArgs, functools.partial(_add_to_cart, **customer, idempotent=idempotent)),
         ("view_cart", ViewCartArgs, functools.partial(_view_cart, **customer)),
     ]
-    return [_structured(name, args, body, injector, in_thread=store.shared) for name, args, body in bodies]
+    revision_of = functools.partial(store.cart_revision, customer_id)
+    return [
+        _structured(
+            name,
+            args,
+            body,
+            injector,
+            in_thread=store.shared,
+            revision_of=revision_of if name in ("add_to_cart", "view_cart") else None,
+        )
+        for name, args, body in bodies
+    ]

@@ -30,6 +30,22 @@ BASE_URL_HELP = (
 """The help of every command's `--base-url`."""
 DEFAULT_SEED = 42
 """A real model's sampling seed when none is given (with temperature 0 a rerun on one build repeats itself)."""
+DEFAULT_TEMPERATURE = 0.0
+"""A real model's sampling temperature when none is given: 0, so a run of the comparison repeats itself (an eval
+samples instead: `comparison.eval.trials.EVAL_TEMPERATURE`)."""
+MAX_TEMPERATURE = 2.0
+"""The highest temperature OpenAI-style servers take."""
+
+
+def checked_temperature(value: float | None) -> float:
+    """`value` (None: `DEFAULT_TEMPERATURE`) as a temperature; `ModelSpecError` outside 0 to `MAX_TEMPERATURE`."""
+    if value is None:
+        return DEFAULT_TEMPERATURE
+    if not 0 <= value <= MAX_TEMPERATURE:  # NaN fails both comparisons
+        raise ModelSpecError(f"a temperature must be 0 to {MAX_TEMPERATURE:g}, got {value!r}")
+    return float(value)
+
+
 LOCAL_MAX_TOKENS = 256
 """The longest reply of `local`: a call's arguments are a few dozen tokens and an answer a few sentences. A call's
 arguments are generated under a JSON grammar, measured at 0.25-0.9 s a token on 2 shared cores (30-70 tokens/s
@@ -134,7 +150,7 @@ def apply_base_url(spec: str, base_url: str | None) -> None:
 
 
 def _openai_model(
-    model: str, base_url: str, *, max_tokens: int, timeout_s: float | None, seed: int | None
+    model: str, base_url: str, *, max_tokens: int, timeout_s: float | None, seed: int | None, temperature: float
 ) -> BaseChatModel:
     from shared_tools.models.openai_compat import NO_KEY, CompatChatOpenAI, async_http_client, sync_http_client
 
@@ -142,7 +158,7 @@ def _openai_model(
         model=model,
         base_url=base_url,
         api_key=os.environ.get("OPENAI_API_KEY") or NO_KEY,
-        temperature=0,
+        temperature=temperature,
         seed=DEFAULT_SEED if seed is None else seed,
         max_tokens=max_tokens,
         timeout=timeout_s,
@@ -159,23 +175,45 @@ def _openai_model(
     )
 
 
+def _ollama_model(model: str, *, timeout_s: float | None, seed: int | None, temperature: float) -> BaseChatModel:
+    base_url = ollama_base_url()  # first: the ollama package itself reads OLLAMA_HOST when imported
+    # Imported here so scripted runs never load the Ollama client.
+    from shared_tools.models.ollama import CheckedChatOllama
+
+    _check_ollama(base_url, model)
+    return CheckedChatOllama(
+        model=model,
+        temperature=temperature,
+        seed=DEFAULT_SEED if seed is None else seed,
+        reasoning=True,
+        base_url=base_url,
+        num_predict=SERVER_MAX_TOKENS,
+        # The ollama client's default timeout is None (wait forever); a stuck server must not hang a run.
+        client_kwargs={"timeout": timeout_s},
+    )
+
+
 def make_model(
     spec: str,
     *,
     timeout_s: float | Literal["default"] | None = "default",
     seed: int | None = None,
     base_url: str | None = None,
+    temperature: float | None = None,
 ) -> BaseChatModel:
     """Build the model named by `spec`: "scripted", "scripted:<persona>", "ollama:<model>", "local" (the
     strongest bundled model installed), "local:<name>" (a model of `local.BUNDLED`; its server started on first
     use) or "openai:<model>" (served at `base_url`, default `OPENAI_BASE_URL`).
 
     `seed` is the model's own seed (a real model's sampling seed, 42 when not given; the noisy persona's dice, 0);
-    an eval gives every trial a different one. Every real model has the request timeout `timeout_s` (None: none;
-    "default": `LOCAL_REQUEST_TIMEOUT_S` for `local`, else `REQUEST_TIMEOUT_S`), temperature 0 and a cap
-    on a reply's length (`LOCAL_MAX_TOKENS`, `SERVER_MAX_TOKENS`); a call may lower the cap with ``max_tokens=N``.
+    an eval gives every trial a different one. `temperature` is a real model's sampling temperature (None:
+    `DEFAULT_TEMPERATURE`, 0; `ModelSpecError` outside 0 to 2); the scripted model takes none, its slips are
+    seeded dice. Every real model has the request timeout `timeout_s` (None: none; "default":
+    `LOCAL_REQUEST_TIMEOUT_S` for `local`, else `REQUEST_TIMEOUT_S`) and a cap on a reply's length
+    (`LOCAL_MAX_TOKENS`, `SERVER_MAX_TOKENS`); a call may lower the cap with ``max_tokens=N``.
     """
     kind, colon, rest = spec.strip().partition(":")
+    sampling = checked_temperature(temperature)
     if timeout_s == "default":
         timeout_s = LOCAL_REQUEST_TIMEOUT_S if kind == "local" else REQUEST_TIMEOUT_S
     if kind == "scripted":
@@ -184,21 +222,7 @@ def make_model(
             raise _spec_error(spec)
         return ScriptedChatModel(persona=persona, seed=seed or 0)
     if kind == "ollama" and rest:
-        base_url = ollama_base_url()  # first: the ollama package itself reads OLLAMA_HOST when imported
-        # Imported here so scripted runs never load the Ollama client.
-        from shared_tools.models.ollama import CheckedChatOllama
-
-        _check_ollama(base_url, rest)
-        return CheckedChatOllama(
-            model=rest,
-            temperature=0,
-            seed=DEFAULT_SEED if seed is None else seed,
-            reasoning=True,
-            base_url=base_url,
-            num_predict=SERVER_MAX_TOKENS,
-            # The ollama client's default timeout is None (wait forever); a stuck server must not hang a run.
-            client_kwargs={"timeout": timeout_s},
-        )
+        return _ollama_model(rest, timeout_s=timeout_s, seed=seed, temperature=sampling)
     if kind == "local":
         from shared_tools.models.local import BUNDLED, default_model, local_server  # the extra is checked there
 
@@ -206,11 +230,15 @@ def make_model(
         if name not in BUNDLED:
             raise _spec_error(spec)
         server = local_server(name)
-        return _openai_model(name, server.base_url, max_tokens=LOCAL_MAX_TOKENS, timeout_s=timeout_s, seed=seed)
+        return _openai_model(
+            name, server.base_url, max_tokens=LOCAL_MAX_TOKENS, timeout_s=timeout_s, seed=seed, temperature=sampling
+        )
     if kind == "openai" and rest:
         url = openai_base_url(base_url)
         from shared_tools.models.openai_compat import NO_KEY, check_server
 
         check_server(url, rest, os.environ.get("OPENAI_API_KEY") or NO_KEY)
-        return _openai_model(rest, url, max_tokens=SERVER_MAX_TOKENS, timeout_s=timeout_s, seed=seed)
+        return _openai_model(
+            rest, url, max_tokens=SERVER_MAX_TOKENS, timeout_s=timeout_s, seed=seed, temperature=sampling
+        )
     raise _spec_error(spec)

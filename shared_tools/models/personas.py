@@ -18,7 +18,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
 from shared_tools.bookstore.store import money
-from shared_tools.guards import REPEAT_ERROR_PREFIX, call_key
+from shared_tools.guards import REPEAT_ERROR_PREFIX, STALE_SINCE, call_key
 from shared_tools.history import TRANSCRIPT_HEADINGS, is_summary_request, is_user_turn
 
 FRESH_CART_PHRASES: tuple[str, ...] = ("can change", "always call view_cart")
@@ -136,6 +136,8 @@ class ToolOutcome:
     text: str
     data: Any = None
     """The parsed JSON of a successful result."""
+    stale: bool = False
+    """The stale-read guard marked the result out of date (`guards.STALE_SINCE` in its artifact)."""
 
     @property
     def key(self) -> str:
@@ -160,6 +162,8 @@ class Facts:
     cart_total: Decimal | None = None
     cart_items: list[dict[str, Any]] | None = None
     """Items of the latest view_cart result (None if the cart was never viewed)."""
+    cart_stale: bool = False
+    """The latest cart result was marked out of date: its total is not taken as known."""
     errors: dict[str, list[str]] = field(default_factory=dict)
     """Error texts by `call_key`, in order."""
     repeat_refused: str | None = None
@@ -195,6 +199,10 @@ def _parse_json(text: str) -> Any:
 
 def _outcome(name: str, args: dict[str, Any], message: ToolMessage) -> ToolOutcome:
     text = _content_text(message)
+    # A result the stale-read guard marked ends in its note, on a line of its own; the model reads both.
+    stale = isinstance(message.artifact, dict) and STALE_SINCE in message.artifact
+    if stale:
+        text = text.rsplit("\n", 1)[0]
     data = _parse_json(text)
     # The article's loop returns {"error": "..."} objects; LangChain loops mark the ToolMessage instead. Accept both.
     seed_style_error = isinstance(data, dict) and set(data) == {"error"}
@@ -202,7 +210,7 @@ def _outcome(name: str, args: dict[str, Any], message: ToolMessage) -> ToolOutco
         return ToolOutcome(name, args, ok=False, text=str(data["error"]) if seed_style_error else text)
     if data is None:
         return ToolOutcome(name, args, ok=False, text=f"unreadable result: {text[:80]}")
-    return ToolOutcome(name, args, ok=True, text=text, data=data)
+    return ToolOutcome(name, args, ok=True, text=text, data=data, stale=stale)
 
 
 def _record(facts: Facts, o: ToolOutcome) -> None:
@@ -228,9 +236,11 @@ def _record(facts: Facts, o: ToolOutcome) -> None:
     elif o.name == "add_to_cart" and isinstance(data, dict):
         facts.added.append(data)
         facts.cart_total = Decimal(str(data["cartTotal"])) if "cartTotal" in data else facts.cart_total
+        facts.cart_stale = o.stale
     elif o.name == "view_cart" and isinstance(data, dict):
         facts.cart_items = list(data.get("items", []))
         facts.cart_total = Decimal(str(data.get("cartTotal", "0")))
+        facts.cart_stale = o.stale
 
 
 def read_facts(messages: Sequence[BaseMessage]) -> Facts:
@@ -529,6 +539,10 @@ def cart_total(ctx: Context, goal: CartTotal) -> Decision:
             text=f"Your cart total is {dollars(ctx.turn.cart_total)} ({items}).",
         )
     seen = ctx.conversation.cart_total
+    if seen is not None and ctx.conversation.cart_stale:
+        return Decision(
+            plan="The last cart result is marked out of date; call view_cart.", calls=(ctx.call("view_cart"),)
+        )
     if seen is not None and not ctx.wants_fresh_cart:
         return Decision(
             plan=f"An earlier cart result in this conversation says {dollars(seen)}; no tool needed.",
