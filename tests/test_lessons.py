@@ -23,7 +23,7 @@ import pytest
 
 from comparison.answers import contradictions
 from comparison.closing import GUARD_LEGEND, guard_matrix
-from comparison.contenders import CONTENDERS, SPECS
+from comparison.contenders import CONTENDERS, SPECS, spec_of
 from comparison.records import RunRecord, cart_text
 from comparison.runner import RunOptions, run_scenario
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, RunSettings, Scenario
