@@ -1,9 +1,11 @@
 """What the real model costs each contender on `--model local`: orchestration's share of wall time, prefix reuse,
-seconds a model call, the article's goal under each lever (threads, prompt batch, search results), `keep_turns`.
+seconds a model call, the article's goal under each lever (engine build, threads, server flags, search results),
+`keep_turns`, and how near prompts and generation run to this CPU's limits (`--limits`).
 
 Tokens sent are each call's `prompt_tokens`; tokens evaluated, llama.cpp's log after every call (cached share:
 1 - evaluated / sent). Nothing here asserts.
     python benchmarks/real_model.py [--model local|local:NAME] [--runs 1] [--turns 4] [--max-steps 4] [--json PATH]
+        [--portable-python PATH]  # the lever "portable build, before": an interpreter with the portable build
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from comparison.contenders import CONTENDERS, build_contender
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.bookstore.store import Book, BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.models.local import ServerFlags
 from shared_tools.results import AgentLimits, AgentOptions, AgentResult, Guard, Token
 
 QUESTIONS = ("Where is my order 4512?", "What is my cart total now?", "Where is my order 9999?", SEED_GOAL)
@@ -42,22 +45,33 @@ PARTS = ("contenders", "sessions", "levers")
 
 @dataclass(frozen=True)
 class Lever:
-    """One server and tool setting for the article's goal; None keeps what ships."""
+    """One engine, server and tool setting for the article's goal; None keeps what ships."""
 
     threads: int | None = None
-    batch: int | None = None
-    """llama.cpp's n_batch and n_ubatch: how many prompt tokens one decode takes (llama-cpp-python: 512)."""
+    """None: chosen by the load when the server starts (`threads_by_load`)."""
+    flags: ServerFlags = field(default_factory=ServerFlags)
     search_cap: int | None = None
     """At most this many books per search, whatever `max_results` the model asks for (Qwen asks for 10)."""
+    cpu_variant: str | None = None
+    """llama.cpp's CPU variant pinned (what the probe falls back to), None: the best for this CPU."""
+    portable: bool = False
+    """Served by `--portable-python`'s llama-cpp-python (the portable AVX2 build) instead of this interpreter's."""
 
 
+BEFORE = ServerFlags(prompt_logits=True, flash_attn=False)
+"""llama-cpp-python's server defaults, which shipped before: logits for every prompt token, no flash attention."""
 LEVERS = {
     "as shipped": Lever(),
+    "portable build, before": Lever(threads=1, flags=BEFORE, portable=True),
+    "1 thread": Lever(threads=1),
     "2 threads": Lever(threads=2),
-    "prompt batch 2048": Lever(batch=2048),
+    "server defaults": Lever(flags=BEFORE),
+    "haswell variant": Lever(cpu_variant="haswell"),
+    "prompt batch 2048": Lever(flags=ServerFlags(batch=2048)),
     "search returns <= 2 books": Lever(search_cap=2),
 }
-"""Each run on a server of its own, started for it, its instructions and tools evaluated once before the clock."""
+"""Each run on a server of its own, started for it, its instructions and tools evaluated once before the clock
+(that warm-up's seconds are kept: what a server's first run pays on top)."""
 
 _PROMPT_EVAL = re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens")
 _GENERATED = re.compile(r"^llama_perf_context_print:\s+eval time =\s*([\d.]+) ms /\s*(\d+) runs", re.M)
@@ -122,6 +136,10 @@ class ServedCall:
     evaluated: int
     """Of them (and of the few the handler adds to pick a call's name), those the server evaluated."""
     server_s: float
+    prompt_s: float = 0.0
+    """Of `server_s`, evaluating the prompt tokens."""
+    generated: int = 0
+    """Tokens the server generated (those of the picks of a call's name included)."""
 
 
 class CallMeter(BaseCallbackHandler):
@@ -156,14 +174,19 @@ class CallMeter(BaseCallbackHandler):
                         (message.response_metadata.get("token_usage") or {}).get("prompt_tokens", 0)
                     )
         work = self.log.read()
-        self.calls.append(ServedCall(sent, work.evaluated, (work.prompt_ms + work.generate_ms) / 1000))
+        served = ServedCall(sent, work.evaluated, (work.prompt_ms + work.generate_ms) / 1000)
+        served.prompt_s, served.generated = work.prompt_ms / 1000, work.generated
+        self.calls.append(served)
 
     def take(self) -> list[ServedCall]:
         """The calls since `start`, anything the log said after the last answer counted to the last call."""
         rest = self.log.read()
         if self.calls and rest.completions:
-            self.calls[-1].evaluated += rest.evaluated
-            self.calls[-1].server_s += (rest.prompt_ms + rest.generate_ms) / 1000
+            last = self.calls[-1]
+            last.evaluated += rest.evaluated
+            last.server_s += (rest.prompt_ms + rest.generate_ms) / 1000
+            last.prompt_s += rest.prompt_ms / 1000
+            last.generated += rest.generated
         calls, self.calls = self.calls, []
         return calls
 
@@ -173,11 +196,16 @@ def tally(calls: list[ServedCall]) -> dict[str, Any]:
     every call but the first (whose prompt is new to the server by construction)."""
     later = calls[1:]
     later_sent = sum(c.sent for c in later)
+    evaluated, prompt_s = sum(c.evaluated for c in calls), sum(c.prompt_s for c in calls)
+    generated, generate_s = sum(c.generated for c in calls), sum(c.server_s - c.prompt_s for c in calls)
     return {
         "calls": len(calls),
         "sent": sum(c.sent for c in calls),
-        "evaluated": sum(c.evaluated for c in calls),
+        "evaluated": evaluated,
         "server_s": sum(c.server_s for c in calls),
+        "prompt_tokens_per_s": evaluated / prompt_s if prompt_s > 0 else None,
+        "generated": generated,
+        "generated_tokens_per_s": generated / generate_s if generate_s > 0 else None,
         "cached_after_first": 1 - sum(c.evaluated for c in later) / later_sent if later_sent else None,
         "per_call": [asdict(c) for c in calls],
     }
@@ -191,6 +219,11 @@ def load() -> str:
 def cart_of(store: BookStore) -> str:
     cart = store.cart("c1")
     return ", ".join(f"{line.book.title} x{line.quantity}" for line in cart.lines) or "empty"
+
+
+def tool_path(result: AgentResult) -> str:
+    """The run's tool calls in order, with their arguments: what the model chose, to compare across engines."""
+    return " -> ".join(f"{e.name}({e.detail.partition(' ')[0]})" for e in result.trace if not e.is_model)
 
 
 def model_seconds(result: AgentResult) -> float:
@@ -217,6 +250,8 @@ def measure_run(run: Callable[[], AgentResult], meter: CallMeter, store: BookSto
         "stop_reason": str(result.stop_reason) if result else None,
         "error": error,
         "cart": cart_of(store),
+        "tools": tool_path(result) if result else None,
+        "answer": result.answer if result else None,
         "load": load(),
         **tally(meter.take()),
     }
@@ -262,34 +297,52 @@ def lever_model(name: str, base_url: str) -> Any:
     return model.model_copy(update={"max_tokens": LOCAL_MAX_TOKENS})
 
 
-def run_lever(name: str, lever: Lever, meter: CallMeter, limits: AgentLimits) -> dict[str, Any]:
+def served_threads(pid: int) -> int:
+    """The threads a server was started with, read off its command line (chosen by the load when not given)."""
+    command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return int(command[command.index(b"--n_threads") + 1])
+
+
+def run_lever(name: str, lever: Lever, meter: CallMeter, limits: AgentLimits, portable: str | None) -> dict[str, Any]:
     """The article's goal with the hand-written loop on a server started for `lever`, its prompt prefix (the
     instructions and tools) evaluated once first, as on a server that has answered this shop before."""
     from handwritten import AgentLoop
+    from shared_tools.models.llama_server import loaded_variant
     from shared_tools.models.local import find_weights, start_server
 
-    server = start_server(find_weights(name), model=name, threads=lever.threads, batch=lever.batch)
+    python = portable if lever.portable else None
+    server = start_server(
+        find_weights(name),
+        model=name,
+        threads=lever.threads,
+        flags=lever.flags,
+        cpu_variant=lever.cpu_variant,
+        python=python,
+    )
     try:
+        engine = {"threads": served_threads(server.process.pid), "variant": loaded_variant(server.process.pid)}
         model = lever_model(name, server.base_url)
         store = CappedSearch(lever.search_cap)
         tools = make_tools(store)
+        started = time.perf_counter()
         model.bind_tools(tools).invoke([SystemMessage(INSTRUCTIONS), HumanMessage("Hello.")], max_tokens=1)
+        engine["warm_up_s"] = time.perf_counter() - started
         model.callbacks = [meter]
         meter.start(ServerLog(server.log_path))
         loop = AgentLoop(model, tools, AgentOptions(limits=limits))
-        return measure_run(lambda: loop.run(INSTRUCTIONS, SEED_GOAL), meter, store)
+        return {**engine, **measure_run(lambda: loop.run(INSTRUCTIONS, SEED_GOAL), meter, store)}
     finally:
         server.stop()
 
 
 def run_levers(
-    name: str, labels: list[str], meter: CallMeter, runs: int, limits: AgentLimits
+    name: str, labels: list[str], meter: CallMeter, runs: int, limits: AgentLimits, portable: str | None
 ) -> dict[str, list[dict[str, Any]]]:
     """Every lever `runs` times, interleaved; `limits` stop a lever that makes a run hopelessly slow."""
     found: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     for _ in range(runs):
         for label in labels:
-            found[label].append(run_lever(name, LEVERS[label], meter, limits))
+            found[label].append(run_lever(name, LEVERS[label], meter, limits, portable))
     return found
 
 
@@ -381,11 +434,33 @@ def print_contenders(console: Any, contenders: dict[str, list[dict[str, Any]]], 
     console.print(common.table(title, ["contender", *GOAL_COLUMNS], rows))
 
 
+def _rate(runs: list[dict[str, Any]], key: str) -> str:
+    return _med(runs, key, ".1f")
+
+
 def print_levers(console: Any, levers: dict[str, list[dict[str, Any]]], title: str) -> None:
     base = median([r["wall_s"] for r in levers["as shipped"]])
-    rows = [goal_row(label, runs, base) for label, runs in levers.items()]
-    columns = ["lever", *GOAL_COLUMNS[:4], "× as shipped", *GOAL_COLUMNS[4:]]
+    rows = []
+    for label, runs in levers.items():
+        row = goal_row(label, runs, base)
+        engine = [
+            " / ".join(sorted({str(r["threads"]) for r in runs})),
+            " / ".join(sorted({str(r["variant"] or "linked in") for r in runs})),
+            _rate(runs, "prompt_tokens_per_s"),
+            _rate(runs, "generated_tokens_per_s"),
+            _med(runs, "warm_up_s", ".1f"),
+        ]
+        rows.append([*row[:6], *engine, *row[6:]])
+    columns = ["lever", *GOAL_COLUMNS[:4], "× as shipped", "threads", "CPU variant", "prompt tok/s", "gen tok/s"]
+    columns += ["warm-up s", *GOAL_COLUMNS[4:]]
     console.print(common.table(title, columns, rows))
+    shipped = levers["as shipped"][0]
+    for label, runs in levers.items():
+        same = all(
+            (r["tools"], r["answer"], r["cart"]) == (shipped["tools"], shipped["answer"], shipped["cart"]) for r in runs
+        )
+        verdict = "the same calls, answer and cart as shipped" if same else "another path than shipped"
+        console.print(f"{label}: {verdict}: {runs[0]['tools']}; answered {runs[0]['answer']!r}")
 
 
 def print_sessions(console: Any, sessions: dict[str, dict[str, Any]], turns: int) -> None:
@@ -440,11 +515,18 @@ def parse(argv: list[str] | None) -> Any:
     parser.add_argument("--contenders", default=",".join(CONTENDERS), help="which contenders run (default: all)")
     parser.add_argument("--first-token", action="store_true", help="also time the first streamed token")
     parser.add_argument(
-        "--levers", default=",".join(LEVERS), help="which levers run (default: all; 'as shipped' always)"
+        "--levers",
+        help="which levers run (default: all, the portable build's with --portable-python; 'as shipped' always)",
     )
     parser.add_argument(
         "--lever-budget-s", type=float, default=600.0, help="a lever run's time budget in seconds (default 600)"
     )
+    parser.add_argument(
+        "--portable-python",
+        help="an interpreter with llama-cpp-python built portable (AVX2, CPU code linked in), for the lever "
+        "'portable build, before'",
+    )
+    parser.add_argument("--limits", action="store_true", help="also measure this CPU's limits (limits.py)")
     parser.add_argument(
         "--model",
         default="local",
@@ -456,8 +538,12 @@ def parse(argv: list[str] | None) -> Any:
     unknown = [name for name in args.contenders.split(",") if name not in CONTENDERS]
     if unknown:
         parser.error(f"--contenders: no contender {', '.join(unknown)}; there are {', '.join(CONTENDERS)}")
+    if args.levers is None:
+        args.levers = ",".join(label for label in LEVERS if args.portable_python or not LEVERS[label].portable)
     if unknown := [label for label in args.levers.split(",") if label not in LEVERS]:
         parser.error(f"--levers: no lever {', '.join(unknown)}; there are {', '.join(LEVERS)}")
+    if "portable build, before" in args.levers.split(",") and not args.portable_python:
+        parser.error("--levers 'portable build, before' needs --portable-python PATH")
     return args
 
 
@@ -488,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     if "levers" in parts:
         limits = AgentLimits(max_steps=args.max_steps, max_duration=args.lever_budget_s)
         labels = ["as shipped", *(label for label in args.levers.split(",") if label != "as shipped")]
-        document["levers"] = levers = run_levers(name, labels, meter, args.runs, limits)
+        document["levers"] = levers = run_levers(name, labels, meter, args.runs, limits, args.portable_python)
         title = f"The article's goal, handwritten, one server per run and lever ({name}), {steps}, "
         title += f"{args.lever_budget_s:.0f} s budget"
         print_levers(console, levers, title)

@@ -7,6 +7,8 @@ did the job, token counts are deterministic, the soak run counts every example).
 from __future__ import annotations
 
 import json
+import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -205,6 +207,17 @@ def test_real_model_reads_the_servers_work_call_by_call_for_every_history_policy
     # The whole history re-sends turn 1 as the prefix of turn 2: the server evaluates little of it again.
     assert sessions["full history"]["conversation"]["cached_after_first"] > 0.5
     assert document["first_token"]["plain answer, streamed"]["first_token_s"] is not None
+
+
+def test_limits_measures_bandwidth_the_int8_peak_and_the_models_cost(tmp_path: Path) -> None:
+    if (missing := local_extra_missing()) is not None:
+        pytest.skip(missing)
+    document = run_benchmark(tmp_path, "limits", "--model", "local:smollm2-135m", "--runs", "1", "--mib", "32")
+    assert all(gb_s > 0 for gb_s in document["bandwidth_gb_s"].values())
+    if platform.machine() == "x86_64" and shutil.which("cc"):
+        assert document["int8_gops_per_core"]["avx2"] > 0  # what the engine's haswell variant needs
+    model = document["model"]
+    assert 100e6 < model["parameters"] < 200e6 and model["bytes"] > 50e6  # SmolLM2-135M, Q4_1
 
 
 def test_the_search_lever_caps_what_the_model_asks_for(monkeypatch: pytest.MonkeyPatch) -> None:

