@@ -1,9 +1,7 @@
 """This CPU's limits for a quantized model: memory bandwidth (numpy copies) and the int8 dot-product peak of the
 kernels llama.cpp runs (AVX-512 VNNI, AVX2), per core; and what one token of the bundled model costs against them.
-
-Bandwidth: bytes read plus written by `numpy.copyto` of a 512 MiB array, on 1 and on every usable core at once (one
-thread per core, each on its own half; numpy releases the GIL while it copies), best of `--runs`. The int8 peak: a
-small C loop of independent multiply-adds (compiled with the system's cc), 2 ops per multiply-add. Nothing asserts.
+Bandwidth: bytes read plus written by `numpy.copyto` of a 512 MiB array on 1 and on every core (a thread each, numpy
+releases the GIL), best of `--runs`; the int8 peak: a small C loop of multiply-adds (the system's cc), 2 ops each.
     python benchmarks/limits.py [--runs 5] [--model local|local:NAME] [--json PATH]
 """
 

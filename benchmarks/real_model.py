@@ -1,11 +1,9 @@
 """What the real model costs each contender on `--model local`: orchestration's share of wall time, prefix reuse,
 seconds a model call, the article's goal under each lever (engine build, threads, server flags, search results),
-`keep_turns`, and how near prompts and generation run to this CPU's limits (`--limits`).
-
-Tokens sent are each call's `prompt_tokens`; tokens evaluated, llama.cpp's log after every call (cached share:
-1 - evaluated / sent). Nothing here asserts.
+`keep_turns`, and how near prompts and generation run to this CPU's limits (`--limits`). Nothing here asserts.
+Tokens sent are each call's `prompt_tokens`; evaluated, llama.cpp's log after every call (`--portable-python PATH`:
+an interpreter with the portable build, for the lever "portable build, before").
     python benchmarks/real_model.py [--model local|local:NAME] [--runs 1] [--turns 4] [--max-steps 4] [--json PATH]
-        [--portable-python PATH]  # the lever "portable build, before": an interpreter with the portable build
 """
 
 from __future__ import annotations

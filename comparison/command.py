@@ -40,10 +40,9 @@ from comparison.run_setup import RunOptions
 from comparison.runner import ScenarioRuns
 from comparison.sanitize import clean_line
 from comparison.scenarios import INSTRUCTIONS, Scenario, contenders_running
-from langgraph_version.serde import DamagedCheckpoint
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
-from shared_tools.conversation import beside
+from shared_tools.conversation import DamagedCheckpoint, beside
 from shared_tools.models import ModelSpecError, make_model
 from shared_tools.models.personas import KNOWN_GOALS
 from shared_tools.places import NoUserFolder, data_home

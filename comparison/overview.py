@@ -362,16 +362,7 @@ def _render_scenario_rows(
             # A line of its own, the reason running the width of the table (a grid cell would cut it short).
             console.print(grid)
             grid = columns.grid()
-            line = Table.grid(padding=(0, 1))
-            line.add_column(width=1)
-            line.add_column(width=columns.names)
-            line.add_column(width=4, justify="right")
-            line.add_column(ratio=1)
-            room = console.width - columns.names - 8  # the reason on one line; the scenario's own view has it all
-            reason = Text(clean_line(not_run_text(group, scenario.name)), "dim")
-            reason.truncate(room, overflow="ellipsis")
-            line.add_row(Text(""), names, Text("0"), reason)
-            console.print(line)
+            _render_not_run_line(console, columns, names, not_run_text(group, scenario.name))
             continue
         outcome = Text(clean_line(row.outcome_text()), _outcome_style(row))
         cart = Text(clean_line(row.cart))
@@ -397,6 +388,20 @@ def _render_scenario_rows(
             below.add_row(Text(""), Text("cart: ") + cart)
             console.print(below)
     console.print(grid)
+
+
+def _render_not_run_line(console: Console, columns: Columns, names: Text, why: str) -> None:
+    """A group that did not run: a line of its own, the reason running the width of the table (a grid cell would
+    cut it short); on one line, since the scenario's own view has it all."""
+    line = Table.grid(padding=(0, 1))
+    line.add_column(width=1)
+    line.add_column(width=columns.names)
+    line.add_column(width=4, justify="right")
+    line.add_column(ratio=1)
+    reason = Text(clean_line(why), "dim")
+    reason.truncate(console.width - columns.names - 8, overflow="ellipsis")
+    line.add_row(Text(""), names, Text("0"), reason)
+    console.print(line)
 
 
 def _render_next_steps(console: Console, prog: str, shown: Sequence[Scenario]) -> None:

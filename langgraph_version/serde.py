@@ -13,6 +13,8 @@ from typing import Any
 from langchain_core.load.serializable import Serializable
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from shared_tools.conversation import DamagedCheckpoint
+
 
 class CheckpointSerializer(JsonPlusSerializer):
     """msgpack as LangGraph writes it; JSON for the values msgpack cannot hold (integers beyond 64 bits)."""
@@ -37,10 +39,6 @@ class CheckpointSerializer(JsonPlusSerializer):
                 f"a checkpoint of the thread cannot be read (stored as {kind[:40]!r}: {type(exc).__name__}: "
                 f"{str(exc)[:200]})"
             ) from None
-
-
-class DamagedCheckpoint(ValueError):
-    """A stored checkpoint value this serializer cannot read back: the thread's file or database is damaged."""
 
 
 def _langchain_json(value: Any) -> Any:

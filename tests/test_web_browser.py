@@ -106,12 +106,13 @@ def test_the_presenters_path_in_a_real_browser(browser: object, tmp_path: Path) 
             assert pane_text(name, ".meter") != "0 tokens"
         shot("1-seed-goal")
 
-        # 2. The cart changes behind the agents' backs; the remembered answer is stale, and the badge says so.
+        # 2. The cart changes behind the agents' backs; the stale-read guard marks the remembered cart result, the
+        # model reads the cart again, and the badge says the answer agrees with the store.
         driver.find_element(By.ID, "stale").click()
         wait.until(lambda d: "Changed behind" in d.find_element(By.ID, "notice").text)
         driver.find_element(By.CSS_SELECTOR, 'button.goal[data-goal="What is my cart total now?"]').click()
-        both(lambda n: pane(n).find_element(By.CSS_SELECTOR, ".cart").get_attribute("data-check") == "stale")
-        assert "the store has 0.00" in pane_text("handwritten", ".cart")
+        both(lambda n: pane(n).find_element(By.CSS_SELECTOR, ".cart").get_attribute("data-check") == "agrees")
+        assert "store agrees: 0.00" in pane_text("handwritten", ".cart")
         shot("2-stale-cart")
 
         # 3. A prompt injection provokes a risky write: approved in one pane, denied in the other.

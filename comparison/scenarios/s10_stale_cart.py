@@ -42,10 +42,7 @@ def reread_cart(record: RunRecord) -> bool:
 def flagged_at(record: RunRecord) -> int | None:
     """The model call (1-based, in this turn) before which the stale-read guard marked a result, or None."""
     model_lines = [e for e in record.trace if e["name"] == "model"]
-    return next(
-        (n for n, e in enumerate(model_lines, 1) if guard_of(e.get("guard")) is Guard.STALE_READ),
-        None,
-    )
+    return next((n for n, e in enumerate(model_lines, 1) if guard_of(e.get("guard")) is Guard.STALE_READ), None)
 
 
 def guard_cost(record: RunRecord) -> str:
@@ -53,13 +50,18 @@ def guard_cost(record: RunRecord) -> str:
     at = flagged_at(record)
     assert at is not None
     model_lines = [e for e in record.trace if e["name"] == "model"]
-    flagged_step = model_lines[at - 1]["step"]
     more = model_lines[at:]
-    tools = [e for e in record.trace if e["name"] != "model" and e["step"] >= flagged_step]
+    tools = [e for e in record.trace if e["name"] != "model" and e["step"] >= model_lines[at - 1]["step"]]
     return (
         f"the stale-read guard marked the old cart result out of date before model call {at}; answering then took "
         f"{len(more)} more model call(s) ({sum(e['tokens'] for e in more):,} tokens) and {len(tools)} tool call(s)"
     )
+
+
+STALE_NOTE = (
+    "answered from the history after the cart changed: nothing re-validates remembered data, so the instructions "
+    "(or your code) must say which data can change and has to be read again."
+)
 
 
 def notice_stale(records: list[RunRecord], settings: SettingsOf) -> list[str]:
@@ -86,13 +88,7 @@ def notice_stale(records: list[RunRecord], settings: SettingsOf) -> list[str]:
             stale.append(r)
         elif verdict == "right" and reread_cart(r):
             fresh.append(r)
-    lines += per_variant(
-        stale,
-        lambda r: (
-            "answered from the history after the cart changed: nothing re-validates remembered data, so the "
-            "instructions (or your code) must say which data can change and has to be read again."
-        ),
-    )
+    lines += per_variant(stale, lambda r: STALE_NOTE)
     if turn2 and all(cart_changed_between_turns(records, r) is False for r in turn2 if r.error is None):
         lines.append("The cart did not change between the turns in any run, so there was nothing stale to catch.")
     lines += per_variant(fresh, lambda r: "read the cart again before answering and stated its real total.")
@@ -110,16 +106,14 @@ def _stale_read(record: RunRecord, settings: RunSettings | None, records: list[R
         return cell(NOT_EXERCISED, "not exercised: the cart did not change behind the agent")
     states = answer_states_cart(record)
     if flagged_at(record) is not None:
-        then = "re-read" if reread_cart(record) else "no re-read"
         said = {None: "no total stated", True: "right total", False: f"still stale, cart is ${record.cart_total}"}
-        return cell(FIRED, f"flagged; {then}, {said[states]}")
+        return cell(FIRED, f"flagged; {'re-read' if reread_cart(record) else 'no re-read'}, {said[states]}")
     if states is None:
         return not_measured("the answer states no total")
     if not states:
         return cell(MISSING, f"stale answer, cart is ${record.cart_total}")
-    if reread_cart(record):
-        return cell(NOT_EXERCISED, "not exercised: the model re-read the cart itself")
-    return cell(NOT_EXERCISED, "not exercised: right without a re-read")
+    why = "the model re-read the cart itself" if reread_cart(record) else "right without a re-read"
+    return cell(NOT_EXERCISED, f"not exercised: {why}")
 
 
 SCENARIO = Scenario(
