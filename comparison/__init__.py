@@ -9,7 +9,7 @@ One file per concern: `scenarios/` (the course, one file per scenario), `contend
 from comparison.approvals import AskingHuman, DemoHuman, Human, resume_until_answered
 from comparison.closing import GUARDS, OWNERS, WHO_OWNS_WHAT, guard_matrix
 from comparison.contenders import APPROVAL_CONTENDERS, CONTENDERS, SESSION_CONTENDERS, Contender, build_contender
-from comparison.conversations import Conversation, open_conversation, run_gated_graph
+from comparison.conversations import Conversation, open_conversation, run_gated
 from comparison.document import build_document, mermaid_diagram, write_document
 from comparison.files import UnusableFile, check_output_file, write_output
 from comparison.records import RunKey, RunRecord, error_text, raised_record, result_record
@@ -62,7 +62,7 @@ __all__ = [
     "render_scenario",
     "result_record",
     "resume_until_answered",
-    "run_gated_graph",
+    "run_gated",
     "run_key",
     "run_scenario",
     "run_session",

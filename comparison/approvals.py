@@ -1,7 +1,7 @@
 """Who answers approval requests: `DemoHuman` (the demo's customer, who says no) and `AskingHuman` (chat's,
-asked at the prompt) decide whether a risky write may run. The hand-written loop and MAF ask `approve` during
-the run; a graph pauses, and `resume_until_answered` (`shared_tools.conversation`, re-exported here) puts each
-request of the pause to the human on its own and resumes the run.
+asked at the prompt) decide whether a risky write may run. A contender that asks calls `approve` during the
+run; one that pauses (a graph) stops, and `resume_until_answered` (`shared_tools.conversation`, re-exported
+here) puts each request of the pause to the human on its own and resumes the run.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from langchain_core.messages import ToolCall
 
 from shared_tools.bookstore.approval import RiskyWritePolicy
 from shared_tools.bookstore.store import BookStore
+from shared_tools.contender import Approval, ContenderSpec
 from shared_tools.conversation import PausedSession, decide_each, resume_until_answered, resume_with
 
 
@@ -40,16 +41,15 @@ class DemoHuman:
         self.asked.append(reason)
         return self.answer
 
-    def facts(self, contender: str) -> dict[str, Any]:
-        how = {
-            "handwritten": "approve callback",
-            "maf": "approval_mode='always_require' on add_to_cart: MAF's run returned a function_approval_request, "
-            "answered with to_function_approval_response(approved=" + str(self.answer) + ") on the same session",
-            "create-agent": "HumanInTheLoopMiddleware: the run stopped 'awaiting approval' (interrupt), then "
-            "Command(resume={'decisions': ["
-            + ("{'type': 'approve'}" if self.answer else "{'type': 'reject', 'message': <the reason>}")
-            + "]})",
-        }.get(contender, f"interrupt(): the run stopped 'awaiting approval', then Command(resume={self.answer})")
+    def facts(self, spec: ContenderSpec) -> dict[str, Any]:
+        """What was asked and answered, and how the answer reached the run of the contender `spec` declares
+        (its `asked_through`)."""
+        if spec.asked_through is not None:
+            how = spec.asked_through(self.answer)
+        elif spec.approval is Approval.ASKS:
+            how = "approve callback"
+        else:
+            how = f"the run stopped 'awaiting approval', then was resumed with {self.answer}"
         return {
             "approval_asked": list(self.asked),
             "approval_answer": "yes" if self.answer else "no",

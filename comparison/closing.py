@@ -2,7 +2,8 @@
 
 `guard_matrix` says per guard and contender what the records show: the guard acted, the harm happened without it,
 it was not exercised, nothing measured it, or the contender raised; read from typed fields, never from wording.
-`WHO_OWNS_WHAT` is the article's closing table as data, so the terminal and the HTML report say the same thing.
+`WHO_OWNS_WHAT` is the article's closing table as data (each column a contender's `owns`), so the terminal and the
+HTML report say the same thing.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from comparison.contenders import SPECS
 from comparison.records import RunRecord, first
 from comparison.scenarios import SCENARIOS, SCENARIOS_BY_NAME, RunSettings, Scenario
 from comparison.scenarios.matrix import FIRED as FIRED
@@ -46,75 +48,32 @@ GUARD_ROWS: dict[str, tuple[str, GuardRow]] = dict(
 GUARDS: dict[str, str] = {guard: scenario for guard, (scenario, _) in GUARD_ROWS.items()}
 """Each guard of the matrix -> the scenario whose runs show whether it fired."""
 
-OWNERS: tuple[str, ...] = ("hand-written loop", "LangGraph StateGraph", "create_agent + middleware")
-
-WHO_OWNS_WHAT: tuple[tuple[str, ...], ...] = (
-    ("loop", "you: a for loop over steps", "framework: model node -> tools node edges", "framework (prebuilt graph)"),
-    ("tool invocation", "you: look up the tool, invoke it", "framework: ToolNode", "framework: ToolNode"),
-    (
-        "error handling",
-        "you: every failure becomes an error result",
-        "ToolNode re-raises tool exceptions unless you opt in",
-        "re-raises unless you add ToolErrorMiddleware",
-    ),
-    (
-        "step limit",
-        "you: max_steps",
-        "recursion_limit counts supersteps (default 10007); RemainingSteps to end cleanly",
-        "ModelCallLimitMiddleware (none by default; recursion_limit 9,999)",
-    ),
-    ("token budget", "you", "you (a node reading usage)", "nobody (you write middleware)"),
-    ("time budget", "you", "you (per-node timeouts only)", "nobody (you write middleware)"),
-    (
-        "reply cap",
-        "you: max_tokens = what is left of the budget",
-        "you (the model node passes it)",
-        "nobody (the model's own max_tokens, if any)",
-    ),
-    ("repeat check", "you", "you", "nobody (ToolCallLimitMiddleware caps counts, not repeats)"),
-    ("session memory", "you: keep the message list", "checkpointer per thread_id", "checkpointer per thread_id"),
-    ("persistence", "you: save/load JSON", "SqliteSaver / Postgres saver", "the same checkpointers"),
-    ("stale reads", "you (instructions, re-read tools)", "you", "you"),
-    (
-        "human approval",
-        "you: an approve callback before the tool runs",
-        "interrupt() in a node, Command(resume=...) via the checkpointer",
-        "HumanInTheLoopMiddleware (interrupt-based)",
-    ),
-    (
-        "tracing (OTel spans)",
-        "you: a span per run, model call and tool call, in a few lines (guard decisions and budget cuts included)",
-        "no spans by itself; LangChain's callbacks fire per model and tool call, and you turn them into spans or "
-        "write them in your nodes",
-        "the same callbacks, but a call it answers itself (unknown tool, a refused approval) fires none; the "
-        "official instrumentation is beta",
-    ),
+WHO_OWNS_ROWS: tuple[str, ...] = (
+    "loop",
+    "tool invocation",
+    "error handling",
+    "step limit",
+    "token budget",
+    "time budget",
+    "reply cap",
+    "repeat check",
+    "session memory",
+    "persistence",
+    "stale reads",
+    "human approval",
+    "tracing (OTel spans)",
 )
-"""The article's closing comparison: row -> who owns it in each of `OWNERS` (the MAF column joins below). The tracing
-row's claims are measured in tests/test_telemetry.py (`test_the_tracing_row_*`)."""
+"""The rows of the article's closing comparison. The tracing row's claims are measured in tests/test_telemetry.py
+(`test_the_tracing_row_*`)."""
 
-MAF_OWNER = "Microsoft Agent Framework"
-MAF_OWNS: dict[str, str] = {
-    "loop": "framework: FunctionInvocationLayer, the client's tool loop",
-    "tool invocation": "framework: FunctionTool; a reply's calls run concurrently by default (not so in .NET)",
-    "error handling": "framework: every exception an error result, 'Error: Function failed.' unless "
-    "include_detailed_errors",
-    "step limit": "max_iterations (default 40), then one more call with tools off whose text comes back as if done",
-    "token budget": "nobody (FunctionInvocationConfiguration has no token limit)",
-    "time budget": "max_duration_seconds, checked after a tool round (a hung model call is yours to bound)",
-    "reply cap": "nobody (the model's own max_tokens, if any)",
-    "repeat check": "nobody (max_function_calls caps counts, not repeats)",
-    "session memory": "AgentSession (its InMemoryHistoryProvider)",
-    "persistence": "AgentSession.to_dict()/from_dict() (a JSON file here); no SQLite provider",
-    "stale reads": "you",
-    "human approval": "approval_mode='always_require' per tool; to_function_approval_response, same session",
-    "tracing (OTel spans)": "the framework: invoke_agent, chat and execute_tool GenAI spans (to the global tracer "
-    "provider only)",
-}
-"""Row of `WHO_OWNS_WHAT` -> who owns it in Microsoft Agent Framework's `Agent` (Python, agent-framework-core)."""
+OWNERS: tuple[str, ...] = tuple(spec.owner for spec in SPECS.values() if spec.owner is not None)
+"""Its columns: each contender that names one (`ContenderSpec.owner`; LangGraph's defaults share our graph's)."""
 
-OWNERS = (*OWNERS, MAF_OWNER)
-WHO_OWNS_WHAT = tuple((*row, MAF_OWNS.get(row[0], "not compared")) for row in WHO_OWNS_WHAT)
+WHO_OWNS_WHAT: tuple[tuple[str, ...], ...] = tuple(
+    (row, *(spec.owns.get(row, "not compared") for spec in SPECS.values() if spec.owner is not None))
+    for row in WHO_OWNS_ROWS
+)
+"""The article's closing comparison: row -> who owns it in each of `OWNERS` (`ContenderSpec.owns`)."""
 
 OWNERS_SUMMARY = (
     "LangGraph takes over the loop, tool invocation and session memory; what no layer does for you is the token "
@@ -172,3 +131,16 @@ def guard_matrix(
         if any(c["status"] != NOT_RUN for c in cells.values()):
             rows.append({"guard": guard, "scenario": scenario, "variant": variant, "cells": cells})
     return rows
+
+
+def contradicted_claims(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The guards a contender claims (`ContenderSpec.guards`) that its runs contradict: the matrix cell says the
+    harm happened with nothing stopping it ("missing") or the contender raised instead. One line each."""
+    found = []
+    for row in rows:
+        for contender, shown in row["cells"].items():
+            spec = SPECS.get(contender)
+            claim = None if spec is None else spec.guards.get(row["guard"])
+            if claim is not None and shown["status"] in (MISSING, RAISED):
+                found.append(f"{contender} claims {row['guard']} ({claim}), but its run shows {shown['status']}")
+    return found

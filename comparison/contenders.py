@@ -1,57 +1,135 @@
-"""The contenders: which agents compete, and how each is built from one `AgentOptions`.
+"""The contenders: which agents compete, found through the entry-point group of `shared_tools.contender`.
 
-`CONTENDERS` names the five (the hand-written loop, our guarded graph, LangGraph's defaults, `create_agent`, and
-Microsoft Agent Framework's `Agent`) in the order every table shows them; `build_contender` builds one from the
-same options. The agent packages are imported on first use, so `--list` and `--help` never pay for LangGraph.
+`SPECS` holds each one's `ContenderSpec`, this project's own first (in their `order`), then an outside package's
+by name; every table that names contenders is derived from it. A spec module is cheap to import: the agent's
+framework is imported when `build_contender` builds it, so `--list` and `--help` never pay for LangGraph.
 """
 
 from __future__ import annotations
 
+import logging
+import tomllib
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Protocol
-
-from langchain_core.language_models import BaseChatModel
-from langchain_core.tools import BaseTool
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from comparison.approvals import Human
-from shared_tools.results import AgentOptions, AgentResult
+from shared_tools.contender import ENTRY_POINT_GROUP, Approval, Capability, Contender, ContenderSpec
+from shared_tools.results import AgentOptions
 
-CONTENDERS: dict[str, str] = {
-    "handwritten": "the from-scratch loop (handwritten.AgentLoop): every guard is code you can read",
-    "langgraph": "the same agent as a LangGraph StateGraph, with our guards built as graph state and nodes",
-    "langgraph-defaults": "the same graph with only LangGraph's defaults (recursion limit from max_steps)",
-    "create-agent": "langchain.agents.create_agent with its built-in middleware (call limits, tool errors, "
-    "HumanInTheLoopMiddleware for approvals)",
-    "maf": "Microsoft Agent Framework's Agent (the article's framework, in Python): its FunctionInvocationLayer "
-    "runs the tools, AgentSession keeps the conversation, approval_mode gates add_to_cart",
-}
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.tools import BaseTool
+
+__all__ = [
+    "APPROVAL_CONTENDERS",
+    "ASKING_CONTENDERS",
+    "CONTENDERS",
+    "SESSION_CONTENDERS",
+    "SPECS",
+    "Contender",
+    "build_contender",
+    "lacking",
+    "parse_contenders",
+    "spec_of",
+    "with_capability",
+]
+
+log = logging.getLogger(__name__)
+
+PROJECT = "agent-loop-compare"
+"""The distribution whose entry points are this project's own contenders."""
+
+
+def _is_ours(entry: EntryPoint) -> bool:
+    dist = getattr(entry, "dist", None)
+    name = "" if dist is None else (dist.metadata["Name"] or "")
+    return name.lower().replace("_", "-") == PROJECT
+
+
+def _load(entry: EntryPoint) -> ContenderSpec:
+    spec = entry.load()
+    if not isinstance(spec, ContenderSpec):
+        raise TypeError(f"{entry.value} is a {type(spec).__name__}, not a shared_tools.contender.ContenderSpec")
+    if spec.name != entry.name:
+        raise ValueError(f"{entry.value} declares the contender {spec.name!r}, but its entry point is {entry.name!r}")
+    return spec
+
+
+def _own_entries() -> list[EntryPoint]:
+    """Our entry points: from the checkout's pyproject.toml when the code runs from one (an editable install's
+    metadata is written at install time, so a contender added since would be missing), else the installed ones."""
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        if project.get("name") == PROJECT:
+            declared = project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
+            return [EntryPoint(name, value, ENTRY_POINT_GROUP) for name, value in declared.items()]
+    return [entry for entry in entry_points(group=ENTRY_POINT_GROUP) if _is_ours(entry)]
+
+
+def load_specs() -> dict[str, ContenderSpec]:
+    """Every contender of the entry-point group, in table order. One of ours that cannot load raises (a bug
+    here); an outside one is left out with one warning line, so a broken plug-in never stops every command."""
+    ours = [_load(entry) for entry in _own_entries()]
+    outside: dict[str, ContenderSpec] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        if _is_ours(entry):
+            continue
+        try:
+            spec = _load(entry)
+        except Exception as error:  # an outside package's bug: said, and that contender left out
+            log.warning("contender %r (%s) left out: %s: %s", entry.name, entry.value, type(error).__name__, error)
+            continue
+        if spec.name in outside:
+            log.warning("contender %r (%s) left out: the name is declared twice", entry.name, entry.value)
+            continue
+        outside[spec.name] = spec
+    ours.sort(key=lambda s: (s.order is None, s.order or 0, s.name))
+    specs = {s.name: s for s in ours}
+    for name in sorted(outside):
+        if name in specs:
+            log.warning("contender %r (%s) left out: the name is one of this project's", name, outside[name].build)
+            continue
+        specs[name] = outside[name]
+    return specs
+
+
+SPECS: dict[str, ContenderSpec] = load_specs()
+"""Contender name -> its declaration, in the order every table shows them."""
+
+CONTENDERS: dict[str, str] = {name: spec.description for name, spec in SPECS.items()}
 """Contender name -> one line saying what it is, in the order the tables show them."""
 
-SESSION_CONTENDERS: tuple[str, ...] = tuple(CONTENDERS)
-"""The contenders with a multi-turn conversation: `Session`, `GraphSession`, a checkpointer thread of
-LangGraph's prebuilt graph and of `create_agent(..., checkpointer=...)` (`prebuilt.thread.CheckpointThread`), and
-MAF's `AgentSession` (`maf_version.MafSession`, kept in a JSON file through `to_dict`/`from_dict`)."""
 
-CONVERSATION_MODULES: dict[str, str] = {
-    "handwritten": "handwritten.kept",
-    "langgraph": "langgraph_version.conversation",
-    "langgraph-defaults": "langgraph_version.conversation",
-    "create-agent": "langgraph_version.conversation",
-    "maf": "maf_version.conversation",
-}
-"""Contender name -> the module that keeps its conversations: each has `open_conversation` and `check_saved`
-with the same signatures, and returns a `shared_tools.conversation.Conversation` (imported on first use)."""
+def spec_of(name: str) -> ContenderSpec:
+    """The declaration of contender `name`; ValueError for a name no entry point declares."""
+    if name not in SPECS:
+        raise ValueError(f"unknown contender {name!r}")
+    return SPECS[name]
 
-APPROVAL_CONTENDERS: tuple[str, ...] = ("handwritten", "langgraph", "create-agent", "maf")
-"""The contenders with an approval gate: an `approve` callback; `interrupt()` and `GraphSession.resume`;
-`HumanInTheLoopMiddleware` and `Command(resume={"decisions": [...]})`; MAF's `approval_mode="always_require"`,
-whose request the human answers with `to_function_approval_response` (asked during the run, as the hand-written
-loop asks its callback)."""
 
-ASKING_CONTENDERS: tuple[str, ...] = ("handwritten", "maf")
-"""The gated contenders that put a risky write to `Human.approve` while the run goes on; the graphs pause instead
-(`run_gated_graph`)."""
+def with_capability(capability: Capability) -> tuple[str, ...]:
+    """The contenders that have `capability`, in table order."""
+    return tuple(name for name, spec in SPECS.items() if spec.has(capability))
+
+
+def lacking(capability: Capability) -> tuple[tuple[str, str], ...]:
+    """(contender, its own sentence) for each contender without `capability`, in table order."""
+    return tuple((name, spec.why_not(capability)) for name, spec in SPECS.items() if not spec.has(capability))
+
+
+SESSION_CONTENDERS: tuple[str, ...] = with_capability(Capability.CONVERSATIONS)
+"""The contenders with a multi-turn conversation (`ContenderSpec.conversation`)."""
+
+APPROVAL_CONTENDERS: tuple[str, ...] = with_capability(Capability.APPROVAL)
+"""The contenders with an approval gate: they ask an `approve` callback, or pause for the harness to resume."""
+
+ASKING_CONTENDERS: tuple[str, ...] = tuple(name for name, spec in SPECS.items() if spec.approval is Approval.ASKS)
+"""The gated contenders that put a risky write to `Human.approve` while the run goes on; the others pause instead
+(`conversations.run_gated`)."""
 
 
 def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
@@ -75,73 +153,19 @@ def parse_contenders(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-TOOLNODE_CONTENDERS: tuple[str, ...] = ("langgraph-defaults", "create-agent")
-"""The contenders whose tools run in LangGraph's prebuilt `ToolNode`."""
-
-NO_APPROVAL_GATE = (
-    "LangGraph's prebuilt graph (ToolNode + tools_condition) has no approval gate: ToolNode runs every call the "
-    "model asks for, and a pause for a human's yes means writing an interrupt() node of your own (what the "
-    "langgraph contender does)"
-)
-NO_SEQUENTIAL_TOOLS = (
-    "LangGraph's ToolNode has no switch to run one reply's tool calls one at a time: it always runs them "
-    "concurrently, so this variant would only repeat the parallel one"
-)
-
-
-class Contender(Protocol):
-    """What the runner needs of an agent: one goal in, one result out."""
-
-    def run(self, instructions: str, goal: str) -> AgentResult: ...
-
-
 def build_contender(
     name: str, model: BaseChatModel, tools: list[BaseTool], options: AgentOptions, human: Human | None = None
 ) -> Contender:
-    """One of the contenders, built from the same `options`.
+    """One of the contenders, built from the same `options` by its spec's `build`.
 
-    With a `human`, risky writes need approval: the hand-written loop and MAF (whose run stops on its approval
-    request, answered from `human.approve` before it goes on) ask `human.approve`; the guarded graph
-    and `create_agent` (through `HumanInTheLoopMiddleware`, asking only where `human.policy` says so) pause
-    instead (run them with `run_gated_graph`). LangGraph's defaults have no gate: `NO_APPROVAL_GATE`.
+    With a `human`, risky writes need approval (`human.policy` as `options.needs_approval`): a contender that
+    asks (`Approval.ASKS`) is given `human.approve`; one that pauses is run with `conversations.run_gated`; one
+    without a gate is refused, in its own words.
     """
-    if human is not None and name not in APPROVAL_CONTENDERS:
-        raise ValueError(f"{name}: {NO_APPROVAL_GATE}" if name in CONTENDERS else f"unknown contender {name!r}")
-    if human is not None:
-        options = replace(options, needs_approval=human.policy)
-    if name == "handwritten":
-        from handwritten import AgentLoop
-
-        return AgentLoop(model, tools, options, approve=human.approve if human is not None else None)
-    if name == "langgraph":
-        from langgraph_version import GraphAgent
-
-        return GraphAgent(model, tools, options)
-    if name == "langgraph-defaults":
-        from langgraph_version import DefaultsGraphAgent
-
-        return DefaultsGraphAgent(model, tools, options)
-    if name == "create-agent":
-        from langgraph_version import create_agent_contender
-
-        # create_agent has no switch for parallel tools or for truncating results: that gap is part of the lesson.
-        own = AgentOptions(
-            tracer_provider=options.tracer_provider,
-            limits=options.limits,
-            detailed_errors=options.detailed_errors,
-            on_event=options.on_event,
-            on_token=options.on_token,
-            needs_approval=options.needs_approval,
-        )
-        if options.needs_approval is None:
-            return create_agent_contender(model, tools, own)
-        from langgraph.checkpoint.memory import InMemorySaver
-
-        # HumanInTheLoopMiddleware pauses with interrupt(), which needs a checkpointer (a thread swaps in its own).
-        return create_agent_contender(model, tools, own, checkpointer=InMemorySaver())
-    if name == "maf":
-        from maf_version import MafAgent
-
-        # MAF has no token budget, repeat check or result cut: `MafAgent.not_available` names what it ignores.
-        return MafAgent(model, tools, options, approve=human.approve if human is not None else None)
-    raise ValueError(f"unknown contender {name!r}")
+    spec = spec_of(name)
+    if human is None:
+        return spec.build(model, tools, options, None)
+    if not spec.has(Capability.APPROVAL):
+        raise ValueError(f"{name}: {spec.why_not(Capability.APPROVAL)}")
+    options = replace(options, needs_approval=human.policy)
+    return spec.build(model, tools, options, human.approve if spec.approval is Approval.ASKS else None)

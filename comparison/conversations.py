@@ -1,9 +1,9 @@
 """One multi-turn conversation of any contender, opened by the package that keeps it.
 
-`open_conversation` hands the agent to its contender's conversation module (`contenders.CONVERSATION_MODULES`:
-`handwritten.kept`, `langgraph_version.conversation`, `maf_version.conversation`), which keeps it in memory, a
-file, SQLite or Postgres and returns a `Conversation`; `check_saved_conversation` refuses a bad name or a
-damaged or foreign conversation before anything opens. The harness, `chat` and the page use only `Conversation`.
+`open_conversation` hands the agent to the conversation module its contender declares (`ContenderSpec.
+conversation`), which keeps it in memory, a file, SQLite or Postgres and returns a `Conversation`;
+`check_saved_conversation` refuses a bad name or a damaged or foreign conversation before anything opens;
+`run_gated` drives a contender that pauses for approval. The harness, `chat` and the page use only `Conversation`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from types import ModuleType
 from typing import Any
 
 from comparison.approvals import DemoHuman
-from comparison.contenders import CONVERSATION_MODULES, Contender
+from comparison.contenders import Contender, spec_of
+from shared_tools.contender import Capability
 from shared_tools.conversation import (
     Conversation,
     ConversationNotSaved,
@@ -29,7 +30,6 @@ from shared_tools.results import AgentResult, Approve
 from shared_tools.sync import run_blocking
 
 __all__ = [
-    "NO_MAF_SUMMARY",
     "Conversation",
     "ConversationNotSaved",
     "HistoryPolicy",
@@ -37,22 +37,18 @@ __all__ = [
     "check_thread_name",
     "facts_of",
     "open_conversation",
-    "run_gated_graph",
+    "run_gated",
     "setup_postgres_checkpoints",
     "shown_target",
     "turns_in",
 ]
 
-NO_MAF_SUMMARY = (
-    "MafSession has a window (keep_turns, a HistoryProvider that sends the last turns) but writes no summary: "
-    "MAF's own compaction (Agent(compaction_strategy=...)) is not wired into this comparison"
-)
-
 
 def _kept_by(contender: str) -> ModuleType:
-    if contender not in CONVERSATION_MODULES:
-        raise ValueError(f"unknown contender {contender!r}")
-    return import_module(CONVERSATION_MODULES[contender])
+    spec = spec_of(contender)
+    if spec.conversation is None:
+        raise ValueError(f"{contender}: {spec.why_not(Capability.CONVERSATIONS)}")
+    return import_module(spec.conversation)
 
 
 def check_saved_conversation(contender: str, thread_id: str, db: Path | str, customer_id: str | None) -> None:
@@ -115,19 +111,26 @@ def turns_in(conversation: Conversation) -> list[Turn]:
     return run_blocking(conversation.aturns, instead="Conversation.aturns()")
 
 
-def run_gated_graph(agent: Contender, instructions: str, goal: str, human: DemoHuman) -> AgentResult:
-    """Run the graph in a thread of its own; whenever it pauses for approval, the human answers and the run resumes.
+def run_gated(contender: str, agent: Contender, instructions: str, goal: str, human: DemoHuman) -> AgentResult:
+    """Run a contender that pauses for approval (`Approval.PAUSES`) in a conversation of its own, in memory: each
+    time its turn stops AWAITING_APPROVAL, the human answers each request (`aresume`) and the run goes on.
 
-    The guarded graph runs in a `GraphSession`; `create_agent` in a checkpointer thread of its own
-    (`prebuilt.thread.CheckpointThread`), where `HumanInTheLoopMiddleware`'s pause is answered in its format.
+    The guarded graph's pause asks one question at a time; `create_agent`'s `HumanInTheLoopMiddleware` puts
+    several in one pause, answered with one answer each (`resume_with`).
     """
-    from langgraph_version.conversation import aopen_conversation
+    module = _kept_by(contender)
 
-    async def opening() -> Any:
-        return await aopen_conversation(agent, instructions, f"approval-{uuid.uuid4().hex[:8]}", None, resume=False)  # type: ignore[arg-type]
+    async def opening() -> Conversation:
+        thread = f"approval-{uuid.uuid4().hex[:8]}"
+        conversation: Conversation = await module.aopen_conversation(agent, instructions, thread, None, resume=False)
+        return conversation
 
-    thread = run_blocking(opening, instead="aopen_conversation(...)")
-    result, pauses = resume_until_answered(thread.session, thread.session.ask(goal), human.approve)
+    conversation = run_blocking(opening, instead=f"{module.__name__}.aopen_conversation(...)")
+    try:
+        first = run_blocking(lambda: conversation.aask(goal), instead="Conversation.aask(...)")
+        result, pauses = resume_until_answered(conversation, first, human.approve)
+    finally:
+        conversation.close()
     human.pauses += pauses
     return result
 

@@ -23,7 +23,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.tools import BaseTool, StructuredTool
 
-from comparison.contenders import Contender, build_contender
+from comparison.contenders import SPECS, Contender, build_contender, spec_of
 from comparison.conversations import Conversation, open_conversation
 from comparison.records import RunRecord, raised_record, result_record
 from comparison.scenarios import Scenario, Variant
@@ -88,15 +88,6 @@ class TokenClock:
         step = self.last_step
         return 0 if step is None else len(self.text[step])
 
-
-STREAMING_MODULES: dict[str, tuple[str, ...]] = {
-    "handwritten": ("handwritten.loop",),
-    "langgraph": ("langgraph_version.graph", "langgraph_version.run", "langgraph_version.agent"),
-    "langgraph-defaults": ("langgraph_version.prebuilt.defaults", "langgraph_version.run"),
-    "create-agent": ("langgraph_version.prebuilt.create_agent", "langgraph_version.run"),
-    "maf": ("maf_version.agent", "maf_version.client"),
-}
-"""Where each contender's streaming code can live: the modules its agent is built from."""
 
 STREAMING_MARKERS = ("on_token", "AIMessageChunk", "tool_call_chunks", "astream_events", 'stream_mode="messages"')
 """Words only token streaming code uses: a function holding one of them is part of what streaming costs."""
@@ -170,7 +161,7 @@ def streaming_code(contender: str) -> list[dict[str, Any]]:
     import importlib
 
     found: list[dict[str, Any]] = []
-    for module_name in STREAMING_MODULES.get(contender, ()):
+    for module_name in SPECS[contender].source_modules if contender in SPECS else ():
         module = importlib.import_module(module_name)
         lines, spans = _function_spans(module)
         for name, function in _functions(module):
@@ -282,30 +273,6 @@ class LostReply:
         )
 
 
-def retrying_create_agent(model: BaseChatModel, tools: list[BaseTool], options: AgentOptions) -> Contender:
-    """create_agent with `ToolRetryMiddleware` retrying a timed-out tool once, at once, with the same call."""
-    from langchain.agents.middleware import ToolRetryMiddleware
-
-    from langgraph_version.prebuilt.create_agent import CreateAgentContender
-
-    class Retrying(CreateAgentContender):
-        def _middleware(self) -> list[Any]:
-            middleware: list[Any] = super()._middleware()
-            # Inside the error middleware (which would turn the timeout into a result before a retry sees it)
-            # and outside the trace, so the trace shows each attempt.
-            retry = ToolRetryMiddleware(max_retries=1, retry_on=(TimeoutError,), initial_delay=0.0, jitter=False)
-            middleware.insert(len(middleware) - 1, retry)
-            return middleware
-
-    own = AgentOptions(
-        limits=options.limits,
-        detailed_errors=options.detailed_errors,
-        on_event=options.on_event,
-        on_token=options.on_token,
-    )
-    return Retrying(model, tools, own)
-
-
 def _quantities(store: BookStore, customer: str) -> dict[str, int]:
     return {line.book.title: line.quantity for line in store.cart(customer).lines}
 
@@ -346,8 +313,9 @@ def _time_travel_agent(run: _TimeTravelRun, options: Any) -> tuple[Contender, Lo
         tools = lost.wrap(tools)
     agent_options = scenario.options_for(variant, collector(run.events, options.progress))
     model = make_model(model_spec_for(options.model, scenario.persona), seed=options.model_seed)
-    if lost is not None and contender == "create-agent":
-        return retrying_create_agent(model, tools, agent_options), lost
+    retrying = spec_of(contender).build_retrying
+    if lost is not None and retrying is not None:
+        return retrying(model, tools, agent_options, None), lost
     return build_contender(contender, model, tools, agent_options), lost
 
 
@@ -361,7 +329,7 @@ def _retried(run: _TimeTravelRun, agent: Contender, lost: LostReply | None, inst
         {
             "reply_lost": lost is not None and lost.calls >= 1,
             "add_to_cart_ran": lost.calls if lost is not None else 0,
-            "retried_by": "ToolRetryMiddleware" if run.contender == "create-agent" else "the model",
+            "retried_by": spec_of(run.contender).retried_by or "the model",
             "idempotent": run.variant.idempotent,
             "copies": run.copies(),
         }

@@ -8,6 +8,7 @@ process or, for the scripted model on in-memory stores, in forked workers, handi
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing
 import os
@@ -25,8 +26,8 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from comparison.approvals import DemoHuman
-from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, Contender, build_contender
-from comparison.conversations import Conversation, HistoryPolicy, facts_of, open_conversation, run_gated_graph
+from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, SPECS, Contender, build_contender, spec_of
+from comparison.conversations import Conversation, HistoryPolicy, facts_of, open_conversation, run_gated
 from comparison.records import RunRecord, raised_record, result_record
 from comparison.run_setup import (
     RunOptions,
@@ -89,7 +90,7 @@ def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, 
         what = f"{contender} in {scenario.name}/{variant.name}"
         started = time.perf_counter()
         if human is not None and contender not in ASKING_CONTENDERS:
-            result = attempt(lambda: run_gated_graph(agent, instructions, goal, human), what)
+            result = attempt(lambda: run_gated(contender, agent, instructions, goal, human), what)
         else:
             result = attempt(lambda: agent.run(instructions, goal), what)
         wall_s = time.perf_counter() - started
@@ -98,7 +99,7 @@ def run_single(scenario: Scenario, variant: Variant, contender: str, goal: str, 
         record = result_record(key, store, customer, wall_s, result)
         note_not_honoured(record, agent)
         if human is not None:
-            record.facts.update(human.facts(contender))
+            record.facts.update(human.facts(spec_of(contender)))
         if scenario.injection is not None:
             record.facts["injected_into"] = store.get_book(scenario.injection[0]).title
         return record
@@ -156,8 +157,8 @@ class _SessionRun:
                 )
             self.db = options.session_db
         self.thread = f"{scenario.name}-{variant.name}"
-        if contender not in ("handwritten", "langgraph"):
-            # The frameworks' threads share the SQLite file with our graph's but not its state schema: one each.
+        if not spec_of(contender).shared_thread:
+            # Threads share the session file (a graph's SQLite, a JSON file beside it) but not its schema: one each.
             self.thread = f"{self.thread}-{contender}"
         self.policy = HistoryPolicy(variant.keep_turns, variant.summarize)
         self.storage = storage_options(variant.storage)
@@ -440,9 +441,12 @@ class ScenarioRuns:
 
     def _start(self) -> None:
         # Imported before forking so the workers share them instead of each importing them again (0.25 s).
-        import handwritten  # noqa: F401
-        import langgraph_version  # noqa: F401
         from comparison import experiments  # noqa: F401
+
+        for name in self.options.contenders:
+            spec = SPECS[name]
+            for module in (*spec.source_modules, *filter(None, [spec.conversation])):
+                importlib.import_module(module)
 
         context = multiprocessing.get_context("fork")
         # What is buffered would otherwise be written again by every worker as it exits.

@@ -31,11 +31,12 @@ import pytest
 import compare
 from comparison import command
 from comparison.chat import chat_customer
-from comparison.contenders import CONTENDERS, NO_SEQUENTIAL_TOOLS
+from comparison.contenders import CONTENDERS
 from comparison.records import RunRecord
 from comparison.render import WIDTH
 from comparison.runner import MAX_WORKERS, RunOptions, ScenarioRuns
 from comparison.scenarios import INSTRUCTIONS, SCENARIOS, SCENARIOS_BY_NAME, SEED_GOAL, Scenario
+from langgraph_version.contenders.langgraph_defaults import NO_SEQUENTIAL_TOOLS
 from shared_tools.bookstore.tools import TOOL_NAMES
 from shared_tools.guards import approval_rejected, unknown_tool_error
 from shared_tools.results import AgentResult, Guard, StopReason

@@ -19,7 +19,7 @@ DOCS = sorted((ROOT / "docs").glob("*.md"))
 PACKAGES = ("shared_tools", "handwritten", "langgraph_version", "maf_version", "comparison", "webdemo", "tests")
 PACKAGE_READMES = [ROOT / package / "README.md" for package in PACKAGES]
 PAGES = [README, *DOCS, *PACKAGE_READMES, ROOT / "benchmarks" / "README.md"]
-AGENTS = ("handwritten", "langgraph_version", "maf_version")
+AGENTS = ("handwritten", "langgraph_version", "maf_version", "frameworks")
 
 TOPICS = ("scenarios", "real-models", "sessions", "live-page", "tracing", "eval", "guarantees", "benchmarks", "serving")
 """The docs/ page of each topic the README sends a reader to."""

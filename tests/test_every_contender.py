@@ -16,25 +16,28 @@ from langchain_core.messages import ToolMessage
 import compare
 from comparison.approvals import DemoHuman
 from comparison.closing import OWNERS, WHO_OWNS_WHAT
-from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, NO_APPROVAL_GATE, NO_SEQUENTIAL_TOOLS, build_contender
-from comparison.conversations import NO_MAF_SUMMARY, facts_of, open_conversation, run_gated_graph
+from comparison.contenders import ASKING_CONTENDERS, CONTENDERS, build_contender, spec_of
+from comparison.conversations import facts_of, open_conversation, run_gated
 from comparison.records import RunRecord
 from comparison.runner import NOT_AVAILABLE, RunOptions, run_scenario
 from comparison.scenarios import (
     CART_QUESTION,
     INSTRUCTIONS,
-    NO_CHECKPOINTS,
-    NO_MAF_REPLAY,
-    NO_MAF_STORAGE,
-    NO_REPLAY,
-    NO_REWIND,
-    NO_STORAGE_OPTION,
     SCENARIOS,
     SCENARIOS_BY_NAME,
     SEED_GOAL,
     contenders_for,
 )
 from comparison.scenarios.s12_prompt_injection import INJECTED_BOOK, INJECTION
+from handwritten.contender import NO_CHECKPOINTS, NO_STORAGE_OPTION
+from langgraph_version.contenders.langgraph_defaults import (
+    NO_APPROVAL_GATE,
+    NO_HISTORY_POLICY,
+    NO_REPLAY,
+    NO_REWIND,
+    NO_SEQUENTIAL_TOOLS,
+)
+from maf_version.contender import NO_MAF_REPLAY, NO_MAF_STORAGE, NO_MAF_SUMMARY
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
@@ -47,7 +50,7 @@ EXPECTED_NOT_AVAILABLE = {
     ("parallel-tools", "sequential", "langgraph-defaults"): NO_SEQUENTIAL_TOOLS,
     ("parallel-tools", "sequential", "create-agent"): NO_SEQUENTIAL_TOOLS,
     **{
-        ("long-session", v.name, c): SCENARIOS_BY_NAME["long-session"].others_reason
+        ("long-session", v.name, c): NO_HISTORY_POLICY
         for v in SCENARIOS_BY_NAME["long-session"].variants
         for c in FRAMEWORK_ONLY
     },
@@ -165,7 +168,7 @@ def gated_create_agent(store: BookStore, human: DemoHuman, contender: str = "cre
     agent = build_contender(contender, make_model("scripted:gullible"), make_tools(store, "c1"), options, human)
     if contender in ASKING_CONTENDERS:
         return agent.run(INSTRUCTIONS, SEED_GOAL)
-    return run_gated_graph(agent, INSTRUCTIONS, SEED_GOAL, human)
+    return run_gated(contender, agent, INSTRUCTIONS, SEED_GOAL, human)
 
 
 def test_maf_gate_refuses_the_injected_ten_copies_through_its_approval_request(store: BookStore) -> None:
@@ -178,7 +181,7 @@ def test_maf_gate_refuses_the_injected_ten_copies_through_its_approval_request(s
     assert line.is_error and line.name == "add_to_cart"
     refused = [m for m in result.messages if isinstance(m, ToolMessage) and m.status == "error"]  # type: ignore[attr-defined]
     assert len(refused) == 1 and "rejected" in refused[0].text, "MAF's own refusal text reached the model"
-    assert "to_function_approval_response" in human.facts("maf")["asked_through"]
+    assert "to_function_approval_response" in human.facts(spec_of("maf"))["asked_through"]
 
 
 def test_maf_gate_runs_the_write_when_the_human_says_yes(store: BookStore) -> None:
@@ -201,7 +204,7 @@ def test_create_agent_gate_refuses_the_injected_ten_copies(store: BookStore) -> 
     assert "refused" in (result.answer or "")  # type: ignore[attr-defined]
     [line] = [e for e in result.trace if e.guard is Guard.APPROVAL_REFUSED]  # type: ignore[attr-defined]
     assert line.is_error and line.name == "add_to_cart", "the refused call is on the trace, as in our loops"
-    assert "HumanInTheLoopMiddleware" in human.facts("create-agent")["asked_through"]
+    assert "HumanInTheLoopMiddleware" in human.facts(spec_of("create-agent"))["asked_through"]
 
 
 def test_create_agent_gate_runs_the_write_when_the_human_says_yes(store: BookStore) -> None:
@@ -211,7 +214,7 @@ def test_create_agent_gate_runs_the_write_when_the_human_says_yes(store: BookSto
     assert [(line.book.title, line.quantity) for line in store.cart("c1").lines] == [("The Quiet Orchard", 11)]
     # Asked twice, as the hand-written loop asks: the customer's own one-copy add now makes a line of 11 copies.
     assert human.pauses == len(human.asked) == 2
-    assert human.facts("create-agent")["approval_answer"] == "yes"
+    assert human.facts(spec_of("create-agent"))["approval_answer"] == "yes"
 
 
 def test_the_defaults_graph_refuses_a_gate_in_words(store: BookStore) -> None:

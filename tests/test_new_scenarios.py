@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 import compare
-from comparison.contenders import CONTENDERS
+from comparison.contenders import CONTENDERS, SPECS
 from comparison.experiments import (
     STREAMING_MARKERS,
-    STREAMING_MODULES,
     LostReply,
     _functions,
     code_lines,
@@ -179,7 +178,7 @@ def test_streaming_code_is_counted_from_the_source() -> None:
 def test_streaming_code_reads_each_function_as_inspect_getsource_does(contender: str) -> None:
     """The count comes from one parse per module; it must find what reading every function on its own finds."""
     expected = []
-    for module_name in STREAMING_MODULES[contender]:
+    for module_name in SPECS[contender].source_modules:
         for name, function in _functions(importlib.import_module(module_name)):
             try:
                 source = inspect.getsource(function)

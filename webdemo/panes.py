@@ -23,8 +23,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from comparison.contenders import (
     APPROVAL_CONTENDERS,
     CONTENDERS,
-    NO_APPROVAL_GATE,
     build_contender,
+    spec_of,
 )
 from comparison.conversations import open_conversation
 from comparison.eval.grading import amounts, states_total
@@ -32,6 +32,7 @@ from comparison.runner import model_spec_for
 from comparison.scenarios import INSTRUCTIONS
 from shared_tools.bookstore.store import money
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.contender import Capability
 from shared_tools.conversation import NoRewind
 from shared_tools.history import Rewound
 from shared_tools.models import make_model
@@ -218,7 +219,7 @@ class Pane:
             if self.contender in APPROVAL_CONTENDERS:
                 human = PaneHuman(store, self.customer, self.bridge)
             else:
-                self.note = f"No approval gate here: {NO_APPROVAL_GATE}."
+                self.note = f"No approval gate here: {spec_of(self.contender).why_not(Capability.APPROVAL)}."
         options = AgentOptions(limits=settings.limits(), on_event=self._on_event, **self._token_option())
         agent = build_contender(self.contender, model, make_tools(store, self.customer), options, human)
         self.conversation = open_conversation(

@@ -7,6 +7,7 @@ settings, rewind, jobs and reports. Every bad request is a 4xx JSON ``{"error": 
 from __future__ import annotations
 
 import asyncio
+import html
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from comparison.chat import scripted_knows
@@ -37,8 +38,22 @@ HEARTBEAT_S = 15.0
 MAX_EVAL_RUNS = 20
 
 
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
+
+
+def page_html() -> str:
+    """index.html with the contenders filled in from the registry (`comparison.contenders`): its title and heading
+    name every one, so a contender declared by another package is named without an edit here."""
+    from comparison.contenders import CONTENDERS
+
+    count = len(CONTENDERS)
+    how_many = NUMBER_WORDS[count] if count < len(NUMBER_WORDS) else str(count)
+    text = (STATIC / "index.html").read_text(encoding="utf-8")
+    return text.replace("%HOW_MANY%", how_many).replace("%CONTENDERS%", html.escape(", ".join(CONTENDERS)))
+
+
 async def index(request: Request) -> Response:
-    return FileResponse(STATIC / "index.html", headers={**SECURITY_HEADERS, "Content-Security-Policy": PAGE_CSP})
+    return HTMLResponse(page_html(), headers={**SECURITY_HEADERS, "Content-Security-Policy": PAGE_CSP})
 
 
 async def new_tab(request: Request) -> Response:

@@ -12,12 +12,6 @@ import pkgutil
 import re
 
 from comparison.scenarios.lineup import (
-    NO_CHECKPOINTS,
-    NO_MAF_REPLAY,
-    NO_MAF_STORAGE,
-    NO_REPLAY,
-    NO_REWIND,
-    NO_STORAGE_OPTION,
     contenders_for,
     contenders_running,
     not_available,
@@ -50,12 +44,6 @@ __all__ = [
     "CART_QUESTION",
     "CHAPTER",
     "INSTRUCTIONS",
-    "NO_CHECKPOINTS",
-    "NO_MAF_REPLAY",
-    "NO_MAF_STORAGE",
-    "NO_REPLAY",
-    "NO_REWIND",
-    "NO_STORAGE_OPTION",
     "ORDER_QUESTION",
     "SCENARIOS",
     "SCENARIOS_BY_NAME",

@@ -1,61 +1,17 @@
 """Which contenders run each variant of a scenario, and, in words, why the others cannot.
 
 `not_available` gives the reason a contender does not run a variant (a knob its framework lacks, or a variant
-that lists its contenders); the ``NO_*`` sentences are the reasons the session scenarios give.
+that lists its contenders); each reason is the contender's own sentence (`ContenderSpec.lacks`, given to a
+scenario as `why_not` through `contenders.lacking`), so a new contender needs no edit here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from comparison.contenders import (
-    APPROVAL_CONTENDERS,
-    CONTENDERS,
-    NO_APPROVAL_GATE,
-    NO_SEQUENTIAL_TOOLS,
-    TOOLNODE_CONTENDERS,
-)
+from comparison.contenders import CONTENDERS, spec_of
 from comparison.scenarios.model import Scenario, Variant
-
-NO_STORAGE_OPTION = "a JSON file holds the list once, rewritten each turn: there are no checkpoints to store it in"
-
-NO_REWIND = (
-    "rewind is a method of our two sessions (handwritten.Session cuts its list; GraphSession forks from an "
-    "earlier checkpoint); the framework-only threads here have none"
-)
-
-
-NO_CHECKPOINTS = (
-    "a list of messages keeps no checkpoints, so there is nothing to replay: cutting the list (rewind) is all "
-    "the hand-written session has"
-)
-
-
-NO_REPLAY = (
-    "replaying a checkpoint is GraphSession.areplay (LangGraph's invoke(None, config with a checkpoint_id)); the "
-    "framework-only threads here are not given one"
-)
-
-
-NO_MAF_REPLAY = (
-    "MAF's AgentSession holds the history as one list in its state, with no checkpoints: there is nothing to replay "
-    "from, and rewinding it (MafSession.rewind cuts the list) is all it has"
-)
-
-
-NO_MAF_STORAGE = "MAF's session is one JSON file (AgentSession.to_dict), rewritten each turn: no checkpoints to store"
-
-REPLAY_WHY_NOT = (
-    ("handwritten", NO_CHECKPOINTS),
-    ("langgraph-defaults", NO_REPLAY),
-    ("create-agent", NO_REPLAY),
-    ("maf", NO_MAF_REPLAY),
-)
-NO_HISTORY_POLICY = (
-    "LangGraph's prebuilt graph and create_agent keep a thread but no history policy of ours (trimming "
-    "needs a pre-model hook or SummarizationMiddleware you add), so their growth is the langgraph "
-    "contender's full-history row"
-)
+from shared_tools.contender import Capability
 
 
 def not_available(contender: str, scenario: Scenario, variant: Variant) -> str | None:
@@ -71,11 +27,12 @@ def not_available(contender: str, scenario: Scenario, variant: Variant) -> str |
     given_why = dict(scenario.why_not).get(contender)
     if given_why is not None and contender not in scenario.contenders:
         return given_why
-    if variant.approval_gate and contender not in APPROVAL_CONTENDERS:
-        return NO_APPROVAL_GATE
+    spec = spec_of(contender)
+    if variant.approval_gate and not spec.has(Capability.APPROVAL):
+        return spec.why_not(Capability.APPROVAL)
     compares_parallel = len({v.parallel_tools for v in scenario.variants}) > 1
-    if compares_parallel and not variant.parallel_tools and contender in TOOLNODE_CONTENDERS:
-        return NO_SEQUENTIAL_TOOLS
+    if compares_parallel and not variant.parallel_tools and not spec.has(Capability.SEQUENTIAL_TOOLS):
+        return spec.why_not(Capability.SEQUENTIAL_TOOLS)
     if contender not in scenario.contenders and scenario.others_reason is not None:
         return scenario.others_reason
     listed = variant.contenders or scenario.contenders

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from comparison.contenders import SPECS
 from comparison.records import RunRecord, cart_text, pick, short_outcome
 from comparison.scenarios.grading import SEED_UNSAFE, grade_max_steps, single
 from comparison.scenarios.matrix import budget_cell
@@ -50,18 +51,10 @@ def notice_max_steps(records: list[RunRecord], settings: SettingsOf) -> list[str
     return lines
 
 
-STEP_LIMIT_BY: dict[str, str] = {
-    "handwritten": "the loop's max_steps",
-    "langgraph": "RemainingSteps in the model node",
-    "langgraph-defaults": "recursion_limit (GraphRecursionError, caught)",
-    "create-agent": "ModelCallLimitMiddleware",
-    "maf": "max_iterations",
-}
-"""What enforces the step limit in each contender, named in the guard matrix."""
-
-
 def _step_limit(record: RunRecord, settings: RunSettings | None, records: list[RunRecord]) -> Cell:
-    by = STEP_LIMIT_BY.get(record.contender, "its step limit")
+    # What enforces the step limit, in the contender's own words (the guard it claims).
+    spec = SPECS.get(record.contender)
+    by = spec.guards.get("step limit", "its step limit") if spec is not None else "its step limit"
     fired = f"stopped by {by}"
     if record.facts.get("forced_answer") is not None:
         fired += ", after one more call with tools off (its text kept as a forced answer)"

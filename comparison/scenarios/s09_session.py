@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from comparison.contenders import SESSION_CONTENDERS
+from comparison.contenders import SESSION_CONTENDERS, lacking
 from comparison.records import RunRecord, pick
 from comparison.scenarios import grading
 from comparison.scenarios.grading import SESSION_UNSAFE
 from comparison.scenarios.model import CART_QUESTION, SEED_GOAL, Rubric, Scenario, SettingsOf, Variant
 from comparison.scenarios.phrases import no_second_turn, per_variant
 from comparison.scenarios.queries import answered_from_memory
+from shared_tools.contender import Capability
 from shared_tools.results import StopReason
 
 
@@ -69,6 +70,7 @@ SCENARIO = Scenario(
     goals=(SEED_GOAL, CART_QUESTION),
     multi_turn=True,
     contenders=SESSION_CONTENDERS,
+    why_not=lacking(Capability.CONVERSATIONS),
     variants=(
         Variant(name="memory", label="in memory"),
         Variant(name="persisted", label="JSON file / SQLite, reopened after the run", persistent=True),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from comparison.contenders import SESSION_CONTENDERS
+from comparison.contenders import SESSION_CONTENDERS, lacking
 from comparison.records import RunRecord, pick
 from comparison.scenarios import grading
 from comparison.scenarios.grading import SESSION_UNSAFE
@@ -20,6 +20,7 @@ from comparison.scenarios.model import (
 )
 from comparison.scenarios.phrases import no_second_turn, per_variant
 from comparison.scenarios.queries import answer_states_cart, calls, turn_one
+from shared_tools.contender import Capability
 
 
 def cart_changed_between_turns(records: list[RunRecord], turn_two: RunRecord) -> bool | None:
@@ -101,6 +102,7 @@ SCENARIO = Scenario(
     goals=(SEED_GOAL, CART_QUESTION),
     multi_turn=True,
     contenders=SESSION_CONTENDERS,
+    why_not=lacking(Capability.CONVERSATIONS),
     change_between_turns=7,
     variants=(
         Variant(name="default-instructions", label="default instructions"),

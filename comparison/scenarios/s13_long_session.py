@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from comparison.conversations import NO_MAF_SUMMARY
+from comparison.contenders import lacking, with_capability
 from comparison.records import RunRecord, duration_text
 from comparison.scenarios import queries
-from comparison.scenarios.lineup import NO_HISTORY_POLICY, NO_MAF_STORAGE, NO_STORAGE_OPTION
 from comparison.scenarios.model import CART_QUESTION, ORDER_QUESTION, SEED_GOAL, Scenario, SettingsOf, Variant
 from comparison.scenarios.phrases import quote, what_it_holds
+from shared_tools.contender import Capability
 
 LONG_SESSION_TURNS = 6
 """The default number of turns of long-session: enough to see the growth, small enough for the default run."""
@@ -121,8 +121,8 @@ SCENARIO = Scenario(
     goals=long_session_goals(LONG_SESSION_TURNS),
     multi_turn=True,
     growth=True,
-    contenders=("handwritten", "langgraph", "maf"),
-    others_reason=NO_HISTORY_POLICY,
+    contenders=with_capability(Capability.HISTORY_WINDOW),
+    why_not=lacking(Capability.HISTORY_WINDOW),
     variants=(
         Variant(name="full", label="in memory, whole history"),
         Variant(name="keep-turns", label=f"in memory, keep_turns={KEEP_TURNS}", keep_turns=KEEP_TURNS),
@@ -131,8 +131,8 @@ SCENARIO = Scenario(
             label=f"in memory, keep_turns={KEEP_TURNS}, summarize",
             keep_turns=KEEP_TURNS,
             summarize=True,
-            contenders=("handwritten", "langgraph"),
-            why_not=(("maf", NO_MAF_SUMMARY),),
+            contenders=with_capability(Capability.SUMMARY),
+            why_not=lacking(Capability.SUMMARY),
         ),
         Variant(name="file", label="JSON file / SQLite (messages stored as deltas, the default)", persistent=True),
         Variant(
@@ -140,8 +140,8 @@ SCENARIO = Scenario(
             label='SQLite, storage="full": every checkpoint holds the whole history',
             persistent=True,
             storage="full",
-            contenders=("langgraph",),
-            why_not=(("handwritten", NO_STORAGE_OPTION), ("maf", NO_MAF_STORAGE)),
+            contenders=with_capability(Capability.STORAGE_OPTIONS),
+            why_not=lacking(Capability.STORAGE_OPTIONS),
         ),
     ),
     headline=long_session_headline,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from comparison.contenders import lacking, with_capability
 from comparison.records import RunRecord
-from comparison.scenarios.lineup import NO_REWIND, REPLAY_WHY_NOT
 from comparison.scenarios.model import CART_QUESTION, SEED_GOAL, Scenario, SettingsOf, Variant
 from comparison.scenarios.phrases import copies_text
 from comparison.scenarios.queries import answer_states_cart, answered_from_memory, calls, runs_of
+from shared_tools.contender import Capability
 from shared_tools.results import StopReason
 
 
@@ -111,23 +112,23 @@ SCENARIO = Scenario(
             name="rewind",
             label="add a book, rewind one turn, ask the cart total",
             time_travel="rewind",
-            contenders=("handwritten", "langgraph", "maf"),
-            why_not=tuple((c, NO_REWIND) for c in ("langgraph-defaults", "create-agent")),
+            contenders=with_capability(Capability.REWIND),
+            why_not=lacking(Capability.REWIND),
         ),
         Variant(
             name="replay",
             label="replay the checkpoint before the tools node (call id = idempotency key)",
             time_travel="replay",
-            contenders=("langgraph",),
-            why_not=REPLAY_WHY_NOT,
+            contenders=with_capability(Capability.REPLAY),
+            why_not=lacking(Capability.REPLAY),
         ),
         Variant(
             name="replay-no-id",
             label="the same replay, add_to_cart without the call id",
             time_travel="replay",
             idempotent=False,
-            contenders=("langgraph",),
-            why_not=REPLAY_WHY_NOT,
+            contenders=with_capability(Capability.REPLAY),
+            why_not=lacking(Capability.REPLAY),
         ),
         Variant(
             name="retry",
