@@ -1,13 +1,14 @@
 """What the real model costs each contender on `--model local`: orchestration's share of wall time, prefix reuse,
 seconds a model call, the article's goal under each lever (engine build, threads, server flags, search results),
-`keep_turns`, and how near prompts and generation run to this CPU's limits (`--limits`). Nothing here asserts.
-Tokens sent are each call's `prompt_tokens`; evaluated, llama.cpp's log after every call (`--portable-python PATH`:
-an interpreter with the portable build, for the lever "portable build, before").
+`keep_turns` (this CPU's limits: `limits.py`). Nothing here asserts. Tokens sent are each call's `prompt_tokens`;
+evaluated, llama.cpp's log after every call (cached share: 1 - evaluated / sent).
     python benchmarks/real_model.py [--model local|local:NAME] [--runs 1] [--turns 4] [--max-steps 4] [--json PATH]
+        [--portable-python PATH]  # the lever "portable build as before": an interpreter with the portable build
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -60,7 +61,7 @@ BEFORE = ServerFlags(prompt_logits=True, flash_attn=False)
 """llama-cpp-python's server defaults, which shipped before: logits for every prompt token, no flash attention."""
 LEVERS = {
     "as shipped": Lever(),
-    "portable build, before": Lever(threads=1, flags=BEFORE, portable=True),
+    "portable build as before": Lever(threads=1, flags=BEFORE, portable=True),
     "1 thread": Lever(threads=1),
     "2 threads": Lever(threads=2),
     "server defaults": Lever(flags=BEFORE),
@@ -220,8 +221,9 @@ def cart_of(store: BookStore) -> str:
 
 
 def tool_path(result: AgentResult) -> str:
-    """The run's tool calls in order, with their arguments: what the model chose, to compare across engines."""
-    return " -> ".join(f"{e.name}({e.detail.partition(' ')[0]})" for e in result.trace if not e.is_model)
+    """The tool calls the model asked for, in order, with their arguments: what to compare across engines."""
+    calls = [call for m in result.messages if isinstance(m, AIMessage) for call in m.tool_calls]
+    return " -> ".join(f"{call['name']}({json.dumps(call['args'], sort_keys=True)})" for call in calls)
 
 
 def model_seconds(result: AgentResult) -> float:
@@ -522,9 +524,8 @@ def parse(argv: list[str] | None) -> Any:
     parser.add_argument(
         "--portable-python",
         help="an interpreter with llama-cpp-python built portable (AVX2, CPU code linked in), for the lever "
-        "'portable build, before'",
+        "'portable build as before'",
     )
-    parser.add_argument("--limits", action="store_true", help="also measure this CPU's limits (limits.py)")
     parser.add_argument(
         "--model",
         default="local",
@@ -540,8 +541,8 @@ def parse(argv: list[str] | None) -> Any:
         args.levers = ",".join(label for label in LEVERS if args.portable_python or not LEVERS[label].portable)
     if unknown := [label for label in args.levers.split(",") if label not in LEVERS]:
         parser.error(f"--levers: no lever {', '.join(unknown)}; there are {', '.join(LEVERS)}")
-    if "portable build, before" in args.levers.split(",") and not args.portable_python:
-        parser.error("--levers 'portable build, before' needs --portable-python PATH")
+    if "portable build as before" in args.levers.split(",") and not args.portable_python:
+        parser.error("--levers 'portable build as before' needs --portable-python PATH")
     return args
 
 
