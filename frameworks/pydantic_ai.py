@@ -227,6 +227,7 @@ def pydantic_tool(tool: BaseTool, run: _Run) -> Tool[Any]:
     """One of our tools as a PydanticAI `Tool`, with LangChain's own schema for the model."""
     from pydantic_ai import Tool
     from pydantic_ai.exceptions import ApprovalRequired, ModelRetry, ToolFailed
+    from pydantic_core import SchemaValidator, core_schema
 
     schema = convert_to_openai_tool(tool)["function"]
     rule = run.options.needs_approval
@@ -267,7 +268,7 @@ def pydantic_tool(tool: BaseTool, run: _Run) -> Tool[Any]:
             raise ToolFailed(text)
         return text
 
-    return Tool.from_schema(
+    made = Tool.from_schema(
         invoke,
         name=tool.name,
         description=schema.get("description"),
@@ -276,6 +277,11 @@ def pydantic_tool(tool: BaseTool, run: _Run) -> Tool[Any]:
         sequential=not run.options.parallel_tools,
         args_validator=validate,
     )
+    # `from_schema` accepts any JSON as the arguments, then spreads them (`**args`) into `validate`: a list or a
+    # number raised TypeError and ended the run. Arguments that are no object fail validation instead, which
+    # PydanticAI answers to the model as a retry prompt it can read.
+    made.function_schema.validator = SchemaValidator(core_schema.dict_schema())
+    return made
 
 
 def model_function(model: BaseChatModel, tools: dict[str, BaseTool], run: _Run) -> FunctionModel:

@@ -442,8 +442,10 @@ def run_turn(agent: ToolCallingAgent, goal: str, watch: _RunWatch, *, reset: boo
         reason, answer, forced = StopReason.CANCELLED, None, None
     elif steps and isinstance(getattr(steps[-1], "error", None), AgentMaxStepsError):
         reason, answer, forced = StopReason.MAX_STEPS, None, _output_text(output)
-    else:
-        reason, answer, forced = StopReason.DONE, _output_text(output), None
+    elif (text := _output_text(output)) and text.strip():
+        reason, answer, forced = StopReason.DONE, text, None
+    else:  # an unusable reply's text is no answer: a reply with no choice ends the run with nothing said
+        reason, answer, forced = StopReason.INVALID_RESPONSE, None, None
     result = AgentResult.of_run(reason, usage, answer=answer, trace=watch.trace, messages=messages)
     result.forced_answer = forced
     return result

@@ -439,6 +439,8 @@ def run_turn(
         result = agent(goal, limits=contender.limits or None, cancel_signal=cancel)
         reason = STOP_REASONS.get(str(result.stop_reason), StopReason.INVALID_RESPONSE)
         answer = str(result).strip() if reason is StopReason.DONE else None
+        if not answer:  # an unusable reply's text is no answer: no choice, or only calls that did not parse
+            reason, answer = (StopReason.INVALID_RESPONSE if reason is StopReason.DONE else reason), None
     except MaxTokensReachedException:
         reason, answer = StopReason.INVALID_RESPONSE, None
     usage = RunUsage.of_trace(watch.trace)
