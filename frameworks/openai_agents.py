@@ -26,9 +26,9 @@ from langchain_core.tools import BaseTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared_tools import guards
-from shared_tools.adapters import CountedRun, answer_or_invalid, not_honoured, tools_by_name
+from shared_tools.adapters import BridgedAgent, CountedRun, answer_or_invalid
 from shared_tools.contender import Approval, Capability, ContenderSpec
-from shared_tools.conversation import KeptBeside, OneTurnAtATime, Opening, WholeTurns, check_owner
+from shared_tools.conversation import KeptBeside, OneTurnAtATime, Opening, SyncDrivers, WholeTurns, check_owner
 from shared_tools.history import Rewound
 from shared_tools.results import (
     AgentOptions,
@@ -326,28 +326,13 @@ def _failure(name: str, exc: Exception, ctx: ToolContext[Any], *, detailed: bool
 # --- the contender -----------------------------------------------------------------------------------------------
 
 
-class OpenAIAgentsAgent:
-    """The bookstore agent on the Agents SDK's `Runner`, with the same `run`/`arun` -> `AgentResult` as the others."""
+class OpenAIAgentsAgent(BridgedAgent):
+    """The bookstore agent on the Agents SDK's `Runner`, with the same `run`/`arun` -> `AgentResult` as the others.
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
-        *,
-        approve: Approve | None = None,
-    ) -> None:
-        """`approve` is the human behind `options.needs_approval`, asked at each of the SDK's interruptions;
-        without one, every call the rule asks about is rejected (nobody is there to say yes)."""
-        self.model = model
-        self.options = options
-        self.approve = approve
-        self.tools = tools_by_name(tools)
+    `approve` is the human behind `options.needs_approval`, asked at each of the SDK's interruptions; without one,
+    every call the rule asks about is rejected (nobody is there to say yes)."""
 
-    @property
-    def not_available(self) -> dict[str, str]:
-        """The options these `AgentOptions` ask for that the SDK cannot honour, each with the reason."""
-        return not_honoured(NOT_AVAILABLE, self.options)
+    NOT_AVAILABLE = NOT_AVAILABLE
 
     def _execution(self) -> ToolExecutionConfig:
         """`parallel_tools` as the SDK's own setting: off, one function tool at a time, in the reply's order."""
@@ -464,7 +449,7 @@ _OWNERS = "CREATE TABLE IF NOT EXISTS agent_loop_compare_owner (session_id TEXT 
 KEPT = KeptBeside("openai-agents", ".openai-agents.db", NO_POSTGRES, NO_WINDOW)
 
 
-class OpenAIAgentsConversation(WholeTurns):
+class OpenAIAgentsConversation(SyncDrivers, WholeTurns):
     """A conversation on the SDK's `SQLiteSession` (in memory, or a SQLite file), bound to its customer."""
 
     def __init__(
@@ -514,15 +499,6 @@ class OpenAIAgentsConversation(WholeTurns):
 
     async def amessages(self) -> list[BaseMessage]:
         return to_langchain(self.instructions, await self.session.get_items())
-
-    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        return run_blocking(lambda: self.aask(question, cancel=cancel), instead="OpenAIAgentsConversation.aask(...)")
-
-    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
-        return run_blocking(lambda: self.aresume(approved, cancel=cancel), instead="aresume(...)")
-
-    def rewind(self, turns: int = 1) -> Rewound:
-        return run_blocking(lambda: self.arewind(turns), instead="OpenAIAgentsConversation.arewind(...)")
 
     def close(self) -> None:
         self.session.close()

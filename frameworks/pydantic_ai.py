@@ -32,10 +32,10 @@ from langchain_core.tools import BaseTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared_tools import guards
-from shared_tools.adapters import CountedRun, answer_or_invalid, not_honoured, tools_by_name
+from shared_tools.adapters import BridgedAgent, CountedRun, answer_or_invalid
 from shared_tools.atomic import write_atomically
 from shared_tools.contender import Approval, Capability, ContenderSpec
-from shared_tools.conversation import KeptBeside, OneTurnAtATime, Opening, WholeTurns, read_document
+from shared_tools.conversation import KeptBeside, OneTurnAtATime, Opening, SyncDrivers, WholeTurns, read_document
 from shared_tools.history import Rewound, is_user_turn
 from shared_tools.results import AgentOptions, AgentResult, Approve, Guard, StopReason
 from shared_tools.sync import run_blocking
@@ -287,28 +287,13 @@ def model_function(model: BaseChatModel, tools: dict[str, BaseTool], run: _Run) 
 # --- the contender -----------------------------------------------------------------------------------------------
 
 
-class PydanticAIAgent:
-    """The bookstore agent on PydanticAI's `Agent`, with the same `run`/`arun` -> `AgentResult` as the others."""
+class PydanticAIAgent(BridgedAgent):
+    """The bookstore agent on PydanticAI's `Agent`, with the same `run`/`arun` -> `AgentResult` as the others.
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
-        *,
-        approve: Approve | None = None,
-    ) -> None:
-        """`approve` is the human behind `options.needs_approval`, asked during the run through PydanticAI's
-        deferred tools; without one, every call the rule asks about is refused (nobody is there to say yes)."""
-        self.model = model
-        self.options = options
-        self.approve = approve
-        self.tools = tools_by_name(tools)
+    `approve` is the human behind `options.needs_approval`, asked during the run through PydanticAI's deferred
+    tools; without one, every call the rule asks about is refused (nobody is there to say yes)."""
 
-    @property
-    def not_available(self) -> dict[str, str]:
-        """The options these `AgentOptions` ask for that PydanticAI cannot honour, each with the reason."""
-        return not_honoured(NOT_AVAILABLE, self.options)
+    NOT_AVAILABLE = NOT_AVAILABLE
 
     def usage_limits(self) -> UsageLimits:
         """Our step and token budgets as PydanticAI's own `UsageLimits` (None: no limit, also for its default 50)."""
@@ -463,7 +448,7 @@ NO_WINDOW = "PydanticAI's history is sent whole here: no history window or summa
 KEPT = KeptBeside("pydantic-ai", ".pydantic-ai.json", NO_POSTGRES, NO_WINDOW)
 
 
-class PydanticAIConversation(WholeTurns):
+class PydanticAIConversation(SyncDrivers, WholeTurns):
     """A conversation on PydanticAI's message history, in memory or in a JSON file written after every turn."""
 
     def __init__(
@@ -516,15 +501,6 @@ class PydanticAIConversation(WholeTurns):
 
     def stored_bytes(self) -> int:
         return len(self._document())  # what the file holds (memory only: what it would hold)
-
-    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        return run_blocking(lambda: self.aask(question, cancel=cancel), instead="PydanticAIConversation.aask(...)")
-
-    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
-        return run_blocking(lambda: self.aresume(approved, cancel=cancel), instead="aresume(...)")
-
-    def rewind(self, turns: int = 1) -> Rewound:
-        return run_blocking(lambda: self.arewind(turns), instead="PydanticAIConversation.arewind(...)")
 
     def close(self) -> None:
         pass

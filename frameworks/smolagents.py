@@ -32,7 +32,7 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 
 from shared_tools import guards
-from shared_tools.adapters import StepLines, not_honoured, tools_by_name
+from shared_tools.adapters import BridgedAgent, StepLines
 from shared_tools.atomic import write_atomically
 from shared_tools.contender import Approval, Capability, Contender, ContenderSpec
 from shared_tools.conversation import (
@@ -354,35 +354,28 @@ class _RunWatch(StepLines):
         self.emit(guards.tool_event(self.model_calls, as_call, text, duration_s, is_error=is_error, guard=guard))
 
 
-class SmolagentsContender:
+class SmolagentsContender(BridgedAgent):
     """The bookstore agent on smolagents' `ToolCallingAgent`, `run(instructions, goal) -> AgentResult`.
 
     Its one guard is `max_steps` (from `AgentLimits.max_steps`): at the limit smolagents asks the model once more
-    without tools and returns that text; such a run is MAX_STEPS, the text kept as `forced_answer`.
+    without tools and returns that text; such a run is MAX_STEPS, the text kept as `forced_answer`. It has no
+    approval gate: `approve` is never asked.
     """
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
-    ) -> None:
-        self.model = model
-        self.options = options
-        self.tools = list(tools_by_name(tools).values())
-        self.max_steps = NO_LIMIT if options.limits.max_steps is None else options.limits.max_steps
+    NOT_AVAILABLE = NOT_AVAILABLE
 
     @property
-    def not_available(self) -> dict[str, str]:
-        """The options these `AgentOptions` ask for that smolagents cannot honour, each with the reason."""
-        return not_honoured(NOT_AVAILABLE, self.options)
+    def max_steps(self) -> int:
+        """`AgentLimits.max_steps` as smolagents' `max_steps`, which takes a number only."""
+        steps = self.options.limits.max_steps
+        return NO_LIMIT if steps is None else steps
 
     def agent(self, instructions: str, watch: _RunWatch) -> ToolCallingAgent:
         from smolagents import ToolCallingAgent
         from smolagents.monitoring import LogLevel
 
         return ToolCallingAgent(
-            tools=[tool_class()(t) for t in self.tools],
+            tools=[tool_class()(t) for t in self.tools.values()],
             model=model_class()(self.model, watch),
             instructions=instructions,
             max_steps=self.max_steps,
@@ -392,7 +385,7 @@ class SmolagentsContender:
         )
 
     def run(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        watch = _RunWatch(self.options, frozenset(t.name for t in self.tools), cancel)
+        watch = _RunWatch(self.options, frozenset(self.tools), cancel)
         agent = watch.agent = self.agent(instructions, watch)
         return run_turn(agent, goal, watch, reset=True)
 
@@ -532,7 +525,7 @@ class SmolagentsConversation(WholeTurns):
         self.instructions = instructions
         self.path = self.kept_in = path
         self.customer_id = customer_id
-        self.watch = _RunWatch(contender.options, frozenset(t.name for t in contender.tools))
+        self.watch = _RunWatch(contender.options, frozenset(contender.tools))
         self.agent = self.watch.agent = contender.agent(instructions, self.watch)
         self.turn = OneTurnAtATime()
         self.started = False

@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_core.tools import BaseTool
 
 from shared_tools import guards
-from shared_tools.adapters import StepLines, not_honoured, tools_by_name
+from shared_tools.adapters import BridgedAgent, StepLines
 from shared_tools.contender import Approval, Capability, Contender, ContenderSpec
 from shared_tools.conversation import (
     KeptBeside,
@@ -345,7 +345,7 @@ def _earlier_calls(messages: Sequence[dict[str, Any]], call_id: str) -> list[Too
     return []
 
 
-class StrandsContender:
+class StrandsContender(BridgedAgent):
     """The bookstore agent on Strands' `Agent`, `run(instructions, goal) -> AgentResult`.
 
     Its guards are Strands' `limits`: ``turns`` from `AgentLimits.max_steps` and ``total_tokens`` from
@@ -353,29 +353,18 @@ class StrandsContender:
     `AgentOptions.needs_approval` is set, answered by `approve`.
     """
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
-        *,
-        approve: Approve | None = None,
-    ) -> None:
-        self.model = model
-        self.options = options
-        self.approve = approve
-        self.tools = list(tools_by_name(tools).values())
-        limits = options.limits
-        self.limits: dict[str, int] = {}
-        if limits.max_steps is not None:
-            self.limits["turns"] = limits.max_steps
-        if limits.max_tokens is not None and limits.max_tokens > 0:
-            self.limits["total_tokens"] = limits.max_tokens
+    NOT_AVAILABLE = NOT_AVAILABLE
 
     @property
-    def not_available(self) -> dict[str, str]:
-        """The options these `AgentOptions` ask for that Strands cannot honour, each with the reason."""
-        return not_honoured(NOT_AVAILABLE, self.options)
+    def limits(self) -> dict[str, int]:
+        """`AgentLimits` as Strands' `limits`: ``turns`` and ``total_tokens``, each left out when not set."""
+        limits = self.options.limits
+        mapped: dict[str, int] = {}
+        if limits.max_steps is not None:
+            mapped["turns"] = limits.max_steps
+        if limits.max_tokens is not None and limits.max_tokens > 0:
+            mapped["total_tokens"] = limits.max_tokens
+        return mapped
 
     def agent(
         self,
@@ -397,7 +386,7 @@ class StrandsContender:
             gate = [HumanInTheLoop(classifier=asker.classify, ask=asker.ask)]
         agent = Agent(
             model=model_class()(self.model, watch, among_others=conversation),
-            tools=[strands_tool(t) for t in self.tools],
+            tools=[strands_tool(t) for t in self.tools.values()],
             system_prompt=instructions,
             callback_handler=None,
             tool_executor=ConcurrentToolExecutor() if self.options.parallel_tools else SequentialToolExecutor(),
@@ -408,7 +397,7 @@ class StrandsContender:
         return agent
 
     def run(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        watch = _RunWatch(self.options, frozenset(t.name for t in self.tools))
+        watch = _RunWatch(self.options, frozenset(self.tools))
         return run_turn(self, self.agent(instructions, watch), goal, watch, cancel)
 
 
@@ -472,7 +461,7 @@ class StrandsConversation(WholeTurns):
         self.storage_dir = self.kept_in = storage_dir
         if storage_dir is not None:
             check_owner(saved_owner(storage_dir, session_id), customer_id, str(storage_dir))
-        self.watch = _RunWatch(contender.options, frozenset(t.name for t in contender.tools))
+        self.watch = _RunWatch(contender.options, frozenset(contender.tools))
         session = None
         if storage_dir is not None:
             from strands.session.file_session_manager import FileSessionManager

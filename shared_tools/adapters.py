@@ -1,5 +1,5 @@
-"""What every framework adapter does alike: our tools by unique name, the options its framework cannot honour,
-and one run's trace lines and counts as its bridges see the model and the tools.
+"""What every framework adapter does alike: the agent's model, tools by unique name and options, the options its
+framework cannot honour, and one run's trace lines and counts as its bridges see the model and the tools.
 
 Each adapter keeps its own model bridge, loop call, limits, approval and conversation; these are the parts that
 were the same in all of them.
@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolCall
 from langchain_core.tools import BaseTool
 
 from shared_tools import guards
-from shared_tools.results import AgentOptions, Guard, RunUsage, StopReason, TraceEvent
+from shared_tools.results import AgentOptions, Approve, Guard, RunUsage, StopReason, TraceEvent
 
 ASKED: dict[str, Callable[[AgentOptions], bool]] = {
     "max_tokens": lambda o: o.limits.max_tokens is not None,
@@ -40,6 +42,32 @@ def tools_by_name(tools: Sequence[BaseTool]) -> dict[str, BaseTool]:
     if len(named) != len(tools):
         raise ValueError("tool names must be unique: " + ", ".join(tool.name for tool in tools))
     return named
+
+
+class BridgedAgent:
+    """The bookstore agent on a framework's own loop: the chat model, our tools by unique name, the options, and
+    `approve`, the human behind `options.needs_approval`. `not_available`: the options of the class's
+    `NOT_AVAILABLE` table these ask for."""
+
+    NOT_AVAILABLE: ClassVar[Mapping[str, str]] = {}
+
+    def __init__(
+        self,
+        model: BaseChatModel,
+        tools: Sequence[BaseTool],
+        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
+        *,
+        approve: Approve | None = None,
+    ) -> None:
+        self.model = model
+        self.options = options
+        self.approve = approve
+        self.tools = tools_by_name(tools)
+
+    @property
+    def not_available(self) -> dict[str, str]:
+        """The options these `AgentOptions` ask for that the framework cannot honour, each with the reason."""
+        return not_honoured(self.NOT_AVAILABLE, self.options)
 
 
 def answer_or_invalid(output: object) -> tuple[StopReason, str | None]:

@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypedDict, runtime_checkable
 
 from shared_tools.history import Rewound, Turn, count_turns, turns_of
 from shared_tools.results import AgentResult, Approve, CustomerMismatch, StopReason
+from shared_tools.sync import run_blocking
 
 
 @runtime_checkable
@@ -240,6 +241,31 @@ class WholeTurns:
 
     async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
         return None
+
+
+class SyncDrivers:
+    """A conversation's sync `ask`, `resume` and `rewind` (for scripts) over its own `aask`, `aresume` and
+    `arewind`; inside a running event loop each says which of those to await instead."""
+
+    async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        raise NotImplementedError
+
+    async def aresume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
+        raise NotImplementedError
+
+    async def arewind(self, turns: int = 1) -> Rewound:
+        raise NotImplementedError
+
+    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        return run_blocking(lambda: self.aask(question, cancel=cancel), instead=f"{type(self).__name__}.aask(...)")
+
+    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
+        return run_blocking(
+            lambda: self.aresume(approved, cancel=cancel), instead=f"{type(self).__name__}.aresume(...)"
+        )
+
+    def rewind(self, turns: int = 1) -> Rewound:
+        return run_blocking(lambda: self.arewind(turns), instead=f"{type(self).__name__}.arewind(...)")
 
 
 async def in_worker_thread(
