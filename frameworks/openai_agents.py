@@ -527,9 +527,8 @@ async def aopen_conversation(
     """The conversation `thread_id`, in memory (`where` None) or in a SQLite file beside the session database
     `where`; a fresh one (not `resume`) is cleared. Approvals are the agent's `approve`, asked during the turn."""
     path = KEPT.opened(where, thread_id, resume=resume, policy=opening.get("policy"))
-    approve, customer_id = opening.get("approve"), opening.get("customer_id")
-    if approve is not None and agent.approve is None:
-        agent = OpenAIAgentsAgent(agent.model, list(agent.tools.values()), agent.options, approve=approve)
+    agent = agent.answered_by(opening.get("approve"))
+    customer_id = opening.get("customer_id")
     conversation = OpenAIAgentsConversation(agent, instructions, thread_id, path=path, customer_id=customer_id)
     await conversation.aopen(resume=resume)
     return conversation

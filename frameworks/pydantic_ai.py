@@ -554,10 +554,8 @@ async def aopen_conversation(
     a fresh one (not `resume`) replaces the file's. Approvals are the agent's `approve`, asked during the turn. A
     file has no storage options: `storage` is a graph's."""
     path = KEPT.opened(where, thread_id, resume=resume, policy=opening.get("policy"))
-    approve, customer_id = opening.get("approve"), opening.get("customer_id")
-    if approve is not None and agent.approve is None:
-        agent = PydanticAIAgent(agent.model, list(agent.tools.values()), agent.options, approve=approve)
-    return PydanticAIConversation(agent, instructions, path=path, customer_id=customer_id)
+    agent = agent.answered_by(opening.get("approve"))
+    return PydanticAIConversation(agent, instructions, path=path, customer_id=opening.get("customer_id"))
 
 
 async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:

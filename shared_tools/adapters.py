@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Self
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolCall
@@ -68,6 +68,13 @@ class BridgedAgent:
     def not_available(self) -> dict[str, str]:
         """The options these `AgentOptions` ask for that the framework cannot honour, each with the reason."""
         return not_honoured(self.NOT_AVAILABLE, self.options)
+
+    def answered_by(self, approve: Approve | None) -> Self:
+        """This agent, or the same one with `approve` as its human when it was built without one (a conversation
+        opened with a human of its own)."""
+        if approve is None or self.approve is not None:
+            return self
+        return type(self)(self.model, list(self.tools.values()), self.options, approve=approve)
 
 
 def answer_or_invalid(output: object) -> tuple[StopReason, str | None]:
