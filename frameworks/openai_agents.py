@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolCall, convert_to_messages
@@ -26,19 +26,17 @@ from langchain_core.tools import BaseTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared_tools import guards
-from shared_tools.bookstore.store import is_postgres_url
+from shared_tools.adapters import BridgedAgent, CountedRun, answer_or_invalid
 from shared_tools.contender import Approval, Capability, ContenderSpec
-from shared_tools.conversation import HistoryPolicy, OneTurnAtATime, beside, check_owner, shown_target
-from shared_tools.history import Rewound, Turn, count_turns, turns_of
+from shared_tools.conversation import KeptBeside, OneTurnAtATime, Opening, SyncDrivers, WholeTurns, check_owner
+from shared_tools.history import Rewound
 from shared_tools.results import (
     AgentOptions,
     AgentResult,
     Approve,
     Guard,
     RunStopped,
-    RunUsage,
     StopReason,
-    TraceEvent,
 )
 from shared_tools.sync import run_blocking
 
@@ -61,9 +59,6 @@ log = logging.getLogger(__name__)
 
 STOPPED_CALL_TEXT = "Not run: the run stopped (max_turns) before this call was answered."
 """The result a call gets that the SDK's stop left without one (a refused call the next turn never answered)."""
-
-STREAMED = "on_token"
-"""The option asking for a streamed reply, which this bridge does not give (named once, here)."""
 
 NOT_AVAILABLE: dict[str, str] = {
     "max_tokens": "the Agents SDK has no token budget: max_turns counts model calls only",
@@ -203,49 +198,21 @@ def _model_class() -> type[Model]:
 
 
 @dataclass
-class _Run:
+class _Run(CountedRun):
     """What one `OpenAIAgentsAgent.arun` saw: the trace, the counts, the calls and what was decided about them."""
 
-    options: AgentOptions
     tools: dict[str, BaseTool]
     cancel: threading.Event | None
-    usage: RunUsage = field(default_factory=RunUsage)
-    trace: list[TraceEvent] = field(default_factory=list)
-    calls: dict[str, ToolCall] = field(default_factory=dict)
-    steps: dict[str, int] = field(default_factory=dict)
-    traced: set[str] = field(default_factory=set)
     refused: set[str] = field(default_factory=set)
     asked: dict[str, str] = field(default_factory=dict)
     admitted: dict[int, list[ToolCall]] = field(default_factory=dict)
     seen: list[Any] = field(default_factory=list)
     """The items of the last model call, with its reply: the history a stop that the SDK keeps nothing of ends on."""
 
-    def emit(self, event: TraceEvent) -> None:
-        self.trace.append(event)
-        if self.options.on_event is not None:
-            self.options.on_event(event)
-
     def check_cancel(self) -> None:
         """The SDK has no cancel for a run that is not streamed: ours ends it from the model or tool seam."""
         if self.cancel is not None and self.cancel.is_set():
             raise RunStopped(StopReason.CANCELLED)
-
-    def model_called(self, reply: AIMessage, seconds: float) -> None:
-        self.usage.model_calls += 1
-        step = self.usage.model_calls
-        for call in [*reply.tool_calls, *reply.invalid_tool_calls]:
-            if call["id"]:
-                self.calls[call["id"]] = ToolCall(name=call["name"] or "", args=call.get("args") or {}, id=call["id"])
-                self.steps[call["id"]] = step
-        event = guards.model_event(step, reply, seconds)
-        self.usage.tokens += event.tokens
-        self.emit(event)
-
-    def tool_line(self, call: ToolCall, text: str, seconds: float, *, is_error: bool, guard: Guard | None) -> None:
-        self.traced.add(call["id"])
-        self.usage.tool_calls += 1
-        step = self.steps.get(call["id"], self.usage.model_calls)
-        self.emit(guards.tool_event(step, call, text, seconds, is_error=is_error, guard=guard))
 
     def reconcile(self, items: str | Sequence[TResponseInputItem], reason: StopReason | None = None) -> None:
         """A trace line for each result our tool did not write: a call the human refused, a call a stop
@@ -359,39 +326,13 @@ def _failure(name: str, exc: Exception, ctx: ToolContext[Any], *, detailed: bool
 # --- the contender -----------------------------------------------------------------------------------------------
 
 
-class OpenAIAgentsAgent:
-    """The bookstore agent on the Agents SDK's `Runner`, with the same `run`/`arun` -> `AgentResult` as the others."""
+class OpenAIAgentsAgent(BridgedAgent):
+    """The bookstore agent on the Agents SDK's `Runner`, with the same `run`/`arun` -> `AgentResult` as the others.
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
-        *,
-        approve: Approve | None = None,
-    ) -> None:
-        """`approve` is the human behind `options.needs_approval`, asked at each of the SDK's interruptions;
-        without one, every call the rule asks about is rejected (nobody is there to say yes)."""
-        self.model = model
-        self.options = options
-        self.approve = approve
-        self.tools = {tool.name: tool for tool in tools}
-        if len(self.tools) != len(tools):
-            raise ValueError("tool names must be unique: " + ", ".join(tool.name for tool in tools))
+    `approve` is the human behind `options.needs_approval`, asked at each of the SDK's interruptions; without one,
+    every call the rule asks about is rejected (nobody is there to say yes)."""
 
-    @property
-    def not_available(self) -> dict[str, str]:
-        """The options these `AgentOptions` ask for that the SDK cannot honour, each with the reason."""
-        options, limits = self.options, self.options.limits
-        asked = {
-            "max_tokens": limits.max_tokens is not None,
-            "max_duration": limits.max_duration is not None,
-            "max_repeats": limits.max_repeats is not None,
-            "max_consecutive_errors": limits.max_consecutive_errors is not None,
-            "max_tool_result_chars": options.max_tool_result_chars is not None,
-            STREAMED: getattr(options, STREAMED) is not None,
-        }
-        return {name: NOT_AVAILABLE[name] for name, on in asked.items() if on}
+    NOT_AVAILABLE = NOT_AVAILABLE
 
     def _execution(self) -> ToolExecutionConfig:
         """`parallel_tools` as the SDK's own setting: off, one function tool at a time, in the reply's order."""
@@ -439,9 +380,7 @@ class OpenAIAgentsAgent:
                 break
             items = result.to_input_list()
             if not result.interruptions:
-                output = result.final_output
-                answer = output.strip() if isinstance(output, str) else None
-                reason = StopReason.DONE if answer else StopReason.INVALID_RESPONSE
+                reason, answer = answer_or_invalid(result.final_output)
                 break
             state = result.to_state()
             for item in result.interruptions:
@@ -507,7 +446,10 @@ NO_WINDOW = "the Agents SDK session is sent whole here: no history window or sum
 _OWNERS = "CREATE TABLE IF NOT EXISTS agent_loop_compare_owner (session_id TEXT PRIMARY KEY, customer TEXT)"
 
 
-class OpenAIAgentsConversation:
+KEPT = KeptBeside("openai-agents", ".openai-agents.db", NO_POSTGRES, NO_WINDOW)
+
+
+class OpenAIAgentsConversation(SyncDrivers, WholeTurns):
     """A conversation on the SDK's `SQLiteSession` (in memory, or a SQLite file), bound to its customer."""
 
     def __init__(
@@ -523,7 +465,7 @@ class OpenAIAgentsConversation:
 
         self.agent = agent
         self.instructions = instructions
-        self.path = path
+        self.path = self.kept_in = path
         self.thread_id = thread_id
         if path is not None:
             _claim(path, thread_id, customer_id)
@@ -541,9 +483,6 @@ class OpenAIAgentsConversation:
     async def aresume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
         raise RuntimeError("an Agents SDK conversation never pauses here: its approvals are asked during the turn")
 
-    async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
-        return None
-
     async def arewind(self, turns: int = 1) -> Rewound:
         """Go back to before the last `turns` user turns (the cart keeps what they added)."""
         async with self._turn.held():
@@ -560,34 +499,6 @@ class OpenAIAgentsConversation:
 
     async def amessages(self) -> list[BaseMessage]:
         return to_langchain(self.instructions, await self.session.get_items())
-
-    async def apending(self) -> list[dict[str, Any]]:
-        return []
-
-    async def aturns(self) -> list[Turn]:
-        return turns_of(await self.amessages())
-
-    async def afacts(self) -> dict[str, Any]:
-        messages = await self.amessages()
-        stored = self.path.stat().st_size if self.path is not None and self.path.exists() else 0
-        return {
-            "messages": len(messages),
-            "turns": count_turns(messages),
-            "stored_bytes": stored,
-            "kept_in": shown_target(self.path),
-        }
-
-    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        return run_blocking(lambda: self.aask(question, cancel=cancel), instead="OpenAIAgentsConversation.aask(...)")
-
-    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
-        return run_blocking(lambda: self.aresume(approved, cancel=cancel), instead="aresume(...)")
-
-    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
-        return None
-
-    def rewind(self, turns: int = 1) -> Rewound:
-        return run_blocking(lambda: self.arewind(turns), instead="OpenAIAgentsConversation.arewind(...)")
 
     def close(self) -> None:
         self.session.close()
@@ -611,22 +522,13 @@ async def aopen_conversation(
     where: Path | str | None,
     *,
     resume: bool,
-    customer_id: str | None = None,
-    approve: Approve | None = None,
-    policy: HistoryPolicy | None = None,
-    storage: dict[str, Any] | None = None,
+    **opening: Unpack[Opening],
 ) -> OpenAIAgentsConversation:
     """The conversation `thread_id`, in memory (`where` None) or in a SQLite file beside the session database
     `where`; a fresh one (not `resume`) is cleared. Approvals are the agent's `approve`, asked during the turn."""
-    if is_postgres_url(where):
-        raise ValueError(f"openai-agents: {NO_POSTGRES}")
-    if policy is not None and (policy.keep_turns is not None or policy.summarize):
-        raise ValueError(f"openai-agents: {NO_WINDOW}")
-    path = None if where is None else beside(Path(where), thread_id, ".openai-agents.db")
-    if path is not None and not resume:
-        path.unlink(missing_ok=True)
-    if approve is not None and agent.approve is None:
-        agent = OpenAIAgentsAgent(agent.model, list(agent.tools.values()), agent.options, approve=approve)
+    path = KEPT.opened(where, thread_id, resume=resume, policy=opening.get("policy"))
+    agent = agent.answered_by(opening.get("approve"))
+    customer_id = opening.get("customer_id")
     conversation = OpenAIAgentsConversation(agent, instructions, thread_id, path=path, customer_id=customer_id)
     await conversation.aopen(resume=resume)
     return conversation
@@ -635,10 +537,8 @@ async def aopen_conversation(
 async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
     """Raise `CustomerMismatch` when the conversation `thread_id` beside `where` is another customer's, ValueError
     when its file is no SQLite database. Reads, never writes; a Postgres `where` is refused when it opens."""
-    if is_postgres_url(where):
-        return
-    path = beside(Path(where), thread_id, ".openai-agents.db")
-    if not path.exists():
+    path = KEPT.saved(where, thread_id)
+    if path is None or not path.exists():
         return
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:

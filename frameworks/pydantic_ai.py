@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -32,12 +32,12 @@ from langchain_core.tools import BaseTool, ToolException
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from shared_tools import guards
+from shared_tools.adapters import BridgedAgent, CountedRun, answer_or_invalid
 from shared_tools.atomic import write_atomically
-from shared_tools.bookstore.store import is_postgres_url
 from shared_tools.contender import Approval, Capability, ContenderSpec
-from shared_tools.conversation import HistoryPolicy, OneTurnAtATime, beside, check_owner, shown_target
-from shared_tools.history import Rewound, Turn, count_turns, is_user_turn, turns_of
-from shared_tools.results import AgentOptions, AgentResult, Approve, Guard, RunUsage, StopReason, TraceEvent
+from shared_tools.conversation import KeptBeside, OneTurnAtATime, Opening, SyncDrivers, WholeTurns, read_document
+from shared_tools.history import Rewound, is_user_turn
+from shared_tools.results import AgentOptions, AgentResult, Approve, Guard, StopReason
 from shared_tools.sync import run_blocking
 
 if TYPE_CHECKING:  # the framework is imported where it is used: `--help` imports this file for its SPEC
@@ -51,9 +51,6 @@ if TYPE_CHECKING:  # the framework is imported where it is used: `--help` import
     from pydantic_ai.usage import UsageLimits
 
 log = logging.getLogger(__name__)
-
-STREAMED = "on_token"
-"""The option asking for a streamed reply, which this bridge does not give (named once, here)."""
 
 NOT_AVAILABLE: dict[str, str] = {
     "max_repeats": "PydanticAI has no repeated-call check: the same call runs every time it is asked",
@@ -145,18 +142,12 @@ def to_response(reply: AIMessage, model_name: str) -> ModelResponse:
 
 
 @dataclass
-class _Run:
+class _Run(CountedRun):
     """What one `PydanticAIAgent.arun` saw: the trace, the counts, the calls and what was decided about them."""
 
-    options: AgentOptions
     tools: dict[str, BaseTool]
     approve: Approve | None
     cancel: threading.Event | None
-    usage: RunUsage = field(default_factory=RunUsage)
-    trace: list[TraceEvent] = field(default_factory=list)
-    calls: dict[str, ToolCall] = field(default_factory=dict)
-    steps: dict[str, int] = field(default_factory=dict)
-    traced: set[str] = field(default_factory=set)
     refused: set[str] = field(default_factory=set)
     asked: dict[str, str] = field(default_factory=dict)
     answered: set[str] = field(default_factory=set)
@@ -165,11 +156,6 @@ class _Run:
     """Calls a cancel or the timeout cut off while they ran, and how long they had run."""
     token: CancellationToken | None = None
     """PydanticAI's cancellation of the run under way (single-use: one per `Agent.run`)."""
-
-    def emit(self, event: TraceEvent) -> None:
-        self.trace.append(event)
-        if self.options.on_event is not None:
-            self.options.on_event(event)
 
     def cancel_asked(self) -> bool:
         return self.cancel is not None and self.cancel.is_set()
@@ -180,12 +166,6 @@ class _Run:
         if self.cancel_asked() and self.token is not None:
             self.token.cancel()
             raise asyncio.CancelledError
-
-    def tool_line(self, call: ToolCall, text: str, seconds: float, *, is_error: bool, guard: Guard | None) -> None:
-        self.traced.add(call["id"])
-        self.usage.tool_calls += 1
-        step = self.steps.get(call["id"], self.usage.model_calls)
-        self.emit(guards.tool_event(step, call, text, seconds, is_error=is_error, guard=guard))
 
     def reconcile(self, messages: Sequence[ModelMessage], reason: StopReason | None = None) -> None:
         """A trace line for each result PydanticAI wrote without running our tool to its end: an unknown tool,
@@ -298,17 +278,7 @@ def model_function(model: BaseChatModel, tools: dict[str, BaseTool], run: _Run) 
         if not isinstance(reply, AIMessage):
             raise TypeError(f"the model returned {type(reply).__name__}, not an AIMessage")
         reply = guards.with_call_ids(reply, history)
-        run.usage.model_calls += 1
-        step = run.usage.model_calls
-        for tool_call in [*reply.tool_calls, *reply.invalid_tool_calls]:
-            if tool_call["id"]:
-                run.calls[tool_call["id"]] = ToolCall(
-                    name=tool_call["name"] or "", args=tool_call.get("args") or {}, id=tool_call["id"]
-                )
-                run.steps[tool_call["id"]] = step
-        event = guards.model_event(step, reply, time.perf_counter() - started)
-        run.usage.tokens += event.tokens
-        run.emit(event)
+        run.model_called(reply, time.perf_counter() - started)
         return to_response(reply, str(getattr(model, "model", None) or type(model).__name__))
 
     return FunctionModel(call, model_name="langchain")
@@ -317,37 +287,13 @@ def model_function(model: BaseChatModel, tools: dict[str, BaseTool], run: _Run) 
 # --- the contender -----------------------------------------------------------------------------------------------
 
 
-class PydanticAIAgent:
-    """The bookstore agent on PydanticAI's `Agent`, with the same `run`/`arun` -> `AgentResult` as the others."""
+class PydanticAIAgent(BridgedAgent):
+    """The bookstore agent on PydanticAI's `Agent`, with the same `run`/`arun` -> `AgentResult` as the others.
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
-        *,
-        approve: Approve | None = None,
-    ) -> None:
-        """`approve` is the human behind `options.needs_approval`, asked during the run through PydanticAI's
-        deferred tools; without one, every call the rule asks about is refused (nobody is there to say yes)."""
-        self.model = model
-        self.options = options
-        self.approve = approve
-        self.tools = {tool.name: tool for tool in tools}
-        if len(self.tools) != len(tools):
-            raise ValueError("tool names must be unique: " + ", ".join(tool.name for tool in tools))
+    `approve` is the human behind `options.needs_approval`, asked during the run through PydanticAI's deferred
+    tools; without one, every call the rule asks about is refused (nobody is there to say yes)."""
 
-    @property
-    def not_available(self) -> dict[str, str]:
-        """The options these `AgentOptions` ask for that PydanticAI cannot honour, each with the reason."""
-        options, limits = self.options, self.options.limits
-        asked = {
-            "max_repeats": limits.max_repeats is not None,
-            "max_consecutive_errors": limits.max_consecutive_errors is not None,
-            "max_tool_result_chars": options.max_tool_result_chars is not None,
-            STREAMED: getattr(options, STREAMED) is not None,
-        }
-        return {name: NOT_AVAILABLE[name] for name, on in asked.items() if on}
+    NOT_AVAILABLE = NOT_AVAILABLE
 
     def usage_limits(self) -> UsageLimits:
         """Our step and token budgets as PydanticAI's own `UsageLimits` (None: no limit, also for its default 50)."""
@@ -423,8 +369,7 @@ class PydanticAIAgent:
             spent = result.usage
             output = result.output
             if not isinstance(output, DeferredToolRequests):
-                answer = output.strip() if isinstance(output, str) else None
-                reason = StopReason.DONE if answer else StopReason.INVALID_RESPONSE
+                reason, answer = answer_or_invalid(output)
                 break
             deferred, prompt = self._answer(output, run), None
         run.reconcile(messages, reason)
@@ -500,7 +445,10 @@ NO_POSTGRES = "PydanticAI's history is kept in a JSON file (ModelMessagesTypeAda
 NO_WINDOW = "PydanticAI's history is sent whole here: no history window or summary is wired in"
 
 
-class PydanticAIConversation:
+KEPT = KeptBeside("pydantic-ai", ".pydantic-ai.json", NO_POSTGRES, NO_WINDOW)
+
+
+class PydanticAIConversation(SyncDrivers, WholeTurns):
     """A conversation on PydanticAI's message history, in memory or in a JSON file written after every turn."""
 
     def __init__(
@@ -513,7 +461,7 @@ class PydanticAIConversation:
     ) -> None:
         self.agent = agent
         self.instructions = instructions
-        self.path = path
+        self.path = self.kept_in = path
         self.customer_id = customer_id
         self.history: list[ModelMessage] = []
         self._turn = OneTurnAtATime()
@@ -538,9 +486,6 @@ class PydanticAIConversation:
     async def aresume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
         raise RuntimeError("a PydanticAI conversation never pauses: its approvals are asked during the turn")
 
-    async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
-        return None  # the file is written after a turn ends, so it never holds half a turn
-
     async def arewind(self, turns: int = 1) -> Rewound:
         """Go back to before the last `turns` user turns (the cart keeps what they added)."""
         async with self._turn.held():
@@ -554,32 +499,8 @@ class PydanticAIConversation:
     async def amessages(self) -> list[BaseMessage]:
         return to_langchain(self.instructions, self.history)
 
-    async def apending(self) -> list[dict[str, Any]]:
-        return []
-
-    async def aturns(self) -> list[Turn]:
-        return turns_of(await self.amessages())
-
-    async def afacts(self) -> dict[str, Any]:
-        messages = await self.amessages()
-        return {
-            "messages": len(messages),
-            "turns": count_turns(messages),
-            "stored_bytes": len(self._document()),
-            "kept_in": shown_target(self.path),
-        }
-
-    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        return run_blocking(lambda: self.aask(question, cancel=cancel), instead="PydanticAIConversation.aask(...)")
-
-    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
-        return run_blocking(lambda: self.aresume(approved, cancel=cancel), instead="aresume(...)")
-
-    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
-        return None
-
-    def rewind(self, turns: int = 1) -> Rewound:
-        return run_blocking(lambda: self.arewind(turns), instead="PydanticAIConversation.arewind(...)")
+    def stored_bytes(self) -> int:
+        return len(self._document())  # what the file holds (memory only: what it would hold)
 
     def close(self) -> None:
         pass
@@ -613,13 +534,7 @@ def read_saved(path: Path, customer_id: str | None = None) -> list[ModelMessage]
     """The history saved at `path`; ValueError for a damaged file, `CustomerMismatch` for another customer's."""
     from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-    try:
-        document = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a saved PydanticAI history (not JSON: {exc})") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a saved PydanticAI history (expected format {FORMAT!r})")
-    check_owner(document.get("customer"), customer_id, str(path))
+    document = read_document(path, FORMAT, customer_id, "saved PydanticAI history")
     try:
         return ModelMessagesTypeAdapter.validate_python(document.get("messages"))
     except ValueError as exc:
@@ -633,33 +548,21 @@ async def aopen_conversation(
     where: Path | str | None,
     *,
     resume: bool,
-    customer_id: str | None = None,
-    approve: Approve | None = None,
-    policy: HistoryPolicy | None = None,
-    storage: dict[str, Any] | None = None,
+    **opening: Unpack[Opening],
 ) -> PydanticAIConversation:
     """The conversation `thread_id`, in memory (`where` None) or in a JSON file beside the session database `where`;
     a fresh one (not `resume`) replaces the file's. Approvals are the agent's `approve`, asked during the turn. A
     file has no storage options: `storage` is a graph's."""
-    if is_postgres_url(where):
-        raise ValueError(f"pydantic-ai: {NO_POSTGRES}")
-    if policy is not None and (policy.keep_turns is not None or policy.summarize):
-        raise ValueError(f"pydantic-ai: {NO_WINDOW}")
-    path = None if where is None else beside(Path(where), thread_id, ".pydantic-ai.json")
-    if path is not None and not resume:
-        path.unlink(missing_ok=True)
-    if approve is not None and agent.approve is None:
-        agent = PydanticAIAgent(agent.model, list(agent.tools.values()), agent.options, approve=approve)
-    return PydanticAIConversation(agent, instructions, path=path, customer_id=customer_id)
+    path = KEPT.opened(where, thread_id, resume=resume, policy=opening.get("policy"))
+    agent = agent.answered_by(opening.get("approve"))
+    return PydanticAIConversation(agent, instructions, path=path, customer_id=opening.get("customer_id"))
 
 
 async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
     """Raise ValueError (`CustomerMismatch` among them) when the file of `thread_id` beside `where` is damaged or
     another customer's. Reads, never writes; a Postgres `where` is refused when the conversation opens."""
-    if is_postgres_url(where):
-        return
-    path = beside(Path(where), thread_id, ".pydantic-ai.json")
-    if path.exists():
+    path = KEPT.saved(where, thread_id)
+    if path is not None and path.exists():
         read_saved(path, customer_id)
 
 

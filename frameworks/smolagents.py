@@ -7,7 +7,6 @@ one of our tools behind smolagents' `Tool`; `SmolagentsContender` runs the agent
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -17,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
@@ -33,10 +32,19 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool
 
 from shared_tools import guards
-from shared_tools.bookstore.store import is_postgres_url
+from shared_tools.adapters import BridgedAgent, StepLines
+from shared_tools.atomic import write_atomically
 from shared_tools.contender import Approval, Capability, Contender, ContenderSpec
-from shared_tools.conversation import HistoryPolicy, NoRewind, OneTurnAtATime, beside, check_owner, shown_target
-from shared_tools.history import Rewound, Turn, count_turns, turns_of
+from shared_tools.conversation import (
+    KeptBeside,
+    NoRewind,
+    OneTurnAtATime,
+    Opening,
+    WholeTurns,
+    in_worker_thread,
+    read_document,
+)
+from shared_tools.history import Rewound
 from shared_tools.results import AgentOptions, AgentResult, Approve, Guard, RunUsage, StopReason, TraceEvent
 
 if TYPE_CHECKING:  # smolagents is imported where it is used: `--help` imports this file for its SPEC
@@ -295,31 +303,19 @@ class _Cancelled(Exception):
 
 
 @dataclass
-class _RunWatch:
+class _RunWatch(StepLines):
     """What one run saw, step by step: the trace lines (given to `on_event` as they happen) and the cancel."""
 
-    options: AgentOptions
     tool_names: frozenset[str]
     cancel: threading.Event | None = None
     agent: ToolCallingAgent | None = None
-    trace: list[TraceEvent] = field(default_factory=list)
-    model_calls: int = 0
     cancelled: bool = False
     calls: dict[str, tuple[SmolCall, float]] = field(default_factory=dict)
-
-    def emit(self, event: TraceEvent) -> None:
-        self.trace.append(event)
-        if self.options.on_event is not None:
-            self.options.on_event(event)
 
     def before_model_call(self) -> None:
         if self.cancel is not None and self.cancel.is_set():
             self.cancelled = True
             raise _Cancelled("cancelled")
-
-    def model_replied(self, reply: AIMessage, duration_s: float) -> None:
-        self.model_calls += 1
-        self.emit(guards.model_event(self.model_calls, reply, duration_s))
 
     def model_failed(self, exc: Exception, duration_s: float) -> None:
         """A call that raised is a call made: a line of its own (smolagents turns the forced last call's error
@@ -358,47 +354,28 @@ class _RunWatch:
         self.emit(guards.tool_event(self.model_calls, as_call, text, duration_s, is_error=is_error, guard=guard))
 
 
-class SmolagentsContender:
+class SmolagentsContender(BridgedAgent):
     """The bookstore agent on smolagents' `ToolCallingAgent`, `run(instructions, goal) -> AgentResult`.
 
     Its one guard is `max_steps` (from `AgentLimits.max_steps`): at the limit smolagents asks the model once more
-    without tools and returns that text; such a run is MAX_STEPS, the text kept as `forced_answer`.
+    without tools and returns that text; such a run is MAX_STEPS, the text kept as `forced_answer`. It has no
+    approval gate: `approve` is never asked.
     """
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
-    ) -> None:
-        self.model = model
-        self.options = options
-        self.tools = list(tools)
-        if len({t.name for t in self.tools}) != len(self.tools):
-            raise ValueError("tool names must be unique: " + ", ".join(t.name for t in self.tools))
-        self.max_steps = NO_LIMIT if options.limits.max_steps is None else options.limits.max_steps
+    NOT_AVAILABLE = NOT_AVAILABLE
 
     @property
-    def not_available(self) -> dict[str, str]:
-        """The options these `AgentOptions` ask for that smolagents cannot honour, each with the reason."""
-        limits, options = self.options.limits, self.options
-        asked = {
-            "max_tokens": limits.max_tokens is not None,
-            "max_duration": limits.max_duration is not None,
-            "max_repeats": limits.max_repeats is not None,
-            "max_consecutive_errors": limits.max_consecutive_errors is not None,
-            "max_tool_result_chars": options.max_tool_result_chars is not None,
-            "detailed_errors": not options.detailed_errors,
-            "needs_approval": options.needs_approval is not None,
-        }
-        return {name: NOT_AVAILABLE[name] for name, wanted in asked.items() if wanted}
+    def max_steps(self) -> int:
+        """`AgentLimits.max_steps` as smolagents' `max_steps`, which takes a number only."""
+        steps = self.options.limits.max_steps
+        return NO_LIMIT if steps is None else steps
 
     def agent(self, instructions: str, watch: _RunWatch) -> ToolCallingAgent:
         from smolagents import ToolCallingAgent
         from smolagents.monitoring import LogLevel
 
         return ToolCallingAgent(
-            tools=[tool_class()(t) for t in self.tools],
+            tools=[tool_class()(t) for t in self.tools.values()],
             model=model_class()(self.model, watch),
             instructions=instructions,
             max_steps=self.max_steps,
@@ -408,7 +385,7 @@ class SmolagentsContender:
         )
 
     def run(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        watch = _RunWatch(self.options, frozenset(t.name for t in self.tools), cancel)
+        watch = _RunWatch(self.options, frozenset(self.tools), cancel)
         agent = watch.agent = self.agent(instructions, watch)
         return run_turn(agent, goal, watch, reset=True)
 
@@ -526,18 +503,13 @@ FORMAT = "smolagents-memory/1"
 
 def read_saved(path: Path, customer_id: str | None = None) -> list[dict[str, Any]]:
     """The memory steps saved at `path`; ValueError for a damaged file, `CustomerMismatch` for another customer's."""
-    try:
-        document = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path} is not a saved smolagents conversation (not JSON: {exc})") from None
-    steps = document.get("steps") if isinstance(document, dict) else None
-    if not isinstance(steps, list) or document.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a saved smolagents conversation (format {FORMAT!r} with a list of steps)")
-    check_owner(document.get("customer"), customer_id, str(path))
+    steps = read_document(path, FORMAT, customer_id, "saved smolagents conversation").get("steps")
+    if not isinstance(steps, list):
+        raise ValueError(f"{path} is a damaged saved smolagents conversation (its steps are no list)")
     return steps
 
 
-class SmolagentsConversation:
+class SmolagentsConversation(WholeTurns):
     """Several turns on one `ToolCallingAgent` (a `shared_tools.conversation.Conversation`): each turn is
     ``run(reset=False)`` on its memory, written to a JSON file (None: memory only) after every turn, a cut one
     included, and read back when the conversation is reopened. smolagents has no approval pause and no rewind."""
@@ -551,9 +523,9 @@ class SmolagentsConversation:
     ) -> None:
         self.contender = contender
         self.instructions = instructions
-        self.path = path
+        self.path = self.kept_in = path
         self.customer_id = customer_id
-        self.watch = _RunWatch(contender.options, frozenset(t.name for t in contender.tools))
+        self.watch = _RunWatch(contender.options, frozenset(contender.tools))
         self.agent = self.watch.agent = contender.agent(instructions, self.watch)
         self.turn = OneTurnAtATime()
         self.started = False
@@ -576,28 +548,14 @@ class SmolagentsConversation:
             self.save()
 
     async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        # A task cancel cannot stop a worker thread: it sets the event the run checks before each model call.
-        cancel = cancel or threading.Event()
-        async with self.turn.held():
-            task = asyncio.ensure_future(asyncio.to_thread(self.ask, question, cancel=cancel))
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                cancel.set()
-                await asyncio.gather(task, return_exceptions=True)
-                raise
+        # The run checks the cancel event before each model call.
+        return await in_worker_thread(self.turn, self.ask, question, cancel)
 
     def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
         raise ValueError(f"smolagents: {NOT_AVAILABLE['needs_approval']}, so there is no pause to resume")
 
     async def aresume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
         return self.resume(approved, cancel=cancel)
-
-    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
-        return None  # the file is written after a turn ends, so it never holds half a turn
-
-    async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
-        return None
 
     def rewind(self, turns: int = 1) -> Rewound:
         raise NoRewind("smolagents' memory keeps no rewind of ours: nothing was changed")
@@ -614,9 +572,7 @@ class SmolagentsConversation:
             "instructions": self.instructions,
             "steps": save_memory(self.agent),
         }
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(self.path)
+        write_atomically(self.path, json.dumps(data, ensure_ascii=False).encode("utf-8"))
 
     @property
     def messages(self) -> list[BaseMessage]:
@@ -625,28 +581,13 @@ class SmolagentsConversation:
     async def amessages(self) -> list[BaseMessage]:
         return self.messages
 
-    async def apending(self) -> list[dict[str, Any]]:
-        return []
-
-    async def aturns(self) -> list[Turn]:
-        return turns_of(self.messages)
-
-    async def afacts(self) -> dict[str, Any]:
-        messages = self.messages
-        stored = self.path.stat().st_size if self.path is not None and self.path.exists() else 0
-        return {
-            "messages": len(messages),
-            "turns": count_turns(messages),
-            "stored_bytes": stored,
-            "kept_in": shown_target(self.path),
-        }
-
     def close(self) -> None:
         pass
 
 
 NO_POSTGRES = "smolagents keeps its memory in the agent object; here it is a JSON file, with no Postgres store"
 NO_WINDOW = "smolagents sends the whole memory every step: it has no window of turns or summary of its own"
+KEPT = KeptBeside("smolagents", ".smolagents.json", NO_POSTGRES, NO_WINDOW)
 
 
 def _read_steps(path: Path, customer_id: str | None) -> None:
@@ -676,31 +617,20 @@ async def aopen_conversation(
     where: Path | str | None,
     *,
     resume: bool,
-    customer_id: str | None = None,
-    approve: Approve | None = None,
-    policy: HistoryPolicy | None = None,
-    storage: dict[str, Any] | None = None,
+    **opening: Unpack[Opening],
 ) -> SmolagentsConversation:
     """The conversation `thread_id`, in memory (`where` None) or in a JSON file beside the session database
     `where`; a fresh one (not `resume`) replaces the file's. smolagents has no approval gate (`approve` is unused),
     no window or summary, and a file has no storage options."""
-    if is_postgres_url(where):
-        raise ValueError(f"smolagents: {NO_POSTGRES}")
-    if policy is not None and (policy.keep_turns is not None or policy.summarize):
-        raise ValueError(f"smolagents: {NO_WINDOW}")
-    path = None if where is None else beside(Path(where), thread_id, ".smolagents.json")
-    if path is not None and not resume:
-        path.unlink(missing_ok=True)
-    return SmolagentsConversation(agent, instructions, path, customer_id)
+    path = KEPT.opened(where, thread_id, resume=resume, policy=opening.get("policy"))
+    return SmolagentsConversation(agent, instructions, path, opening.get("customer_id"))
 
 
 async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
     """Raise ValueError (`CustomerMismatch` among them) when the file of `thread_id` beside `where` is damaged or
     another customer's. Reads, never writes."""
-    if is_postgres_url(where):
-        return
-    path = beside(Path(where), thread_id, ".smolagents.json")
-    if path.exists():
+    path = KEPT.saved(where, thread_id)
+    if path is not None and path.exists():
         _read_steps(path, customer_id)
 
 

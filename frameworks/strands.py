@@ -8,27 +8,33 @@ and maps what it did to an `AgentResult`; `StrandsConversation` keeps the turns 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
-import shutil
 import threading
 import time
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
 from langchain_core.tools import BaseTool
 
 from shared_tools import guards
-from shared_tools.bookstore.store import is_postgres_url
+from shared_tools.adapters import BridgedAgent, StepLines
 from shared_tools.contender import Approval, Capability, Contender, ContenderSpec
-from shared_tools.conversation import HistoryPolicy, NoRewind, OneTurnAtATime, beside, check_owner, shown_target
-from shared_tools.history import Rewound, Turn, among_other_conversations, count_turns, turns_of
+from shared_tools.conversation import (
+    KeptBeside,
+    NoRewind,
+    OneTurnAtATime,
+    Opening,
+    WholeTurns,
+    check_owner,
+    in_worker_thread,
+)
+from shared_tools.history import Rewound, among_other_conversations
 from shared_tools.results import (
     AgentOptions,
     AgentResult,
@@ -36,7 +42,6 @@ from shared_tools.results import (
     Guard,
     RunUsage,
     StopReason,
-    TraceEvent,
 )
 
 if TYPE_CHECKING:  # Strands is imported where it is used: `--help` imports this file for its SPEC
@@ -273,23 +278,11 @@ def _schema(tool: BaseTool) -> dict[str, Any]:
 
 
 @dataclass
-class _RunWatch:
+class _RunWatch(StepLines):
     """What one run saw: the trace lines (given to `on_event` as they happen), and the calls a human refused."""
 
-    options: AgentOptions
     tool_names: frozenset[str]
-    trace: list[TraceEvent] = field(default_factory=list)
-    model_calls: int = 0
     refused: set[str] = field(default_factory=set)
-
-    def emit(self, event: TraceEvent) -> None:
-        self.trace.append(event)
-        if self.options.on_event is not None:
-            self.options.on_event(event)
-
-    def model_replied(self, reply: AIMessage, duration_s: float) -> None:
-        self.model_calls += 1
-        self.emit(guards.model_event(self.model_calls, reply, duration_s))
 
     def tool_done(self, event: AfterToolCallEvent) -> None:
         call = _call(dict(event.tool_use))
@@ -352,7 +345,7 @@ def _earlier_calls(messages: Sequence[dict[str, Any]], call_id: str) -> list[Too
     return []
 
 
-class StrandsContender:
+class StrandsContender(BridgedAgent):
     """The bookstore agent on Strands' `Agent`, `run(instructions, goal) -> AgentResult`.
 
     Its guards are Strands' `limits`: ``turns`` from `AgentLimits.max_steps` and ``total_tokens`` from
@@ -360,39 +353,18 @@ class StrandsContender:
     `AgentOptions.needs_approval` is set, answered by `approve`.
     """
 
-    def __init__(
-        self,
-        model: BaseChatModel,
-        tools: Sequence[BaseTool],
-        options: AgentOptions = AgentOptions(),  # noqa: B008 - frozen, so one shared default is safe
-        *,
-        approve: Approve | None = None,
-    ) -> None:
-        self.model = model
-        self.options = options
-        self.approve = approve
-        self.tools = list(tools)
-        if len({t.name for t in self.tools}) != len(self.tools):
-            raise ValueError("tool names must be unique: " + ", ".join(t.name for t in self.tools))
-        limits = options.limits
-        self.limits: dict[str, int] = {}
-        if limits.max_steps is not None:
-            self.limits["turns"] = limits.max_steps
-        if limits.max_tokens is not None and limits.max_tokens > 0:
-            self.limits["total_tokens"] = limits.max_tokens
+    NOT_AVAILABLE = NOT_AVAILABLE
 
     @property
-    def not_available(self) -> dict[str, str]:
-        """The options these `AgentOptions` ask for that Strands cannot honour, each with the reason."""
-        limits, options = self.options.limits, self.options
-        asked = {
-            "max_duration": limits.max_duration is not None,
-            "max_repeats": limits.max_repeats is not None,
-            "max_consecutive_errors": limits.max_consecutive_errors is not None,
-            "max_tool_result_chars": options.max_tool_result_chars is not None,
-            "detailed_errors": not options.detailed_errors,
-        }
-        return {name: NOT_AVAILABLE[name] for name, wanted in asked.items() if wanted}
+    def limits(self) -> dict[str, int]:
+        """`AgentLimits` as Strands' `limits`: ``turns`` and ``total_tokens``, each left out when not set."""
+        limits = self.options.limits
+        mapped: dict[str, int] = {}
+        if limits.max_steps is not None:
+            mapped["turns"] = limits.max_steps
+        if limits.max_tokens is not None and limits.max_tokens > 0:
+            mapped["total_tokens"] = limits.max_tokens
+        return mapped
 
     def agent(
         self,
@@ -414,7 +386,7 @@ class StrandsContender:
             gate = [HumanInTheLoop(classifier=asker.classify, ask=asker.ask)]
         agent = Agent(
             model=model_class()(self.model, watch, among_others=conversation),
-            tools=[strands_tool(t) for t in self.tools],
+            tools=[strands_tool(t) for t in self.tools.values()],
             system_prompt=instructions,
             callback_handler=None,
             tool_executor=ConcurrentToolExecutor() if self.options.parallel_tools else SequentialToolExecutor(),
@@ -425,7 +397,7 @@ class StrandsContender:
         return agent
 
     def run(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        watch = _RunWatch(self.options, frozenset(t.name for t in self.tools))
+        watch = _RunWatch(self.options, frozenset(self.tools))
         return run_turn(self, self.agent(instructions, watch), goal, watch, cancel)
 
 
@@ -471,7 +443,7 @@ def saved_owner(storage_dir: Path, session_id: str) -> str | None:
     return owner if isinstance(owner, str) else None
 
 
-class StrandsConversation:
+class StrandsConversation(WholeTurns):
     """Several turns on one Strands `Agent` (a `shared_tools.conversation.Conversation`), kept by Strands' own
     `FileSessionManager` in `storage_dir` (None: in memory), which writes each message as it is added and gives
     the turns back to an agent opened on the same session. Strands' gate asks inline, so a turn never pauses;
@@ -486,10 +458,10 @@ class StrandsConversation:
         customer_id: str | None = None,
     ) -> None:
         self.contender = contender
-        self.storage_dir = storage_dir
+        self.storage_dir = self.kept_in = storage_dir
         if storage_dir is not None:
             check_owner(saved_owner(storage_dir, session_id), customer_id, str(storage_dir))
-        self.watch = _RunWatch(contender.options, frozenset(t.name for t in contender.tools))
+        self.watch = _RunWatch(contender.options, frozenset(contender.tools))
         session = None
         if storage_dir is not None:
             from strands.session.file_session_manager import FileSessionManager
@@ -508,28 +480,14 @@ class StrandsConversation:
         return run_turn(self.contender, self.agent, question, self.watch, cancel)
 
     async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
-        # Strands runs its own event loop in a worker thread for a sync call; a task cancel sets its cancel signal.
-        cancel = cancel or threading.Event()
-        async with self.turn.held():
-            task = asyncio.ensure_future(asyncio.to_thread(self.ask, question, cancel=cancel))
-            try:
-                return await asyncio.shield(task)
-            except asyncio.CancelledError:
-                cancel.set()
-                await asyncio.gather(task, return_exceptions=True)
-                raise
+        # Strands runs its own event loop in the worker thread; the cancel event is its cancel signal.
+        return await in_worker_thread(self.turn, self.ask, question, cancel)
 
     def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
         raise ValueError("strands: the gate asks the human during the run, so there is no pause to resume")
 
     async def aresume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
         return self.resume(approved, cancel=cancel)
-
-    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
-        return None
-
-    async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
-        return None
 
     def rewind(self, turns: int = 1) -> Rewound:
         raise NoRewind("Strands' session manager keeps no rewind of ours: nothing was changed")
@@ -545,22 +503,9 @@ class StrandsConversation:
     async def amessages(self) -> list[BaseMessage]:
         return self.messages
 
-    async def apending(self) -> list[dict[str, Any]]:
-        return []
-
-    async def aturns(self) -> list[Turn]:
-        return turns_of(self.messages)
-
-    async def afacts(self) -> dict[str, Any]:
-        messages = self.messages
+    def stored_bytes(self) -> int:
         where = self.storage_dir
-        stored = sum(p.stat().st_size for p in where.rglob("*") if p.is_file()) if where and where.exists() else 0
-        return {
-            "messages": len(messages),
-            "turns": count_turns(messages),
-            "stored_bytes": stored,
-            "kept_in": shown_target(where),
-        }
+        return sum(p.stat().st_size for p in where.rglob("*") if p.is_file()) if where and where.exists() else 0
 
     def close(self) -> None:
         pass
@@ -571,6 +516,7 @@ NO_WINDOW = (
     "Strands' conversation managers window by messages (SlidingWindowConversationManager), not by user turns, and "
     "none is wired to our keep_turns or summary here"
 )
+KEPT = KeptBeside("strands", ".strands", NO_POSTGRES, NO_WINDOW)
 
 
 async def aopen_conversation(
@@ -580,30 +526,21 @@ async def aopen_conversation(
     where: Path | str | None,
     *,
     resume: bool,
-    customer_id: str | None = None,
-    approve: Approve | None = None,
-    policy: HistoryPolicy | None = None,
-    storage: dict[str, Any] | None = None,
+    **opening: Unpack[Opening],
 ) -> StrandsConversation:
     """The conversation `thread_id`, in memory (`where` None) or kept by `FileSessionManager` in a directory beside
     the session database `where`; a fresh one (not `resume`) replaces the directory. The contender's own `approve`
     answers its gate inline."""
-    if is_postgres_url(where):
-        raise ValueError(f"strands: {NO_POSTGRES}")
-    if policy is not None and (policy.keep_turns is not None or policy.summarize):
-        raise ValueError(f"strands: {NO_WINDOW}")
-    storage_dir = None if where is None else beside(Path(where), thread_id, ".strands")
-    if storage_dir is not None and not resume:
-        shutil.rmtree(storage_dir, ignore_errors=True)
-    return StrandsConversation(agent, instructions, storage_dir, thread_id, customer_id)
+    storage_dir = KEPT.opened(where, thread_id, resume=resume, policy=opening.get("policy"))
+    return StrandsConversation(agent, instructions, storage_dir, thread_id, opening.get("customer_id"))
 
 
 async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:
     """Raise ValueError (`CustomerMismatch` among them) when the session of `thread_id` beside `where` is damaged
     or another customer's. Reads, never writes."""
-    if is_postgres_url(where):
+    storage_dir = KEPT.saved(where, thread_id)
+    if storage_dir is None:
         return
-    storage_dir = beside(Path(where), thread_id, ".strands")
     check_owner(saved_owner(storage_dir, thread_id), customer_id, str(storage_dir))
 
 

@@ -15,7 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from langchain_core.messages import BaseMessage, messages_to_dict
 
@@ -26,13 +26,14 @@ from shared_tools.bookstore.store import is_postgres_url
 from shared_tools.conversation import (
     ConversationNotSaved,
     HistoryPolicy,
+    Opening,
     beside,
     check_thread_name,
     despite_cancel,
-    shown_target,
+    facts_of,
 )
-from shared_tools.history import Rewound, Turn, count_turns, turns_of
-from shared_tools.results import AgentResult, Approve
+from shared_tools.history import Rewound, Turn, turns_of
+from shared_tools.results import AgentResult
 from shared_tools.sync import run_blocking
 
 log = logging.getLogger(__name__)
@@ -204,12 +205,7 @@ class KeptSession:
             ascii_only = self.url is None
             text = json.dumps(messages_to_dict(messages), separators=(",", ":"), ensure_ascii=ascii_only)
             stored = len(text.encode())
-        return {
-            "messages": len(messages),
-            "turns": count_turns(messages),
-            "stored_bytes": stored,
-            "kept_in": shown_target(self.url or self.path),
-        }
+        return facts_of(messages, stored, self.url or self.path)
 
     def close(self) -> None:
         pass
@@ -241,15 +237,12 @@ async def aopen_conversation(
     where: Path | str | None,
     *,
     resume: bool,
-    customer_id: str | None = None,
-    approve: Approve | None = None,
-    policy: HistoryPolicy | None = None,
-    storage: dict[str, Any] | None = None,
+    **opening: Unpack[Opening],
 ) -> KeptSession:
     """The conversation `thread_id`: in memory (`where` None), in a JSON file beside the session database
     `where`, or in the Postgres database at `where`. `approve` and `storage` are not this session's: the loop
     was given its own approval callback when it was built, and a JSON file has no storage options."""
-    policy = policy or HistoryPolicy()
+    policy, customer_id = opening.get("policy") or HistoryPolicy(), opening.get("customer_id")
     session = Session(loop, instructions, customer_id=customer_id, **policy.kwargs())
     if is_postgres_url(where):
         check_thread_name(thread_id)

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Awaitable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from langchain_core.messages import AIMessage, BaseMessage
 
@@ -23,6 +23,7 @@ from shared_tools.bookstore.store import is_postgres_url
 from shared_tools.conversation import (
     HistoryPolicy,
     NoRewind,
+    Opening,
     decide_each,
     resume_until_answered,
     resume_with,
@@ -171,16 +172,14 @@ async def aopen_conversation(
     where: Path | str | None,
     *,
     resume: bool,
-    customer_id: str | None = None,
-    approve: Approve | None = None,
-    policy: HistoryPolicy | None = None,
-    storage: dict[str, Any] | None = None,
+    **opening: Unpack[Opening],
 ) -> GraphConversation:
     """The thread `thread_id`: in memory (`where` None), in the SQLite file `where`, or in the Postgres database
     at `where`. `policy` is our graph's history policy (the frameworks' threads have none); `storage`, keyword
     arguments of `GraphSession.sqlite` (its checkpoint storage options), for a SQLite thread of our graph. A
     fresh thread (not `resume`) in a file or a database starts from scratch (`aopen`)."""
-    given = (policy or HistoryPolicy()).kwargs()
+    customer_id, storage = opening.get("customer_id"), opening.get("storage")
+    given = (opening.get("policy") or HistoryPolicy()).kwargs()
     session: GraphSession | CheckpointThread
     if not isinstance(agent, GraphAgent):
         if given:
@@ -202,7 +201,7 @@ async def aopen_conversation(
             **given,
             **(storage or {}),
         )
-    conversation = GraphConversation(session, where, approve)
+    conversation = GraphConversation(session, where, opening.get("approve"))
     await conversation.aopen(resume=resume)
     return conversation
 

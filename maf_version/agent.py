@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from maf_version.client import LangChainChatClient, kept_reply, maf_tool, result_text, to_langchain
 from shared_tools import guards
+from shared_tools.adapters import not_honoured, tools_by_name
 from shared_tools.conversation import HistoryPolicy
 from shared_tools.results import (
     AgentOptions,
@@ -132,9 +133,7 @@ class MafAgent:
         self.options = options
         self.limits = options.limits
         self.approve = approve
-        self.tools = {tool.name: tool for tool in tools}
-        if len(self.tools) != len(tools):
-            raise ValueError("tool names must be unique: " + ", ".join(tool.name for tool in tools))
+        self.tools = tools_by_name(tools)
         self.settings = MafSettings.of(options)
         gated = _gated_tools(options.needs_approval, self.tools)
         self.client = LangChainChatClient(
@@ -148,14 +147,7 @@ class MafAgent:
     @property
     def not_available(self) -> dict[str, str]:
         """The options these `AgentOptions` ask for that MAF cannot honour, each with the reason."""
-        limits, asked = self.limits, {}
-        if limits.max_tokens is not None:
-            asked["max_tokens"] = NOT_AVAILABLE["max_tokens"]
-        if limits.max_repeats is not None:
-            asked["max_repeats"] = NOT_AVAILABLE["max_repeats"]
-        if self.options.max_tool_result_chars is not None:
-            asked["max_tool_result_chars"] = NOT_AVAILABLE["max_tool_result_chars"]
-        return asked
+        return not_honoured(NOT_AVAILABLE, self.options)
 
     def agent_for(self, instructions: str, keep_turns: int | None = None) -> Agent:
         """MAF's `Agent` for these instructions (fixed when it is built) and history window: one per pair. With

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from langchain_core.messages import BaseMessage
 
 from maf_version.agent import MafAgent
 from maf_version.session import MafSession, read_saved
 from shared_tools.bookstore.store import is_postgres_url
-from shared_tools.conversation import HistoryPolicy, beside, resume_until_answered, shown_target
-from shared_tools.history import Rewound, Turn, count_turns, turns_of
+from shared_tools.conversation import HistoryPolicy, Opening, beside, facts_of, resume_until_answered
+from shared_tools.history import Rewound, Turn, turns_of
 from shared_tools.results import AgentResult, Approve
 
 NO_MAF_POSTGRES = "MAF keeps a session with AgentSession.to_dict() in a file; there is no Postgres history provider"
@@ -82,12 +82,7 @@ class MafConversation:
         else:
             # What a save would write: the compact JSON of MAF's session dict.
             stored = len(json.dumps(self.session.session.to_dict(), separators=(",", ":"), ensure_ascii=True))
-        return {
-            "messages": len(messages),
-            "turns": count_turns(messages),
-            "stored_bytes": stored,
-            "kept_in": shown_target(self.path),
-        }
+        return facts_of(messages, stored, self.path)
 
     def close(self) -> None:
         pass
@@ -100,24 +95,22 @@ async def aopen_conversation(
     where: Path | str | None,
     *,
     resume: bool,
-    customer_id: str | None = None,
-    approve: Approve | None = None,
-    policy: HistoryPolicy | None = None,
-    storage: dict[str, Any] | None = None,
+    **opening: Unpack[Opening],
 ) -> MafConversation:
     """The conversation `thread_id`, in memory (`where` None) or in a JSON file beside the session database
     `where`; a fresh one (not `resume`) replaces the file's, as a demo re-run starts from scratch. A file has no
     storage options: `storage` is a graph's."""
     if is_postgres_url(where):
         raise ValueError(f"maf: {NO_MAF_POSTGRES}")
-    policy = policy or HistoryPolicy()
+    policy = opening.get("policy") or HistoryPolicy()
     if policy.summarize:
         raise ValueError(f"maf: {NO_MAF_SUMMARY}")
     path = None if where is None else beside(Path(where), thread_id, ".maf.json")
     if path is not None and not resume:
         path.unlink(missing_ok=True)
+    customer_id = opening.get("customer_id")
     session = MafSession(agent, instructions, path=path, customer_id=customer_id, keep_turns=policy.keep_turns)
-    return MafConversation(session, approve)
+    return MafConversation(session, opening.get("approve"))
 
 
 async def acheck_saved(where: Path | str, thread_id: str, customer_id: str | None) -> None:

@@ -19,7 +19,7 @@ from langchain_core.messages import BaseMessage
 
 from maf_version.agent import MafAgent, MafCancelled, history_of, paused_run, request_call, starts_turn
 from shared_tools.atomic import write_atomically
-from shared_tools.conversation import OneTurnAtATime, check_owner
+from shared_tools.conversation import OneTurnAtATime, read_document
 from shared_tools.history import Rewound, count_turns, is_user_turn
 from shared_tools.results import AgentResult
 from shared_tools.sync import run_blocking
@@ -170,15 +170,8 @@ class MafSession:
 def read_saved(path: Path, customer_id: str | None = None) -> tuple[AgentSession, str | None]:
     """The MAF session saved at `path`, and its customer; ValueError for a damaged file, `CustomerMismatch` for
     another customer's (when `customer_id` is given)."""
-    try:
-        document = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ValueError(f"{path} is not a saved MAF session (not JSON: {type(exc).__name__}: {exc})") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        found = document.get("format") if isinstance(document, dict) else type(document).__name__
-        raise ValueError(f"{path} is not a saved MAF session (format {found!r}, expected {FORMAT!r})")
+    document = read_document(path, FORMAT, customer_id, "saved MAF session")
     owner = document.get("customer")
-    check_owner(owner, customer_id, str(path))
     try:
         session = AgentSession.from_dict(document["session"])
         paused_run(session)  # a resume trusts the record of its pause only once it is checked whole

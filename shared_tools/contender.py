@@ -97,8 +97,9 @@ class ContenderSpec:
     contradict a claim (the cell says "missing").
 
     `conversation`: the module keeping its multi-turn conversations, with
-    ``async aopen_conversation(agent, instructions, thread_id, db, *, resume, customer_id, approve, policy,
-    storage) -> shared_tools.conversation.Conversation`` and ``async acheck_saved(db, thread_id, customer_id)``;
+    ``async aopen_conversation(agent, instructions, thread_id, db, *, resume, **opening) ->
+    shared_tools.conversation.Conversation`` (`opening`: the keywords of `shared_tools.conversation.Opening`,
+    customer_id, approve, policy, storage) and ``async acheck_saved(db, thread_id, customer_id)``;
     None, and `lacks[Capability.CONVERSATIONS]` says why. Each `Capability` not in `capabilities` needs its
     sentence in `lacks` (said in the tables as the reason it did not run); CONVERSATIONS is implied by
     `conversation`, APPROVAL by `approval`.

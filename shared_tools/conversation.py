@@ -1,24 +1,27 @@
-"""What every contender's conversation is and holds the same way: the `Conversation` protocol, its history
-policy, one turn at a time, a conversation only for its own customer, and a pause answered until the turn ends.
+"""What every contender's conversation is and holds the same way: the `Conversation` protocol and how it is
+opened, its history policy, one turn at a time, a conversation only for its own customer (its saved file read
+once), what it holds, and a pause answered until the turn ends.
 
 The agents' sessions build on these, so the owner check and the turn lock are written once; the harness, `chat`
-and the page use any conversation through `Conversation` alone.
-"""
+and the page use any conversation through `Conversation` alone."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import shutil
 import threading
 import weakref
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, TypedDict, runtime_checkable
 
-from shared_tools.history import Rewound, Turn
+from shared_tools.history import Rewound, Turn, count_turns, turns_of
 from shared_tools.results import AgentResult, Approve, CustomerMismatch, StopReason
+from shared_tools.sync import run_blocking
 
 
 @runtime_checkable
@@ -71,6 +74,17 @@ class PolicyKeywords(TypedDict, total=False):
 
     keep_turns: int | None
     summarize: bool
+
+
+class Opening(TypedDict, total=False):
+    """The keywords of every contender's ``aopen_conversation(agent, instructions, thread_id, where, *, resume,
+    **opening)`` (`ContenderSpec.conversation`); the harness gives each (None: not set), and a contender leaves
+    unread the ones it has no use for."""
+
+    customer_id: str | None
+    approve: Approve | None
+    policy: HistoryPolicy | None
+    storage: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -134,6 +148,140 @@ def check_owner(owner: str | None, customer_id: str | None, what: str) -> None:
     nobody claimed yet."""
     if customer_id is not None and owner is not None and owner != customer_id:
         raise CustomerMismatch(f"{what} is the conversation of customer {owner!r}, not of {customer_id!r}")
+
+
+def read_document(path: Path, format: str, customer_id: str | None, what: str) -> dict[str, Any]:
+    """The JSON document a conversation saved at `path`: ValueError unless it is one of `format` (`what` names
+    it: "saved MAF session"), `CustomerMismatch` when it is another customer's."""
+    try:
+        document = json.loads(path.read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path} is not a {what} (not JSON: {type(exc).__name__}: {exc})") from None
+    if not isinstance(document, dict) or document.get("format") != format:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise ValueError(f"{path} is not a {what} (format {found!r}, expected {format!r})")
+    check_owner(document.get("customer"), customer_id, str(path))
+    return document
+
+
+def facts_of(messages: Sequence[Any], stored_bytes: int, where: object) -> dict[str, Any]:
+    """A conversation's `afacts`: its messages, its user turns, the bytes it keeps and where (`shown_target`)."""
+    return {
+        "messages": len(messages),
+        "turns": count_turns(messages),
+        "stored_bytes": stored_bytes,
+        "kept_in": shown_target(where),
+    }
+
+
+def file_size(path: Path | None) -> int:
+    """The bytes of the file at `path` (0: none, or kept in memory)."""
+    return path.stat().st_size if path is not None and path.exists() else 0
+
+
+@dataclass(frozen=True)
+class KeptBeside:
+    """Where a framework's conversation is kept: in memory, or a file (or folder) named by `suffix` beside the
+    session database, never in Postgres and never windowed (`no_postgres`, `no_window` say why)."""
+
+    contender: str
+    suffix: str
+    no_postgres: str
+    no_window: str
+
+    def opened(
+        self, where: Path | str | None, thread_id: str, *, resume: bool, policy: HistoryPolicy | None
+    ) -> Path | None:
+        """The place of `thread_id` (None: memory), emptied for a fresh one (not `resume`); ValueError for a
+        Postgres `where` or a history window."""
+        from shared_tools.bookstore.store import is_postgres_url
+
+        if is_postgres_url(where):
+            raise ValueError(f"{self.contender}: {self.no_postgres}")
+        if policy is not None and (policy.keep_turns is not None or policy.summarize):
+            raise ValueError(f"{self.contender}: {self.no_window}")
+        path = None if where is None else beside(Path(where), thread_id, self.suffix)
+        if path is not None and not resume:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        return path
+
+    def saved(self, where: Path | str, thread_id: str) -> Path | None:
+        """The place `acheck_saved` reads (None: a Postgres `where`, refused when the conversation opens)."""
+        from shared_tools.bookstore.store import is_postgres_url
+
+        return None if is_postgres_url(where) else beside(Path(where), thread_id, self.suffix)
+
+
+class WholeTurns:
+    """The part of a conversation alike in each framework that asks its approvals inside the turn (no pause to
+    answer) and keeps only whole turns (none left unfinished); `amessages` and `stored_bytes` are its own."""
+
+    kept_in: Path | None = None
+
+    async def amessages(self) -> list[Any]:
+        raise NotImplementedError
+
+    def stored_bytes(self) -> int:
+        return file_size(self.kept_in)
+
+    async def apending(self) -> list[dict[str, Any]]:
+        return []
+
+    async def aturns(self) -> list[Turn]:
+        return turns_of(await self.amessages())
+
+    async def afacts(self) -> dict[str, Any]:
+        return facts_of(await self.amessages(), self.stored_bytes(), self.kept_in)
+
+    def continue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
+        return None
+
+    async def acontinue_unfinished(self, *, cancel: threading.Event | None = None) -> AgentResult | None:
+        return None
+
+
+class SyncDrivers:
+    """A conversation's sync `ask`, `resume` and `rewind` (for scripts) over its own `aask`, `aresume` and
+    `arewind`; inside a running event loop each says which of those to await instead."""
+
+    async def aask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        raise NotImplementedError
+
+    async def aresume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
+        raise NotImplementedError
+
+    async def arewind(self, turns: int = 1) -> Rewound:
+        raise NotImplementedError
+
+    def ask(self, question: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        return run_blocking(lambda: self.aask(question, cancel=cancel), instead=f"{type(self).__name__}.aask(...)")
+
+    def resume(self, approved: Any, *, cancel: threading.Event | None = None) -> AgentResult:
+        return run_blocking(
+            lambda: self.aresume(approved, cancel=cancel), instead=f"{type(self).__name__}.aresume(...)"
+        )
+
+    def rewind(self, turns: int = 1) -> Rewound:
+        return run_blocking(lambda: self.arewind(turns), instead=f"{type(self).__name__}.arewind(...)")
+
+
+async def in_worker_thread(
+    turn: OneTurnAtATime, ask: Callable[..., AgentResult], question: str, cancel: threading.Event | None
+) -> AgentResult:
+    """`ask(question, cancel=...)`, a sync turn, in a worker thread, one turn at a time. A task cancel cannot stop
+    a thread: it sets the event the turn checks, waits for the turn to end there, then is raised."""
+    cancel = cancel or threading.Event()
+    async with turn.held():
+        task = asyncio.ensure_future(asyncio.to_thread(ask, question, cancel=cancel))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancel.set()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
 
 
 class OneTurnAtATime:
