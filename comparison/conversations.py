@@ -55,8 +55,8 @@ def check_saved_conversation(contender: str, thread_id: str, db: Path | str, cus
     """Raise ValueError (`CustomerMismatch` among them) when the saved conversation of `thread_id` cannot be
     resumed: a damaged or wrong-shape file, or another customer's conversation. Reads, never writes.
 
-    A file beside `db` (the hand-written session's, MAF's) is read here; a graph thread's customer is checked by
-    its session itself, on the first read of the thread, before anything runs or is shown.
+    A file beside `db` (a contender's JSON file, as the hand-written session keeps) is read here; a graph thread's
+    customer is checked by its session itself, on the first read of the thread, before anything runs or is shown.
     """
     module = _kept_by(contender)
     run_blocking(lambda: module.acheck_saved(db, thread_id, customer_id), instead=f"{module.__name__}.acheck_saved")
@@ -76,7 +76,8 @@ def open_conversation(
     storage: dict[str, Any] | None = None,
 ) -> Conversation:
     """The contender's conversation; `db` set means persisted: a SQLite file (for a graph; a JSON file beside it
-    for the hand-written session and MAF's) or a ``postgresql://`` URL (the thread `thread_id` in that database).
+    for a contender that keeps one, as the hand-written session does) or a ``postgresql://`` URL (the thread
+    `thread_id` in that database).
 
     `customer_id` is recorded with the conversation; `approve` answers the approval pauses of `ask` (the
     hand-written loop was given its own when it was built); `policy` is the history policy; `storage`, the
@@ -115,8 +116,8 @@ def run_gated(contender: str, agent: Contender, instructions: str, goal: str, hu
     """Run a contender that pauses for approval (`Approval.PAUSES`) in a conversation of its own, in memory: each
     time its turn stops AWAITING_APPROVAL, the human answers each request (`aresume`) and the run goes on.
 
-    The guarded graph's pause asks one question at a time; `create_agent`'s `HumanInTheLoopMiddleware` puts
-    several in one pause, answered with one answer each (`resume_with`).
+    A pause may hold one request (the guarded graph's) or several, answered with one answer each
+    (`resume_with`).
     """
     module = _kept_by(contender)
 

@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from comparison.closing import FIRED, GUARD_LEGEND, MISSING, NOT_EXERCISED, NOT_MEASURED, NOT_RUN, RAISED
+from comparison.closing import FIRED, MISSING, NOT_EXERCISED, NOT_MEASURED, NOT_RUN, RAISED
 from comparison.contenders import CONTENDERS
+from comparison.guard_grid import render_guard_grid
 from comparison.records import RunRecord, cart_text, short_outcome
-from comparison.render import STATUS_STYLE
 from comparison.sanitize import clean_line
 from comparison.scenarios import Scenario, contenders_for, contenders_running
 from comparison.scenarios.phrases import names_or_all
@@ -452,66 +452,5 @@ def render_overview(
             by = ", ".join(contenders_running(scenario, tuple(CONTENDERS))) or "no contender"
             line = f"{number:>2}. {scenario.name}: not run; it is run by {by}"
             console.print(Text(line, "yellow"), overflow="ellipsis", no_wrap=True)
-    render_matrix_overview(console, matrix, contenders, {s.name: n for n, s in enumerate(scenarios, start=1)})
+    render_guard_grid(console, matrix, contenders, {s.name: n for n, s in enumerate(scenarios, start=1)})
     _render_next_steps(console, prog, shown)
-
-
-def matrix_labels(matrix: Sequence[dict[str, Any]], numbers: dict[str, int], room: int) -> tuple[str, list[str]]:
-    """The header and each row's label, the first that fits in `room`: ``step limit (max-steps)``, ``step limit
-    (3)`` (its scenario's number in the overview), or ``step limit`` (its scenario's lesson names it)."""
-    choices = [("guard (scenario)", [f"{row['guard']} ({row['scenario']})" for row in matrix])]
-    if all(row["scenario"] in numbers for row in matrix):
-        choices.append(("guard (scenario)", [f"{row['guard']} ({numbers[row['scenario']]})" for row in matrix]))
-    choices.append(("guard", [row["guard"] for row in matrix]))
-    return next((c for c in choices if label_width(*c) <= room), choices[min(1, len(choices) - 1)])
-
-
-def label_width(header: str, labels: Sequence[str]) -> int:
-    return max(len(header), *(len(label) for label in labels)) + 1
-
-
-def column_chunks(widths: Sequence[int], room: int) -> list[list[int]]:
-    """The indexes of `widths` in order, cut into runs that each fit in `room` (a column wider than `room` alone)."""
-    chunks: list[list[int]] = [[]]
-    used = 0
-    for i, w in enumerate(widths):
-        if chunks[-1] and used + w > room:
-            chunks.append([])
-            used = 0
-        chunks[-1].append(i)
-        used += w
-    return chunks
-
-
-def render_matrix_overview(
-    console: Console,
-    matrix: list[dict[str, Any]],
-    contenders: Sequence[str],
-    numbers: dict[str, int] | None = None,
-) -> None:
-    """The guard matrix with one status word per cell (`compare.py --full` has each cell's details), and what the
-    statuses it shows mean. A column per contender, as many as the width holds, the rest in a table below.
-
-    `numbers`: each scenario's number in the overview, to label a row with it when its name leaves too little room.
-    """
-    if not matrix:
-        return
-    console.print()
-    console.print(Text("Guard matrix: did the guard act in the runs above?", "bold"))
-    statuses = [[row["cells"][c]["status"] for row in matrix] for c in contenders]
-    widths = [max(len(c), *(len(s) for s in column)) + 1 for c, column in zip(contenders, statuses, strict=True)]
-    # Each column's width counts the space after it, which the last one does without.
-    header, labels = matrix_labels(matrix, numbers or {}, console.width + 1 - sum(widths))
-    for chunk in column_chunks(widths, console.width + 1 - label_width(header, labels)):
-        table = Table(box=None, padding=(0, 1, 0, 0), pad_edge=False, header_style="bold underline")
-        table.add_column(header, no_wrap=True)
-        for i in chunk:
-            table.add_column(contenders[i], no_wrap=True)
-        for r, label in enumerate(labels):
-            cells = [statuses[i][r] for i in chunk]
-            table.add_row(Text(label), *(Text(c, STATUS_STYLE.get(c, "")) for c in cells))
-        console.print(table)
-    seen = {cell["status"] for row in matrix for cell in row["cells"].values()}
-    legend = "; ".join(f"{status} = {meaning}" for status, meaning in GUARD_LEGEND.items() if status in seen)
-    console.print(Text(legend, "dim"))
-    console.print()

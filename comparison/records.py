@@ -110,7 +110,7 @@ def result_record(key: RunKey, store: BookStore, customer: str, wall_s: float, r
     cart, total = _cart_lines(store, customer)
     facts: dict[str, Any] = {}
     if result.forced_answer is not None:
-        # A framework's text after a limit ended its loop (MAF): kept as what it is, never as the answer.
+        # A framework's text after a limit ended its loop: kept as what it is, never as the answer.
         facts["forced_answer"] = mask_pii(result.forced_answer)
     return RunRecord(
         **key,

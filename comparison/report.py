@@ -538,7 +538,7 @@ def summary_table(runs: Sequence[dict[str, Any]]) -> str:
 
 
 def _forced(run: dict[str, Any]) -> str:
-    """A framework's forced answer (MAF after a limit), under the user message and named for what it is."""
+    """A framework's forced answer (after a limit ended its loop), under the user message and named for what it is."""
     forced = (run.get("facts") or {}).get("forced_answer")
     if forced is None:
         return ""

@@ -40,7 +40,7 @@ class Approval(StrEnum):
     NONE = "none"
     """No gate: the approval variants are not run by it, and `lacks[Capability.APPROVAL]` says why."""
     ASKS = "asks"
-    """It calls `approve(call, reason)` inside its own run and goes on (the hand-written loop, MAF)."""
+    """It calls `approve(call, reason)` inside its own run and goes on (the hand-written loop)."""
     PAUSES = "pauses"
     """Its run stops with `StopReason.AWAITING_APPROVAL` and `result.pending` in its conversation; the harness
     answers each request through the conversation's `aresume` (the graphs). Needs a `conversation`."""
@@ -64,26 +64,27 @@ class Capability(StrEnum):
 class ContenderSpec:
     """Everything the harness needs to know of one contender; one module holds one, as the entry point's value.
 
-    A framework file (e.g. ``frameworks/pydantic_ai.py``) holds its bridge and, at module level::
+    A contender's module (here a made-up ``my_agent.py`` on a framework ``my-framework``) holds its bridge and,
+    at module level::
 
         SPEC = ContenderSpec(
-            name="pydantic-ai",                        # the entry point's name too; lower case, '-' between words
-            description="PydanticAI's Agent: ...",     # one line, shown by --help, --list, the page, the report
-            requirement="pydantic-ai-slim==2.78.0",    # exact pin, also in pyproject.toml's dependencies
+            name="my-agent",                           # the entry point's name too; lower case, '-' between words
+            description="My framework's agent: ...",   # one line, shown by --help, --list, the page, the report
+            requirement="my-framework==1.2.0",         # exact pin, also in pyproject.toml's dependencies
             build=build,                               # build(model, tools, options, approve) -> Contender
-            order=6,                                   # its place among this project's own (ours: 1-5)
+            order=10,                                  # its place among this project's own (an outside one's: last)
             approval=Approval.ASKS,                    # NONE, ASKS (calls `approve` in its run) or PAUSES
             capabilities=frozenset({Capability.STREAMING, Capability.SEQUENTIAL_TOOLS}),
-            guards={"step limit": "UsageLimits.request_limit", "time budget": "run(timeout=)"},
-            lacks={Capability.REWIND: "PydanticAI's message history ...", ...},  # a sentence per one it lacks
-            conversation="frameworks.pydantic_ai",     # module with aopen_conversation/acheck_saved, or None
-            source_modules=("frameworks.pydantic_ai",),
+            guards={"step limit": "Agent(max_steps=)", "time budget": "run(timeout=)"},
+            lacks={Capability.REWIND: "my framework's history ...", ...},  # a sentence per one it lacks
+            conversation="my_agent",                   # module with aopen_conversation/acheck_saved, or None
+            source_modules=("my_agent",),
         )
 
     and in ``pyproject.toml``::
 
         [project.entry-points."agent_loop_compare.contenders"]
-        pydantic-ai = "frameworks.pydantic_ai:SPEC"
+        my-agent = "my_agent:SPEC"
 
     `build` gets `AgentOptions` (limits, on_event, on_token, needs_approval, tracer_provider...), LangChain tools
     and a LangChain chat model (the scripted model offline), and returns an object with ``run(instructions,
@@ -108,7 +109,7 @@ class ContenderSpec:
     name: str
     description: str
     requirement: str
-    """The pinned requirement its framework needs ("agent-framework-core==1.23.*"; "" for our own code)."""
+    """The pinned requirement its framework needs ("my-framework==1.2.0"; "" for our own code)."""
     build: Build
     order: int | None = None
     """Its place in the tables among this project's own contenders (pyproject.toml's entry points): 1 first.

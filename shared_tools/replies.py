@@ -156,7 +156,8 @@ def checked_reply(reply: AIMessage) -> AIMessage:
     changed = False
     for bad in reply.invalid_tool_calls:
         if isinstance(bad.get("args"), str) and _too_deep_text(bad["args"]):
-            # Kept, the text would be parsed again by whoever answers the call (MAF does), past its recursion limit.
+            # Kept, the text would be parsed again by whoever answers the call (a framework's loop may), past its
+            # recursion limit.
             bad = InvalidToolCall(
                 **{**bad, "args": "", "error": f"the arguments nest deeper than {MAX_ARGS_DEPTH} levels"}
             )

@@ -443,8 +443,8 @@ class AgentResult:
     """With AWAITING_APPROVAL: the approval requests the run paused on, each
     ``{"tool_call": {"id", "name", "args"}, "reason": str}``; None otherwise."""
     forced_answer: str | None = None
-    """A text the framework forced out of the model after a limit ended its tool loop (Microsoft Agent Framework
-    asks once more with tools disabled); never the `answer`, since the run did not finish. None otherwise."""
+    """A text the framework forced out of the model after a limit ended its tool loop (one more call with tools
+    disabled); never the `answer`, since the run did not finish. None otherwise."""
 
     @classmethod
     def of_run(

@@ -1,8 +1,8 @@
 """`run_blocking`: drive one of the agents' async methods to completion from sync code.
 
-The sync drivers (`run`, `ask`, `resume`, ...) are thin wrappers over this, as PydanticAI's `run_sync` is. Unlike a
-bare `asyncio.run` it names the async method to await when called inside a running loop, handles a Ctrl-C while
-the loop is built, and does not wait for a hung sync-only model after the time budget ended the run.
+The sync drivers (`run`, `ask`, `resume`, ...) are thin wrappers over this, as a framework's `run_sync` often is.
+Unlike a bare `asyncio.run` it names the async method to await when called inside a running loop, handles a Ctrl-C
+while the loop is built, and does not wait for a hung sync-only model after the time budget ended the run.
 """
 
 from __future__ import annotations

@@ -101,8 +101,8 @@ class _WholeLines:
 
 def _span_limits() -> SpanLimits:
     """The SDK's limits, as the OTEL_* variables say; unless one sets the length of an attribute's value, it is cut
-    at `telemetry.MAX_ATTRIBUTE_CHARS`: ours are cut there already, this cuts what other code puts on spans (MAF
-    writes its own), which the SDK leaves unbounded by default."""
+    at `telemetry.MAX_ATTRIBUTE_CHARS`: ours are cut there already, this cuts what other code puts on spans (a
+    framework's own), which the SDK leaves unbounded by default."""
     import os
 
     from opentelemetry.sdk.trace import SpanLimits

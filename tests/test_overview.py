@@ -22,6 +22,7 @@ from comparison.scenarios import SCENARIOS
 from comparison.scenarios.s01_bookstore import bookstore_headline
 from comparison.scenarios.s09_session import session_headline
 from shared_tools.results import StopReason
+from tests.guard_grid_reader import read_guard_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 150
@@ -187,36 +188,17 @@ def test_the_overview_has_a_line_per_contender_per_scenario_with_the_records_num
     assert checked >= 60
 
 
-def matrix_cells(lines: list[str], contenders: list[str]) -> dict[tuple[str, str], str]:
-    """(guard, contender) -> the status the overview's guard matrix shows, over every table it is cut into; a row is
-    labelled ``step limit (max-steps)``, ``step limit (3)`` or ``step limit``; cells are read at their header's
-    columns."""
-    start = next(i for i, line in enumerate(lines) if line.startswith("Guard matrix"))
-    cells: dict[tuple[str, str], str] = {}
-    columns: list[tuple[str, int]] = []
-    for line in lines[start + 1 :]:
-        if line.startswith("guard"):
-            columns = sorted(
-                ((c, m.start()) for c in contenders for m in re.finditer(rf"(?<!\S){re.escape(c)}(?!\S)", line)),
-                key=lambda x: x[1],
-            )
-            continue
-        if not line.strip() or not columns or line[: columns[0][1]].strip() == "":
-            break
-        guard = re.sub(r" \(.*\)$", "", line[: columns[0][1]].strip())
-        for (contender, at), (_, end) in zip(columns, [*columns[1:], ("", len(line))], strict=True):
-            cells[(guard, contender)] = line[at:end].strip()
-    return cells
-
-
 def test_the_overview_shows_the_guard_matrix_as_recorded_and_what_to_try_next(default_run: dict[str, Any]) -> None:
     lines, doc = default_run["lines"], default_run["doc"]
     matrix = doc["guard_matrix"]
     assert len(matrix) == len(GUARDS)
-    shown = matrix_cells(lines, doc["contenders"])
+    numbers = {s["name"]: n for n, s in enumerate(doc["scenarios"], start=1)}
+    shown = read_guard_grid(lines, doc["contenders"])
+    assert len(shown) == len(matrix) * len(doc["contenders"]), "a cell per guard and contender, and no other"
     for row in matrix:
+        header = f"{row['guard']} ({numbers[row['scenario']]})"
         for contender in doc["contenders"]:
-            assert shown[(row["guard"], contender)] == row["cells"][contender]["status"], (row["guard"], contender)
+            assert shown[(header, contender)] == row["cells"][contender]["status"], (header, contender)
     tail = default_run["out"][default_run["out"].index("What to try next") :]
     for command in (
         "python compare.py bookstore",
@@ -309,3 +291,23 @@ def test_the_readmes_sample_is_the_first_lines_of_the_default_run(default_run: d
     sample = [line for line in block.group(1).splitlines() if line != "..."]
     assert len(sample) >= 10
     assert sample == [line.rstrip() for line in default_run["lines"][: len(sample)]]
+
+
+def test_the_scenarios_pages_guard_matrix_is_the_default_runs(default_run: dict[str, Any]) -> None:
+    """docs/scenarios.md shows the matrix of the scripted runs as a table; it is read back here, so it cannot drift
+    from what the contenders do (a failure prints the row the page should have)."""
+    page = (ROOT / "docs" / "scenarios.md").read_text("utf-8").splitlines()
+    at = next(i for i, line in enumerate(page) if line.startswith("| contender | step limit"))
+    headers = [cell.strip() for cell in page[at].strip("|").split("|")][1:]
+    rows = {}
+    for line in page[at + 2 :]:
+        if not line.startswith("|"):
+            break
+        name, *cells = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[name.strip("`")] = cells
+    matrix, contenders = default_run["doc"]["guard_matrix"], default_run["doc"]["contenders"]
+    assert headers == [f"{row['guard']} (`{row['scenario']}`)" for row in matrix]
+    assert list(rows) == contenders
+    for contender in contenders:
+        wanted = [row["cells"][contender]["status"] for row in matrix]
+        assert rows[contender] == wanted, f"| `{contender}` | " + " | ".join(wanted) + " |"

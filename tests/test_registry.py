@@ -21,6 +21,7 @@ from comparison import closing
 from comparison.closing import contradicted_claims
 from comparison.contenders import SPECS
 from shared_tools.contender import ENTRY_POINT_GROUP, Capability
+from tests.guard_grid_reader import read_guard_grid
 from webdemo.routes import NUMBER_WORDS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,7 +122,9 @@ def test_the_overview_the_matrix_and_the_report_show_the_plugin(full_run: dict[s
     stdout = full_run["stdout"]
     named = stdout[stdout.index("Contenders: ") : stdout.index("(the same goals for each)")]
     assert PLUGIN in re.findall(r"[\w-]+", named), "named among the contenders"
-    assert re.search(rf"^guard .*\b{PLUGIN}\b", stdout, re.M), "a column of the guard matrix"
+    grid = read_guard_grid(stdout.splitlines(), [*SPECS, PLUGIN])
+    row = {header: status for (header, name), status in grid.items() if name == PLUGIN}
+    assert row and row == {h: status for (h, name), status in grid.items() if name == "handwritten"}, "its matrix row"
     rows = {row["guard"]: row["cells"] for row in full_run["document"]["guard_matrix"]}
     assert {guard: cells[PLUGIN]["status"] for guard, cells in rows.items()} == {
         guard: cells["handwritten"]["status"] for guard, cells in rows.items()

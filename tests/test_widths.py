@@ -22,6 +22,7 @@ from comparison.overview import render_overview
 from comparison.records import RunRecord
 from comparison.render import columns_setting
 from comparison.scenarios import SCENARIOS
+from tests.guard_grid_reader import columns_of, read_guard_grid
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRA = {
@@ -96,10 +97,46 @@ def test_the_overview_is_readable_at_80_and_120_columns(
     assert all(len(line.rstrip()) <= width for line in lines)
     matrix = lines[next(i for i, line in enumerate(lines) if line.startswith("Guard matrix")) :]
     assert not any("…" in line for line in matrix), "a status cut in the guard matrix"
-    headers = " ".join(line for line in matrix if line.startswith("guard"))
-    assert all(c in headers.split() for c in contenders), "every contender has its column"
+    assert_the_grid_shows_the_records(lines, contenders, runs, most_tables=1 if width >= 120 else 2)
     assert not split_names(lines, contenders)
     assert len(lines) <= (150 if width >= 120 else 230), len(lines)
+
+
+def assert_the_grid_shows_the_records(
+    lines: list[str], contenders: list[str], runs: list[RunRecord], *, most_tables: int
+) -> None:
+    """A row per contender in each of at most `most_tables` tables and a column per guard, headed by the guard and its
+    scenario's number, each cell the status word its records give, whole."""
+    numbers = {s.name: n for n, s in enumerate(SCENARIOS, start=1)}
+    matrix = guard_matrix(runs, contenders)
+    shown = read_guard_grid(lines, contenders)
+    assert len(shown) == len(matrix) * len(contenders), "a cell per guard and contender, and no other"
+    for row in matrix:
+        for contender in contenders:
+            header = f"{row['guard']} ({numbers[row['scenario']]})"
+            assert shown[(header, contender)] == row["cells"][contender]["status"], (header, contender)
+    rules = [line for line in lines if columns_of(line)]
+    assert 1 <= len(rules) <= most_tables, rules
+
+
+def test_a_tenth_contender_adds_a_row_to_the_guard_matrix_at_120_columns(
+    records: tuple[list[str], list[RunRecord]],
+) -> None:
+    """A name longer than any registered one, with a copy of the hand-written loop's records: one table still."""
+    contenders, runs = records
+    if len(contenders) < 9:
+        contenders, runs = nine(contenders, runs)
+    runs = list(runs)
+    tenth = "a-tenth-contender-named-long"
+    for record in [r for r in runs if r.contender == "handwritten"]:
+        twin = copy.deepcopy(record)
+        twin.contender = tenth
+        runs.append(twin)
+    contenders = [*contenders[:9], tenth]
+    runs = [r for r in runs if r.contender in contenders]
+    lines = overview(contenders, runs, 120)
+    assert all(len(line.rstrip()) <= 120 for line in lines)
+    assert_the_grid_shows_the_records(lines, contenders, runs, most_tables=1)
 
 
 def test_a_name_split_over_two_lines_is_found() -> None:
