@@ -1,4 +1,4 @@
-"""The live page (`python compare.py serve`) over real HTTP: first trace line, a seed turn in every pane, memory, workers.
+"""The live page (`python compare.py serve`) over real HTTP: first trace line, a turn in every pane, memory, workers.
 
 A real uvicorn server on 127.0.0.1 played by httpx as the page plays it; times are medians with p10/p90.
 ``--section workers`` measures turns per second with 1, 2 and 4 worker processes on an embedded Postgres.
