@@ -59,6 +59,7 @@ try:
         UsageParser,
         add_temperature_argument,
         build_chat_parser,
+        check_chat_window,
         configure_logging,
         parse_contenders,
         split_command,
@@ -125,7 +126,7 @@ def _epilog(prog: str) -> str:
     scenario_lines = "\n".join(f"  {s.name:<18} {s.description}" for s in SCENARIOS)
     return (
         f"scenarios (default: all):\n{scenario_lines}\n\n"
-        f"chat: {prog} chat [--contender handwritten|langgraph] [--thread NAME] [--session-db PATH] "
+        f"chat: {prog} chat [--contender NAME] [--thread NAME] [--session-db PATH] "
         "[--store-db PATH] [--keep-turns N|none] [--summarize]\n"
         f"eval: {prog} eval [SCENARIO ...] [--runs N] [--seed S] [--model SPEC] [--json PATH|-] [--report PATH]\n"
         f"serve: {prog} serve [--host HOST] [--port PORT] [--data DIR] [--model SPEC]: the live side-by-side page\n"
@@ -403,8 +404,7 @@ def chat_main(argv: Sequence[str], *, prog: str = "compare.py chat") -> int:
     """`python compare.py chat`: ask, see the trace, ask again; `quit` or an empty line ends it."""
     try:
         args = build_chat_parser(prog).parse_args(argv)
-        if args.summarize and args.keep_turns is None:
-            raise UsageError("--summarize folds the turns that fall out of --keep-turns: give --keep-turns N too")
+        check_chat_window(args)
     except UsageError as exc:
         return fail(prog, exc)
     configure_logging(args.verbose)

@@ -1,4 +1,4 @@
-"""The live page (`python compare.py serve`) over real HTTP: first trace line, a four-pane seed turn, memory, workers.
+"""The live page (`python compare.py serve`) over real HTTP: first trace line, a turn in every pane, memory, workers.
 
 A real uvicorn server on 127.0.0.1 played by httpx as the page plays it; times are medians with p10/p90.
 ``--section workers`` measures turns per second with 1, 2 and 4 worker processes on an embedded Postgres.
@@ -29,12 +29,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
+from comparison.contenders import with_capability
 from comparison.scenarios import SEED_GOAL
+from shared_tools.contender import Capability
 from webdemo.server import create_app, free_port, running_server
+from webdemo.settings import default_panes
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ALL_FOUR = ["handwritten", "langgraph", "langgraph-defaults", "create-agent"]
+DEFAULT = list(default_panes())
+"""The panes a new tab opens with (the registry's first two with a conversation)."""
+EVERY = list(with_capability(Capability.CONVERSATIONS))
+"""Every contender that can have a pane, as a presenter who ticks every box."""
 
 
 def events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
@@ -81,7 +87,7 @@ def rss_kb() -> int:
 
 def memory(http: httpx.Client, turns: int, every: int, data: Path) -> list[dict[str, float]]:
     tab = http.post("/api/tabs", json={}).json()["tab"]
-    http.post("/api/settings", json={"tab": tab, "contenders": ["handwritten", "langgraph"], "max_tokens": None})
+    http.post("/api/settings", json={"tab": tab, "contenders": DEFAULT, "max_tokens": None})
     samples = []
     tracemalloc.start()
     for turn in range(1, turns + 1):
@@ -257,7 +263,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--client-turns", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--contenders", default="handwritten,langgraph", help="the panes of every turn")
+    parser.add_argument("--contenders", default=",".join(DEFAULT), help="the panes of every turn")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     result: dict[str, Any] = {}
@@ -282,19 +288,21 @@ def page_section(args: argparse.Namespace) -> dict[str, Any]:
         data = Path(scratch)
         app = create_app(data, max_tabs=10_000)
         with running_server(app) as url, httpx.Client(base_url=url, timeout=60) as http:
-            one_turn(http, ["handwritten", "langgraph"])  # warm-up: imports, first graph compile
-            two = [one_turn(http, ["handwritten", "langgraph"]) for _ in range(args.repeats)]
-            four = [one_turn(http, ALL_FOUR) for _ in range(args.repeats)]
+            one_turn(http, EVERY)  # warm-up: every framework's imports, the first graph compile
+            two = [one_turn(http, DEFAULT) for _ in range(args.repeats)]
+            every = [one_turn(http, EVERY) for _ in range(args.repeats)]
             mem = memory(http, args.turns, args.every, data)
     result = {
         "first_trace_line": summary([first for first, _ in two]),
         "seed_turn_two_panes": summary([total for _, total in two]),
-        "seed_turn_four_panes": summary([total for _, total in four]),
+        "seed_turn_every_pane": summary([total for _, total in every]),
+        "panes": {"default": DEFAULT, "every": EVERY},
         "memory": mem,
     }
     growth = (mem[-1]["traced_mb"] - mem[0]["traced_mb"]) / max(1, mem[-1]["turn"] - mem[0]["turn"]) * 1024
     result["traced_growth_kb_per_turn"] = growth
-    for name in ("first_trace_line", "seed_turn_two_panes", "seed_turn_four_panes"):
+    print(f"default panes: {', '.join(DEFAULT)}; every pane: {len(EVERY)} ({', '.join(EVERY)})")
+    for name in ("first_trace_line", "seed_turn_two_panes", "seed_turn_every_pane"):
         s = result[name]
         print(f"{name:<22} median {s['median_ms']:7.1f} ms   p10 {s['p10_ms']:7.1f}   p90 {s['p90_ms']:7.1f}")
     for sample in mem:

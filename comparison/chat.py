@@ -24,6 +24,7 @@ from comparison.conversations import Conversation, ConversationNotSaved
 from comparison.line_editor import CtrlC, LineReader
 from comparison.render import print_trace, render_turn
 from comparison.sanitize import clean_line, clean_text
+from shared_tools.conversation import NoRewind
 from shared_tools.models.errors import ModelCallFailed
 from shared_tools.models.personas import KNOWN_GOALS, ScriptExhausted, parse_goal
 from shared_tools.results import AgentResult, ConcurrentTurn, StopReason, Token, TokenKind, TraceEvent
@@ -167,13 +168,22 @@ class LiveTurn:
 
 
 async def run_command(
-    console: Console, conversation: Conversation, command: str, cart: Callable[[], str], thread: str = "this thread"
+    console: Console,
+    conversation: Conversation,
+    command: str,
+    cart: Callable[[], str],
+    thread: str = "this thread",
+    no_rewind: str | None = None,
 ) -> bool:
-    """``/help``, ``/history`` or ``/rewind [N]``; False when `command` is none of them (``/bye`` is the chat's)."""
+    """``/help``, ``/history`` or ``/rewind [N]``; False when `command` is none of them (``/bye`` is the chat's).
+
+    `no_rewind`: why this conversation has no rewind (its contender's sentence), said by /help and /rewind."""
     name, _, rest = command.partition(" ")
     if name == "/help":
         for usage, what in COMMANDS:
-            console.print(Text(f"  {usage:<12} {what}"))
+            if usage.startswith("/rewind") and no_rewind is not None:
+                what = f"not here: {no_rewind}"
+            console.print(Text(f"  {usage:<12} {clean_line(what)}"))
         console.print(Text("  Ctrl-C stops a turn that runs, keeping what it did; the prompt stays."))
         return True
     if name == "/history":
@@ -185,6 +195,9 @@ async def run_command(
             console.print(Text(f"{turn.number:>3}. {clean_line(turn.question)}{where}"))
         return True
     if name == "/rewind":
+        if no_rewind is not None:
+            console.print(Text(f"cannot rewind: {clean_line(no_rewind)}; nothing was changed"))
+            return True
         try:
             count = int(rest.strip() or "1")
             if count < 1:
@@ -195,7 +208,7 @@ async def run_command(
         try:
             with another_process_says_so(thread):
                 rewound = await conversation.arewind(count)
-        except ValueError as exc:  # more turns than the conversation has
+        except (ValueError, NoRewind) as exc:  # more turns than it has; a session that has no rewind after all
             console.print(Text(f"cannot rewind: {clean_line(str(exc))}"))
             return True
         to = f"; the thread goes on from checkpoint {rewound.checkpoint_id}" if rewound.checkpoint_id else ""
@@ -218,16 +231,18 @@ def converse(
     cart: Callable[[], str] = lambda: "unknown",
     thread: str = "this thread",
     human: ChatHuman | None = None,
+    no_rewind: str | None = None,
 ) -> Ending:
     """Finish a turn a crash or an outage cut short, then ask until /bye, the end of input or a Ctrl-C at an
     empty prompt right after another; how it ended. All of it in one event loop, the prompt's and the turns'.
 
     With `live`, each turn is shown as it happens (the agent was built with its `on_token` and `on_event`);
     without, it is shown when it ends. `cart` says what the cart holds, for ``/rewind``; `human` asks the
-    approvals (a graph's pauses here, the hand-written loop's inside its run). A model call that fails mid-turn
+    approvals (a graph's pauses here, the hand-written loop's inside its run); `no_rewind`, why this
+    conversation has no ``/rewind`` (None: it has one). A model call that fails mid-turn
     is one line; the turn is kept, cut short, and finished before the next question. `ThreadBusy`,
     `ConversationNotSaved` and an outage that is not a failed call propagate."""
-    chat = _Chat(console, conversation, scripted, reader, events, live, cart, thread, human or ChatHuman())
+    chat = _Chat(console, conversation, scripted, reader, events, live, cart, thread, human or ChatHuman(), no_rewind)
     chat.human.chat = chat
     return run_blocking(chat.arun, instead="_Chat.arun()")
 
@@ -262,6 +277,23 @@ class ChatHuman:
             return False
         return answer is not None and answer.strip().lower() in ("y", "yes")
 
+    def decide_now(self, reason: str) -> bool:
+        """`decide` for a contender whose run wants a bool at once (`ContenderSpec.awaits_approve` False): from a
+        worker thread the chat's loop asks as usual; on the loop's own thread, with it blocked, the answer is read
+        there (`LineReader.read_now`)."""
+        assert self.chat is not None, "converse gives the human its chat"
+        chat = self.chat
+        if chat.loop is not None and threading.get_ident() != chat.loop_thread:
+            return asyncio.run_coroutine_threadsafe(self.decide(reason), chat.loop).result()
+        chat.console.print(Text("approval needed: ", style="bold") + Text(clean_line(reason)))
+        try:
+            answer = chat.reader.read_now("approve? [y/N] ")
+        except CtrlC:
+            chat.cancel.set()  # the turn stops before its next model or tool call
+            chat.console.print(Text("(Ctrl-C: not approved, and the turn stops)"))
+            return False
+        return answer is not None and answer.strip().lower() in ("y", "yes")
+
 
 @dataclass
 class _Chat:
@@ -277,13 +309,18 @@ class _Chat:
     cart: Callable[[], str]
     thread: str
     human: ChatHuman
+    no_rewind: str | None = None
     cut_short: bool = False
     turn: asyncio.Task[Any] | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
     reading: asyncio.Task[Any] | None = None
     interrupts: int = 0
+    loop: asyncio.AbstractEventLoop | None = None
+    loop_thread: int | None = None
+    """The chat's event loop and its thread, for an approval asked from a turn's worker thread (`decide_now`)."""
 
     async def arun(self) -> Ending:
+        self.loop, self.loop_thread = asyncio.get_running_loop(), threading.get_ident()
         with self.ctrl_c_stops_the_turn():
             self.cut_short = not await self.finish_cut_short()
             while True:
@@ -474,9 +511,9 @@ class _Chat:
 
     async def command(self, line: str) -> None:
         # A rewind goes back from a finished turn: a cut-short one is finished first, as before a question.
-        if line.split()[0] == "/rewind" and not await self.finished_first():
+        if line.split()[0] == "/rewind" and self.no_rewind is None and not await self.finished_first():
             return
-        if not await run_command(self.console, self.conversation, line, self.cart, self.thread):
+        if not await run_command(self.console, self.conversation, line, self.cart, self.thread, self.no_rewind):
             self.console.print(Text(f"unknown command {clean_line(line.split()[0])!r}; /help lists the commands"))
 
     async def ask(self, question: str) -> None:

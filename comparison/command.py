@@ -19,7 +19,7 @@ from comparison.approvals import AskingHuman
 from comparison.chat import ChatHuman, Ending, LiveTurn, converse
 from comparison.closing import guard_matrix
 from comparison.command_line import UsageError
-from comparison.contenders import CONTENDERS, build_contender
+from comparison.contenders import CONTENDERS, build_contender, spec_of
 from comparison.conversations import (
     Conversation,
     HistoryPolicy,
@@ -42,6 +42,7 @@ from comparison.sanitize import clean_line
 from comparison.scenarios import INSTRUCTIONS, Scenario, contenders_running
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
+from shared_tools.contender import Capability
 from shared_tools.conversation import DamagedCheckpoint, beside
 from shared_tools.models import ModelSpecError, make_model
 from shared_tools.models.personas import KNOWN_GOALS
@@ -72,18 +73,26 @@ def check_chat(
     check_session_db(session_db)
     db = session_db
     store = store_db or (db if isinstance(db, str) else db.with_name(f"{db.stem}.store.db"))
-    if isinstance(store, Path) and isinstance(db, Path) and contender != "langgraph":
-        # The hand-written session keeps the conversation in a JSON file beside --session-db: a store there
-        # would be written over by the first save, or make that file unreadable as a session.
-        kept = beside(db, thread, ".json")
-        if store.resolve() == kept.resolve():
-            raise UnusableFile(f"--store-db: {store} is the file thread {thread!r} is kept in; give another file")
+    if isinstance(store_db, Path) and isinstance(db, Path) and is_beside(store_db, db, thread):
+        # A conversation kept in a file of its own names it `beside(db, thread, suffix)`: a store there would be
+        # written over by the first save, or make that file unreadable as a conversation.
+        raise UnusableFile(
+            f"--store-db: {store_db} is named as the files thread {thread!r} is kept in beside --session-db "
+            f"({beside(db, thread, '.*').name}); give another file"
+        )
     check_store_db(store)
     try:
         check_saved_conversation(contender, thread, db, customer)
     except ValueError as exc:  # damaged, wrong-shape, or another customer's (handwritten.CustomerMismatch)
         raise UnusableFile(f"cannot resume thread {thread!r}: {exc}") from None
     return store
+
+
+def is_beside(path: Path, db: Path, thread: str) -> bool:
+    """Whether `path` is named as a file a conversation keeps thread `thread` in beside `db`
+    (`shared_tools.conversation.beside`, whatever its suffix)."""
+    kept = beside(db, thread, ".")  # the default store, "<stem>.store.db", is no conversation's name
+    return path.resolve().parent == db.resolve().parent and path.name.startswith(kept.name)
 
 
 def default_session_db() -> Path:
@@ -213,6 +222,10 @@ def chat(
         raise UnusableFile(f"cannot resume thread {thread!r}: {exc}") from None
     kept_in = clean_line(str(facts["kept_in"]))
     say_what_is_kept(console, contender, thread, facts, policy, session_db, shown_target(store.url or store.path))
+    spec = spec_of(contender)
+    if not spec.has(Capability.APPROVAL):
+        unasked = f"Risky writes run unasked here ({clean_line(spec.why_not(Capability.APPROVAL))})."
+        console.print(Text(unasked), soft_wrap=True)
     if scripted:
         console.print(Text("The scripted model knows these goals: " + " | ".join(KNOWN_GOALS)))
     try:
@@ -229,6 +242,7 @@ def chat(
             cart=lambda: cart_text_of(store, customer),
             thread=thread,
             human=human,
+            no_rewind=None if spec.has(Capability.REWIND) else spec.why_not(Capability.REWIND),
         )
     except KeyboardInterrupt:  # while the chat's loop starts or ends, when no turn runs
         ending = Ending.INTERRUPTED
@@ -263,14 +277,17 @@ def _open_chat(
     human: ChatHuman,
 ) -> Conversation:
     """The chat's conversation, resumed, on an agent that shows each turn live and asks the customer at the
-    prompt before a risky write (the hand-written loop during its run; a graph's pauses are `converse`'s)."""
+    prompt before a risky write (a contender that asks, during its run; one that pauses, in `converse`)."""
 
     def on_event(event: TraceEvent) -> None:
         events.append(event)
         live.on_event(event)
 
     options = AgentOptions(on_event=on_event, on_token=live.on_token)
-    gate = AskingHuman(store, customer, human.decide)  # awaited by the hand-written loop, in its run
+    # Awaited by a contender that asks in its run; one without a gate runs every write (said by `chat`).
+    spec = spec_of(contender)
+    asks = human.decide if spec.awaits_approve else human.decide_now
+    gate = AskingHuman(store, customer, asks) if spec.has(Capability.APPROVAL) else None
     agent = build_contender(contender, model, make_tools(store, customer), options, gate)
     return open_conversation(
         contender, agent, INSTRUCTIONS, thread, session_db, resume=True, customer_id=customer, policy=policy

@@ -123,7 +123,15 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
         description="Talk to the bookstore assistant; the conversation and the cart are kept for the next time.",
         epilog="exit codes: 0 ok, 2 bad usage, 3 model unavailable, 4 a file cannot be used, 130 interrupted",
     )
-    parser.add_argument("--contender", choices=("handwritten", "langgraph"), default="handwritten")
+    talking = chat_contenders()
+    parser.add_argument(
+        "--contender",
+        type=chat_contender,
+        choices=talking,
+        default=talking[0] if talking else None,
+        metavar="NAME",
+        help=f"whose conversation (default: {talking[0] if talking else 'none'}): {', '.join(talking)}",
+    )
     parser.add_argument(
         "--thread",
         default="default",
@@ -153,9 +161,10 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep-turns",
         type=keep_turns_value,
-        default=CHAT_KEEP_TURNS,
+        default=argparse.SUPPRESS,  # not given: `check_chat_window` picks the contender's default
         metavar="N",
-        help=f"send the model only the last N turns (default {CHAT_KEEP_TURNS}); 0 or 'none': the whole history",
+        help=f"send the model only the last N turns (default {CHAT_KEEP_TURNS} where the contender has a history "
+        "window, else the whole history); 0 or 'none': the whole history",
     )
     parser.add_argument(
         "--summarize", action="store_true", help="fold the turns that fall out of --keep-turns into one summary"
@@ -164,6 +173,47 @@ def build_chat_parser(prog: str = "compare.py chat") -> argparse.ArgumentParser:
     parser.add_argument("--otel", choices=EXPORT_KINDS, help=OTEL_HELP)
     parser.set_defaults(prog=prog)
     return parser
+
+
+def chat_contenders() -> tuple[str, ...]:
+    """The contenders chat can talk to: each one whose spec declares a conversation, in table order."""
+    from comparison.contenders import with_capability
+    from shared_tools.contender import Capability
+
+    return with_capability(Capability.CONVERSATIONS)
+
+
+def chat_contender(text: str) -> str:
+    """`--contender`'s value: a contender with a conversation; one without is refused in its own words."""
+    from comparison.contenders import SPECS
+    from shared_tools.contender import Capability
+
+    spec = SPECS.get(text)
+    if spec is not None and not spec.has(Capability.CONVERSATIONS):
+        raise argparse.ArgumentTypeError(
+            f"{text} has no conversation to chat in: {spec.why_not(Capability.CONVERSATIONS)}"
+        )
+    return text  # an unknown name is refused by `choices`, which lists the ones there are
+
+
+def check_chat_window(args: argparse.Namespace) -> None:
+    """Set `args.keep_turns` when it was not given (`CHAT_KEEP_TURNS` for a contender with a history window, else
+    the whole history); a window or summary asked of a contender without one is a `UsageError` in its words."""
+    from comparison.contenders import spec_of
+    from shared_tools.contender import Capability
+
+    spec = spec_of(args.contender)
+    given = hasattr(args, "keep_turns")
+    if not given:
+        args.keep_turns = CHAT_KEEP_TURNS if spec.has(Capability.HISTORY_WINDOW) else None
+    if args.summarize and args.keep_turns is None:
+        raise UsageError("--summarize folds the turns that fall out of --keep-turns: give --keep-turns N too")
+    for option, capability, asked in (
+        ("--keep-turns", Capability.HISTORY_WINDOW, given and args.keep_turns is not None),
+        ("--summarize", Capability.SUMMARY, args.summarize),
+    ):
+        if asked and not spec.has(capability):
+            raise UsageError(f"{option}: {spec.name}: {spec.why_not(capability)}")
 
 
 def path_or_url(text: str) -> Path | str:

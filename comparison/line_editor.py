@@ -63,6 +63,25 @@ class LineReader:
         self._line = None
         return whole_text(typed.removesuffix("\n")) if typed else None
 
+    def read_now(self, prompt: str) -> str | None:
+        """An answer read with the event loop blocked (None at the end of input; `CtrlC` for a Ctrl-C on a
+        terminal): for a framework that asks its `approve` synchronously inside the chat's own loop. From a pipe
+        a Ctrl-C waits for the line, as the loop that acts on it is blocked meanwhile."""
+        if self.on_terminal:
+            try:
+                # In a thread of its own with its own loop: prompt_toolkit's way to ask inside a running loop.
+                answer: str = self._answers.prompt(prompt, in_thread=True, handle_sigint=False)
+            except EOFError:
+                return None
+            except KeyboardInterrupt:
+                raise CtrlC from None
+            return whole_text(answer)
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        # No read of the prompt's is pending during a turn: the line that started it was taken (`read`).
+        typed = sys.stdin.readline()
+        return whole_text(typed.removesuffix("\n")) if typed else None
+
 
 def is_terminal() -> bool:
     try:

@@ -30,6 +30,7 @@ SPEC = ContenderSpec(
     build=build,
     order=1,
     approval=Approval.ASKS,
+    awaits_approve=True,  # `AgentLoop.check_approval` awaits an awaitable answer
     capabilities=frozenset(
         {
             Capability.REWIND,

@@ -40,7 +40,8 @@ class Approval(StrEnum):
     NONE = "none"
     """No gate: the approval variants are not run by it, and `lacks[Capability.APPROVAL]` says why."""
     ASKS = "asks"
-    """It calls `approve(call, reason)` inside its own run and goes on (the hand-written loop)."""
+    """It calls `approve(call, reason)` inside its own run and goes on (the hand-written loop); a bool at once,
+    unless the spec says `awaits_approve`."""
     PAUSES = "pauses"
     """Its run stops with `StopReason.AWAITING_APPROVAL` and `result.pending` in its conversation; the harness
     answers each request through the conversation's `aresume` (the graphs). Needs a `conversation`."""
@@ -115,6 +116,9 @@ class ContenderSpec:
     """Its place in the tables among this project's own contenders (pyproject.toml's entry points): 1 first.
     An outside package's contenders come after ours, by name, whatever they say here."""
     approval: Approval = Approval.NONE
+    awaits_approve: bool = False
+    """With `Approval.ASKS`: its run awaits an `approve` answer that is awaitable (`AsyncApprove`), so a prompt in
+    the run's own event loop can ask; otherwise `approve` returns a bool when called."""
     capabilities: frozenset[Capability] = frozenset()
     """Besides APPROVAL (from `approval`) and CONVERSATIONS (from `conversation`): what it has."""
     guards: Mapping[str, str] = field(default_factory=dict)

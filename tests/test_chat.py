@@ -10,15 +10,19 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 import compare
+from comparison import contenders
 from comparison.chat import LiveTurn, chat_customer
+from comparison.contenders import SPECS, with_capability
 from comparison.scenarios import CART_QUESTION, ORDER_QUESTION, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
+from shared_tools.contender import Capability
 from shared_tools.results import AgentResult, StopReason, Token, TokenKind, TraceEvent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -382,7 +386,7 @@ def test_a_store_db_that_is_the_threads_own_session_file_is_refused_in_one_line(
     monkeypatch.setattr(sys, "stdin", io.StringIO(f"{CART_QUESTION}\n"))
     assert compare.main(argv) == compare.EXIT_FILE
     err = capsys.readouterr().err
-    assert "is the file thread 't2' is kept in" in err and len(err.strip().splitlines()) == 1, err
+    assert "is named as the files thread 't2' is kept in" in err and len(err.strip().splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == [], "nothing was written"
 
 
@@ -403,3 +407,120 @@ def test_a_graph_thread_whose_checkpoints_cannot_be_read_is_one_line_and_exit_4(
     assert compare.main(["chat", "--contender", "langgraph", "--session-db", str(db)]) == compare.EXIT_FILE
     err = capsys.readouterr().err
     assert "a checkpoint of the thread cannot be read" in err and len(err.strip().splitlines()) == 1, err
+
+
+# --- every contender with a conversation, through its spec ------------------------------------------------------
+
+TALKING = with_capability(Capability.CONVERSATIONS)
+
+
+@pytest.mark.parametrize("contender", TALKING)
+def test_every_contender_with_a_conversation_chats_keeps_its_turns_and_says_what_it_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
+) -> None:
+    spec = SPECS[contender]
+    db = tmp_path / "chat.db"
+    typed = f"{SEED_GOAL}\n{CART_QUESTION}\n/help\n/history\n/rewind\n/history\n"
+    out = " ".join(chat(monkeypatch, capsys, db, typed, "--contender", contender).split())
+    assert out.startswith(f"{contender} · thread default · kept in ")
+    assert "assistant> Your cart total is $16.50" in out
+    assert cart_of(db, contender) == {"The Quiet Orchard": 1}
+    help_, history, rewind, after = out.rsplit("you>", 5)[1:5]
+    assert "/history lists the turns of this thread" in help_
+    assert f"1. {SEED_GOAL}" in history and f"2. {CART_QUESTION}" in history
+    if spec.has(Capability.REWIND):
+        assert "Rewound 1 turn(s)" in rewind and "The cart is not rewound: The Quiet Orchard x1 (16.50)." in rewind
+        assert CART_QUESTION not in after
+        kept = 1
+    else:
+        why = " ".join(spec.why_not(Capability.REWIND).split())
+        assert f"/rewind [N] not here: {why}" in help_
+        assert rewind.strip() == f"cannot rewind: {why}; nothing was changed"
+        assert f"2. {CART_QUESTION}" in after, "nothing was rewound"
+        kept = 2
+    unasked = "Risky writes run unasked here"
+    assert (unasked in out) is not spec.has(Capability.APPROVAL)
+    if not spec.has(Capability.APPROVAL):
+        assert f"{unasked} ({' '.join(spec.why_not(Capability.APPROVAL).split())})." in out
+    window = "the last 20 turn(s)" if spec.has(Capability.HISTORY_WINDOW) else "the whole history"
+    assert f"the model sees {window}." in out
+    reopened = " ".join(chat(monkeypatch, capsys, db, "/history\n", "--contender", contender).split())
+    assert f"{kept} turn(s) so far" in reopened
+
+
+@pytest.mark.parametrize("contender", TALKING)
+def test_a_risky_add_is_put_to_the_person_at_the_prompt_by_every_gated_contender(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
+) -> None:
+    """A contender that asks in its run and wants a bool at once got the prompt's coroutine, read it as a no,
+    and told the customer they had refused a question never put to them."""
+    db = tmp_path / "chat.db"
+    out = chat(monkeypatch, capsys, db, "Add 5 copies of The Quiet Orchard to my cart.\ny\n", "--contender", contender)
+    gated = SPECS[contender].has(Capability.APPROVAL)
+    assert ("approval needed: 5 x The Quiet Orchard = 82.50" in out) is gated
+    assert "did not approve" not in out
+    assert cart_of(db, contender) == {"The Quiet Orchard": 5}
+
+
+@pytest.mark.parametrize("answer", ["n", ""])
+@pytest.mark.parametrize("contender", [c for c in TALKING if SPECS[c].has(Capability.APPROVAL)])
+def test_a_no_at_the_prompt_keeps_the_risky_add_out_of_the_cart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str, answer: str
+) -> None:
+    db = tmp_path / "chat.db"
+    typed = f"Add 5 copies of The Quiet Orchard to my cart.\n{answer}\n{CART_QUESTION}\n"
+    out = chat(monkeypatch, capsys, db, typed, "--contender", contender)
+    assert "approval needed: 5 x The Quiet Orchard = 82.50" in out
+    assert cart_of(db, contender) == {}
+
+
+def test_a_contender_without_a_conversation_is_refused_in_its_own_words(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    why = "this test-only loop keeps nothing between goals"
+    lacks = {**SPECS["handwritten"].lacks, Capability.CONVERSATIONS: why}
+    talkless = replace(SPECS["handwritten"], name="talkless", conversation=None, lacks=lacks)
+    monkeypatch.setitem(contenders.SPECS, "talkless", talkless)
+    assert compare.main(["chat", "--contender", "talkless"]) == compare.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"compare.py chat: argument --contender: talkless has no conversation to chat in: {why} "
+        "(see compare.py chat --help)"
+    ]
+    from comparison.command_line import build_chat_parser
+
+    assert "talkless" not in build_chat_parser().format_help(), "--help offers only contenders one can chat with"
+
+
+@pytest.mark.parametrize("option", [["--keep-turns", "3"], ["--keep-turns", "3", "--summarize"]])
+@pytest.mark.parametrize("contender", [c for c in TALKING if not SPECS[c].has(Capability.HISTORY_WINDOW)])
+def test_a_window_asked_of_a_contender_without_one_is_refused_in_its_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], contender: str, option: list[str]
+) -> None:
+    argv = ["chat", "--contender", contender, "--session-db", str(tmp_path / "c.db"), *option]
+    assert compare.main(argv) == compare.EXIT_USAGE
+    err = " ".join(capsys.readouterr().err.split())
+    why = " ".join(SPECS[contender].why_not(Capability.HISTORY_WINDOW).split())
+    assert err == f"compare.py chat: --keep-turns: {contender}: {why}"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("contender", TALKING)
+def test_a_store_db_named_as_a_file_the_thread_is_kept_in_is_refused_for_every_contender(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], contender: str
+) -> None:
+    db = tmp_path / "s.db"
+    chat(monkeypatch, capsys, db, f"{CART_QUESTION}\n", "--contender", contender, "--thread", "t2")
+    own = sorted(tmp_path.glob("s.t2*"))
+    if not own:  # kept in the session database itself (a graph's checkpoints)
+        assert {p.name for p in tmp_path.iterdir()} == {"s.db", "s.store.db"}
+        own = [tmp_path / "s.t2.json"]
+    for kept in own:
+        before = kept.read_bytes() if kept.is_file() else None
+        argv = ["chat", "--contender", contender, "--thread", "t2", "--session-db", str(db), "--store-db", str(kept)]
+        monkeypatch.setattr(sys, "stdin", io.StringIO(f"{CART_QUESTION}\n"))
+        assert compare.main(argv) == compare.EXIT_FILE
+        err = capsys.readouterr().err
+        assert "is named as the files thread 't2' is kept in beside --session-db (s.t2.*)" in err, err
+        assert len(err.strip().splitlines()) == 1
+        assert (kept.read_bytes() if kept.is_file() else None) == before, "nothing was written"

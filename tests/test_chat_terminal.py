@@ -21,7 +21,9 @@ import pytest
 
 import compare
 from comparison.chat import chat_customer
+from comparison.contenders import with_capability
 from shared_tools.bookstore.store import BookStore
+from shared_tools.contender import Capability
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal and SIGINT")
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +88,27 @@ def test_ctrl_c_at_the_approval_prompt_stops_the_turn_keeps_it_and_keeps_the_pro
         assert [name for name, _ in tools] == ["search_books", "check_stock", "add_to_cart"] * 2
         assert '"quantity":2' in tools[2][1], "the add that landed is in the kept history"
         assert tools[-1][1].startswith("The customer did not approve add_to_cart"), tools[-1]
+
+
+@pytest.mark.parametrize("contender", with_capability(Capability.APPROVAL))
+def test_every_gated_contender_puts_a_risky_add_to_the_person_at_the_terminal(tmp_path: Path, contender: str) -> None:
+    """The same y/N line whether the contender awaits the answer in the chat's loop, asks for a bool at once on it
+    (read on its own thread meanwhile), or asks from a worker thread of its own."""
+    db = tmp_path / "chat.db"
+    term = terminal(tmp_path, "--contender", contender, "--session-db", str(db))
+    try:
+        at = term.expect("you>")
+        term.type("Add 5 copies of The Quiet Orchard to my cart.\r")
+        at = term.expect("approve? [y/N]", after=term.expect("approval needed: 5 x The Quiet Orchard", after=at))
+        term.type("y\r")
+        at = term.expect("you>", after=term.expect("cartTotal", after=at))
+        term.type("/bye\r")
+        code = term.wait(timeout=30)
+    finally:
+        term.kill()
+    assert code == compare.EXIT_OK, term.text
+    assert "Traceback" not in term.text and "did not approve" not in term.text, term.text
+    assert cart_of(db, contender) == {"The Quiet Orchard": 5}
 
 
 def test_the_prompt_edits_lines_keeps_their_history_and_lists_its_commands(tmp_path: Path) -> None:

@@ -535,3 +535,48 @@ def test_after_an_approval_both_panes_show_the_whole_turn_and_the_wait_is_not_th
             assert gaps and int(gaps[0].get_attribute("data-wait-ms")) >= 1400, name
             ticks = [t.text for t in inside(name, ".waterfall svg > text")]
             assert ticks[-1].endswith(" ms"), f"{name}: the axis is the agent's milliseconds, not the wait: {ticks}"
+
+
+def test_the_page_offers_every_contender_and_runs_all_of_them_side_by_side(browser: object, tmp_path: Path) -> None:
+    """The Panes boxes are the registry's, a new tab opens on `default_panes()`, and ticking every box runs every
+    contender on the same goal, each pane with its own answer and cart."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    from comparison.contenders import SPECS
+    from shared_tools.bookstore.store import BookStore
+    from webdemo.settings import default_panes
+
+    driver: WebDriver = browser  # type: ignore[assignment]
+    wait = patient(driver)
+    every = list(SPECS)
+    data = tmp_path / "web"
+    with running_server(create_app(data)) as url:
+        driver.get(url + "/")
+        wait.until(lambda d: d.find_element(By.ID, "conn").text == "live")
+        assert all(name in driver.find_element(By.TAG_NAME, "h1").text for name in every)
+        shown = [e.get_attribute("data-pane") for e in driver.find_elements(By.CSS_SELECTOR, ".pane")]
+        assert shown == list(default_panes()) and len(shown) == 2
+        boxes = driver.find_elements(By.CSS_SELECTOR, "#contenders input")
+        assert [b.get_attribute("value") for b in boxes] == every
+        wait.until(lambda _: [b.get_attribute("value") for b in boxes if b.is_selected()] == shown)
+
+        choose_panes(driver, every)
+        type_and_send(driver, SEED_GOAL)
+        for name in every:
+            wait.until(
+                lambda d, n=name: d.find_element(By.CSS_SELECTOR, f'.pane[data-pane="{n}"] .stop').text == "done"
+            )
+            answer = driver.find_element(By.CSS_SELECTOR, f'.pane[data-pane="{name}"] .msg.assistant:last-child').text
+            assert "The Quiet Orchard" in answer, (name, answer)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "every-contender.png"))
+        key = str(driver.execute_script('return sessionStorage.getItem("agent-loop-compare-tab")')).split(".")[0]
+    store = BookStore(data / "tabs" / key / "store.db")
+    try:
+        carts = {
+            name: [(line.book.id, line.quantity) for line in store.cart(f"web-{key}-{name}").lines] for name in every
+        }
+    finally:
+        store.close()
+    assert carts == {name: [(7, 1)] for name in every}, "each pane shops as a customer of its own"

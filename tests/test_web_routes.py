@@ -1195,3 +1195,48 @@ def test_a_model_error_of_a_megabyte_is_one_cut_line_on_the_page(data: Path, mon
         errors = [p["last"]["error"] for p in done["panes"]]
         assert all(e.startswith("ConnectionError: the model server said: xxx") for e in errors), errors
         assert all(len(e) < MAX_DETAIL_CHARS + 100 and e.endswith("more characters not shown]") for e in errors)
+
+
+@pytest.fixture
+def registry_reversed() -> Iterator[list[str]]:
+    """The registry in the opposite order, for one test: what the page derives from it follows."""
+    from comparison.contenders import SPECS
+
+    saved = dict(SPECS)
+    SPECS.clear()
+    SPECS.update({name: saved[name] for name in reversed(saved)})
+    try:
+        yield list(SPECS)
+    finally:
+        SPECS.clear()
+        SPECS.update(saved)
+
+
+def test_a_new_tab_opens_on_the_first_two_contenders_of_the_registry(
+    registry_reversed: list[str], client: TestClient
+) -> None:
+    tab = new_tab(client)
+    opened = state(client, tab)
+    assert [p["contender"] for p in opened["panes"]] == registry_reversed[:2]
+    assert all(p["contender"] in panes(ask(client, tab, SEED_GOAL)) for p in opened["panes"])
+
+
+def test_a_pane_of_a_contender_without_a_conversation_is_refused_in_its_words(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from comparison.contenders import SPECS
+    from shared_tools.contender import Capability
+    from webdemo.settings import default_panes
+
+    why = "this test-only loop keeps nothing between goals"
+    lacks = {**SPECS["handwritten"].lacks, Capability.CONVERSATIONS: why}
+    monkeypatch.setitem(
+        SPECS, "talkless", replace(SPECS["handwritten"], name="talkless", conversation=None, lacks=lacks)
+    )
+    tab = new_tab(client)
+    response = client.post("/api/settings", json={"tab": tab, "contenders": ["handwritten", "talkless"]})
+    assert response.status_code == 400
+    assert response.json()["error"] == f"talkless cannot have a pane: {why}"
+    assert [p["contender"] for p in state(client, tab)["panes"]] == list(default_panes()), "nothing changed"

@@ -6,27 +6,32 @@ Read from the page's JSON, checked field by field: anything else is a `BadReques
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
-from comparison.contenders import (
-    CONTENDERS,
-)
+from comparison.contenders import SPECS, with_capability
+from shared_tools.contender import Capability
 from shared_tools.models.personas import PERSONAS
 from shared_tools.results import AgentLimits
 from webdemo.events import BadRequest
 
-if TYPE_CHECKING:
-    pass
-
 log = logging.getLogger(__name__)
+
+DEFAULT_PANES = 2
+"""How many panes a new tab opens with: the first contenders of the tables that keep a conversation."""
+
+
+def default_panes() -> tuple[str, ...]:
+    """A new tab's panes: the first `DEFAULT_PANES` contenders (table order) whose spec keeps a conversation,
+    which a pane is (a contender without one cannot have a pane)."""
+    return with_capability(Capability.CONVERSATIONS)[:DEFAULT_PANES]
 
 
 @dataclass(frozen=True)
 class PageSettings:
     """What the presenter chooses on the page: the panes, the scripted persona, the limits, the gate."""
 
-    contenders: tuple[str, ...] = ("handwritten", "langgraph")
+    contenders: tuple[str, ...] = field(default_factory=default_panes)
     persona: str = "shopper"
     max_steps: int = 6
     max_tokens: int | None = 20_000
@@ -53,10 +58,13 @@ class PageSettings:
             chosen = data["contenders"]
             if not isinstance(chosen, list) or not chosen or not all(isinstance(c, str) for c in chosen):
                 raise BadRequest(400, "contenders must be a non-empty list of contender names")
-            bad = [c for c in chosen if c not in CONTENDERS]
+            bad = [c for c in chosen if c not in SPECS]
             if bad:
-                raise BadRequest(400, f"unknown contender {bad[0][:40]!r}; choose from {', '.join(CONTENDERS)}")
-            changes["contenders"] = tuple(c for c in CONTENDERS if c in chosen)  # table order, no repeats
+                raise BadRequest(400, f"unknown contender {bad[0][:40]!r}; choose from {', '.join(SPECS)}")
+            for name in chosen:
+                if not SPECS[name].has(Capability.CONVERSATIONS):
+                    raise BadRequest(400, f"{name} cannot have a pane: {SPECS[name].why_not(Capability.CONVERSATIONS)}")
+            changes["contenders"] = tuple(c for c in SPECS if c in chosen)  # table order, no repeats
         if "persona" in data:
             if not isinstance(data["persona"], str) or data["persona"] not in PERSONAS:
                 raise BadRequest(400, f"unknown persona; choose from {', '.join(PERSONAS)}")
