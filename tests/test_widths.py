@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import io
 import itertools
-import json
 import re
 import subprocess
 import sys
@@ -35,13 +34,9 @@ EXTRA = {
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[RunRecord]]:
-    path = tmp_path_factory.mktemp("widths") / "runs.json"
-    done = subprocess.run(
-        [sys.executable, "compare.py", "--json", str(path)], cwd=ROOT, capture_output=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(path.read_text("utf-8"))
+def records(newcomer_run: dict[str, Any]) -> tuple[list[str], list[RunRecord]]:
+    """The contenders and records of `python compare.py --json` (conftest's `newcomer_run`)."""
+    doc = copy.deepcopy(newcomer_run["doc"])
     fields = set(RunRecord.__dataclass_fields__)
     return [c["name"] for c in doc["contenders"]], [
         RunRecord(**{k: v for k, v in r.items() if k in fields}) for r in doc["runs"]
