@@ -1,7 +1,7 @@
 """This CPU's limits for a quantized model: memory bandwidth (numpy copies) and the int8 dot-product peak of the
-kernels llama.cpp runs (AVX-512 VNNI, AVX2), per core; and what one token of the bundled model costs against them.
-Bandwidth: bytes read plus written by `numpy.copyto` of a 512 MiB array on 1 and on every core (a thread each, numpy
-releases the GIL), best of `--runs`; the int8 peak: a small C loop of multiply-adds (the system's cc), 2 ops each.
+kernels llama.cpp runs (VNNI, 512- and 256-bit maddubs), per core; and what a token of the bundled model costs.
+Bandwidth: bytes read plus written by `numpy.copyto` of 512 MiB on 1 and on every core (a thread each), best of
+`--runs`; the int8 peak: a C loop of multiply-adds (the system's cc), 2 ops each, every accumulator in a register.
     python benchmarks/limits.py [--runs 5] [--model local|local:NAME] [--json PATH]
 """
 
@@ -25,38 +25,57 @@ KERNELS = r"""
 #include <stdlib.h>
 #include <time.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
-/* vpdpbusd zmm: 64 int8 multiply-adds per instruction; ten chains hide its latency. */
+/* vpdpbusd zmm: 64 int8 multiply-adds per instruction; twelve accumulators in registers hide its latency. */
+#define ALL12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define ZERO(k) __m512i c##k = _mm512_setzero_si512();
+#define DP(k) c##k = _mm512_dpbusd_epi32(c##k, a, b);
+#define KEEP(k) __asm__ volatile("" : "+v"(c##k));
+#define SUM(k) s = _mm512_add_epi32(s, c##k);
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double vnni(long n) {
-    __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2), c[10];
-    for (int k = 0; k < 10; k++) c[k] = _mm512_setzero_si512();
+    __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2), s = _mm512_setzero_si512();
+    ALL12(ZERO)
     double t = now();
-    for (long i = 0; i < n; i++) {
-        for (int k = 0; k < 10; k++) c[k] = _mm512_dpbusd_epi32(c[k], a, b);
-        __asm__ volatile("" : "+v"(c[0]), "+v"(c[1]), "+v"(c[2]), "+v"(c[3]), "+v"(c[4]), "+v"(c[5]), "+v"(c[6]),
-                         "+v"(c[7]), "+v"(c[8]), "+v"(c[9]));
-    }
+    for (long i = 0; i < n; i++) { ALL12(DP) ALL12(KEEP) }
     t = now() - t;
-    return n * 10.0 * 64 * 2 / t;
+    ALL12(SUM)
+    volatile int sink = _mm512_reduce_add_epi32(s); (void)sink;
+    return n * 12.0 * 64 * 2 / t;
 }
 /* What ggml's AVX2 int8 dot products do: vpmaddubsw, vpmaddwd by ones, vpaddd, 32 multiply-adds a round. */
+#define ALL8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+#define ZERO2(k) __m256i d##k = _mm256_setzero_si256();
+#define B2(k) __m256i b##k = _mm256_set1_epi8(2 + k);
+#define MA(k) d##k = _mm256_add_epi32(d##k, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b##k), one));
+#define KEEP2(k) __asm__ volatile("" : "+x"(d##k));
 __attribute__((target("avx2"))) static double avx2(long n) {
-    __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(2), one = _mm256_set1_epi16(1), c[8];
-    for (int k = 0; k < 8; k++) c[k] = _mm256_setzero_si256();
+    __m256i a = _mm256_set1_epi8(1), one = _mm256_set1_epi16(1);
+    ALL8(ZERO2) ALL8(B2)
     double t = now();
-    for (long i = 0; i < n; i++) {
-        for (int k = 0; k < 8; k++) c[k] = _mm256_add_epi32(c[k], _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), one));
-        __asm__ volatile("" : "+x"(c[0]), "+x"(c[1]), "+x"(c[2]), "+x"(c[3]), "+x"(c[4]), "+x"(c[5]), "+x"(c[6]),
-                         "+x"(c[7]));
-    }
+    for (long i = 0; i < n; i++) { __asm__ volatile("" : "+x"(a)); ALL8(MA) ALL8(KEEP2) }
     t = now() - t;
     return n * 8.0 * 32 * 2 / t;
 }
+/* What the zen4 variant's Q4_K GEMM (q4_K_8x8, the repacked tensors) does: the same three on zmm, 64 a round. */
+#define ZERO5(k) __m512i e##k = _mm512_setzero_si512();
+#define B5(k) __m512i f##k = _mm512_set1_epi8(2 + k);
+#define MA5(k) e##k = _mm512_add_epi32(e##k, _mm512_madd_epi16(_mm512_maddubs_epi16(a, f##k), one));
+#define KEEP5(k) __asm__ volatile("" : "+v"(e##k));
+__attribute__((target("avx512f,avx512bw"))) static double avx512bw(long n) {
+    __m512i a = _mm512_set1_epi8(1), one = _mm512_set1_epi16(1);
+    ALL8(ZERO5) ALL8(B5)
+    double t = now();
+    for (long i = 0; i < n; i++) { __asm__ volatile("" : "+v"(a)); ALL8(MA5) ALL8(KEEP5) }
+    t = now() - t;
+    return n * 8.0 * 64 * 2 / t;
+}
 int main(int argc, char **argv) {
     long n = atol(argv[2]);
-    printf("%.4g\n", argv[1][0] == 'v' ? vnni(n) : avx2(n));
+    printf("%.4g\n", argv[1][0] == 'v' ? vnni(n) : argv[1][0] == 'b' ? avx512bw(n) : avx2(n));
     return 0;
 }
 """
+KERNEL_NAMES = {"vnni": "avx512_vnni", "bw": "avx512bw_maddubs", "avx2": "avx2"}
+"""The loop's argument -> its name in the JSON and the table."""
 ROUNDS = 100_000_000
 """Loop rounds per kernel measurement: 0.2-1 s on one core."""
 
@@ -84,21 +103,21 @@ def int8_peaks(runs: int) -> dict[str, float | None]:
     """Best int8 ops per second of one core, per kernel; None where no C compiler or the CPU lacks it."""
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        return {"avx512_vnni": None, "avx2": None}
+        return {name: None for name in KERNEL_NAMES.values()}
     with tempfile.TemporaryDirectory() as folder:
         source, binary = Path(folder, "kernels.c"), Path(folder, "kernels")
         source.write_text(KERNELS, encoding="utf-8")
-        found: dict[str, float | None] = {"avx512_vnni": None, "avx2": None}
+        found: dict[str, float | None] = {name: None for name in KERNEL_NAMES.values()}
         if subprocess.run([compiler, "-O2", "-o", str(binary), str(source)], capture_output=True).returncode != 0:
             return found  # not an x86-64 compiler
-        for kernel in ("vnni", "avx2"):
+        for kernel in KERNEL_NAMES:
             best: float | None = None
             for _ in range(runs):
                 done = subprocess.run([str(binary), kernel, str(ROUNDS)], capture_output=True, text=True)
                 if done.returncode != 0:  # SIGILL: this CPU does not run it
                     break
                 best = max(best or 0.0, float(done.stdout))
-            found["avx512_vnni" if kernel == "vnni" else "avx2"] = best
+            found[KERNEL_NAMES[kernel]] = best
         return found
 
 

@@ -12,6 +12,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -49,21 +50,32 @@ def test_the_readmes_install_lines_are_what_ci_runs_and_what_the_errors_name() -
 
 
 @pytest.mark.parametrize(
-    ("cores", "load", "threads"),
-    [(2, 0.05, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 7.5, 1), (1, 0.0, 1), (8, 2.2, 6), (8, 30.0, 1)],
+    ("cores", "busy_percent", "threads"),
+    [(2, 2.5, 2), (2, 20.0, 2), (2, 30.0, 1), (2, 50.0, 1), (2, 100.0, 1), (1, 0.0, 1), (8, 27.5, 6), (8, 100.0, 1)],
 )
-def test_threads_are_the_cores_the_load_leaves_idle(
-    cores: int, load: float, threads: int, monkeypatch: pytest.MonkeyPatch
+def test_threads_are_the_cores_other_work_leaves_idle_now(
+    cores: int, busy_percent: float, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The machine's load cannot be set from a test: the two readings it is made of are.
+    # The machine's load cannot be set from a test: the two readings it is made of are. Work at nice 19 counts as
+    # busy (half of it here): measured, llama.cpp's threads do not get their cores back from it.
+    def reading(interval: float) -> SimpleNamespace:
+        assert interval > 0  # a sample over time, not the counters since boot
+        return SimpleNamespace(user=busy_percent / 2, nice=busy_percent / 2, idle=100.0 - busy_percent, iowait=0.0)
+
     monkeypatch.setattr(local.os, "sched_getaffinity", lambda _pid: set(range(cores)))
-    monkeypatch.setattr(local.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    monkeypatch.setattr(local.psutil, "cpu_times_percent", reading)
+    monkeypatch.setattr(local.os, "getloadavg", lambda: (30.0, 30.0, 30.0))  # a minute ago does not count
     monkeypatch.delenv(local.THREADS_ENV, raising=False)
     assert local.threads_by_load() == threads
     assert local._threads(None) == threads
     assert local._threads(3) == 3  # a benchmark's lever
     monkeypatch.setenv(local.THREADS_ENV, "4")
     assert local._threads(None) == 4  # the override wins over the load
+
+
+def test_busy_cores_are_read_from_this_machine() -> None:
+    busy = local.busy_cores_now(2, sample_s=0.1)
+    assert 0.0 <= busy <= 2.0
 
 
 def test_the_server_is_started_with_the_threads_and_flags_chosen() -> None:

@@ -560,7 +560,10 @@ def build_eval_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--seed",
         type=int,
         metavar="S",
-        help="trial t runs on the model seeded S+t; the same S repeats the eval (default: a random S, reported)",
+        help=(
+            "trial t runs on the model seeded S+t; the same S repeats a scripted eval, a real model's server can"
+            " still differ: its cache and threads change the sums (default: a random S, reported)"
+        ),
     )
     parser.add_argument(
         "--model",

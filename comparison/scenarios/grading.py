@@ -85,6 +85,7 @@ TRACKING = re.compile(r"\bTRK-\d+\b", re.IGNORECASE)
 
 NOT_FOUND = re.compile(
     r"not found|(?:couldn't|could not|can't|cannot|unable to|did not|didn't|wasn't able to) (?:find|locate)"
+    r"|(?:not|n't)(?: be| been)? (?:found|located)|(?:do|does|did)(?: not|n't) have (?:an|any|a|such an?) order"
     r"|no (?:such |matching )?order|(?:does not|doesn't) exist|no record",
     re.IGNORECASE,
 )

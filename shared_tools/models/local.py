@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 
 from shared_tools.models.errors import ModelUnavailable
 from shared_tools.models.llama_server import (
@@ -337,13 +338,21 @@ def _free_port() -> int:
 
 
 def threads_by_load() -> int:
-    """Threads for a new server: the cores this process may run on that other work leaves idle (their count less
-    the 1-minute load average, rounded), at least 1. llama.cpp's threads meet at a barrier after every layer, and
-    a thread the OS has taken off its core holds the others spinning: on 2 quiet cores 2 threads ran prompts
-    1.8-2.0x faster than 1, next to other work they made generation 10x slower (docs/benchmarks.md)."""
+    """Threads for a new server: the cores this process may run on that other work leaves idle now
+    (`busy_cores_now`), at least 1; not the load average, which still counts work that ended a minute ago. llama.cpp's
+    threads meet at a barrier after every layer, and a thread the OS has taken off its core holds the others
+    spinning: on 2 quiet cores 2 threads ran the article's goal in 33 s against 60 s with 1; next to other work,
+    even at nice 19, 2 threads took 314 s (docs/benchmarks.md)."""
     cores = len(os.sched_getaffinity(0))
-    idle = cores - os.getloadavg()[0]
-    return max(1, min(cores, round(idle)))
+    return max(1, min(cores, round(cores - busy_cores_now(cores))))
+
+
+def busy_cores_now(cores: int, sample_s: float = 0.5) -> float:
+    """How many of `cores` other work keeps busy over `sample_s` seconds. Work at a lower priority counts as busy,
+    as it does for llama.cpp's threads: they did not get their cores back from it."""
+    times = psutil.cpu_times_percent(interval=sample_s)
+    spare = times.idle + getattr(times, "iowait", 0.0)
+    return max(0.0, 100.0 - spare) / 100.0 * cores
 
 
 def _threads(threads: int | None) -> int:
