@@ -12,6 +12,7 @@ import ast
 import functools
 import inspect
 import logging
+import re
 import textwrap
 import threading
 import time
@@ -91,6 +92,13 @@ class TokenClock:
 
 STREAMING_MARKERS = ("on_token", "AIMessageChunk", "tool_call_chunks", "astream_events", 'stream_mode="messages"')
 """Words only token streaming code uses: a function holding one of them is part of what streaming costs."""
+_STREAMING_WORD = re.compile("|".join(rf"(?<![\w]){re.escape(marker)}(?![\w])" for marker in STREAMING_MARKERS))
+"""A marker as a whole word: `cancellation_token` holds "on_token" and is no streaming code."""
+
+
+def is_streaming_code(source: str) -> bool:
+    """Whether `source` holds one of `STREAMING_MARKERS` as a word of its own."""
+    return _STREAMING_WORD.search(source) is not None
 
 
 def code_lines(source: str) -> int:
@@ -173,7 +181,7 @@ def streaming_code(contender: str) -> list[dict[str, Any]]:
                     source = inspect.getsource(function)
             except (OSError, TypeError):
                 continue
-            if any(marker in source for marker in STREAMING_MARKERS):
+            if is_streaming_code(source):
                 found.append({"where": f"{module_name}.{name}", "lines": code_lines(source)})
     return found
 

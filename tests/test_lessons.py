@@ -1771,3 +1771,13 @@ def test_an_answer_the_records_contradict_is_named_and_shown_false(tmp_path: Pat
     said = next(i for i, line in enumerate(shown) if FALSE_ANSWER in line)
     assert "FALSE: the records contradict this answer" in shown[said + 1]
     assert not any("FALSE" in line for line in shown[:said])  # the handwritten (true) answer is not marked
+
+
+def test_streaming_code_is_found_by_whole_words_only() -> None:
+    from comparison.experiments import is_streaming_code
+
+    assert is_streaming_code("async for chunk in model.astream_events(goal):")
+    assert is_streaming_code("def on_token(piece): ...")
+    assert is_streaming_code('graph.astream(state, stream_mode="messages")')
+    # A run's cancel token is no streaming code, though its name holds "on_token".
+    assert not is_streaming_code("def arun_on(goal, cancellation_token=None): ...")
