@@ -46,6 +46,7 @@ from shared_tools.conversation import (
 )
 from shared_tools.history import Rewound
 from shared_tools.results import AgentOptions, AgentResult, Approve, Guard, RunUsage, StopReason, TraceEvent
+from shared_tools.sync import run_blocking
 
 if TYPE_CHECKING:  # smolagents is imported where it is used: `--help` imports this file for its SPEC
     from smolagents import ChatMessage, Tool, ToolCallingAgent
@@ -385,6 +386,18 @@ class SmolagentsContender(BridgedAgent):
         )
 
     def run(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """`arun` to its end: a Ctrl-C stops the run at its next model call, as it stops the async contenders."""
+        return run_blocking(
+            lambda: self.arun(instructions, goal, cancel=cancel), instead="SmolagentsContender.arun(...)"
+        )
+
+    async def arun(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """smolagents runs sync, so its run goes to a worker thread; a task cancel sets the event it checks."""
+        return await in_worker_thread(OneTurnAtATime(), functools.partial(self.run_here, instructions), goal, cancel)
+
+    def run_here(self, instructions: str, goal: str, *, cancel: threading.Event | None = None) -> AgentResult:
+        """The run in this thread. A Ctrl-C raised here could land in the loop over smolagents' run generator, which
+        yields again in a `finally` when it is then closed (a RuntimeError at exit): `run` keeps it out."""
         watch = _RunWatch(self.options, frozenset(self.tools), cancel)
         agent = watch.agent = self.agent(instructions, watch)
         return run_turn(agent, goal, watch, reset=True)

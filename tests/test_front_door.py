@@ -29,6 +29,7 @@ from langchain_core.tools import StructuredTool, ToolException
 import compare
 from comparison import command, runner
 from comparison.chat import chat_customer
+from comparison.contenders import CONTENDERS, build_contender
 from comparison.files import check_output_file, write_output
 from comparison.sanitize import clean_line, clean_text, escape_for_json
 from comparison.scenarios import INSTRUCTIONS, SEED_GOAL, Scenario
@@ -36,6 +37,7 @@ from handwritten.storage import FORMAT
 from shared_tools.bookstore.store import BookStore, InvalidQuantity, NotABookstore, UnknownBook, check_store_file
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
+from shared_tools.results import TraceEvent
 from tests.doubles import ScriptModel, ai, call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -438,6 +440,7 @@ from comparison.scenarios import INSTRUCTIONS, SEED_GOAL
 from shared_tools.bookstore.store import BookStore
 from shared_tools.bookstore.tools import make_tools
 from shared_tools.models import make_model
+from shared_tools.results import TraceEvent
 from shared_tools.results import AgentOptions
 
 problems, running = [], [""]
@@ -484,6 +487,46 @@ def test_a_worker_ctrl_c_at_any_moment_of_a_run_stops_it_at_an_await() -> None:
     sdk_gap = "openai-agents: RuntimeWarning: coroutine 'run_single_turn' was never awaited"
     assert [p for p in result["problems"] if p != sdk_gap] == []
     assert result["stopped"] >= 40, "many runs were interrupted mid-way, or this checks nothing"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
+@pytest.mark.parametrize("name", list(CONTENDERS))
+def test_a_worker_ctrl_c_as_a_tool_line_is_written_stops_the_run_with_nothing_left_behind(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The moment the random test above once found: a worker's Ctrl-C while a contender writes a tool's trace line.
+    The run raises KeyboardInterrupt, and nothing is left to warn at exit (a generator that ignores being closed, a
+    coroutine never awaited)."""
+    import gc
+    import warnings
+
+    from comparison.runner import WorkerInterrupt
+    from shared_tools.results import AgentOptions
+
+    problems: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: problems.append(f"{u.exc_type.__name__}: {u.exc_value}"))
+    sent: list[str] = []
+
+    def ctrl_c_at_the_first_tool_line(event: TraceEvent) -> None:
+        if event.name != "model" and not sent:
+            sent.append(event.name)
+            signal.raise_signal(signal.SIGINT)
+
+    agent = build_contender(
+        name, make_model("scripted"), make_tools(BookStore()), AgentOptions(on_event=ctrl_c_at_the_first_tool_line)
+    )
+    handler = WorkerInterrupt()
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught, pytest.raises(KeyboardInterrupt):
+            warnings.simplefilter("always")
+            agent.run(INSTRUCTIONS, SEED_GOAL)
+            gc.collect()
+        gc.collect()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert sent == ["search_books"], "the Ctrl-C was sent as the first tool's line was written"
+    assert problems == [] == [str(w.message) for w in caught]
 
 
 # --- chat: a human at the prompt, a customer per thread, a conflicting save ----------------------------------

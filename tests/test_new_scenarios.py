@@ -20,10 +20,10 @@ import pytest
 import compare
 from comparison.contenders import CONTENDERS, SPECS
 from comparison.experiments import (
-    STREAMING_MARKERS,
     LostReply,
     _functions,
     code_lines,
+    is_streaming_code,
     streaming_code,
 )
 from comparison.records import RunRecord, pick
@@ -186,7 +186,7 @@ def test_streaming_code_reads_each_function_as_inspect_getsource_does(contender:
                 source = inspect.getsource(function)
             except OSError:  # made at run time (a dataclass's __init__): no source to read
                 continue
-            if any(marker in source for marker in STREAMING_MARKERS):
+            if is_streaming_code(source):
                 expected.append({"where": f"{module_name}.{name}", "lines": code_lines(source)})
     assert expected or not SPECS[contender].has(Capability.STREAMING), "every contender that streams has its code"
     assert streaming_code(contender) == expected
