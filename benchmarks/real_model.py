@@ -57,8 +57,9 @@ class Lever:
     """Served by `--portable-python`'s llama-cpp-python (the portable AVX2 build) instead of this interpreter's."""
 
 
-BEFORE = ServerFlags(prompt_logits=True, flash_attn=False)
-"""llama-cpp-python's server defaults, which shipped before: logits for every prompt token, no flash attention."""
+BEFORE = ServerFlags(prompt_logits=True, flash_attn=False, repack=True)
+"""llama-cpp-python's server defaults, which shipped before: logits for every prompt token, no flash attention,
+the weights repacked."""
 LEVERS = {
     "as shipped": Lever(),
     "portable build as before": Lever(threads=1, flags=BEFORE, portable=True),
@@ -67,6 +68,7 @@ LEVERS = {
     "server defaults": Lever(flags=BEFORE),
     "haswell variant": Lever(cpu_variant="haswell"),
     "prompt batch 2048": Lever(flags=ServerFlags(batch=2048)),
+    "weights repacked": Lever(flags=ServerFlags(repack=True)),
     "search returns <= 2 books": Lever(search_cap=2),
 }
 """Each run on a server of its own, started for it, its instructions and tools evaluated once before the clock

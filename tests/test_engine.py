@@ -85,6 +85,10 @@ def test_the_server_is_started_with_the_threads_and_flags_chosen() -> None:
     # Not llama-cpp-python's server defaults (logits for every prompt token, no flash attention): ours ship.
     assert given["--logits_all"] == "False" and given["--flash_attn"] == "True"
     assert "--n_batch" not in command
+    # Our wrapper's options come first: the weights are not repacked unless a lever asks for it.
+    assert command[command.index(local.EXIT_WITH_PARENT) + 2] == local.NO_REPACK
+    repacked = local._server_args(Path("w.gguf"), local.QWEN, "f", 8000, 2, local.ServerFlags(repack=True), "p")
+    assert local.NO_REPACK not in repacked
     before = local.ServerFlags(prompt_logits=True, flash_attn=False, batch=2048).args()
     given = dict(itertools.pairwise(before))
     assert (given["--logits_all"], given["--flash_attn"], given["--n_ubatch"]) == ("True", "False", "2048")

@@ -45,6 +45,18 @@ def test_a_figure_only_a_tool_result_holds_reaches_the_answer() -> None:
     assert_valid_history(result.messages)
 
 
+def test_the_server_holds_the_weights_as_the_file_does_not_repacked() -> None:
+    """llama.cpp repacks Q4_K weights for its q4_K_8x8 GEMM unless told not to; on the zen4 variant its plain Q4_K
+    kernels ran prompts 1.43x faster (docs/benchmarks.md). Its log names each tensor it repacks."""
+    from shared_tools.models.local import QWEN, local_server
+
+    server = local_server(QWEN)
+    qwen().invoke("Hi")  # the model is loaded and has answered: its log holds the whole load
+    log = server.log_path.read_text(encoding="utf-8", errors="replace")
+    assert "load_tensors" in log, "the log is the model's load"
+    assert [line for line in log.splitlines() if "repack tensor" in line] == []
+
+
 @pytest.fixture(scope="module")
 def seed_runs(tmp_path_factory: pytest.TempPathFactory) -> list[RunRecord]:
     """The article's goal (the article's run) by the hand-written loop and the LangGraph graph, through the runner."""

@@ -31,7 +31,9 @@ FALLBACK_VARIANT = "haswell"
 """AVX2, FMA and F16C, no AVX-512 or AMX: what the portable build ran, for a CPU that reports more than it runs."""
 
 EXIT_WITH_PARENT = "--exit-with-parent"
-"""Our one option, given first with the starting process's pid: end the server when that process is gone."""
+"""Our option given first, with the starting process's pid: end the server when that process is gone."""
+NO_REPACK = "--no-repack"
+"""Our option given next: load the weights as the file holds them, not repacked (`without_repacking`)."""
 
 _CONTENT_PROMPT_END = ":\n"
 """How the stock handler's prompt ends before content (after ``functions.<name>:`` or ``message:``); the prompts
@@ -315,6 +317,23 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
+def without_repacking() -> None:
+    """Make every `Llama` of this process load its weights without llama.cpp's repacking (`use_extra_bufts`), which
+    lays Q4_K weights out for its q4_K_8x8 GEMM. On the zen4 variant the plain Q4_K kernels ran prompts 1.43x faster
+    (docs/benchmarks.md). llama-cpp-python has no setting for it, so the default model parameters `Llama` starts
+    from are changed."""
+    import llama_cpp.llama_cpp as lib
+
+    default = lib.llama_model_default_params
+
+    def unrepacked() -> Any:
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    lib.llama_model_default_params = unrepacked
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--probe"] and len(args) == 2:
@@ -323,6 +342,9 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == [EXIT_WITH_PARENT] and len(args) >= 2:
         _exit_with_parent(int(args[1]))
         args = args[2:]
+    if args[:1] == [NO_REPACK]:
+        without_repacking()
+        args = args[1:]
     from llama_cpp.llama_chat_format import register_chat_completion_handler
     from llama_cpp.server.__main__ import main as serve
 
