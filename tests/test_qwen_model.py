@@ -47,7 +47,7 @@ def test_a_figure_only_a_tool_result_holds_reaches_the_answer() -> None:
 
 def test_the_server_holds_the_weights_as_the_file_does_not_repacked() -> None:
     """llama.cpp repacks Q4_K weights for its q4_K_8x8 GEMM unless told not to; on the zen4 variant its plain Q4_K
-    kernels ran prompts 1.43x faster (docs/benchmarks.md). Its log names each tensor it repacks."""
+    kernels ran prompts 1.29x faster (docs/benchmarks.md). Its log names each tensor it repacks."""
     from shared_tools.models.local import QWEN, local_server
 
     server = local_server(QWEN)

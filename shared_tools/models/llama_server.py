@@ -319,9 +319,9 @@ def _exit_with_parent(parent: int) -> None:
 
 def without_repacking() -> None:
     """Make every `Llama` of this process load its weights without llama.cpp's repacking (`use_extra_bufts`), which
-    lays Q4_K weights out for its q4_K_8x8 GEMM. On the zen4 variant the plain Q4_K kernels ran prompts 1.43x faster
-    (docs/benchmarks.md). llama-cpp-python has no setting for it, so the default model parameters `Llama` starts
-    from are changed."""
+    lays Q4_K weights out for its q4_K_8x8 GEMM. On the zen4 variant the plain Q4_K kernels ran prompts 1.29x faster
+    (generation 0.75x; docs/benchmarks.md). llama-cpp-python has no setting for it, so the default model parameters
+    `Llama` starts from are changed."""
     import llama_cpp.llama_cpp as lib
 
     default = lib.llama_model_default_params

@@ -381,8 +381,8 @@ class ServerFlags:
     batch: int | None = None
     """Prompt tokens decoded at once, llama.cpp's n_batch and n_ubatch (None: llama-cpp-python's 512)."""
     repack: bool = False
-    """llama.cpp's weight repacking (its default: on). Off, the 1.5B model's prompts ran 1.43x faster on the zen4
-    variant, and 1.04x on haswell (generation 0.87x there)."""
+    """llama.cpp's weight repacking (its default: on). Off, the 1.5B model's prompts ran 1.29x faster on the zen4
+    variant and generation 0.75x: the article's goal, mostly prompts, 1.07x (docs/benchmarks.md)."""
 
     def wrapper_args(self) -> list[str]:
         """Our wrapper's options (`llama_server`), which come before the server's own."""
