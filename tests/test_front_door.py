@@ -494,9 +494,9 @@ def test_a_worker_ctrl_c_at_any_moment_of_a_run_stops_it_at_an_await() -> None:
 def test_a_worker_ctrl_c_as_a_tool_line_is_written_stops_the_run_with_nothing_left_behind(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The moment the random test above once found: a worker's Ctrl-C while a contender writes a tool's trace line.
-    The run raises KeyboardInterrupt, and nothing is left to warn at exit (a generator that ignores being closed, a
-    coroutine never awaited)."""
+    """A worker's Ctrl-C while a contender writes a tool's trace line, a moment the random test above reaches only
+    sometimes: the run raises KeyboardInterrupt, and nothing is left to warn at exit (a generator that ignores being
+    closed, a coroutine never awaited)."""
     import gc
     import warnings
 
